@@ -1,0 +1,33 @@
+"""pipeopt: exact pipeline-parallel planning for DNN training, and the gaps of the heuristics.
+
+The public API: build or read an :class:`Instance`, pose a problem, solve it, score any plan
+with :func:`evaluate`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .cluster import Cluster as Cluster
+from .cluster import Device as Device
+from .cost import Evaluation as Evaluation
+from .cost import evaluate as evaluate
+from .errors import InfeasibleError as InfeasibleError
+from .errors import InvalidClusterError as InvalidClusterError
+from .errors import InvalidGraphError as InvalidGraphError
+from .errors import InvalidPlanError as InvalidPlanError
+from .errors import InvalidProblemError as InvalidProblemError
+from .errors import PipeoptError as PipeoptError
+from .errors import ReadError as ReadError
+from .instance import Instance as Instance
+from .instance import Settings as Settings
+from .partition import PartitionProblem as PartitionProblem
+from .plan import Plan as Plan
+from .plan import Stage as Stage
+from .result import Result as Result
+from .result import Status as Status
+
+__version__ = "0.1.0"
+
+logger = logging.getLogger("pipeopt")
+logger.addHandler(logging.NullHandler())

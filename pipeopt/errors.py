@@ -1,0 +1,33 @@
+"""Typed errors. Every problem with the input names itself here, never deep in a solver."""
+
+from __future__ import annotations
+
+
+class PipeoptError(ValueError):
+    """Base class of every error pipeopt raises on bad input or an impossible request."""
+
+
+class InvalidGraphError(PipeoptError):
+    """The layer graph is not a valid DAG of layers (cycle, missing or negative attribute)."""
+
+
+class InvalidClusterError(PipeoptError):
+    """The cluster is malformed (no devices, a device without resources, bad bandwidth)."""
+
+
+class InvalidPlanError(PipeoptError):
+    """A plan does not describe a valid split (dropped or duplicated layer, empty stage,
+    a backward edge between stages, unknown device, share outside [0, 1])."""
+
+
+class InvalidProblemError(PipeoptError):
+    """The request cannot be posed on this instance (more stages than layers, more
+    workers than devices, unknown method or option)."""
+
+
+class InfeasibleError(PipeoptError):
+    """An exact method proved that no plan satisfies the constraints (e.g. memory)."""
+
+
+class ReadError(PipeoptError):
+    """A file could not be read or is malformed; the message names the file and the line."""

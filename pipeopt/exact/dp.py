@@ -1,0 +1,142 @@
+"""Exact dynamic program for the partition problem (straight and replicated spaces).
+
+Straight (one worker per stage): with best[s][j] the smallest bottleneck of units 0..j-1 in
+s stages, ``best[s][j] = min_i max(best[s-1][i], cost(i, j, stage s-1))``, O(S n^2),
+vectorised over (i, j). The stage index enters through memory (stage t keeps S - t
+microbatches under 1F1B).
+
+Replicated (PipeDream, Narayanan et al. SOSP 2019, section 3.1): with best[w][j] the
+smallest bottleneck of units 0..j-1 on w workers, ``best[w][j] = min_{i, m} max(best[w-m][i],
+cost_m(i, j))`` where a stage on m replicas costs (compute + 2 (m-1)/m params/bandwidth)/m,
+its cuts cost 2 bytes / (bandwidth m) (the cut between stages with m and m' replicas thus
+costs 2 bytes / (bandwidth min(m, m')), as in :func:`pipeopt.evaluate`), and it keeps
+ceil(W/m) microbatches, W the workers from it to the end. O(S^2 n^2).
+
+Both are exact in pipeopt's cost model; the result's bound equals its objective.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..errors import InfeasibleError
+from ..partition import PartitionProblem
+from ..result import Result, Status
+
+
+def _cost_matrix(p: PartitionProblem, m: int, in_flight: int) -> np.ndarray:
+    """``cost[i, j]``: time of a stage of units i..j-1 on m replicas (inf if i >= j or no fit)."""
+    n = p.n
+    W, cut = p.work_prefix, p.boundary_bytes
+    bw = p.bandwidth
+    i = np.arange(n + 1)[:, None]
+    j = np.arange(n + 1)[None, :]
+    work = W[j] - W[i]
+    comp = work
+    if m > 1:
+        par = p.param_prefix[j] - p.param_prefix[i]
+        comp = work + 2.0 * (m - 1) / m * par / bw
+    comp = comp / m
+    cin, cout = cut[i], cut[j]
+    if p.instance.settings.overlap:
+        cost = np.maximum(comp, 2.0 * np.maximum(cin, cout) / (bw * m))
+    else:
+        cost = comp + (cin + cout) / (bw * m)
+    mem = p.stage_memory(i, j, in_flight)
+    cost = np.where((j > i) & (mem <= p.memory * (1 + 1e-12)), cost, np.inf)
+    return cost
+
+
+def _infeasible(p: PartitionProblem) -> InfeasibleError:
+    cap = p.memory
+    return InfeasibleError(
+        f"no split of {p.instance.name} into {p.stages} stages fits in {cap / 2**30:.3f} GiB per worker"
+        + (" (with replication)" if p.replication else "")
+    )
+
+
+def solve_dp(problem: PartitionProblem, **_ignored) -> Result:
+    """Solve the partition problem exactly by dynamic programming.
+
+    Parameters
+    ----------
+    problem
+        The partition problem; ``problem.replication`` selects the search space.
+
+    Returns
+    -------
+    Result
+        Status ``OPTIMAL``, ``lower_bound`` = objective (exact up to float rounding).
+
+    Raises
+    ------
+    InfeasibleError
+        If no split fits the workers' memory.
+    """
+    started = time.perf_counter()
+    if problem.replication:
+        starts, reps, value = _replicated(problem)
+    else:
+        starts, value = _straight(problem)
+        reps = None
+    plan = problem.plan(starts, reps)
+    res = problem.result("dp", plan, Status.OPTIMAL, started=started, info={"dp_value": value})
+    res.lower_bound = res.objective
+    return res
+
+
+def _straight(p: PartitionProblem) -> tuple[list[int], float]:
+    n, S = p.n, p.stages
+    best = np.full(n + 1, np.inf)
+    best[0] = 0.0
+    args = []
+    for s in range(S):
+        cost = _cost_matrix(p, 1, S - s)
+        cand = np.maximum(best[:, None], cost)  # (i, j)
+        arg = np.argmin(cand, axis=0)
+        best = cand[arg, np.arange(n + 1)]
+        args.append(arg)
+    value = float(best[n])
+    if not math.isfinite(value):
+        raise _infeasible(p)
+    starts, j = [], n
+    for s in range(S - 1, 0, -1):
+        j = int(args[s][j])
+        starts.append(j)
+    return starts[::-1], value
+
+
+def _replicated(p: PartitionProblem) -> tuple[list[int], list[int], float]:
+    n, S = p.n, p.stages
+    best = np.full((S + 1, n + 1), np.inf)
+    best[0, 0] = 0.0
+    arg_i = np.zeros((S + 1, n + 1), dtype=int)
+    arg_m = np.zeros((S + 1, n + 1), dtype=int)
+    cache: dict = {}
+    for w in range(1, S + 1):
+        for m in range(1, w + 1):
+            in_flight = math.ceil((S - (w - m)) / m)
+            key = (m, in_flight)
+            if key not in cache:
+                cache[key] = _cost_matrix(p, m, in_flight)
+            cand = np.maximum(best[w - m][:, None], cache[key])
+            arg = np.argmin(cand, axis=0)
+            val = cand[arg, np.arange(n + 1)]
+            better = val < best[w]
+            best[w] = np.where(better, val, best[w])
+            arg_i[w] = np.where(better, arg, arg_i[w])
+            arg_m[w] = np.where(better, m, arg_m[w])
+    value = float(best[S, n])
+    if not math.isfinite(value):
+        raise _infeasible(p)
+    starts, reps, w, j = [], [], S, n
+    while j > 0:
+        m, i = int(arg_m[w, j]), int(arg_i[w, j])
+        reps.append(m)
+        if i > 0:
+            starts.append(i)
+        w, j = w - m, i
+    return starts[::-1], reps[::-1], value

@@ -1,0 +1,213 @@
+"""The layer graph: validation, a deterministic layer order, and the chain view solvers use.
+
+A layer graph is a :class:`networkx.DiGraph` whose nodes are layers (or operators).
+Node attributes (units as in DESIGN.md):
+
+``fwd``, ``bwd``
+    ``dict[str, float]``: forward / backward time in **seconds** on one unit of each
+    resource kind (``"gpu"``, ``"cpu"``, ...). A kind missing from the dict means the layer
+    cannot run on it (infinite time).
+``out_bytes``
+    activation bytes this layer sends to each successor (its gradient travels back).
+``param_bytes``
+    parameter bytes.
+``act_bytes``
+    activation bytes kept for the backward pass (per microbatch).
+``pin_first`` (optional, default ``False``)
+    data-loading nodes (PipeDream's ``Input``) that must sit in the first stage.
+
+Edge attribute ``bytes`` defaults to the tail's ``out_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+
+from .errors import InvalidGraphError
+
+NODE_NUMBERS = ("out_bytes", "param_bytes", "act_bytes")
+
+
+def _natural_key(name: object) -> tuple:
+    parts = re.split(r"(\d+)", str(name))
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def validate_graph(graph: nx.DiGraph) -> None:
+    """Check that ``graph`` is a valid layer graph.
+
+    Parameters
+    ----------
+    graph
+        The layer graph (see the module docstring for the attributes).
+
+    Raises
+    ------
+    InvalidGraphError
+        If the graph is empty, not directed, has a cycle (named), a node misses an
+        attribute, or a time or size is negative or not a number, or a layer has no
+        resource kind that can run it, or its forward and backward kinds differ.
+    """
+    if not isinstance(graph, nx.DiGraph):
+        raise InvalidGraphError(f"layer graph must be a networkx.DiGraph, got {type(graph).__name__}")
+    if graph.number_of_nodes() == 0:
+        raise InvalidGraphError("layer graph has no layers")
+    if not nx.is_directed_acyclic_graph(graph):
+        cycle = nx.find_cycle(graph)
+        path = " -> ".join(str(u) for u, _ in cycle) + f" -> {cycle[0][0]}"
+        raise InvalidGraphError(f"layer graph has a cycle: {path}")
+    for node, attrs in graph.nodes(data=True):
+        for key in ("fwd", "bwd"):
+            if key not in attrs:
+                raise InvalidGraphError(f"layer {node!r} has no {key!r} attribute (seconds per resource kind)")
+            costs = attrs[key]
+            if not isinstance(costs, dict):
+                raise InvalidGraphError(f"layer {node!r}: {key!r} must be a dict kind -> seconds, got {costs!r}")
+            for kind, t in costs.items():
+                if not isinstance(t, (int, float)) or math.isnan(t) or t < 0:
+                    raise InvalidGraphError(f"layer {node!r} has a negative or invalid {key} time {t!r} on {kind!r}")
+        fk = {k for k, t in attrs["fwd"].items() if math.isfinite(t)}
+        bk = {k for k, t in attrs["bwd"].items() if math.isfinite(t)}
+        if not fk:
+            raise InvalidGraphError(f"layer {node!r} cannot run on any resource kind (no finite forward time)")
+        if fk != bk:
+            raise InvalidGraphError(
+                f"layer {node!r} has forward times on {sorted(fk)} but backward times on {sorted(bk)}"
+            )
+        for key in NODE_NUMBERS:
+            if key not in attrs:
+                raise InvalidGraphError(f"layer {node!r} has no {key!r} attribute (bytes)")
+            v = attrs[key]
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise InvalidGraphError(f"layer {node!r} has a negative or invalid {key} {v!r}")
+    for u, v, attrs in graph.edges(data=True):
+        b = attrs.get("bytes", graph.nodes[u]["out_bytes"])
+        if not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0:
+            raise InvalidGraphError(f"edge {u!r} -> {v!r} has a negative or invalid 'bytes' {b!r}")
+
+
+def edge_bytes(graph: nx.DiGraph, u, v) -> float:
+    """Bytes an edge carries forward per microbatch (its gradient carries as many back)."""
+    return float(graph.edges[u, v].get("bytes", graph.nodes[u]["out_bytes"]))
+
+
+def kinds_of(graph: nx.DiGraph) -> tuple[str, ...]:
+    """Sorted resource kinds that appear in any layer's ``fwd`` dict."""
+    return tuple(sorted({k for _, d in graph.nodes(data="fwd") for k in d}))
+
+
+def layer_order(graph: nx.DiGraph) -> list:
+    """A deterministic topological order of the layers.
+
+    Pinned (``pin_first``) layers come first; ties are broken by the natural order of the
+    node names (``node2`` before ``node10``), so the order does not depend on how the graph
+    was built. A chain comes out in its path order.
+    """
+    pinned = sorted((n for n, p in graph.nodes(data="pin_first") if p), key=_natural_key)
+    rest = graph.subgraph(n for n in graph.nodes if not graph.nodes[n].get("pin_first"))
+    return pinned + list(nx.lexicographical_topological_sort(rest, key=_natural_key))
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The layer order seen as a chain of *units* over which contiguous splits are taken.
+
+    A unit is one layer, except that pinned input layers are glued to the first unpinned
+    layer, so that no cut can separate data loading from the first stage. Exact methods and
+    baselines work on units; plans are given back in layer names.
+
+    Attributes
+    ----------
+    units
+        ``list[tuple[node, ...]]`` of length n, in pipeline order.
+    kinds
+        resource kinds, sorted.
+    fwd, bwd
+        ``dict[kind, ndarray (n,)]``, seconds on one unit of the kind (``inf`` = cannot run).
+    param, act
+        ``ndarray (n,)``, bytes.
+    cut_bytes
+        ``ndarray (n-1,)``: bytes of every edge crossing the cut after unit i (forward
+        activations; the same amount of gradient goes back).
+    """
+
+    units: list
+    kinds: tuple
+    fwd: dict
+    bwd: dict
+    param: np.ndarray
+    act: np.ndarray
+    cut_bytes: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """Number of units."""
+        return len(self.units)
+
+    @classmethod
+    def from_graph(cls, graph: nx.DiGraph, order: list | None = None) -> Chain:
+        """Build the chain of a validated layer graph over ``order`` (default :func:`layer_order`)."""
+        order = layer_order(graph) if order is None else list(order)
+        units: list[tuple] = []
+        pending: list = []
+        for node in order:
+            pending.append(node)
+            if not graph.nodes[node].get("pin_first"):
+                units.append(tuple(pending))
+                pending = []
+        if pending:  # only pinned layers: they form the last unit
+            if units:
+                units[-1] = units[-1] + tuple(pending)
+            else:
+                units.append(tuple(pending))
+        kinds = kinds_of(graph)
+        n = len(units)
+        index = {node: i for i, unit in enumerate(units) for node in unit}
+
+        def total(key: str, kind: str | None = None) -> np.ndarray:
+            out = np.zeros(n)
+            for i, unit in enumerate(units):
+                for node in unit:
+                    v = graph.nodes[node][key]
+                    out[i] += v.get(kind, math.inf) if kind is not None else v
+            return out
+
+        diff = np.zeros(n + 1)
+        for u, v in graph.edges:
+            a, b = index[u], index[v]
+            if a > b:
+                raise InvalidGraphError(f"edge {u!r} -> {v!r} goes backwards in the layer order")
+            if a < b:
+                w = edge_bytes(graph, u, v)
+                diff[a] += w
+                diff[b] -= w
+        cut = np.cumsum(diff)[: n - 1]
+        return cls(
+            units=units,
+            kinds=kinds,
+            fwd={k: total("fwd", k) for k in kinds},
+            bwd={k: total("bwd", k) for k in kinds},
+            param=total("param_bytes"),
+            act=total("act_bytes"),
+            cut_bytes=cut,
+        )
+
+    @cached_property
+    def unit_of(self) -> dict:
+        """``dict[node, int]``: the unit index of each layer."""
+        return {node: i for i, unit in enumerate(self.units) for node in unit}
+
+    def layers(self, start: int, stop: int) -> tuple:
+        """Layer names of units ``start .. stop-1``."""
+        return tuple(node for unit in self.units[start:stop] for node in unit)
+
+    def stages_from_cuts(self, cuts: list[int]) -> list[tuple]:
+        """Layer tuples of the stages given the unit index where each stage after the first starts."""
+        bounds = [0, *cuts, self.n]
+        return [self.layers(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]

@@ -1,0 +1,218 @@
+"""The partition problem: S identical workers, a contiguous split of the layer order.
+
+:class:`PartitionProblem` checks the request once and precomputes the arrays every exact
+method and baseline reads (per-unit compute time, cut bytes, memory), and turns cut
+positions back into a :class:`~pipeopt.plan.Plan` scored by :func:`~pipeopt.cost.evaluate`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .cost import evaluate
+from .errors import InvalidProblemError
+from .instance import Instance
+from .plan import Plan, Stage
+from .result import Result, Status
+
+SPACES = ("straight", "replicated")
+
+
+@dataclass(frozen=True)
+class PartitionProblem:
+    """Split an instance's layer chain into pipeline stages on identical workers.
+
+    Parameters
+    ----------
+    instance
+        Its cluster must have identical devices with one resource kind the layers run on
+        (several kinds make stage time non-additive: that is the *joint* problem).
+    stages
+        S, the number of workers. Without replication the plan has exactly S non-empty
+        stages, one worker each; with replication it has at most S stages whose replica
+        counts add up to S.
+    replication
+        Allow data-parallel replication of stages (PipeDream).
+
+    Raises
+    ------
+    InvalidProblemError
+        If S < 1, S exceeds the number of layers (units) or of devices, the devices differ,
+        or a device has several usable resource kinds, or the objective is not
+        ``"bottleneck"`` (the exact partition methods optimise the bottleneck).
+    """
+
+    instance: Instance
+    stages: int
+    replication: bool = False
+
+    def __post_init__(self) -> None:
+        inst, S = self.instance, self.stages
+        if not isinstance(S, (int, np.integer)) or S < 1:
+            raise InvalidProblemError(f"number of stages must be a positive integer, got {S!r}")
+        n = inst.chain.n
+        if S > n:
+            raise InvalidProblemError(
+                f"more stages ({S}) than layers ({n} splittable units of {inst.num_layers} layers) in {inst.name}"
+            )
+        if S > len(inst.cluster.devices):
+            raise InvalidProblemError(f"{S} stages need {S} workers but the cluster has {len(inst.cluster.devices)} devices")
+        if not inst.cluster.is_homogeneous:
+            raise InvalidProblemError("the partition problem needs identical devices; use the group problem")
+        if inst.settings.objective != "bottleneck":
+            raise InvalidProblemError(
+                f"the partition methods minimise the bottleneck; objective {inst.settings.objective!r} is not supported"
+            )
+        _ = self.kind
+
+    # ---- data every method reads -------------------------------------------------------
+    @cached_property
+    def kind(self) -> str:
+        """The one resource kind the workers use."""
+        dev = self.instance.cluster.devices[0]
+        usable = [k for k, r in dev.resources.items() if r > 0 and k in self.instance.chain.kinds]
+        if len(usable) != 1:
+            raise InvalidProblemError(
+                f"partition needs workers with one usable resource kind; device {dev.name!r} has {usable}"
+                " (use the joint problem for several kinds)"
+            )
+        return usable[0]
+
+    @property
+    def n(self) -> int:
+        """Number of units of the chain."""
+        return self.instance.chain.n
+
+    @cached_property
+    def work(self) -> np.ndarray:
+        """``ndarray (n,)``: forward + backward seconds of each unit on one worker."""
+        ch = self.instance.chain
+        r = self.instance.cluster.devices[0].resources[self.kind]
+        return (ch.fwd[self.kind] + ch.bwd[self.kind]) / r
+
+    @cached_property
+    def work_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of :attr:`work`."""
+        return np.concatenate([[0.0], np.cumsum(self.work)])
+
+    @cached_property
+    def act_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of activation bytes."""
+        return np.concatenate([[0.0], np.cumsum(self.instance.chain.act)])
+
+    @cached_property
+    def param_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of parameter bytes."""
+        return np.concatenate([[0.0], np.cumsum(self.instance.chain.param)])
+
+    @cached_property
+    def boundary_bytes(self) -> np.ndarray:
+        """``ndarray (n+1,)``: bytes crossing the boundary before unit c (0 at both ends)."""
+        return np.concatenate([[0.0], self.instance.chain.cut_bytes, [0.0]])
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes/s between workers."""
+        return self.instance.cluster.bandwidth
+
+    @property
+    def memory(self) -> float:
+        """Bytes of memory per worker."""
+        return self.instance.cluster.devices[0].memory
+
+    @property
+    def space(self) -> str:
+        """``"replicated"`` or ``"straight"``."""
+        return "replicated" if self.replication else "straight"
+
+    # ---- the cost of one stage, as the exact methods see it ----------------------------
+    def in_flight(self, stage: int) -> int:
+        """Microbatches stage ``stage`` (0-based) keeps under 1F1B without replication: S - stage."""
+        return self.stages - stage
+
+    def stage_memory(self, a, b, in_flight):
+        """Bytes a stage of units ``a..b-1`` needs with ``in_flight`` microbatches (arrays broadcast)."""
+        act = self.act_prefix[b] - self.act_prefix[a]
+        par = self.param_prefix[b] - self.param_prefix[a]
+        versions = in_flight if self.instance.settings.weight_stashing else 1
+        return in_flight * act + versions * par
+
+    # ---- plans and results -------------------------------------------------------------
+    def plan(self, starts: list[int], replicas: list[int] | None = None) -> Plan:
+        """The plan whose stages start at units ``[0, *starts]``.
+
+        Parameters
+        ----------
+        starts
+            Unit index where each stage after the first begins, increasing.
+        replicas
+            Replica count per stage (default 1 each); devices are dealt in order.
+        """
+        starts = [int(c) for c in starts]
+        layer_sets = self.instance.chain.stages_from_cuts(starts)
+        replicas = [1] * len(layer_sets) if replicas is None else [int(m) for m in replicas]
+        if len(replicas) != len(layer_sets):
+            raise InvalidProblemError(f"{len(layer_sets)} stages but {len(replicas)} replica counts")
+        names = [d.name for d in self.instance.cluster.devices]
+        if sum(replicas) > len(names):
+            raise InvalidProblemError(f"plan needs {sum(replicas)} devices, the cluster has {len(names)}")
+        stages, used = [], 0
+        for layers, m in zip(layer_sets, replicas, strict=True):
+            stages.append(Stage(layers=layers, devices=tuple(names[used : used + m]), replicas=m))
+            used += m
+        return Plan(tuple(stages))
+
+    def starts_of(self, plan: Plan) -> list[int]:
+        """Inverse of :meth:`plan`: the unit index where each stage after the first begins."""
+        unit_of = self.instance.chain.unit_of
+        return [unit_of[st.layers[0]] for st in plan.stages[1:]]
+
+    def result(
+        self,
+        method: str,
+        plan: Plan | None,
+        status: Status,
+        *,
+        lower_bound: float | None = None,
+        started: float | None = None,
+        space: str | None = None,
+        info: dict | None = None,
+    ) -> Result:
+        """Wrap a plan into a :class:`Result`, scoring it with :func:`evaluate`.
+
+        A heuristic whose plan breaks the memory limit gets status ``INFEASIBLE``.
+        """
+        ev = evaluate(self.instance, plan) if plan is not None else None
+        if ev is not None and not ev.feasible and status == Status.FEASIBLE:
+            status = Status.INFEASIBLE
+        info = dict(info or {})
+        info.setdefault("assumptions", list(self.instance.assumptions))
+        return Result(
+            method=method,
+            plan=plan,
+            evaluation=ev,
+            status=status,
+            lower_bound=lower_bound,
+            runtime=time.perf_counter() - started if started is not None else 0.0,
+            space=space or self.space,
+            info=info,
+        )
+
+    # ---- a bound every method may quote ------------------------------------------------
+    def simple_lower_bound(self) -> float:
+        """max(total work / S, largest unit, memory-free): a valid bound on the straight optimum."""
+        if self.n == 0:
+            return 0.0
+        return float(max(self.work_prefix[-1] / self.stages, self.work.max() if not self.replication else 0.0))
+
+
+def is_close(a: float, b: float, rel: float = 1e-9) -> bool:
+    """Float comparison used across methods (relative tolerance, inf-safe)."""
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-15)

@@ -1,0 +1,106 @@
+"""The outcome of one method on one instance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .cost import Evaluation
+from .plan import Plan
+
+
+class Status(str, Enum):
+    """What a method can say about the plan it returns."""
+
+    OPTIMAL = "optimal"  # proven optimal (within the method's stated tolerance)
+    FEASIBLE = "feasible"  # a valid plan, optimality not proven (heuristics)
+    TIME_LIMIT = "time_limit"  # an exact method stopped at its time limit: incumbent + bound
+    INFEASIBLE = "infeasible"  # no plan satisfies the constraints (or the heuristic's plan does not)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Result:
+    """A plan, its evaluation and what the method proved.
+
+    Attributes
+    ----------
+    method
+        Method name (``"dp"``, ``"milp"``, ``"pipedream"``, ...).
+    plan
+        The plan (``None`` if no plan was found).
+    evaluation
+        ``evaluate(instance, plan)``; ``objective`` is always read from it.
+    status
+        :class:`Status`.
+    lower_bound
+        Best proven lower bound on the objective in the method's search space, seconds
+        (``None`` for a heuristic, which proves nothing).
+    runtime
+        Wall time, seconds.
+    space
+        Search space the method covers: ``"straight"`` (one worker per stage) or
+        ``"replicated"`` (PipeDream's stage replication), or a problem-specific name.
+    info
+        Free-form details (solver name, scaling tolerance, nodes, ...).
+    """
+
+    method: str
+    plan: Plan | None
+    evaluation: Evaluation | None
+    status: Status
+    lower_bound: float | None = None
+    runtime: float = 0.0
+    space: str = "straight"
+    info: dict = field(default_factory=dict)
+
+    @property
+    def objective(self) -> float:
+        """Objective of the plan by :func:`pipeopt.evaluate`, seconds (``inf`` without a plan)."""
+        return self.evaluation.objective if self.evaluation is not None else math.inf
+
+    @property
+    def gap(self) -> float | None:
+        """``(objective - lower_bound) / objective``, or ``None`` without a bound."""
+        if self.lower_bound is None or not math.isfinite(self.objective) or self.objective <= 0:
+            return None
+        return max(0.0, (self.objective - self.lower_bound) / self.objective)
+
+    def summary(self) -> str:
+        """A few lines: method, status, objective, bound, gap, stages."""
+        lines = [f"{self.method}: {self.status}  objective {self.objective * 1e3:.4f} ms"]
+        if self.lower_bound is not None:
+            gap = self.gap
+            lines[0] += f"  bound {self.lower_bound * 1e3:.4f} ms" + (f"  gap {gap:.2%}" if gap is not None else "")
+        lines[0] += f"  ({self.runtime:.2f} s)"
+        if self.plan is not None and self.evaluation is not None:
+            for i, st in enumerate(self.plan.stages):
+                e = self.evaluation
+                extra = f" x{st.replicas}" if st.replicas > 1 else ""
+                lines.append(
+                    f"  stage {i}{extra}: {len(st.layers)} layers [{st.layers[0]} .. {st.layers[-1]}]"
+                    f" on {','.join(st.devices)}  time {e.stage_time[i] * 1e3:.4f} ms"
+                    f"  memory {e.memory[i] / 2**30:.3f} GiB"
+                )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: objective and lower_bound in seconds, status, stages, ..."""
+        return {
+            "method": self.method,
+            "status": str(self.status),
+            "objective": self.objective,
+            "lower_bound": self.lower_bound,
+            "gap": self.gap,
+            "runtime": self.runtime,
+            "space": self.space,
+            "stages": self.plan.layer_lists() if self.plan is not None else [],
+            "plan": self.plan.to_dict() if self.plan is not None else None,
+            "info": self.info,
+        }
