@@ -1,0 +1,109 @@
+"""Every problem and every method pipeopt offers, in one table that feeds the CLI, the bench
+and the tests.
+
+A *problem builder* turns an :class:`~pipeopt.Instance` plus options into a problem object
+(e.g. :class:`~pipeopt.partition.PartitionProblem`). A *method* is a plain function
+``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) -> Result`` whose plan is
+scored by :func:`~pipeopt.evaluate`. Targets are ``"module:attribute"`` strings, imported
+lazily so that an optional backend costs nothing until used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from .errors import InvalidProblemError
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of one problem.
+
+    Attributes
+    ----------
+    problem
+        Problem name (``"partition"``, ...).
+    name
+        Method name as typed on the command line.
+    target
+        ``"module:function"``.
+    exact
+        True if the method proves optimality or a bound.
+    space
+        Search space it covers (gaps compare within one space): ``"straight"`` or
+        ``"replicated"`` for partition; ``"auto"`` = follows the problem's option.
+    default
+        Part of the default ``pipeopt bench`` run.
+    source
+        Paper or framework it implements.
+    """
+
+    problem: str
+    name: str
+    target: str
+    exact: bool
+    space: str = "auto"
+    default: bool = True
+    source: str = ""
+
+    def load(self):
+        """The method function."""
+        return _load(self.target)
+
+
+PROBLEMS: dict[str, str] = {
+    "partition": "pipeopt.partition:PartitionProblem",
+    # issue 3 problems register their builders here
+}
+
+METHODS: list[MethodSpec] = [
+    # ---- partition: exact ----
+    MethodSpec("partition", "dp", "pipeopt.exact.dp:solve_dp", True, "auto", True,
+               "dynamic program; replicated space after Narayanan et al., PipeDream, SOSP 2019"),
+    MethodSpec("partition", "milp", "pipeopt.exact.milp:solve_milp", True, "straight", True, "MILP (PuLP; CBC or HiGHS)"),
+    MethodSpec("partition", "cpsat", "pipeopt.exact.cpsat:solve_cpsat", True, "straight", True, "CP-SAT (OR-Tools)"),
+    # ---- partition: baselines ----
+    MethodSpec("partition", "binary_search", "pipeopt.baselines.binary_search:binary_search", False, "straight", True,
+               "Duan & Wu, ICPADS 2022"),
+    MethodSpec("partition", "pipedream", "pipeopt.baselines.pipedream:pipedream", False, "replicated", True,
+               "Narayanan et al., PipeDream, SOSP 2019 (its own cost model)"),
+    MethodSpec("partition", "uniform", "pipeopt.baselines.simple:uniform", False, "straight", True,
+               "equal layer counts (GPipe/DeepSpeed 'uniform')"),
+    MethodSpec("partition", "param_balanced", "pipeopt.baselines.simple:param_balanced", False, "straight", True,
+               "DeepSpeed partition_method='parameters'"),
+    MethodSpec("partition", "time_balanced", "pipeopt.baselines.simple:time_balanced", False, "straight", True,
+               "torchgpipe balance_by_time (Kim et al. 2020)"),
+]
+
+
+def _load(target: str):
+    module, _, attr = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def methods(problem: str = "partition") -> list[MethodSpec]:
+    """Methods of a problem, exact ones first, in table order."""
+    if problem not in PROBLEMS:
+        raise InvalidProblemError(f"unknown problem {problem!r}; choose from {sorted(PROBLEMS)}")
+    return [m for m in METHODS if m.problem == problem]
+
+
+def method(problem: str, name: str) -> MethodSpec:
+    """The spec of one method; raises :class:`InvalidProblemError` naming the choices."""
+    for m in methods(problem):
+        if m.name == name:
+            return m
+    raise InvalidProblemError(
+        f"unknown method {name!r} for problem {problem!r}; choose from {[m.name for m in methods(problem)]}"
+    )
+
+
+def problem_class(problem: str):
+    """The problem class of ``problem`` (it must accept ``(instance, **options)``)."""
+    if problem not in PROBLEMS:
+        raise InvalidProblemError(f"unknown problem {problem!r}; choose from {sorted(PROBLEMS)}")
+    return _load(PROBLEMS[problem])
