@@ -54,7 +54,8 @@ class MethodSpec:
 
 PROBLEMS: dict[str, str] = {
     "partition": "pipeopt.partition:PartitionProblem",
-    # issue 3 problems register their builders here
+    # resource problems (allocate, joint, group) register here
+    # bipartition registers here
 }
 
 METHODS: list[MethodSpec] = [
@@ -74,6 +75,9 @@ METHODS: list[MethodSpec] = [
                "DeepSpeed partition_method='parameters'"),
     MethodSpec("partition", "time_balanced", "pipeopt.baselines.simple:time_balanced", False, "straight", True,
                "torchgpipe balance_by_time (Kim et al. 2020)"),
+    # ---- partition: simulator-driven search (mcmc) registers here ----
+    # ---- allocate / joint / group methods register here ----
+    # ---- bipartition methods register here ----
 ]
 
 
