@@ -1,0 +1,326 @@
+"""Run methods on instances and collect tidy rows: the benchmark behind ``pipeopt bench``.
+
+Rows (one per instance x size x method) form a :class:`pandas.DataFrame` with the columns of
+:data:`COLUMNS`; :func:`save_rows` / :func:`load_rows` write and read CSV or Parquet, so a
+notebook goes from a benchmark to a figure in a few lines.
+
+Gaps compare within one search space: ``best_bound`` is the largest proven lower bound of
+any exact method on the same (instance, problem, size, space), and
+``gap = (objective - best_bound) / objective`` in percent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from . import registry
+from .errors import InfeasibleError, PipeoptError, ReadError
+from .instance import Instance
+
+logger = logging.getLogger("pipeopt")
+
+COLUMNS = [
+    "instance",  # instance name
+    "layers",  # layers in the graph
+    "units",  # splittable units (inputs glued to the first layer)
+    "problem",  # partition, allocate, joint, group, bipartition
+    "stages",  # S (pipeline depth / workers of the partition problem)
+    "workers",  # q for the group problem (else NaN)
+    "method",  # method name
+    "exact",  # True if the method proves bounds
+    "space",  # search space of the row (gaps compare within one space)
+    "status",  # optimal | feasible | time_limit | infeasible | skipped | error
+    "objective",  # seconds, evaluate(plan).objective (NaN without a plan)
+    "lower_bound",  # seconds, the method's own proven bound (NaN for heuristics)
+    "best_bound",  # seconds, best proven bound in the same space
+    "gap",  # percent, (objective - best_bound) / objective * 100
+    "runtime",  # seconds of wall time
+    "note",  # why a row was skipped, solver details
+]
+
+DEFAULT_INSTANCE_DIR = "instances"
+
+
+def default_instances() -> list[Path]:
+    """The shipped instance files (``instances/**/*.json``), looked up in the current
+    directory first, then next to the package source."""
+    for root in (Path.cwd() / DEFAULT_INSTANCE_DIR, Path(__file__).resolve().parent.parent / DEFAULT_INSTANCE_DIR):
+        files = sorted(root.glob("**/*.json"))
+        if files:
+            return files
+    return []
+
+
+def load_instance(
+    path: str | Path,
+    *,
+    devices: int | None = None,
+    bandwidth: float | None = None,
+    memory: float | None = None,
+) -> Instance:
+    """Read a native JSON instance or a PipeDream profile (``.txt``).
+
+    Parameters
+    ----------
+    path
+        The file.
+    devices
+        For a profile, the number of identical GPUs (default 16); ignored for JSON.
+    bandwidth
+        Bytes/s between workers; overrides the file's value when given.
+    memory
+        Bytes per device; overrides the file's value when given.
+
+    Raises
+    ------
+    ReadError
+        If the file cannot be read or is neither format.
+    """
+    import dataclasses
+
+    from .cluster import Cluster
+    from .io.pipedream import read_pipedream
+
+    path = Path(path)
+    if not path.exists():
+        raise ReadError(f"no such file: {path}")
+    if path.suffix == ".json":
+        from .io.native import read_instance
+
+        inst = read_instance(path)
+    else:
+        kw = {"devices": devices or 16}
+        if bandwidth is not None:
+            kw["bandwidth"] = bandwidth
+        if memory is not None:
+            kw["memory"] = memory
+        return read_pipedream(path, **kw)
+    if bandwidth is not None or memory is not None:
+        devs = inst.cluster.devices
+        if memory is not None:
+            devs = tuple(dataclasses.replace(d, memory=memory) for d in devs)
+        cluster = Cluster(devs, bandwidth if bandwidth is not None else inst.cluster.bandwidth)
+        inst = inst.replace(cluster=cluster)
+    return inst
+
+
+def _accepts(cls, name: str) -> bool:
+    return name in inspect.signature(cls).parameters
+
+
+def _spaces(problem: str, methods: Sequence[registry.MethodSpec], replication: bool) -> dict:
+    """Which spaces each method runs in: 'auto' methods run in straight, and also in
+    replicated when asked or when a replicated-only baseline needs a bound."""
+    fixed = {m.space for m in methods if m.space != "auto"}
+    auto_spaces = ["replicated"] if replication else ["straight"]
+    if problem == "partition" and "replicated" in fixed and "replicated" not in auto_spaces:
+        auto_spaces.append("replicated")
+    return {m.name: (auto_spaces if m.space == "auto" else [m.space]) for m in methods}
+
+
+def run(
+    instances: Iterable[Instance | str | Path],
+    *,
+    problem: str = "partition",
+    stages: Sequence[int] | None = None,
+    workers: Sequence[int] | None = None,
+    methods: Sequence[str] | None = None,
+    time_limit: float = 60.0,
+    solver: str = "cbc",
+    replication: bool = False,
+    bandwidth: float | None = None,
+    memory: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run ``methods`` of ``problem`` on every instance and size; return tidy rows.
+
+    Parameters
+    ----------
+    instances
+        Instances or paths (native JSON, PipeDream ``.txt``). A path that cannot be read
+        is skipped with a logged warning (so a shell glob that catches a LICENSE file is harmless).
+    problem
+        Problem name (:data:`pipeopt.registry.PROBLEMS`).
+    stages
+        Pipeline depths S to try; default: the number of devices of each instance's
+        cluster (for PipeDream profiles, 4 and 8).
+    workers
+        Worker counts q for the group problem.
+    methods
+        Method names; default: the registry's default methods of the problem.
+    time_limit
+        Seconds per exact solve.
+    solver
+        MILP backend, ``"cbc"`` or ``"highs"``.
+    replication
+        Run the partition DP in the replicated space instead of the straight one.
+    bandwidth, memory
+        Override every instance's bandwidth (bytes/s) / memory per device (bytes).
+    seed
+        Seed of randomised methods.
+    progress
+        Show a tqdm progress bar on stderr.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`COLUMNS`.
+    """
+    from tqdm.auto import tqdm
+
+    specs = registry.methods(problem) if methods is None else [registry.method(problem, m) for m in methods]
+    if methods is None:
+        specs = [m for m in specs if m.default]
+    cls = registry.problem_class(problem)
+    spaces = _spaces(problem, specs, replication)
+
+    loaded: list[Instance] = []
+    for item in instances:
+        if isinstance(item, Instance):
+            loaded.append(item)
+            continue
+        try:
+            loaded.append(load_instance(item, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory))
+        except PipeoptError as exc:
+            logger.warning("skipped %s: %s", item, exc)
+            print(f"skipped {item}: {exc}")
+
+    tasks = []
+    for inst in loaded:
+        if stages:
+            sizes = list(stages)
+        elif "PipeDream" in str(inst.graph.graph.get("source", "")):
+            sizes = [4, 8]  # a profile carries no cluster of its own
+        else:
+            sizes = [len(inst.cluster.devices)]
+        qs = list(workers) if workers else [None]
+        for S in sizes:
+            for q in qs:
+                for spec in specs:
+                    for space in spaces[spec.name]:
+                        tasks.append((inst, S, q, spec, space))
+
+    rows = []
+    bar = tqdm(tasks, disable=not progress, desc="bench", unit="solve", leave=False)
+    for inst, S, q, spec, space in bar:
+        bar.set_postfix_str(f"{inst.name} S={S} {spec.name}", refresh=False)
+        row = {
+            "instance": inst.name,
+            "layers": inst.num_layers,
+            "units": inst.chain.n,
+            "problem": problem,
+            "stages": S,
+            "workers": q if q is not None else math.nan,
+            "method": spec.name,
+            "exact": spec.exact,
+            "space": space,
+            "objective": math.nan,
+            "lower_bound": math.nan,
+            "note": "",
+        }
+        started = time.perf_counter()
+        try:
+            opts = {}
+            if _accepts(cls, "stages"):
+                opts["stages"] = S
+            if _accepts(cls, "workers") and q is not None:
+                opts["workers"] = q
+            if _accepts(cls, "replication"):
+                opts["replication"] = space == "replicated"
+            prob = cls(inst, **opts)
+            res = spec.load()(prob, time_limit=time_limit, solver=solver, seed=seed)
+            row.update(
+                status=str(res.status),
+                objective=res.objective,
+                lower_bound=res.lower_bound if res.lower_bound is not None else math.nan,
+                space=res.space,
+                runtime=res.runtime,
+            )
+            if res.evaluation is not None and res.evaluation.violations:
+                row["note"] = "; ".join(res.evaluation.violations)[:200]
+        except InfeasibleError as exc:
+            row.update(status="infeasible", runtime=time.perf_counter() - started, note=str(exc))
+        except PipeoptError as exc:
+            row.update(status="skipped", runtime=time.perf_counter() - started, note=str(exc))
+        rows.append(row)
+    bar.close()
+    return add_gaps(pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("best_bound", "gap")]))
+
+
+def add_gaps(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``best_bound`` (best proven bound in the same instance/problem/size/space) and
+    ``gap`` (percent) columns; returns a new frame with :data:`COLUMNS`."""
+    df = df.copy()
+    if df.empty:
+        return df.reindex(columns=COLUMNS)
+    keys = ["instance", "problem", "stages", "workers", "space"]
+    bound = df["lower_bound"].where(df["exact"].astype(bool))
+    df["best_bound"] = bound.groupby([df[k].astype(str).fillna("-") for k in keys], dropna=False).transform("max")
+    # a plan proven infeasible in its space has no gap
+    df["gap"] = (df["objective"] - df["best_bound"]) / df["objective"] * 100.0
+    df.loc[~(df["objective"] < math.inf), "gap"] = math.nan
+    df["gap"] = df["gap"].clip(lower=0.0)
+    return df.reindex(columns=COLUMNS)
+
+
+def table(df: pd.DataFrame) -> str:
+    """The human table: instance, layers, stages, method, space, bottleneck (ms), lower bound
+    (ms), gap (%), status, solve time (s)."""
+    if df.empty:
+        return "(no rows)"
+    out = pd.DataFrame(
+        {
+            "instance": df["instance"],
+            "layers": df["layers"],
+            "stages": df["stages"],
+            "method": df["method"],
+            "space": df["space"],
+            "bottleneck_ms": (df["objective"] * 1e3).round(3),
+            "bound_ms": (df["lower_bound"] * 1e3).round(3),
+            "gap_%": df["gap"].round(2),
+            "status": df["status"],
+            "time_s": df["runtime"].round(2),
+        }
+    )
+    if "workers" in df and df["workers"].notna().any():
+        out.insert(3, "workers", df["workers"])
+    return out.to_string(index=False, na_rep="-")
+
+
+def save_rows(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write benchmark rows to ``.csv`` or ``.parquet`` (by suffix); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        df.to_parquet(path, index=False)
+    else:
+        df.to_csv(path, index=False)
+    return path
+
+
+def load_rows(path: str | Path) -> pd.DataFrame:
+    """Read rows written by :func:`save_rows` (columns :data:`COLUMNS`).
+
+    Raises
+    ------
+    ReadError
+        If the file is missing or lacks the benchmark columns.
+    """
+    path = Path(path)
+    try:
+        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, keep_default_na=True)
+    except (OSError, ValueError) as exc:
+        raise ReadError(f"cannot read benchmark rows from {path}: {exc}") from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ReadError(f"{path} lacks benchmark columns {missing}")
+    df["note"] = df["note"].fillna("")
+    return df[COLUMNS]
