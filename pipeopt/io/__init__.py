@@ -1,0 +1,82 @@
+"""Readers and writers of instance files.
+
+:func:`read` recognises the format of a file by its content (and its suffix):
+
+* pipeopt's native JSON instance (:mod:`pipeopt.io.native`; ``"format": "pipeopt-instance"``);
+* Tarnawski et al.'s dnn-partitioning JSON workloads (:mod:`pipeopt.io.dnn_partitioning`);
+* a PipeDream profile ``graph.txt`` (:mod:`pipeopt.io.pipedream`).
+
+:func:`write` writes the native format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ReadError
+from ..instance import Instance
+from .native import from_dict, read_instance, to_dict, write_instance
+from .pipedream import read_pipedream
+
+__all__ = ["from_dict", "read", "read_instance", "read_pipedream", "to_dict", "write", "write_instance"]
+
+
+def read(path: str | Path, **options) -> Instance:
+    """Read an instance file of any supported format.
+
+    Parameters
+    ----------
+    path
+        A native JSON instance (``.json`` with the ``pipeopt-instance`` header), a
+        dnn-partitioning workload (``.json`` with ``nodes`` carrying ``cpuLatency``), or a
+        PipeDream profile (any other text file, usually ``.txt``).
+    **options
+        Passed to the format's reader: for PipeDream profiles ``devices``, ``bandwidth``,
+        ``memory``, ``count_input_time``, ``settings`` (see
+        :func:`pipeopt.io.pipedream.read_pipedream`); for dnn-partitioning workloads see
+        :func:`pipeopt.io.dnn_partitioning.read_dnn_partitioning`. Native files take none:
+        they carry their own cluster and settings (replace them with
+        :meth:`pipeopt.Instance.replace`).
+
+    Returns
+    -------
+    Instance
+
+    Raises
+    ------
+    ReadError
+        If the file is missing or unreadable, its format is not recognised, it is malformed,
+        or options are given that the format does not take.
+    InvalidGraphError, InvalidClusterError, InvalidProblemError
+        If the content is well-formed but invalid.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReadError(f"cannot read {path}: {exc}") from None
+    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ReadError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+        if isinstance(d, dict) and "format" in d:
+            if options:
+                raise ReadError(f"{path}: a native instance file takes no reader options, got {sorted(options)}")
+            return read_instance(path)
+        if isinstance(d, dict) and isinstance(d.get("nodes"), list) and any(
+            isinstance(n, dict) and "cpuLatency" in n for n in d["nodes"]
+        ):
+            from .dnn_partitioning import read_dnn_partitioning
+
+            return read_dnn_partitioning(path, **options)
+        raise ReadError(
+            f"{path}: JSON file is neither a pipeopt instance (no 'format' field) nor a dnn-partitioning workload"
+        )
+    return read_pipedream(path, **options)
+
+
+def write(instance: Instance, path: str | Path) -> Path:
+    """Write ``instance`` as a native JSON file (see :func:`pipeopt.io.native.write_instance`)."""
+    return write_instance(instance, path)
