@@ -322,5 +322,5 @@ def load_rows(path: str | Path) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise ReadError(f"{path} lacks benchmark columns {missing}")
-    df["note"] = df["note"].fillna("")
+    df["note"] = df["note"].astype(object).where(df["note"].notna(), "").astype(str)
     return df[COLUMNS]

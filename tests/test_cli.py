@@ -1,0 +1,79 @@
+"""The command line and the benchmark rows, end to end on real profiles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import PROFILE_DIR
+
+from pipeopt import bench
+from pipeopt.cli import main, parse_bytes, parse_rate
+from pipeopt.errors import ReadError
+
+
+def test_solve_json(capsys):
+    assert main(["solve", str(PROFILE_DIR / "vgg16.txt"), "--stages", "4", "--method", "dp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "optimal"
+    assert out["objective"] == pytest.approx(out["lower_bound"])
+    assert len(out["stages"]) == 4 and all(out["stages"])
+    assert sum(len(s) for s in out["stages"]) == 41
+
+
+def test_solve_prints_stages_and_assumptions(capsys):
+    assert main(["solve", str(PROFILE_DIR / "alexnet.txt"), "--stages", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "stage 0" in out and "stage 1" in out and "assumed: bandwidth" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--stages", "99"], "more stages"),
+        (["--stages", "4", "--memory", "1MiB"], "fits"),
+        (["--stages", "4", "--method", "nope"], "unknown method"),
+    ],
+)
+def test_solve_errors_are_clear(capsys, args, needle):
+    assert main(["solve", str(PROFILE_DIR / "vgg16.txt"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pipeopt: error:") and needle in err
+
+
+def test_unreadable_file(capsys, tmp_path):
+    bad = tmp_path / "x.txt"
+    bad.write_text("hello\n")
+    assert main(["solve", str(bad)]) == 2
+    assert "not a PipeDream node" in capsys.readouterr().err
+
+
+def test_bench_skips_non_profiles_and_writes_rows(tmp_path, capsys):
+    out = tmp_path / "rows.csv"
+    code = main(
+        ["bench", str(PROFILE_DIR / "LICENSE.txt"), str(PROFILE_DIR / "alexnet.txt"), "--stages", "2", "4",
+         "--methods", "dp", "--replication", "--out", str(out), "--no-progress"]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "skipped" in text and "alexnet" in text
+    df = bench.load_rows(out)
+    assert list(df.columns) == bench.COLUMNS
+    assert set(df["stages"]) == {2, 4} and (df["status"] == "optimal").all()
+    assert (df["gap"] == 0).all()
+
+
+def test_rows_round_trip_parquet(tmp_path):
+    df = bench.run([PROFILE_DIR / "squeezenet1_0.txt"], stages=[2], methods=["dp"], progress=False)
+    p = bench.save_rows(df, tmp_path / "rows.parquet")
+    back = bench.load_rows(p)
+    assert back["objective"].tolist() == df["objective"].tolist()
+    with pytest.raises(ReadError):
+        bench.load_rows(tmp_path / "missing.csv")
+
+
+def test_unit_parsers():
+    assert parse_bytes("16GiB") == 16 * 2**30
+    assert parse_bytes("80e9") == 80e9
+    assert parse_rate("100Gbit") == 12.5e9
+    assert parse_rate("1.25e10") == 1.25e10
