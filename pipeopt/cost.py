@@ -10,9 +10,11 @@ Bi-Partition):
   tau_i = 1 / min(sum_k beta_k R_k / F_k, sum_k (1 - beta_k) R_k / B_k).
 * replication on m workers (PipeDream): tau_i = (c_i + W_i) / m with c_i the per-replica
   compute time and W_i = 2 (m - 1) / m * param_bytes / bandwidth (ring all-reduce).
-* communication at the cut after stage c: forward bytes (activations of crossing edges, plus
-  stashed activations and weights of layers whose backward runs on a later stage) and backward
-  bytes (gradients of crossing edges, plus migrations to an earlier stage); time
+* communication at the cut after stage c: forward bytes (activations of crossing edges) and
+  backward bytes (gradients of crossing edges); with Bi-Partition a layer whose forward runs on
+  stage a and backward on stage b != a also sends its stashed activation a -> b every
+  microbatch and its updated weights b -> a once per iteration (param_bytes / M per
+  microbatch), across every cut between a and b; time
   C_c = (forward + backward bytes) / (bandwidth * min(m_c, m_{c+1})).
 * with overlap (default) the time per microbatch (bottleneck) is max(max_i tau_i, max_c C_c);
   without overlap each stage pays what it sends (its forward bytes and its backward bytes,
@@ -244,12 +246,16 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     M = settings.microbatches
     for n in graph.nodes:
         a, b = fstage[n], bstage[n]
-        if a != b:  # stashed activation and weights move to where the backward runs
-            moved = graph.nodes[n]["act_bytes"] + graph.nodes[n]["param_bytes"] / M
+        if a != b:  # Bi-Partition: the stashed activation travels a -> b every microbatch;
+            # the weights updated where the backward runs travel back b -> a once per M microbatches
+            act = graph.nodes[n]["act_bytes"]
+            par = graph.nodes[n]["param_bytes"] / M
             if a < b:
-                fwd_b[a:b] += moved
+                fwd_b[a:b] += act
+                bwd_b[a:b] += par
             else:
-                bwd_b[b:a] += moved
+                bwd_b[b:a] += act
+                fwd_b[b:a] += par
     links = [min(reps[c], reps[c + 1]) for c in range(S - 1)]
     comm_time = [(fwd_b[c] + bwd_b[c]) / (bw * links[c]) for c in range(S - 1)]
 

@@ -1,0 +1,368 @@
+"""The Bi-Partition problem: separate forward and backward cuts on identical workers.
+
+Bi-Partition (Cui et al.) cuts the forward pass and the backward pass of a layer chain at
+different positions, so that the stage loads even out when a layer's backward time is not a
+fixed multiple of its forward time (the paper's figures assume backward ~ 2x forward). The
+paper's body is not public here; pipeopt states the model precisely and scores every plan with
+the one cost model, :func:`pipeopt.evaluate` (a :class:`~pipeopt.plan.Stage` with
+``bwd_layers``).
+
+The model
+---------
+The chain has n units (layers; pinned input layers are glued to the first one) and S
+identical single-kind workers, one per stage. Two contiguous splits of the units, each into S
+non-empty parts, are chosen: forward cut positions ``0 < a_1 < ... < a_{S-1} < n`` and backward
+cut positions ``0 < b_1 < ... < b_{S-1} < n`` (``a_0 = b_0 = 0``, ``a_S = b_S = n``; a cut
+position is the index of the first unit of the next stage).
+
+* **Compute.** Worker i (0-based) runs the forward pass of units ``[a_i, a_{i+1})`` and the
+  backward pass of units ``[b_i, b_{i+1})``, one after the other (sequential execution):
+  ``load_i = sum fwd[u] over its forward units + sum bwd[u] over its backward units``
+  (seconds per microbatch on one worker).
+* **What travels across cut c** (between stages c and c+1), per microbatch:
+
+  - forward: the activations of the graph edges crossing the forward split at ``a_{c+1}``;
+  - backward: the gradients of the edges crossing the backward split at ``b_{c+1}`` (an edge's
+    gradient has as many bytes as its activation);
+  - every unit u whose forward runs on stage ``s_f(u)`` and backward on ``s_b(u) != s_f(u)``
+    lies between the two cuts of every cut c in between (``min(a, b) <= u < max(a, b)``)
+    and moves there (a) its stashed activation ``act_bytes[u]`` from ``s_f`` to ``s_b``,
+    every microbatch, and (b) its weights ``param_bytes[u]`` from ``s_b`` (where the
+    gradient is computed and the update applied) back to ``s_f``, once per iteration of M
+    microbatches, i.e. ``param_bytes / M`` per microbatch.
+
+  Cut time ``C_c = (forward bytes + backward bytes) / bandwidth``.
+* **Time per microbatch.** With overlap (default) ``T = max(max_i load_i, max_c C_c)``;
+  without overlap each stage adds what it sends: its forward bytes at the cut after it and its
+  backward bytes at the cut before it, divided by the bandwidth.
+* **Memory** (1F1B, no replication): stage i keeps ``k_i = S - i`` microbatches in flight and
+  stores the activations of the units whose *backward* runs there (a migrated activation is
+  shipped when produced and charged to the backward stage, conservatively with that stage's
+  ``k_i``), plus the weights of every unit it touches in either pass (the union of its forward
+  and backward units), ``v_i = k_i`` versions with weight stashing, else 1:
+  ``mem_i = k_i * act(backward units) + v_i * params(forward units U backward units)``.
+
+**How far may the backward split move?** Any distance: the transfer terms above are the
+price of a shift and the exact method weighs them. The option ``max_shift`` (units) restricts
+``|a_c - b_c| <= max_shift`` for every cut when a user wants the two splits close (e.g. to
+bound the weight duplication); ``max_shift=0`` gives back the classic same-cut problem.
+
+With ``a = b`` the model is exactly the partition problem's (no migration, memory as before),
+so the best same-cut plan is a feasible Bi-Partition plan: the exact optimum is never worse.
+
+References
+----------
+Cui et al., *Bi-Partition: a pipeline-parallel training method with separate forward and
+backward partitions*, Journal of Cloud Computing (Springer) -- abstract: different cut
+positions for the two passes, up to 1.9x faster than PipeDream.
+Narayanan et al., *PipeDream*, SOSP 2019 (1F1B, weight stashing, the profiles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+from .errors import InvalidPlanError, InvalidProblemError
+from .instance import Instance
+from .partition import PartitionProblem
+from .plan import Plan, Stage
+from .result import Result, Status
+
+SPACE = "bipartition"
+
+
+class Score(NamedTuple):
+    """The cost model of :mod:`pipeopt.bipartition` on cut positions (times in seconds).
+
+    Attributes
+    ----------
+    bottleneck
+        Time per microbatch (what :func:`pipeopt.evaluate` reports for the plan).
+    stage_time
+        ``ndarray (S,)``: load of each stage (plus its sends without overlap).
+    comm_time
+        ``ndarray (S-1,)``: time of each cut.
+    memory
+        ``ndarray (S,)``: bytes per stage.
+    excess
+        Total bytes above the memory capacity (0 if the plan fits).
+    """
+
+    bottleneck: float
+    stage_time: np.ndarray
+    comm_time: np.ndarray
+    memory: np.ndarray
+    excess: float
+
+
+@dataclass(frozen=True)
+class BipartitionProblem:
+    """Split a layer chain with separate forward and backward cuts on S identical workers.
+
+    Parameters
+    ----------
+    instance
+        The instance; the same requirements as :class:`~pipeopt.partition.PartitionProblem`
+        (identical devices, one usable resource kind, objective ``"bottleneck"``).
+    stages
+        S, the number of workers and of stages (each stage non-empty in both passes).
+    max_shift
+        ``None`` (default, no limit) or the largest allowed ``|a_c - b_c|`` in units.
+
+    Raises
+    ------
+    InvalidProblemError
+        As :class:`~pipeopt.partition.PartitionProblem` (S < 1, more stages than units or
+        devices, heterogeneous devices, several kinds, another objective), or if
+        ``max_shift`` is not ``None`` or a non-negative integer.
+
+    Notes
+    -----
+    The model is stated in the module docstring. Arrays are per unit of the chain, times in
+    seconds on one worker, sizes in bytes.
+    """
+
+    instance: Instance
+    stages: int
+    max_shift: int | None = None
+    base: PartitionProblem = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base", PartitionProblem(self.instance, self.stages))
+        k = self.max_shift
+        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0):
+            raise InvalidProblemError(f"max_shift must be None or a non-negative integer (units), got {k!r}")
+
+    # ---- data every method reads -------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Number of units of the chain."""
+        return self.base.n
+
+    @property
+    def space(self) -> str:
+        """``"bipartition"``."""
+        return SPACE
+
+    @cached_property
+    def fwd(self) -> np.ndarray:
+        """``ndarray (n,)``: forward seconds of each unit on one worker."""
+        b = self.base
+        return self.instance.chain.fwd[b.kind] / self.instance.cluster.devices[0].resources[b.kind]
+
+    @cached_property
+    def bwd(self) -> np.ndarray:
+        """``ndarray (n,)``: backward seconds of each unit on one worker."""
+        b = self.base
+        return self.instance.chain.bwd[b.kind] / self.instance.cluster.devices[0].resources[b.kind]
+
+    @cached_property
+    def act(self) -> np.ndarray:
+        """``ndarray (n,)``: stashed activation bytes per microbatch of each unit."""
+        return np.asarray(self.instance.chain.act, dtype=float)
+
+    @cached_property
+    def param(self) -> np.ndarray:
+        """``ndarray (n,)``: parameter bytes of each unit."""
+        return np.asarray(self.instance.chain.param, dtype=float)
+
+    @cached_property
+    def fwd_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of :attr:`fwd`."""
+        return np.concatenate([[0.0], np.cumsum(self.fwd)])
+
+    @cached_property
+    def bwd_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of :attr:`bwd`."""
+        return np.concatenate([[0.0], np.cumsum(self.bwd)])
+
+    @property
+    def act_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of :attr:`act`."""
+        return self.base.act_prefix
+
+    @property
+    def param_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of :attr:`param`."""
+        return self.base.param_prefix
+
+    @property
+    def boundary_bytes(self) -> np.ndarray:
+        """``ndarray (n+1,)``: activation bytes crossing a split whose next stage starts at unit c."""
+        return self.base.boundary_bytes
+
+    @property
+    def microbatches(self) -> int:
+        """M, microbatches per iteration (weights of a migrated unit travel once per M)."""
+        return self.instance.settings.microbatches
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes/s between consecutive workers."""
+        return self.base.bandwidth
+
+    @property
+    def memory(self) -> float:
+        """Bytes of memory per worker (``inf`` = no limit)."""
+        return self.base.memory
+
+    @property
+    def overlap(self) -> bool:
+        """Communication overlaps compute (see :class:`pipeopt.Settings`)."""
+        return self.instance.settings.overlap
+
+    def in_flight(self, stage: int) -> int:
+        """Microbatches stage ``stage`` (0-based) keeps under 1F1B: ``S - stage``."""
+        return self.stages - stage
+
+    def versions(self, stage: int) -> int:
+        """Weight versions stage ``stage`` keeps: its in-flight count with weight stashing, else 1."""
+        return self.in_flight(stage) if self.instance.settings.weight_stashing else 1
+
+    # ---- cut positions -----------------------------------------------------------------
+    def check_cuts(self, fwd_cuts, bwd_cuts) -> tuple[list[int], list[int]]:
+        """Validate cut positions and return them as lists of ints.
+
+        Parameters
+        ----------
+        fwd_cuts, bwd_cuts
+            ``S - 1`` unit indices each: where stages 1..S-1 start in the forward / backward pass.
+
+        Raises
+        ------
+        InvalidPlanError
+            Wrong length, not strictly increasing inside ``[1, n-1]`` (an empty stage), or a
+            shift larger than ``max_shift``.
+        """
+        out = []
+        for name, cuts in (("forward", fwd_cuts), ("backward", bwd_cuts)):
+            cuts = [int(c) for c in cuts]
+            if len(cuts) != self.stages - 1:
+                raise InvalidPlanError(f"{self.stages} stages need {self.stages - 1} {name} cuts, got {len(cuts)}")
+            bounds = [0, *cuts, self.n]
+            for i in range(self.stages):
+                if bounds[i + 1] <= bounds[i]:
+                    raise InvalidPlanError(
+                        f"{name} cuts {cuts} leave stage {i} empty (cuts must increase strictly within 1..{self.n - 1})"
+                    )
+            out.append(cuts)
+        if self.max_shift is not None:
+            for c, (a, b) in enumerate(zip(*out, strict=True)):
+                if abs(a - b) > self.max_shift:
+                    raise InvalidPlanError(f"cut {c}: forward at unit {a}, backward at unit {b}, shift above max_shift={self.max_shift}")
+        return out[0], out[1]
+
+    def score(self, fwd_cuts, bwd_cuts) -> Score:
+        """The cost model on cut positions (the module docstring), without building a plan.
+
+        Equal to :func:`pipeopt.evaluate` on :meth:`plan` ``(fwd_cuts, bwd_cuts)`` (a test);
+        the heuristics use it for speed.
+
+        Parameters
+        ----------
+        fwd_cuts, bwd_cuts
+            ``S - 1`` unit indices each (not validated here; see :meth:`check_cuts`).
+
+        Returns
+        -------
+        Score
+        """
+        S, bw, M = self.stages, self.bandwidth, self.microbatches
+        A = np.array([0, *fwd_cuts, self.n])
+        B = np.array([0, *bwd_cuts, self.n])
+        load = np.diff(self.fwd_prefix[A]) + np.diff(self.bwd_prefix[B])
+        a, b = A[1:-1], B[1:-1]
+        d_act = self.act_prefix[b] - self.act_prefix[a]  # > 0: units in [a, b) send act backward
+        d_par = (self.param_prefix[b] - self.param_prefix[a]) / M
+        bb = self.boundary_bytes
+        fwd_bytes = bb[a] + np.maximum(-d_act, 0.0) + np.maximum(d_par, 0.0)
+        bwd_bytes = bb[b] + np.maximum(d_act, 0.0) + np.maximum(-d_par, 0.0)
+        comm = (fwd_bytes + bwd_bytes) / bw
+        stage = load.copy()
+        if not self.overlap:
+            stage[:-1] += fwd_bytes / bw
+            stage[1:] += bwd_bytes / bw
+        k = np.array([self.in_flight(i) for i in range(S)], dtype=float)
+        v = np.array([self.versions(i) for i in range(S)], dtype=float)
+        P = self.param_prefix
+        both = np.maximum(np.minimum(A[1:], B[1:]) - np.maximum(A[:-1], B[:-1]), 0)
+        lo = np.maximum(A[:-1], B[:-1])
+        par_union = np.diff(P[A]) + np.diff(P[B]) - (P[lo + both] - P[lo])
+        mem = k * np.diff(self.act_prefix[B]) + v * par_union
+        cap = self.memory
+        excess = float(np.maximum(mem - cap * (1 + 1e-12), 0.0).sum()) if math.isfinite(cap) else 0.0
+        bott = float(max(stage.max(), comm.max() if (self.overlap and S > 1) else 0.0))
+        return Score(bott, stage, comm, mem, excess)
+
+    def plan(self, fwd_cuts, bwd_cuts) -> Plan:
+        """The plan with forward cuts ``fwd_cuts`` and backward cuts ``bwd_cuts`` (unit indices).
+
+        Stage i runs on device i and has ``layers`` = its forward layers and ``bwd_layers`` =
+        its backward layers.
+
+        Raises
+        ------
+        InvalidPlanError
+            See :meth:`check_cuts`.
+        """
+        a, b = self.check_cuts(fwd_cuts, bwd_cuts)
+        ch = self.instance.chain
+        fsets, bsets = ch.stages_from_cuts(a), ch.stages_from_cuts(b)
+        names = [d.name for d in self.instance.cluster.devices]
+        return Plan(tuple(Stage(layers=f, devices=(names[i],), bwd_layers=g)
+                          for i, (f, g) in enumerate(zip(fsets, bsets, strict=True))))
+
+    def cuts_of(self, plan: Plan) -> tuple[list[int], list[int]]:
+        """Inverse of :meth:`plan`: (forward cuts, backward cuts) of a contiguous plan.
+
+        Raises
+        ------
+        InvalidPlanError
+            If the plan has the wrong number of stages or a stage is not a contiguous run of units.
+        """
+        if plan.num_stages != self.stages:
+            raise InvalidPlanError(f"plan has {plan.num_stages} stages, the problem {self.stages}")
+        unit_of = self.instance.chain.unit_of
+        cuts = []
+        for name, get in (("forward", lambda s: s.layers), ("backward", lambda s: s.backward_layers)):
+            starts = []
+            for i, st in enumerate(plan.stages):
+                units = sorted({unit_of[x] for x in get(st)})
+                if units != list(range(units[0], units[-1] + 1)):
+                    raise InvalidPlanError(f"stage {i} is not contiguous in the {name} pass")
+                starts.append(units[0])
+            cuts.append(starts[1:])
+        return cuts[0], cuts[1]
+
+    # ---- bounds and results ------------------------------------------------------------
+    def simple_lower_bound(self) -> float:
+        """``max(total work / S, largest forward, largest backward unit)``: valid for every plan, seconds."""
+        total = self.fwd_prefix[-1] + self.bwd_prefix[-1]
+        return float(max(total / self.stages, self.fwd.max(), self.bwd.max()))
+
+    def result(
+        self,
+        method: str,
+        plan: Plan | None,
+        status: Status,
+        *,
+        lower_bound: float | None = None,
+        started: float | None = None,
+        info: dict | None = None,
+    ) -> Result:
+        """Wrap a plan into a :class:`~pipeopt.result.Result` scored by :func:`pipeopt.evaluate`.
+
+        Delegates to :meth:`pipeopt.partition.PartitionProblem.result` (a heuristic whose plan
+        breaks memory becomes ``INFEASIBLE``); the space is ``"bipartition"``.
+        """
+        return self.base.result(method, plan, status, lower_bound=lower_bound, started=started,
+                                space=SPACE, info=info)
+
+    def same_cut_problem(self) -> PartitionProblem:
+        """The classic partition problem (``a = b``) on the same instance."""
+        return self.base
