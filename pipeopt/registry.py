@@ -56,6 +56,7 @@ PROBLEMS: dict[str, str] = {
     "partition": "pipeopt.partition:PartitionProblem",
     # resource problems (allocate, joint, group) register here
     # bipartition registers here
+    "bipartition": "pipeopt.bipartition:BipartitionProblem",
 }
 
 METHODS: list[MethodSpec] = [
@@ -78,6 +79,12 @@ METHODS: list[MethodSpec] = [
     # ---- partition: simulator-driven search (mcmc) registers here ----
     # ---- allocate / joint / group methods register here ----
     # ---- bipartition methods register here ----
+    MethodSpec("bipartition", "milp", "pipeopt.exact.bipartition_milp:solve_milp", True, "bipartition", True,
+               "MILP with separate forward and backward cuts (PuLP; CBC or HiGHS); Cui et al., Bi-Partition"),
+    MethodSpec("bipartition", "greedy", "pipeopt.baselines.bipartition_greedy:greedy", False, "bipartition", True,
+               "backward-cut mover from the best same-cut plan, after Cui et al., Bi-Partition"),
+    MethodSpec("bipartition", "same_cut", "pipeopt.baselines.bipartition_greedy:same_cut", False, "bipartition", True,
+               "best plan with equal forward and backward cuts (exact partition DP)"),
 ]
 
 
