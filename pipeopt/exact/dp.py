@@ -116,15 +116,20 @@ def _replicated(p: PartitionProblem) -> tuple[list[int], list[int], float]:
     arg_i = np.zeros((S + 1, n + 1), dtype=int)
     arg_m = np.zeros((S + 1, n + 1), dtype=int)
     cache: dict = {}
+    cols = np.arange(n + 1)
+    cand = np.empty((n + 1, n + 1))
     for w in range(1, S + 1):
         for m in range(1, w + 1):
             in_flight = math.ceil((S - (w - m)) / m)
-            key = (m, in_flight)
+            key = (m, in_flight if math.isfinite(p.memory) else 0)
             if key not in cache:
                 cache[key] = _cost_matrix(p, m, in_flight)
-            cand = np.maximum(best[w - m][:, None], cache[key])
-            arg = np.argmin(cand, axis=0)
-            val = cand[arg, np.arange(n + 1)]
+            rows = np.flatnonzero(np.isfinite(best[w - m]))  # prefixes reachable on w - m workers
+            sub = cand[: len(rows)]
+            np.maximum(best[w - m][rows, None], cache[key][rows], out=sub)
+            pick = np.argmin(sub, axis=0)
+            arg = rows[pick]
+            val = sub[pick, cols]
             better = val < best[w]
             best[w] = np.where(better, val, best[w])
             arg_i[w] = np.where(better, arg, arg_i[w])
