@@ -1,0 +1,670 @@
+"""Discrete-event simulation of one training iteration of a pipeline plan.
+
+:func:`simulate` plays M microbatches of a :class:`~pipeopt.plan.Plan` through its stages
+under one of four schedules and measures what the pipeline really does: the iteration time,
+the steady-state time per microbatch, the bubble, per-stage utilisation and peak memory, and
+the full event trace (for :func:`pipeopt.plot.plot_schedule`).
+
+One cost model
+--------------
+The simulator takes every duration from :func:`pipeopt.cost.evaluate` (scored with
+communication overlapped), so that it can only disagree with the analytic model through
+*scheduling*, never through different numbers:
+
+* a microbatch keeps one replica of stage i busy for ``stage_time[i] * m_i`` seconds (``m_i``
+  replicas; this includes the share of the replicas' all-reduce the cost model spreads over
+  the microbatches), split between its forward op and its backward op in the ratio
+  ``forward_time[i] : backward_time[i]``. With one resource kind and no replication these are
+  exactly the stage's forward and backward times;
+* split execution (Duan & Wu): the forward op takes ``forward_time[i] * m_i`` on the forward
+  share beta of the worker and the backward op ``backward_time[i] * m_i`` on the other share,
+  concurrently, each in its own *lane*;
+* replicated stages: microbatch j goes to replica ``j mod m_i`` (round robin);
+* communication: the activation of microbatch j leaves stage i when its forward ends and
+  occupies the link to stage i+1 for ``forward bytes / bandwidth``; its gradient goes back
+  the same way when the backward of stage i+1 ends. A link is one resource shared by both
+  directions, serving transfers first come first served (so a link is busy
+  ``(forward + backward bytes) / bandwidth`` per microbatch, the cost model's ``C_c``); a cut
+  between replicated stages has ``min(m_c, m_{c+1})`` such links, used round robin. Transfers
+  overlap compute: they occupy the link, not the worker. Without overlap
+  (``Settings(overlap=False)``) the sender's worker is blocked for the transfer instead.
+
+Schedules
+---------
+``"gpipe"``
+    Fill-drain (Huang et al., GPipe, NeurIPS 2019): every worker runs the forwards of all its
+    microbatches, then their backwards (in microbatch order). Holds all M activations.
+``"1f1b"``
+    PipeDream-Flush (Narayanan et al., PipeDream-2BW, ICML 2021): a replica of stage i runs a
+    warm-up of ``k_i = ceil(W_i / m_i)`` forwards (``W_i`` workers of stages i..S-1; ``S - i``
+    without replication), then alternates one backward and one forward, then cools down; a
+    flush ends the iteration.
+``"async"``
+    Asynchronous PipeDream (Narayanan et al., SOSP 2019) with weight stashing: 1F1B without
+    flushes. Simulated as a long run; ``time_per_microbatch`` is the steady-state spacing of
+    the first stage's backward completions in the middle of the run and ``iteration_time`` is
+    ``M * time_per_microbatch``. Every in-flight microbatch keeps its own weight version.
+``"split"``
+    Duan & Wu (ICPADS 2022) split execution: the forward and backward passes of different
+    microbatches run concurrently on the beta / 1 - beta shares of each worker (the plan's
+    ``Stage.beta``). A replica admits a new forward only while fewer than ``2 k_i``
+    microbatches are in flight (twice 1F1B's window: with both lanes busy a microbatch stays
+    twice as long in a stage).
+
+Where the simulator and the analytic model legitimately differ (each pinned by a test)
+---------------------------------------------------------------------------------------
+* **Fill and drain.** The cost model's iteration estimate is the flow-shop formula
+  ``sum_i t_i + (M - 1) * bottleneck``, which treats a microbatch's forward and backward on a
+  stage as one job. For equal stages without communication 1F1B and GPipe both take exactly
+  ``(M + S - 1) * T``, as the formula says. With uneven stages 1F1B can be shorter: its
+  backward traversal overlaps later forwards, e.g. two stages with t = 4 then 2 seconds
+  (forward = backward) and M = 4 take 16 s = M * t_0, not the formula's 18 s.
+* **GPipe's rate is max F + max B.** Its forward and backward phases are each limited by
+  their own slowest stage (Tarnawski et al.'s ``diffmaxima``, ``Settings(objective="gpipe")``).
+  Without replication the simulated iteration is exactly
+  ``sum_i (f_i + b_i) + sum_c (transfers) + (M - 1) * (max(f, forward transfers) + max(b,
+  backward transfers))``, which is at least the bottleneck-based estimate.
+* **Communication latency under a bounded window.** The cost model hides transfers behind
+  compute completely (``T = max(max tau_i, max C_c)``). A 1F1B replica with only ``k_i``
+  microbatches in flight cannot hide the round trip of a microbatch when the stages after it
+  have no slack: by Little's law its period is at least (round trip from stage i) / k_i. Without
+  communication the 1F1B / async steady state equals the analytic bottleneck exactly; with
+  communication it is >= the bottleneck, and equal whenever the slack of the faster stages
+  covers the transfers.
+* **Memory.** 1F1B peaks at exactly the cost model's ``k_i`` microbatches of activations plus
+  one weight version; GPipe holds M; asynchronous PipeDream holds ``k_i`` activations *and*
+  ``k_i`` weight versions (the cost model counts versions only with
+  ``Settings(weight_stashing=True)``); split execution holds up to ``2 k_i`` activations,
+  which the cost model does not count (it uses ``k_i`` for every schedule).
+
+References
+----------
+Narayanan et al., PipeDream: Generalized Pipeline Parallelism for DNN Training, SOSP 2019.
+Narayanan et al., Memory-Efficient Pipeline-Parallel DNN Training (PipeDream-2BW / Flush),
+ICML 2021. Huang et al., GPipe, NeurIPS 2019. Duan & Wu, Optimizing Resource Allocation in
+Pipeline Parallelism for Distributed DNN Training, ICPADS 2022. Jia, Zaharia & Aiken, Beyond
+Data and Model Parallelism for Deep Neural Networks (FlexFlow's execution simulator), SysML 2019.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from .cost import Evaluation, evaluate
+from .errors import InvalidPlanError, InvalidProblemError
+from .plan import Plan
+
+SCHEDULES = ("gpipe", "1f1b", "async", "split")
+"""Schedule names accepted by :func:`simulate`."""
+
+
+class Event(NamedTuple):
+    """One interval of the trace.
+
+    Attributes
+    ----------
+    stage
+        Stage index (0-based). For ``"comm"`` events: the *sending* stage.
+    kind
+        ``"F"`` (forward), ``"B"`` (backward) or ``"comm"`` (a transfer).
+    microbatch
+        Microbatch index (0-based).
+    start, end
+        Seconds from the start of the iteration.
+    """
+
+    stage: int
+    kind: str
+    microbatch: int
+    start: float
+    end: float
+
+
+@dataclass
+class SimulationResult:
+    """What :func:`simulate` measured (times in seconds, memory in bytes).
+
+    Attributes
+    ----------
+    schedule
+        ``"gpipe"``, ``"1f1b"``, ``"async"`` or ``"split"``.
+    microbatches
+        M.
+    iteration_time
+        Time from the first forward to the last backward of the M microbatches (async:
+        ``M * time_per_microbatch``).
+    time_per_microbatch
+        Steady-state time per microbatch: for GPipe the slope of the iteration time in M
+        (``(t(2N) - t(N)) / N`` for a large N); for the other schedules the spacing of the first
+        stage's backward completions in the middle of a run of 2N microbatches.
+    throughput
+        ``1 / time_per_microbatch``, microbatches per second (steady state).
+    bubble_fraction
+        Share of worker time spent idle during the iteration (async: in steady state).
+    utilisation
+        ``list[float]`` per stage: share of its replicas' time spent computing.
+    peak_memory
+        ``list[float]`` per stage, bytes per replica: peak activations plus weight versions.
+    peak_in_flight
+        ``list[int]`` per stage: most microbatches whose activations a replica held at once.
+    memory_capacity
+        ``list[float]`` per stage: memory of one replica's worker (from ``evaluate``).
+    replicas
+        ``list[int]`` per stage.
+    bottleneck
+        The analytic time per microbatch, ``evaluate(instance, plan).bottleneck``.
+    analytic_iteration_time
+        The analytic flow-shop estimate ``evaluate(instance, plan).iteration_time``.
+    events
+        ``list[Event]``: ``(stage, kind, microbatch, start, end)`` in order of completion.
+    event_details
+        ``list[tuple[replica, lane, direction]]`` parallel to ``events``: the replica, the lane
+        (``"FB"`` sequential, ``"F"`` / ``"B"`` in split execution, ``"link"`` or ``"worker"``
+        for transfers) and ``"fwd"`` / ``"bwd"`` for transfers (``""`` otherwise).
+    memory_trace
+        ``list[tuple[stage, replica, time, bytes]]``: a replica's memory after every change.
+    notes
+        ``list[str]``: modelling choices that applied to this plan.
+    """
+
+    schedule: str
+    microbatches: int
+    iteration_time: float
+    time_per_microbatch: float
+    throughput: float
+    bubble_fraction: float
+    utilisation: list
+    peak_memory: list
+    peak_in_flight: list
+    memory_capacity: list
+    replicas: list
+    bottleneck: float
+    analytic_iteration_time: float
+    events: list = field(default_factory=list, repr=False)
+    event_details: list = field(default_factory=list, repr=False)
+    memory_trace: list = field(default_factory=list, repr=False)
+    notes: list = field(default_factory=list)
+
+    @property
+    def num_stages(self) -> int:
+        """S."""
+        return len(self.replicas)
+
+    def to_dict(self, events: bool = False) -> dict:
+        """JSON-ready dict of the measurements (seconds, bytes).
+
+        Parameters
+        ----------
+        events
+            Also include the trace as ``"events"``: a list of ``[stage, kind, microbatch,
+            start, end]``.
+        """
+        d = {
+            "schedule": self.schedule,
+            "microbatches": self.microbatches,
+            "stages": self.num_stages,
+            "replicas": list(self.replicas),
+            "iteration_time": self.iteration_time,
+            "time_per_microbatch": self.time_per_microbatch,
+            "throughput": self.throughput,
+            "bubble_fraction": self.bubble_fraction,
+            "utilisation": list(self.utilisation),
+            "peak_memory": list(self.peak_memory),
+            "peak_in_flight": list(self.peak_in_flight),
+            "memory_capacity": [c if math.isfinite(c) else None for c in self.memory_capacity],
+            "bottleneck": self.bottleneck,
+            "analytic_iteration_time": self.analytic_iteration_time,
+            "notes": list(self.notes),
+        }
+        if events:
+            d["events"] = [[e.stage, e.kind, e.microbatch, e.start, e.end] for e in self.events]
+        return d
+
+    def to_frame(self):
+        """The trace as a :class:`pandas.DataFrame`.
+
+        Columns: ``stage, replica, lane, kind, direction, microbatch, start, end, duration``.
+        """
+        import pandas as pd
+
+        rows = [
+            (e.stage, d[0], d[1], e.kind, d[2], e.microbatch, e.start, e.end, e.end - e.start)
+            for e, d in zip(self.events, self.event_details, strict=True)
+        ]
+        cols = ["stage", "replica", "lane", "kind", "direction", "microbatch", "start", "end", "duration"]
+        return pd.DataFrame(rows, columns=cols)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-stage numbers, all read from evaluate()
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    """Durations the engine plays (seconds per op on one replica) and memory per microbatch."""
+
+    replicas: list  # m_i
+    f_op: list  # forward op on one replica
+    b_op: list  # backward op on one replica
+    fwd_xfer: list  # per cut: one activation transfer on one link
+    bwd_xfer: list  # per cut: one gradient transfer on one link
+    links: list  # per cut: parallel links
+    overlap: bool
+    window: list  # k_i, 1F1B warm-up / in-flight bound per replica
+    act: list  # activation bytes per microbatch, per stage
+    params: list  # parameter bytes per stage
+    fwd_share: list  # split execution: forward share of the worker's resources
+
+    @property
+    def S(self) -> int:
+        return len(self.replicas)
+
+
+def _is_bipartition(plan: Plan) -> bool:
+    return any(st.bwd_layers is not None and set(st.bwd_layers) != set(st.layers) for st in plan.stages)
+
+
+def _pipeline(instance, plan: Plan, split: bool, notes: list) -> tuple[_Pipeline, Evaluation]:
+    if not split and any(st.beta is not None for st in plan.stages):
+        plan = Plan(tuple(dataclasses.replace(st, beta=None) for st in plan.stages))
+        notes.append("forward shares (beta) ignored: this schedule runs forward and backward one after the other")
+    ev = evaluate(instance.with_settings(overlap=True), plan)
+    S = plan.num_stages
+    reps = [st.replicas for st in plan.stages]
+    f_op, b_op = [], []
+    for i in range(S):
+        m = reps[i]
+        busy = ev.stage_time[i] * m
+        f, b = ev.forward_time[i] * m, ev.backward_time[i] * m
+        if not all(math.isfinite(x) for x in (busy, f, b)):
+            raise InvalidPlanError(f"stage {i} holds a layer that none of its worker's resource kinds can run")
+        if split:
+            scale = busy / max(f, b) if max(f, b) > 0 else 0.0
+            f_op.append(f * scale)
+            b_op.append(b * scale if max(f, b) > 0 else busy)
+        else:
+            total = f + b
+            f_op.append(busy * f / total if total > 0 else 0.0)
+            b_op.append(busy * b / total if total > 0 else busy)
+    bw = instance.cluster.bandwidth
+    fwd_bytes = getattr(ev, "comm_bytes_forward", None)
+    bwd_bytes = getattr(ev, "comm_bytes_backward", None)
+    if fwd_bytes is None or bwd_bytes is None:
+        if _is_bipartition(plan):
+            raise InvalidPlanError(
+                "simulate cannot play a Bi-Partition plan (different forward and backward cuts): "
+                "evaluate() does not report the bytes each direction carries"
+            )
+        fwd_bytes = [c / 2.0 for c in ev.comm_bytes]  # activations forward, as many gradient bytes back
+        bwd_bytes = list(fwd_bytes)
+    links = [min(reps[c], reps[c + 1]) for c in range(S - 1)]
+    after = np.cumsum(reps[::-1])[::-1]
+    window = [math.ceil(int(after[i]) / reps[i]) for i in range(S)]
+    graph = instance.graph
+    act = [float(sum(graph.nodes[n]["act_bytes"] for n in st.backward_layers)) for st in plan.stages]
+    params = [
+        float(sum(graph.nodes[n]["param_bytes"] for n in set(st.layers) | set(st.backward_layers)))
+        for st in plan.stages
+    ]
+    share = []
+    for st in plan.stages:
+        if st.beta is None:
+            share.append(1.0)
+            continue
+        res: dict = {}
+        for d in st.devices:
+            for k, r in instance.cluster.device(d).resources.items():
+                res[k] = res.get(k, 0.0) + r
+        tot = sum(res.values())
+        share.append(sum(st.beta.get(k, 0.0) * r for k, r in res.items()) / tot if tot > 0 else 0.5)
+    pipe = _Pipeline(
+        replicas=reps,
+        f_op=f_op,
+        b_op=b_op,
+        fwd_xfer=[x / bw for x in fwd_bytes],
+        bwd_xfer=[x / bw for x in bwd_bytes],
+        links=links,
+        overlap=instance.settings.overlap,
+        window=window,
+        act=act,
+        params=params,
+        fwd_share=share,
+    )
+    return pipe, ev
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine
+
+
+@dataclass
+class _Run:
+    """Raw output of one engine run."""
+
+    events: list
+    details: list
+    f_start: list  # [stage][mb]
+    b_end: list  # [stage][mb]
+    makespan: float
+
+
+def _lane_ops(kind: str, mbs: list, window: int) -> dict:
+    """Op order of one replica: ``{lane: [(op, mb), ...]}``."""
+    if kind == "gpipe":
+        return {"FB": [("F", j) for j in mbs] + [("B", j) for j in mbs]}
+    if kind == "split":
+        return {"F": [("F", j) for j in mbs], "B": [("B", j) for j in mbs]}
+    w = min(window, len(mbs))  # 1f1b
+    ops = [("F", j) for j in mbs[:w]]
+    for k in range(len(mbs) - w):
+        ops += [("B", mbs[k]), ("F", mbs[w + k])]
+    ops += [("B", j) for j in mbs[len(mbs) - w :]]
+    return {"FB": ops}
+
+
+def _run(p: _Pipeline, kind: str, M: int) -> _Run:
+    """Play M microbatches; ``kind`` is ``"gpipe"``, ``"1f1b"`` or ``"split"``."""
+    S, reps = p.S, p.replicas
+    nan = math.nan
+    act_at = [[0.0] * M] + [[nan] * M for _ in range(S - 1)]  # activation j available at stage i
+    grad_at = [[nan] * M for _ in range(S - 1)] + [[nan] * M]  # gradient j available at stage i
+    f_end = [[nan] * M for _ in range(S)]
+    f_start = [[nan] * M for _ in range(S)]
+    b_end = [[nan] * M for _ in range(S)]
+    split = kind == "split"
+    lanes: dict = {}  # (i, r, lane) -> [ops, ptr, busy, op_start]
+    for i in range(S):
+        m = reps[i]
+        for r in range(m):
+            for lane, ops in _lane_ops(kind, list(range(r, M, m)), p.window[i]).items():
+                lanes[(i, r, lane)] = [ops, 0, False, 0.0]
+    f_lane = "F" if split else "FB"
+    b_lane = "B" if split else "FB"
+    chans = {(c, q): [deque(), False] for c in range(S - 1) for q in range(p.links[c])}
+    heap: list = []
+    seq = 0
+    events: list = []
+    details: list = []
+
+    def ready(i: int, op: str, j: int) -> bool:
+        if op == "F":
+            if act_at[i][j] != act_at[i][j]:  # nan: not arrived
+                return False
+            if split:
+                back = j - 2 * p.window[i] * reps[i]
+                if back >= 0 and b_end[i][back] != b_end[i][back]:
+                    return False
+            return True
+        if f_end[i][j] != f_end[i][j]:
+            return False
+        return i == S - 1 or grad_at[i][j] == grad_at[i][j]
+
+    def try_lane(key, t: float) -> None:
+        nonlocal seq
+        st = lanes[key]
+        ops, ptr, busy = st[0], st[1], st[2]
+        if busy or ptr == len(ops):
+            return
+        op, j = ops[ptr]
+        i = key[0]
+        if not ready(i, op, j):
+            return
+        dur = p.f_op[i] if op == "F" else p.b_op[i]
+        send = 0.0
+        if not p.overlap:
+            if op == "F" and i < S - 1:
+                send = p.fwd_xfer[i]
+            elif op == "B" and i > 0:
+                send = p.bwd_xfer[i - 1]
+        st[2], st[3] = True, t
+        if op == "F":
+            f_start[i][j] = t
+        seq += 1
+        heapq.heappush(heap, (t + dur + send, seq, 0, key, dur))
+
+    def try_chan(key, t: float) -> None:
+        nonlocal seq
+        ch = chans[key]
+        if ch[1] or not ch[0]:
+            return
+        direction, j = ch[0].popleft()
+        c = key[0]
+        dur = p.fwd_xfer[c] if direction == "fwd" else p.bwd_xfer[c]
+        ch[1] = True
+        seq += 1
+        heapq.heappush(heap, (t + dur, seq, 1, key, (direction, j, t)))
+
+    def deliver(i: int, direction: str, j: int, t: float) -> None:
+        """Data of microbatch j from stage i arrives at its neighbour at time t."""
+        if direction == "fwd":
+            act_at[i + 1][j] = t
+            try_lane((i + 1, j % reps[i + 1], f_lane), t)
+        else:
+            grad_at[i - 1][j] = t
+            try_lane((i - 1, j % reps[i - 1], b_lane), t)
+
+    def send(i: int, direction: str, j: int, t: float) -> None:
+        c = i if direction == "fwd" else i - 1
+        key = (c, j % p.links[c])
+        chans[key][0].append((direction, j))
+        try_chan(key, t)
+
+    for key in lanes:
+        try_lane(key, 0.0)
+    while heap:
+        t, _, typ, key, payload = heapq.heappop(heap)
+        if typ == 0:  # op end
+            st = lanes[key]
+            i, r, lane = key
+            op, j = st[0][st[1]]
+            start, dur = st[3], payload
+            events.append(Event(i, op, j, start, start + dur))
+            details.append((r, lane, ""))
+            st[1] += 1
+            st[2] = False
+            if op == "F":
+                f_end[i][j] = t if p.overlap else start + dur
+                if i < S - 1:
+                    if p.overlap:
+                        send(i, "fwd", j, t)
+                    else:
+                        if t > start + dur:  # the blocking send
+                            events.append(Event(i, "comm", j, start + dur, t))
+                            details.append((r, "worker", "fwd"))
+                        deliver(i, "fwd", j, t)
+                else:
+                    try_lane((i, r, b_lane), t)
+            else:
+                b_end[i][j] = t
+                if i > 0:
+                    if p.overlap:
+                        send(i, "bwd", j, t)
+                    else:
+                        if t > start + dur:
+                            events.append(Event(i, "comm", j, start + dur, t))
+                            details.append((r, "worker", "bwd"))
+                        deliver(i, "bwd", j, t)
+                if split:
+                    try_lane((i, r, f_lane), t)
+            try_lane(key, t)
+        else:  # transfer end
+            direction, j, start = payload
+            c = key[0]
+            sender = c if direction == "fwd" else c + 1
+            if t > start:  # empty transfers (no bytes cross the cut) leave no trace
+                events.append(Event(sender, "comm", j, start, t))
+                details.append((key[1], "link", direction))
+            chans[key][1] = False
+            deliver(sender, direction, j, t)
+            try_chan(key, t)
+    stuck = [k for k, st in lanes.items() if st[1] < len(st[0])]
+    if stuck:  # pragma: no cover - a bug, not bad input
+        raise RuntimeError(f"simulation deadlocked: lanes {stuck[:3]} did not finish")
+    makespan = max((e.end for e in events), default=0.0)
+    return _Run(events, details, f_start, b_end, makespan)
+
+
+# ---------------------------------------------------------------------------------------------
+# measurements
+
+
+def _busy(run: _Run, p: _Pipeline, split: bool, lo: float, hi: float) -> list:
+    """Weighted compute time of each stage's replicas inside [lo, hi]."""
+    busy = [0.0] * p.S
+    for e, d in zip(run.events, run.details, strict=True):
+        if e.kind == "comm":
+            continue
+        x = min(e.end, hi) - max(e.start, lo)
+        if x <= 0:
+            continue
+        if split:
+            w = p.fwd_share[e.stage] if e.kind == "F" else 1.0 - p.fwd_share[e.stage]
+            x *= w
+        busy[e.stage] += x
+    return busy
+
+
+def _memory(run: _Run, p: _Pipeline, stash: bool) -> tuple[list, list, list]:
+    """Peak memory and peak in-flight microbatches per stage, and the memory trace."""
+    S = p.S
+    peak_k = [0] * S
+    trace = []
+    for i in range(S):
+        m = p.replicas[i]
+        for r in range(m):
+            changes = []
+            for j in range(r, len(run.f_start[i]), m):
+                changes.append((run.f_start[i][j], 1))
+                changes.append((run.b_end[i][j], -1))
+            changes.sort(key=lambda x: (x[0], x[1]))  # frees before allocations at equal times
+            k = 0
+            for t, dk in changes:
+                k += dk
+                peak_k[i] = max(peak_k[i], k)
+                versions = max(k, 1) if stash else 1
+                trace.append((i, r, t, k * p.act[i] + versions * p.params[i]))
+    peak = [k * p.act[i] + (max(k, 1) if stash else 1) * p.params[i] for i, k in enumerate(peak_k)]
+    return peak, peak_k, trace
+
+
+def _long_run_length(p: _Pipeline, M: int) -> int:
+    """N: steady states are measured on runs of N and 2N microbatches (a multiple of every
+    replica and link count, so that round robin completes its cycles)."""
+    period = 1
+    for x in p.replicas + p.links:
+        period = period * x // math.gcd(period, x)
+    n = max(2 * M, 8 * sum(p.replicas), 32)
+    return period * math.ceil(n / period)
+
+
+def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int | None = None) -> SimulationResult:
+    """Simulate one training iteration of M microbatches of ``plan``.
+
+    Parameters
+    ----------
+    instance
+        :class:`pipeopt.Instance`; its cluster's bandwidth, ``settings.overlap`` and (by
+        default) ``settings.microbatches`` apply.
+    plan
+        :class:`pipeopt.Plan` (checked by :func:`pipeopt.cost.check_plan`). Stage durations
+        come from :func:`pipeopt.evaluate` (see the module docstring).
+    schedule
+        ``"gpipe"``, ``"1f1b"`` (default), ``"async"`` or ``"split"``.
+    microbatches
+        M >= 1; default ``instance.settings.microbatches``.
+
+    Returns
+    -------
+    SimulationResult
+
+    Raises
+    ------
+    InvalidProblemError
+        Unknown schedule, or M < 1.
+    InvalidPlanError
+        The plan is not a valid split; the split schedule on a plan without a forward share
+        ``beta`` on every stage; a stage whose worker cannot run one of its layers; a
+        Bi-Partition plan.
+
+    References
+    ----------
+    See the module docstring (PipeDream, PipeDream-Flush, GPipe, Duan & Wu, FlexFlow).
+
+    Examples
+    --------
+    >>> from pipeopt.io.pipedream import read_pipedream  # doctest: +SKIP
+    >>> from pipeopt.exact.dp import solve_dp  # doctest: +SKIP
+    >>> inst = read_pipedream("../shared/data/pipedream-profiles/vgg16.txt")  # doctest: +SKIP
+    >>> plan = solve_dp(pipeopt.PartitionProblem(inst, 4)).plan  # doctest: +SKIP
+    >>> simulate(inst, plan, schedule="1f1b", microbatches=16).bubble_fraction  # doctest: +SKIP
+    """
+    if schedule not in SCHEDULES:
+        raise InvalidProblemError(f"unknown schedule {schedule!r}; choose from {SCHEDULES}")
+    M = instance.settings.microbatches if microbatches is None else microbatches
+    if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
+        raise InvalidProblemError(f"microbatches must be a positive integer, got {M!r}")
+    M = int(M)
+    split = schedule == "split"
+    if split:
+        missing = [i for i, st in enumerate(plan.stages) if st.beta is None]
+        if missing:
+            raise InvalidPlanError(
+                f"the split schedule needs a forward share beta on every stage; stage(s) {missing} have none "
+                "(solve the allocate problem, or give Stage(beta={kind: share}))"
+            )
+    notes: list = []
+    analytic = evaluate(instance, plan)
+    pipe, _ = _pipeline(instance, plan, split, notes)
+    kind = "1f1b" if schedule == "async" else schedule
+    N = _long_run_length(pipe, M)
+    stash = schedule == "async"
+    if kind == "gpipe":  # a fill-drain run has no periodic regime: the slope of the iteration time in M
+        run = _run(pipe, kind, M)
+        iteration = run.makespan
+        tpm = (_run(pipe, kind, 2 * N).makespan - _run(pipe, kind, N).makespan) / N
+        lo, hi = 0.0, iteration
+    else:  # the spacing of the first stage's backward completions in the middle of a long run
+        long = _run(pipe, kind, 2 * N)
+        done = sorted(long.b_end[0])
+        a, b = N // 2, N // 2 + N
+        tpm = (done[b - 1] - done[a - 1]) / (b - a)
+        if schedule == "async":
+            run, iteration = long, M * tpm
+            lo, hi = done[a - 1], done[b - 1]
+            notes.append(f"steady state measured over microbatches {a}..{b} of a {2 * N}-microbatch run")
+        else:
+            run = _run(pipe, kind, M)
+            iteration = run.makespan
+            lo, hi = 0.0, iteration
+    busy = _busy(run, pipe, split, lo, hi)
+    span = hi - lo
+    reps = pipe.replicas
+    util = [busy[i] / (reps[i] * span) if span > 0 else 0.0 for i in range(pipe.S)]
+    bubble = 1.0 - sum(busy) / (sum(reps) * span) if span > 0 else 0.0
+    peak, peak_k, trace = _memory(run, pipe, stash)
+    return SimulationResult(
+        schedule=schedule,
+        microbatches=M,
+        iteration_time=float(iteration),
+        time_per_microbatch=float(tpm),
+        throughput=1.0 / tpm if tpm > 0 else math.inf,
+        bubble_fraction=float(max(0.0, bubble)),
+        utilisation=[float(u) for u in util],
+        peak_memory=[float(x) for x in peak],
+        peak_in_flight=peak_k,
+        memory_capacity=list(analytic.memory_capacity),
+        replicas=list(reps),
+        bottleneck=analytic.bottleneck,
+        analytic_iteration_time=analytic.iteration_time,
+        events=run.events,
+        event_details=run.details,
+        memory_trace=trace,
+        notes=notes,
+    )
