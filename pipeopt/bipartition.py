@@ -42,6 +42,11 @@ position is the index of the first unit of the next stage).
   and backward units), ``v_i = k_i`` versions with weight stashing, else 1:
   ``mem_i = k_i * act(backward units) + v_i * params(forward units U backward units)``.
 
+Memory consequence: for a given backward split, the activation memory is fixed and ``a = b``
+needs the fewest weights, so a Bi-Partition plan fits in memory only if the same-cut plan with
+its backward split fits. Separate cuts therefore never rescue a memory-infeasible instance;
+they balance compute.
+
 **How far may the backward split move?** Any distance: the transfer terms above are the
 price of a shift and the exact method weighs them. The option ``max_shift`` (units) restricts
 ``|a_c - b_c| <= max_shift`` for every cut when a user wants the two splits close (e.g. to

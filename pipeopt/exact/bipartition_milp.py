@@ -218,7 +218,8 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     InvalidProblemError
         Unknown solver.
     InfeasibleError
-        If the solver proves that no plan fits the workers' memory.
+        If no plan fits the workers' memory (then no same-cut plan fits either: the
+        backward split fixes the activation memory and ``a = b`` minimises the weights).
 
     References
     ----------
@@ -228,9 +229,14 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
     start_cuts = best_same_cut(problem)
-    upper = problem.score(start_cuts, start_cuts).bottleneck if start_cuts is not None else None
+    if start_cuts is None:  # memory depends on the backward split, minimised by a = b: none fits
+        raise InfeasibleError(
+            f"no Bi-Partition plan of {problem.instance.name} into {problem.stages} stages fits in "
+            f"{problem.memory / 2**30:.3f} GiB per worker (no same-cut plan fits, and moving the "
+            "forward cuts away from the backward cuts only adds weight memory)")
+    upper = problem.score(start_cuts, start_cuts).bottleneck
     scale = problem.simple_lower_bound() or 1.0
-    prob, T, p, q = build_model(problem, scale, None if upper is None else upper * (1 + 1e-7))
+    prob, T, p, q = build_model(problem, scale, upper * (1 + 1e-7))
     fd, log_path = tempfile.mkstemp(prefix="pipeopt_cbc_", suffix=".log")
     os.close(fd)
     try:
@@ -240,23 +246,21 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     finally:
         os.unlink(log_path)
     info = {"solver": solver, "seed": seed, "gap_tolerance": gap, "binaries": sum(v.cat == "Integer" for v in prob.variables()),
-            "same_cut": None if start_cuts is None else {"cuts": start_cuts, "bottleneck": upper}}
+            "same_cut": {"cuts": start_cuts, "bottleneck": upper}, "solver_status": pulp.LpStatus[prob.status]}
     has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     proven = prob.sol_status == pulp.LpSolutionOptimal
-    if prob.status == pulp.LpStatusInfeasible or (not has_solution and start_cuts is None and proven):
-        raise InfeasibleError(
-            f"no Bi-Partition plan of {problem.instance.name} into {problem.stages} stages fits in "
-            f"{problem.memory / 2**30:.3f} GiB per worker")
     plan = None
     if has_solution:
         a, b = _cuts(p), _cuts(q)
         plan = problem.plan(a, b)
         info["milp_objective"] = float(pulp.value(T)) * scale
         info.update(fwd_cuts=a, bwd_cuts=b)
-    if start_cuts is not None and (plan is None or upper < problem.score(a, b).bottleneck):
+    if plan is None or upper < problem.score(a, b).bottleneck:
+        # the solver found nothing (time limit, or a numerical 'infeasible' under the same-cut cap)
+        # or nothing better: keep the best same-cut plan, optimal only if the solver proved it
         plan = problem.plan(start_cuts, start_cuts)
         info.update(fwd_cuts=start_cuts, bwd_cuts=start_cuts, incumbent="same_cut")
-        proven = False if not has_solution else proven
+        proven = proven and has_solution
     status = Status.OPTIMAL if proven else Status.TIME_LIMIT
     res = problem.result("milp", plan, status, started=started, info=info)
     lb = problem.simple_lower_bound()
