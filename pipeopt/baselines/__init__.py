@@ -1,0 +1,33 @@
+"""Published heuristics and framework defaults for the partition problem.
+
+Every baseline is ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) -> Result``
+(see :mod:`pipeopt.registry`); its plan is scored by :func:`pipeopt.evaluate`, its status is
+``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory) and it proves no lower bound.
+
+* :func:`binary_search` -- Duan & Wu, ICPADS 2022 (straight space).
+* :func:`pipedream` -- PipeDream's planner in its own cost model (Narayanan et al., SOSP 2019;
+  replicated space), with :func:`pipedream_partition` giving PipeDream's own prediction.
+* :func:`uniform`, :func:`param_balanced` -- DeepSpeed's ``uniform`` and ``parameters``
+  partition methods (straight space).
+* :func:`time_balanced` -- torchgpipe's ``balance_by_time`` (straight space).
+"""
+
+from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
+from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
+from .simple import block_parts, param_balanced, spread_balanced_parts, time_balanced, uniform, uniform_parts
+
+__all__ = [
+    "PipeDreamPlan",
+    "binary_search",
+    "block_parts",
+    "greedy_check",
+    "param_balanced",
+    "pipedream",
+    "pipedream_partition",
+    "split_to_stages",
+    "spread_balanced_parts",
+    "straight_stage_time",
+    "time_balanced",
+    "uniform",
+    "uniform_parts",
+]

@@ -1,0 +1,223 @@
+"""Duan & Wu's binary-search partition (a heuristic), and the stage-time pieces the straight
+baselines share.
+
+A bottleneck limit T is easy to check: walk the units left to right and pack each stage as far
+as its time stays <= T. Binary search on T then finds the smallest limit the greedy check
+accepts (Duan & Wu 2022, section on partitioning). The check here uses pipeopt's stage time:
+compute (F + B) on the worker, the transfers at the stage's two cuts (overlapped or not, as
+the instance says) and the memory of stage t under 1F1B (S - t microbatches in flight).
+
+It is a **heuristic**: with communication the stage time is not monotone in the stage's end
+(a later cut may carry fewer bytes), and with memory the greedy's early packing decides the
+in-flight counts of later stages, so the smallest T the greedy accepts can exceed the optimum
+(the exact DP, :func:`pipeopt.exact.dp.solve_dp`, is the reference). It reports status
+``FEASIBLE`` and no lower bound.
+
+References
+----------
+Duan, Y., Wu, J. Optimizing Resource Allocation in Pipeline Parallelism for Distributed DNN
+Training. ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..partition import PartitionProblem
+from ..result import Result, Status
+
+
+def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: bool = True):
+    """Time per microbatch of a one-worker stage of units ``a .. b-1`` at position ``stage``.
+
+    The same stage time as :func:`pipeopt.evaluate` for a straight plan: the compute
+    ``work[a:b]`` and the transfers of the cuts before unit ``a`` and before unit ``b``
+    (``2 bytes / bandwidth`` each; with overlap the max of compute and the cuts, without it
+    compute plus the bytes the stage sends, ``(in + out) / bandwidth``). The bottleneck of a
+    straight plan is the max of this over its stages.
+
+    Parameters
+    ----------
+    problem
+        The partition problem (S = ``problem.stages``).
+    a, b
+        First unit and end (exclusive) of the stage: ints or integer ``ndarray``s that
+        broadcast together (vectorised).
+    stage
+        0-based position of the stage in a plan of S stages (it keeps S - stage
+        microbatches' activations under 1F1B).
+    memory
+        If True, a stage that exceeds the worker's memory costs ``inf``.
+
+    Returns
+    -------
+    ndarray
+        Seconds, shaped like ``a`` and ``b`` broadcast.
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    bw = problem.bandwidth
+    work = problem.work_prefix[b] - problem.work_prefix[a]
+    cin, cout = problem.boundary_bytes[a], problem.boundary_bytes[b]
+    if problem.instance.settings.overlap:
+        t = np.maximum(work, 2.0 * np.maximum(cin, cout) / bw)
+    else:
+        t = work + (cin + cout) / bw
+    if memory and math.isfinite(problem.memory):
+        need = problem.stage_memory(a, b, problem.stages - stage)
+        t = np.where(need <= problem.memory * (1 + 1e-12), t, np.inf)
+    return t
+
+
+def plan_time(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> float:
+    """Bottleneck of the straight plan whose stages start at ``[0, *starts]`` (seconds)."""
+    bounds = [0, *starts, problem.n]
+    return float(max(straight_stage_time(problem, a, b, t, memory=memory)
+                     for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))))
+
+
+def split_to_stages(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> list[int]:
+    """Add cuts until the plan has exactly ``problem.stages`` non-empty stages.
+
+    Each added cut splits one stage into two; among all stages and cut positions it takes the
+    one whose two halves have the smallest time (:func:`straight_stage_time`). Splitting never
+    adds compute to a stage and only lowers the in-flight count of later stages, but the new
+    cut's transfer can exceed the old bottleneck: hence the choice of the cheapest cut.
+
+    Parameters
+    ----------
+    problem
+        The partition problem.
+    starts
+        Unit index where each stage after the first begins (increasing, fewer than S stages).
+    memory
+        Count the memory limit in the stage times.
+
+    Returns
+    -------
+    list[int]
+        The S - 1 stage starts.
+    """
+    starts = sorted(set(int(c) for c in starts if 0 < c < problem.n))
+    while len(starts) + 1 < problem.stages:
+        bounds = [0, *starts, problem.n]
+        best = (math.inf, None)
+        for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            if b - a < 2:
+                continue
+            cuts = np.arange(a + 1, b)
+            left = straight_stage_time(problem, a, cuts, t, memory=memory)
+            right = straight_stage_time(problem, cuts, b, t + 1, memory=memory)
+            worst = np.maximum(left, right)
+            i = int(np.argmin(worst))
+            if best[1] is None or worst[i] < best[0]:
+                best = (float(worst[i]), int(cuts[i]))
+        starts = sorted([*starts, best[1]])
+    return starts
+
+
+def greedy_check(problem: PartitionProblem, limit: float, *, memory: bool = True) -> list[int] | None:
+    """Duan & Wu's feasibility check of a bottleneck limit.
+
+    Walks the units left to right; stage t (0-based) extends to the farthest end whose stage
+    time (:func:`straight_stage_time`, with stage t's 1F1B memory) is <= ``limit``.
+
+    Parameters
+    ----------
+    problem
+        The partition problem.
+    limit
+        T, seconds.
+    memory
+        Count the memory limit.
+
+    Returns
+    -------
+    list[int] or None
+        The stage starts of a plan with at most S stages whose every stage time is <=
+        ``limit``, or ``None`` if the greedy needs more than S stages.
+    """
+    n, S = problem.n, problem.stages
+    a, starts = 0, []
+    for t in range(S):
+        ends = np.arange(a + 1, n + 1)
+        ok = np.flatnonzero(straight_stage_time(problem, a, ends, t, memory=memory) <= limit)
+        if ok.size == 0:
+            return None
+        a = int(ends[ok[-1]])
+        if a == n:
+            return starts
+        starts.append(a)
+    return None
+
+
+def binary_search(
+    problem: PartitionProblem,
+    *,
+    time_limit: float = 60.0,
+    solver: str = "cbc",
+    seed: int = 0,
+    rel_tol: float = 1e-9,
+    **kw,
+) -> Result:
+    """Duan & Wu's binary-search partition into exactly S straight stages (a heuristic).
+
+    Bisects the bottleneck limit T between a lower bound (total work / S, the largest unit)
+    and the time of the whole model on one stage plus the largest cut transfer, keeping the
+    smallest T that :func:`greedy_check` accepts; the greedy plan at that T is then split
+    (:func:`split_to_stages`) until it has exactly S stages. If no limit passes because of
+    memory, the search is repeated without the memory limit and the plan is reported
+    ``INFEASIBLE`` by :func:`pipeopt.evaluate`.
+
+    Parameters
+    ----------
+    problem
+        The partition problem (straight space; ``replication`` is ignored).
+    time_limit
+        Seconds; the bisection stops (with its best plan so far) when it is exceeded.
+    solver, seed
+        Unused.
+    rel_tol
+        Bisection stops when ``hi - lo <= rel_tol * hi``.
+
+    Returns
+    -------
+    Result
+        Status ``FEASIBLE`` (or ``INFEASIBLE`` if the plan breaks memory), no lower bound,
+        space ``"straight"``. ``info``: ``limit`` (the smallest accepted T, s), ``iterations``,
+        ``greedy_stages`` (stages the greedy used before splitting), ``memory_fit``.
+
+    References
+    ----------
+    Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
+    """
+    started = time.perf_counter()
+    deadline = started + time_limit
+    bw = problem.bandwidth
+    lo = float(max(problem.work_prefix[-1] / problem.stages, problem.work.max()))
+    hi = float(problem.work_prefix[-1] + 2.0 * problem.boundary_bytes.max() / bw) * (1 + 1e-12)
+    memory = True
+    best = greedy_check(problem, hi, memory=True)
+    if best is None:  # even the loosest limit fails: the greedy cannot meet the memory limit
+        memory = False
+        best = greedy_check(problem, hi, memory=False)
+    iterations = 0
+    first = greedy_check(problem, lo, memory=memory)
+    if first is not None:
+        best, hi = first, lo
+    else:
+        while hi - lo > rel_tol * hi and time.perf_counter() < deadline:
+            mid = 0.5 * (lo + hi)
+            iterations += 1
+            starts = greedy_check(problem, mid, memory=memory)
+            if starts is None:
+                lo = mid
+            else:
+                best, hi = starts, mid
+    greedy_stages = len(best) + 1
+    starts = split_to_stages(problem, best, memory=memory)
+    plan = problem.plan(starts)
+    info = {"limit": hi, "iterations": iterations, "greedy_stages": greedy_stages, "memory_fit": memory}
+    return problem.result("binary_search", plan, Status.FEASIBLE, started=started, space="straight", info=info)

@@ -1,0 +1,296 @@
+"""Framework-default partitions: equal layer counts, balanced parameters, balanced time.
+
+These are what users of DeepSpeed and torchgpipe get without a planner. Each splits the units
+of :attr:`pipeopt.instance.Instance.chain` into exactly S contiguous non-empty stages, one
+worker each (straight space), and is scored by :func:`pipeopt.evaluate`, which counts what
+these methods ignore (communication, memory, the 1F1B in-flight activations).
+
+* :func:`uniform` -- DeepSpeed ``partition_method="uniform"`` (``partition_uniform``): n // S
+  units per stage, the first n mod S stages one more.
+* :func:`param_balanced` -- DeepSpeed ``partition_method="parameters"``: its
+  ``partition_balanced`` on per-unit parameter counts, a DP that minimises the *spread* (the
+  heaviest minus the lightest stage), ties going to the latest cut.
+* :func:`time_balanced` -- torchgpipe ``balance_by_time``: the block-partition algorithm of
+  Barany et al. (``torchgpipe/balance/blockpartition.py``) on per-unit times.
+
+References
+----------
+DeepSpeed, ``deepspeed/runtime/utils.py`` (``partition_uniform``, ``partition_balanced``) and
+``deepspeed/runtime/pipe/module.py`` (``PipelineModule._partition_layers``),
+github.com/microsoft/DeepSpeed (Apache-2.0).
+C. Kim, H. Lee, M. Jeong, W. Baek, B. Yoon, I. Kim, S. Lim, S. Kim. torchgpipe: On-the-fly
+Pipeline Parallelism for Training Giant Models. arXiv:2004.09910, 2020;
+github.com/kakaobrain/torchgpipe, ``torchgpipe/balance/`` (BSD-3-Clause).
+I. Barany, V. S. Grinberg. Block Partitions of Sequences. Israel J. Math. 206, 2015,
+arXiv:1308.2452.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import InvalidProblemError
+from ..partition import PartitionProblem
+from ..result import Result, Status
+from .binary_search import split_to_stages
+
+
+# ---------------------------------------------------------------------------------------
+# The frameworks' splitting rules, on plain sequences (return stage boundaries [0, ..., n])
+# ---------------------------------------------------------------------------------------
+def uniform_parts(n: int, parts: int) -> list[int]:
+    """DeepSpeed's ``partition_uniform``: boundaries of ``parts`` runs of n items.
+
+    Parameters
+    ----------
+    n
+        Number of items (units).
+    parts
+        Number of runs, 1 <= parts <= n.
+
+    Returns
+    -------
+    list[int]
+        ``parts + 1`` boundaries from 0 to n; the first ``n % parts`` runs hold one item more.
+
+    Examples
+    --------
+    >>> uniform_parts(7, 3)
+    [0, 3, 5, 7]
+    """
+    _check(n, parts)
+    size, extra = divmod(n, parts)
+    return [p * size + min(p, extra) for p in range(parts + 1)]
+
+
+def spread_balanced_parts(weights, parts: int) -> list[int]:
+    """DeepSpeed's ``partition_balanced``: the split minimising max - min of the run sums.
+
+    A DP over (items, runs) (the "linear partition" DP DeepSpeed cites); among cut positions of
+    equal spread the latest wins, as in DeepSpeed's ``>=`` comparison.
+
+    Parameters
+    ----------
+    weights
+        ``array (n,)``, non-negative weights (DeepSpeed: parameter counts per layer).
+    parts
+        Number of runs, 1 <= parts <= n.
+
+    Returns
+    -------
+    list[int]
+        ``parts + 1`` boundaries from 0 to n, every run non-empty.
+    """
+    w = np.asarray(weights, dtype=float)
+    n = len(w)
+    _check(n, parts)
+    if n == parts:
+        return uniform_parts(n, parts)
+    prefix = np.concatenate([[0.0], np.cumsum(w)])
+    dp_max = np.full((n + 1, parts + 1), np.inf)
+    dp_min = np.full((n + 1, parts + 1), np.inf)
+    position = np.zeros((n + 1, parts + 1), dtype=int)
+    dp_max[0, 0] = 0.0
+    for i in range(1, n + 1):
+        run = prefix[i] - prefix[:i]  # sum of items k .. i-1 for k = 0 .. i-1
+        for j in range(1, min(i, parts) + 1):
+            hi = np.maximum(dp_max[:i, j - 1], run)
+            lo = np.minimum(dp_min[:i, j - 1], run)
+            cost = hi - lo
+            k = i - 1 - int(np.argmin(cost[::-1]))  # the latest k of least spread
+            dp_max[i, j], dp_min[i, j], position[i, j] = hi[k], lo[k], k
+    bounds = [n]
+    for j in range(parts, 0, -1):
+        bounds.append(int(position[bounds[-1], j]))
+    return bounds[::-1]
+
+
+def block_parts(weights, parts: int, *, max_moves: int | None = None) -> list[int]:
+    """torchgpipe's ``blockpartition.solve``: Barany et al.'s block-partition algorithm.
+
+    Weights are normalised to [0, 1] (``(x - min) / (max - min)``); the split starts from
+    ``n // parts`` items per block (the last block takes the rest) and moves one boundary
+    item at a time from the block next to a lightest block towards it, until the heaviest
+    block is at most the lightest plus 1 (one normalised item).
+
+    Parameters
+    ----------
+    weights
+        ``array (n,)``, non-negative weights (torchgpipe: measured times per layer).
+    parts
+        Number of blocks, 1 <= parts <= n.
+    max_moves
+        Safety cap on the number of single-item moves (default ``10 n^2 parts``; the
+        algorithm terminates far earlier).
+
+    Returns
+    -------
+    list[int]
+        ``parts + 1`` boundaries from 0 to n. As in torchgpipe, a block may end up empty
+        (when a block of a single heavy item is emptied); callers must repair that.
+    """
+    seq = np.asarray(weights, dtype=float)
+    n = len(seq)
+    _check(n, parts)
+    lo, span = seq.min(), seq.max() - seq.min()
+    norm = np.zeros(n) if span == 0 else (seq - lo) / span
+    prefix = np.concatenate([[0.0], np.cumsum(norm)])
+    splits = [n // parts * (x + 1) for x in range(parts - 1)] + [n]
+
+    def size(i: int) -> float:
+        return prefix[splits[i]] - prefix[splits[i - 1] if i > 0 else 0]
+
+    moves, cap = 0, max_moves if max_moves is not None else 10 * n * n * parts
+    while moves < cap:
+        # (1) p: a heaviest block (ties: the last index, as Python's max over (size, i))
+        sizes = [size(i) for i in range(parts)]
+        p = max(range(parts), key=lambda i: (sizes[i], i))
+        max_size = sizes[p]
+        while moves < cap:
+            sizes = [size(i) for i in range(parts)]
+            q = min(range(parts), key=lambda i: (sizes[i], i))  # (2) a lightest block
+            if max_size <= sizes[q] + 1:
+                return [0, *splits]
+            # (3) move one item from the neighbour h of q (towards p) into q
+            if p < q:
+                h = q - 1
+                splits[h] -= 1
+            else:
+                h = q + 1
+                splits[q] += 1
+            moves += 1
+            if p == h:
+                break
+    return [0, *splits]
+
+
+def _check(n: int, parts: int) -> None:
+    if not 1 <= parts <= n:
+        raise InvalidProblemError(f"cannot split {n} units into {parts} non-empty stages")
+
+
+# ---------------------------------------------------------------------------------------
+# Methods
+# ---------------------------------------------------------------------------------------
+def _result(problem: PartitionProblem, name: str, bounds: list[int], started: float, info: dict) -> Result:
+    """Repair empty stages (drop them, then split the cheapest way back to S) and score."""
+    starts = sorted({b for b in bounds[1:-1] if 0 < b < problem.n})
+    repaired = len(starts) + 1 < problem.stages
+    if repaired:
+        starts = split_to_stages(problem, starts)
+    info = {**info, "repaired_empty_stages": repaired}
+    return problem.result(name, problem.plan(starts), Status.FEASIBLE, started=started, space="straight", info=info)
+
+
+def uniform(problem: PartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **kw) -> Result:
+    """Equal unit counts per stage (DeepSpeed ``partition_method="uniform"``).
+
+    Parameters
+    ----------
+    problem
+        The partition problem (S stages over its n units).
+    time_limit, solver, seed
+        Unused.
+
+    Returns
+    -------
+    Result
+        Status ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no lower bound,
+        space ``"straight"``; ``info["units_per_stage"]``.
+
+    References
+    ----------
+    DeepSpeed ``deepspeed/runtime/utils.py``, ``partition_uniform``.
+    """
+    started = time.perf_counter()
+    bounds = uniform_parts(problem.n, problem.stages)
+    return _result(problem, "uniform", bounds, started, {"units_per_stage": list(np.diff(bounds).tolist())})
+
+
+def param_balanced(
+    problem: PartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **kw
+) -> Result:
+    """Parameter-balanced stages (DeepSpeed ``partition_method="parameters"``).
+
+    DeepSpeed's ``partition_balanced`` (:func:`spread_balanced_parts`) on the parameter bytes
+    of each unit (proportional to DeepSpeed's parameter counts).
+
+    Parameters
+    ----------
+    problem
+        The partition problem.
+    time_limit, solver, seed
+        Unused.
+
+    Returns
+    -------
+    Result
+        Status ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no lower bound,
+        space ``"straight"``; ``info["stage_param_bytes"]``.
+
+    References
+    ----------
+    DeepSpeed ``deepspeed/runtime/pipe/module.py`` (``_partition_layers``, method
+    ``"parameters"``) and ``deepspeed/runtime/utils.py`` (``partition_balanced``).
+    """
+    started = time.perf_counter()
+    bounds = spread_balanced_parts(problem.instance.chain.param, problem.stages)
+    sums = np.diff(problem.param_prefix[bounds]).tolist()
+    return _result(problem, "param_balanced", bounds, started, {"stage_param_bytes": sums})
+
+
+def time_balanced(
+    problem: PartitionProblem,
+    *,
+    time_limit: float = 60.0,
+    solver: str = "cbc",
+    seed: int = 0,
+    times: str = "work",
+    **kw,
+) -> Result:
+    """Time-balanced stages (torchgpipe ``balance_by_time``).
+
+    torchgpipe's block partition (:func:`block_parts`) on per-unit times. torchgpipe profiles
+    each layer's forward pass only, in whole microseconds; here the weights are seconds
+    (its normalisation makes the scale irrelevant) and by default the forward + backward
+    time the stage actually spends.
+
+    Parameters
+    ----------
+    problem
+        The partition problem.
+    time_limit, solver, seed
+        Unused.
+    times
+        ``"work"`` (default: forward + backward seconds per unit on one worker) or
+        ``"forward"`` (forward only, as torchgpipe's profiler measures).
+
+    Returns
+    -------
+    Result
+        Status ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no lower bound, space
+        ``"straight"``. ``info["repaired_empty_stages"]`` is True if the algorithm left a
+        block empty (torchgpipe would then fail) and the plan was split back to S stages.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``times`` is not ``"work"`` or ``"forward"``.
+
+    References
+    ----------
+    Kim et al., torchgpipe, arXiv:2004.09910; ``torchgpipe/balance/blockpartition.py``;
+    Barany & Grinberg, Block Partitions of Sequences, arXiv:1308.2452.
+    """
+    started = time.perf_counter()
+    if times == "work":
+        weights = problem.work
+    elif times == "forward":
+        r = problem.instance.cluster.devices[0].resources[problem.kind]
+        weights = problem.instance.chain.fwd[problem.kind] / r
+    else:
+        raise InvalidProblemError(f"time_balanced: times must be 'work' or 'forward', got {times!r}")
+    bounds = block_parts(weights, problem.stages)
+    return _result(problem, "time_balanced", bounds, started, {"times": times})
