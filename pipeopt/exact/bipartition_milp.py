@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 import time
 
@@ -45,39 +44,36 @@ from ..baselines.bipartition_greedy import best_same_cut
 from ..bipartition import BipartitionProblem
 from ..errors import InfeasibleError, InvalidProblemError
 from ..result import Result, Status
+from .milp import _cbc_bound
 
 SOLVERS = ("cbc", "highs")
 
 
-def _make_solver(solver: str, time_limit: float, gap: float, log_path: str):
+def _make_solver(solver: str, time_limit: float, gap: float, log_path: str, seed: int):
     if solver == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit))), gapRel=gap,
-                                 threads=1, logPath=log_path)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit))), gapRel=gap, gapAbs=0.0,
+                                 threads=1, logPath=log_path,
+                                 options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"])
     if solver == "highs":
-        return pulp.HiGHS(msg=False, timeLimit=float(time_limit), gapRel=gap, threads=1)
+        return pulp.HiGHS(msg=False, timeLimit=float(time_limit), gapRel=gap, gapAbs=0.0, threads=1,
+                          random_seed=int(seed))
     raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
 
 
 def _dual_bound(prob: pulp.LpProblem, solver: str, log_path: str) -> float | None:
-    """The solver's proven lower bound on the (scaled) objective, or ``None`` if unknown."""
+    """The solver's proven lower bound on the (scaled) objective, or ``None`` if unknown.
+
+    HiGHS reports it through highspy; CBC's is read from its log by the partition MILP's
+    reader (:func:`pipeopt.exact.milp._cbc_bound`).
+    """
     if solver == "highs":
-        try:
-            v = float(prob.solverModel.getInfo().mip_dual_bound)
-        except Exception:  # pragma: no cover - depends on highspy
-            return None
+        v = float(prob.solverModel.getInfo().mip_dual_bound)
         return v if math.isfinite(v) else None
     try:
         with open(log_path) as fh:
-            text = fh.read()
+            return _cbc_bound(fh.read())
     except OSError:  # pragma: no cover
         return None
-    m = re.search(r"Lower bound:\s*([-+0-9.eE]+)", text)
-    if m:
-        return float(m.group(1))
-    if "Optimal solution found" in text:
-        m = re.search(r"Objective value:\s*([-+0-9.eE]+)", text)
-        return float(m.group(1)) if m else None
-    return None
 
 
 def build_model(problem: BipartitionProblem, scale: float, upper: float | None = None):
@@ -201,7 +197,7 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     solver
         ``"cbc"`` or ``"highs"`` (through PuLP), one thread.
     seed
-        Recorded only (the solvers run deterministically).
+        Solver random seed.
     gap
         Relative optimality tolerance passed to the solver.
 
@@ -241,7 +237,7 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     os.close(fd)
     try:
         remaining = max(1.0, time_limit - (time.perf_counter() - started))
-        prob.solve(_make_solver(solver, remaining, gap, log_path))
+        prob.solve(_make_solver(solver, remaining, gap, log_path, seed))
         bound = _dual_bound(prob, solver, log_path)
     finally:
         os.unlink(log_path)
