@@ -1,0 +1,208 @@
+"""Duan & Wu's heuristics: binary-search partition, two steps, Algorithm 2; and round-robin.
+
+* :func:`bisection_partition` - the paper's partition step: binary search on the bottleneck
+  T; a limit T is checked greedily (each stage takes as many units as fit under T on its
+  worker, leaving one unit per later stage, and ends at a cut whose transfer also fits).
+  The greedy check is exact for monotone stage costs without communication; with transfers
+  (cuts are not monotone) it is a heuristic.
+* :func:`two_step` - joint problem baseline: partition by binary search on the *sequential*
+  stage time (step 1 knows the layers' costs, not the split), then the optimal split of
+  each stage (step 2, the allocation LP).
+* :func:`algorithm2` - group problem baseline (the paper's Algorithm 2), then the same two
+  steps on the workers it forms.
+* :func:`round_robin` - devices sorted by speed dealt round robin, then the same two steps.
+
+References
+----------
+Duan, Y. and Wu, J., *Optimizing Resource Allocation in Pipeline Parallelism for Distributed
+DNN Training*, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ..resource.problems import GroupProblem, JointProblem, ResourceProblem
+from ..resource.split import best_split, sequential_time
+from ..result import Result, Status
+
+
+def _greedy(problem: ResourceProblem, groups: list, T: float, mode: str) -> list[int] | None:
+    """Cut positions of the greedy split under limit T, or ``None`` if it does not fit."""
+    n, S = problem.n, len(groups)
+    cut = problem.cut_time
+    starts, a = [], 0
+    for s in range(S):
+        last = n if s == S - 1 else n - (S - 1 - s)  # leave one unit per later stage
+        b_ok = None
+        for b in range(a + 1, last + 1):
+            if problem.fit_time(a, b, groups[s], s, mode) > T:
+                break  # compute and memory only grow with b
+            if cut[b] <= T and (s < S - 1 or b == n):
+                b_ok = b
+        if b_ok is None:
+            return None
+        if s < S - 1:
+            starts.append(b_ok)
+        a = b_ok
+    return starts
+
+
+def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "sequential",
+                        rel_tol: float = 1e-9) -> tuple[list[int], float]:
+    """Duan & Wu's binary-search partition of the chain over fixed workers.
+
+    Parameters
+    ----------
+    problem
+        A joint, group or allocate problem (its chain, memory and transfers).
+    groups
+        ``list[tuple[str, ...]]``: device names of the worker of each stage, in pipeline order.
+    mode
+        Stage time the search balances: ``"sequential"`` (the paper's first step, before
+        any allocation) or ``"split"`` (optimal split per stage).
+    rel_tol
+        Stop when the bracket ``[lo, hi]`` on T is this narrow (relative).
+
+    Returns
+    -------
+    (starts, value)
+        Unit index where each stage after the first begins, and the plan's bottleneck under
+        ``mode`` (``inf`` if even the greedy at T = inf breaks memory).
+    """
+    starts = _greedy(problem, groups, math.inf, mode)
+    best = (starts, problem.plan_value(starts, groups, mode))
+    lo, hi = 0.0, best[1]
+    if not math.isfinite(hi):
+        return best
+    for _ in range(200):
+        if hi - lo <= rel_tol * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        st = _greedy(problem, groups, mid, mode)
+        if st is None:
+            lo = mid
+        else:
+            v = problem.plan_value(st, groups, mode)
+            if v < best[1]:
+                best = (st, v)
+            hi = min(mid, v)
+    return best
+
+
+def _two_step_result(problem: ResourceProblem, method: str, groups: list, started: float, info: dict) -> Result:
+    starts, value = bisection_partition(problem, groups, mode="sequential")
+    plan = problem.plan(starts, groups, "split")
+    info = {"partition_bottleneck_sequential": value, **info}
+    return problem.result(method, plan, Status.FEASIBLE, started=started, space="split", info=info)
+
+
+def two_step(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+    """Duan & Wu's two steps on identical workers: binary-search partition, then the LP split.
+
+    Parameters
+    ----------
+    problem
+        :class:`~pipeopt.resource.JointProblem`.
+    time_limit, solver, seed
+        Unused (a fast heuristic); accepted for the common method signature.
+
+    Returns
+    -------
+    Result
+        Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory), space ``"split"``.
+    """
+    started = time.perf_counter()
+    return _two_step_result(problem, "two_step", problem.groups, started, {})
+
+
+def _model_load(problem: ResourceProblem) -> tuple[dict, dict]:
+    return problem.load(0, problem.n)
+
+
+def worker_cost(problem: GroupProblem, res: dict) -> float:
+    """Algorithm 2's cost of a worker with pooled resources ``res``: ``max{f, g}``.
+
+    ``f`` and ``g`` are the forward and the backward time (seconds) of an average stage -
+    1/q of every layer's forward and backward work, q the number of workers - on the
+    worker's forward and backward shares, with the shares chosen optimally (the allocation
+    LP). An empty worker costs ``inf``.
+    """
+    if not res:
+        return math.inf
+    F, B = _model_load(problem)
+    q = problem.num_stages
+    return best_split(res, {k: v / q for k, v in F.items()}, {k: v / q for k, v in B.items()})[1]
+
+
+def algorithm2_groups(problem: GroupProblem) -> list[tuple]:
+    """Duan & Wu's Algorithm 2: greedy grouping of heterogeneous devices into q workers.
+
+    Start with q empty workers. While devices remain: take the worker of largest cost
+    (:func:`worker_cost`; ties: lowest index) and give it the remaining device that lowers
+    its cost most (ties: cluster order). Workers are then ordered by decreasing memory
+    (stage 0 keeps the most microbatches in flight; ties keep the creation order).
+
+    Returns
+    -------
+    list[tuple[str, ...]]
+        Device names of each worker, in pipeline order.
+    """
+    devices = list(problem.instance.cluster.devices)
+    q = problem.num_stages
+    groups: list[list] = [[] for _ in range(q)]
+    pooled: list[dict] = [{} for _ in range(q)]
+    remaining = list(range(len(devices)))
+    while remaining:
+        costs = [worker_cost(problem, pooled[w]) for w in range(q)]
+        w = max(range(q), key=lambda i: (costs[i], -i))
+        best = None
+        for d in remaining:
+            res = dict(pooled[w])
+            for k, r in devices[d].resources.items():
+                res[k] = res.get(k, 0.0) + r
+            c = worker_cost(problem, res)
+            if best is None or c < best[0]:
+                best = (c, d, res)
+        _, d, res = best
+        groups[w].append(devices[d].name)
+        pooled[w] = res
+        remaining.remove(d)
+    order = sorted(range(q), key=lambda w: (-problem.capacity(groups[w]), w))
+    return [tuple(groups[w]) for w in order]
+
+
+def round_robin_groups(problem: GroupProblem) -> list[tuple]:
+    """Devices sorted by speed (descending; speed = 1 / sequential time of the whole model
+    on the device) dealt round robin to the q workers (device i of the order to worker i mod q)."""
+    F, B = _model_load(problem)
+    devices = sorted(problem.instance.cluster.devices, key=lambda d: sequential_time(d.resources, F, B))
+    q = problem.num_stages
+    return [tuple(d.name for d in devices[w::q]) for w in range(q)]
+
+
+def algorithm2(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+    """Duan & Wu's Algorithm 2 grouping, then the binary-search partition and the LP split.
+
+    Parameters
+    ----------
+    problem
+        :class:`~pipeopt.resource.GroupProblem`.
+    time_limit, solver, seed
+        Unused; accepted for the common method signature.
+
+    Returns
+    -------
+    Result
+        Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory), space ``"split"``.
+    """
+    started = time.perf_counter()
+    return _two_step_result(problem, "algorithm2", algorithm2_groups(problem), started, {})
+
+
+def round_robin(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+    """Devices dealt round robin by speed (:func:`round_robin_groups`), then the binary-search
+    partition and the LP split. Status ``FEASIBLE``, space ``"split"``."""
+    started = time.perf_counter()
+    return _two_step_result(problem, "round_robin", round_robin_groups(problem), started, {})

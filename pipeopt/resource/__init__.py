@@ -1,0 +1,19 @@
+"""Duan & Wu's resource problems: allocate, joint and group (DESIGN.md problems 2-4).
+
+* :class:`AllocateProblem` - the optimal forward/backward split of a fixed plan.
+* :class:`JointProblem` - partition and split at once on identical multi-resource workers.
+* :class:`GroupProblem` - heterogeneous devices grouped into workers, with partition and split.
+* :func:`optimal_split` - a plan with the optimal forward share of every stage.
+"""
+
+from __future__ import annotations
+
+from .problems import AllocateProblem as AllocateProblem
+from .problems import GroupProblem as GroupProblem
+from .problems import JointProblem as JointProblem
+from .problems import ResourceProblem as ResourceProblem
+from .problems import brute_force as brute_force
+from .problems import optimal_split as optimal_split
+from .split import best_split as best_split
+from .split import sequential_time as sequential_time
+from .split import theorem_split as theorem_split
