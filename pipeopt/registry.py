@@ -55,6 +55,9 @@ class MethodSpec:
 PROBLEMS: dict[str, str] = {
     "partition": "pipeopt.partition:PartitionProblem",
     # resource problems (allocate, joint, group) register here
+    "allocate": "pipeopt.resource:AllocateProblem",
+    "joint": "pipeopt.resource:JointProblem",
+    "group": "pipeopt.resource:GroupProblem",
     # bipartition registers here
     "bipartition": "pipeopt.bipartition:BipartitionProblem",
 }
@@ -78,6 +81,23 @@ METHODS: list[MethodSpec] = [
                "torchgpipe balance_by_time (Kim et al. 2020)"),
     # ---- partition: simulator-driven search (mcmc) registers here ----
     # ---- allocate / joint / group methods register here ----
+    MethodSpec("allocate", "lp", "pipeopt.exact.allocate_lp:solve_lp", True, "split", True,
+               "allocation LP per stage (Duan & Wu, ICPADS 2022), closed form"),
+    MethodSpec("allocate", "theorem", "pipeopt.exact.allocate_lp:theorem", False, "split", True,
+               "beta = c/(c+1), Duan & Wu's theorem"),
+    MethodSpec("allocate", "sequential", "pipeopt.exact.allocate_lp:sequential", False, "sequential", True,
+               "no split: forward then backward on all resources"),
+    MethodSpec("joint", "dp", "pipeopt.exact.joint:solve_dp", True, "split", True, "min-max DP with the LP split per stage"),
+    MethodSpec("joint", "milp", "pipeopt.exact.joint:solve_milp", True, "split", True, "MILP (PuLP) bisected on T"),
+    MethodSpec("joint", "cpsat", "pipeopt.exact.joint:solve_cpsat", True, "split", False, "CP-SAT on an integer relaxation"),
+    MethodSpec("joint", "two_step", "pipeopt.baselines.duan_wu:two_step", False, "split", True,
+               "Duan & Wu, ICPADS 2022: binary-search partition, then the LP split"),
+    MethodSpec("group", "milp", "pipeopt.exact.group:solve_milp", True, "split", True, "MILP (PuLP) bisected on T"),
+    MethodSpec("group", "cpsat", "pipeopt.exact.group:solve_cpsat", True, "split", True, "CP-SAT on an integer relaxation"),
+    MethodSpec("group", "algorithm2", "pipeopt.baselines.duan_wu:algorithm2", False, "split", True,
+               "Duan & Wu, ICPADS 2022, Algorithm 2, then binary search and the LP split"),
+    MethodSpec("group", "round_robin", "pipeopt.baselines.duan_wu:round_robin", False, "split", True,
+               "devices by speed dealt round robin, then binary search and the LP split"),
     # ---- bipartition methods register here ----
     MethodSpec("bipartition", "milp", "pipeopt.exact.bipartition_milp:solve_milp", True, "bipartition", True,
                "MILP with separate forward and backward cuts (PuLP; CBC or HiGHS); Cui et al., Bi-Partition"),
