@@ -1,0 +1,150 @@
+"""The analysis notebooks in ``notebooks/`` run from top to bottom and say what they claim.
+
+Each notebook is executed with nbclient in a fresh kernel that runs *this* Python interpreter
+(``sys.executable``, so the venv with pipeopt and ipykernel), with the notebooks folder as its
+working directory and 120 s per cell. A cell that raises fails the test. Then a few facts are
+read back from the executed kernel: the test appends one cell that prints, as JSON, values the
+notebook computed (e.g. the quickstart's DP and MILP objectives), and checks them against each
+other - so a notebook that runs but shows wrong numbers fails too.
+
+The notebooks are stored without outputs (checked here as well).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager  # noqa: E402
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(p.name for p in NB_DIR.glob("*.ipynb"))
+PROFILE_DIR = NB_DIR.parent.parent / "shared" / "data" / "pipedream-profiles"
+MARK = "@@FACTS@@"
+KERNEL = "pipeopt-test-python"
+
+
+class _ThisPython(KernelSpecManager):
+    """A kernel spec manager whose one kernel is ipykernel on the running interpreter."""
+
+    def get_kernel_spec(self, kernel_name):
+        return KernelSpec(
+            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            display_name="Python (pipeopt tests)",
+            language="python",
+        )
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def run_notebook(name: str, facts: list[str] | None = None) -> tuple[dict, object]:
+    """Execute ``notebooks/name``; return the JSON facts (``{expr: value}``) and the executed notebook.
+
+    ``facts`` are Python expressions evaluated in the notebook's namespace after its last cell
+    (``None`` when they raise NameError, i.e. a skipped optional part).
+    """
+    nb = nbformat.read(NB_DIR / name, as_version=4)
+    if facts:
+        src = (
+            "import json as _json\n_facts = {}\n"
+            f"for _expr in {facts!r}:\n"
+            "    try:\n        _facts[_expr] = eval(_expr)\n"
+            "    except NameError:\n        _facts[_expr] = None\n"
+            f"print({MARK!r} + _json.dumps(_facts, default=str))\n"
+        )
+        nb.cells.append(nbformat.v4.new_code_cell(src))
+    km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=_ThisPython())
+    client = nbclient.NotebookClient(
+        nb, km=km, timeout=120, kernel_name=KERNEL, resources={"metadata": {"path": str(NB_DIR)}}
+    )
+    client.execute()  # raises CellExecutionError naming the cell if any cell raised
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error", f"{name}: a cell raised {out.get('ename')}"
+    found = {}
+    if facts:
+        text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
+        line = next(ln for ln in text.splitlines() if ln.startswith(MARK))
+        found = json.loads(line[len(MARK):])
+    return found, nb
+
+
+def _images(nb) -> int:
+    return sum(
+        1
+        for cell in nb.cells
+        for out in cell.get("outputs", [])
+        if "image/png" in out.get("data", {})
+    )
+
+
+pytestmark = pytest.mark.skipif(not PROFILE_DIR.is_dir(), reason="../shared/data/pipedream-profiles is not present")
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_is_stored_without_outputs(name):
+    nb = nbformat.read(NB_DIR / name, as_version=4)
+    nbformat.validate(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"{name}: cell {i} has stored outputs"
+
+
+def test_quickstart():
+    f, nb = run_notebook(
+        "01_quickstart.ipynb",
+        ["dp.objective", "dp.lower_bound", "milp.objective", "str(milp.status)", "S",
+         "{k: (r.objective, str(r.status)) for k, r in results.items()}",
+         "None if sim is None else (sim.time_per_microbatch, sim.iteration_time)", "M"],
+    )
+    opt = f["dp.objective"]
+    assert opt > 0 and math.isclose(f["dp.lower_bound"], opt, rel_tol=1e-12)
+    assert math.isclose(f["milp.objective"], opt, rel_tol=1e-6)
+    assert f["str(milp.status)"] == "optimal"
+    for name, (obj, status) in f["{k: (r.objective, str(r.status)) for k, r in results.items()}"].items():
+        assert obj >= opt * (1 - 1e-9), f"{name} beats the proven optimum"
+        assert status in ("optimal", "feasible"), (name, status)
+    sim = f["None if sim is None else (sim.time_per_microbatch, sim.iteration_time)"]
+    if _has("pipeopt.simulate"):
+        per_mb, iteration = sim
+        # one iteration of M microbatches cannot beat M bottlenecks, nor the fill of the pipeline
+        assert iteration >= f["M"] * opt * (1 - 1e-9)
+        assert per_mb >= opt * (1 - 1e-9)
+    # a plan figure always (pipeopt.plot or the fallback); a Gantt chart when both modules exist
+    assert _images(nb) >= (2 if _has("pipeopt.simulate") and _has("pipeopt.plot") else 1)
+
+
+def test_solver_tips():
+    f, nb = run_notebook(
+        "04_solver_tips.ipynb",
+        ["str(limited.status)", "limited.lower_bound", "limited.objective", "optimum_big.objective",
+         "solvers.reset_index()[['instance', 'method', 'status', 'objective_ms', 'lower_bound_ms']].values.tolist()",
+         "replicated.objective", "straight.objective"],
+    )
+    # the time-limited MILP brackets the DP's optimum: bound <= optimum <= incumbent
+    opt = f["optimum_big.objective"]
+    assert f["limited.lower_bound"] <= opt * (1 + 1e-9) <= f["limited.objective"] * (1 + 1e-9)
+    if f["str(limited.status)"] == "optimal":  # only if the solver really closed the gap
+        assert math.isclose(f["limited.objective"], opt, rel_tol=1e-6)
+    rows = f["solvers.reset_index()[['instance', 'method', 'status', 'objective_ms', 'lower_bound_ms']].values.tolist()"]
+    dp_opt = {inst: obj for inst, method, _, obj, _ in rows if method == "dp"}
+    assert len(dp_opt) == 2
+    for inst, method, status, obj, bound in rows:
+        assert bound <= dp_opt[inst] * (1 + 1e-9), (inst, method)
+        if status == "optimal":
+            assert math.isclose(obj, dp_opt[inst], rel_tol=1e-6), (inst, method)
+    # replication can only help: the straight plans are in the replicated space too
+    assert f["replicated.objective"] <= f["straight.objective"] * (1 + 1e-9)
+    assert _images(nb) >= 1
