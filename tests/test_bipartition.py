@@ -157,9 +157,11 @@ def test_milp_equals_brute_force(case):
         assert r.lower_bound == pytest.approx(best, rel=1e-6)
         assert r.info["milp_objective"] == pytest.approx(r.objective, rel=1e-6)  # claim = evaluate
         assert r.evaluation.feasible and r.space == "bipartition"
-    g, s = greedy(p), same_cut(p)
-    assert best <= g.objective * (1 + 1e-12) and g.objective <= s.objective * (1 + 1e-12)
-    assert g.status == s.status == Status.FEASIBLE and g.lower_bound is None
+    g, g2, s = greedy(p), greedy(p, move="both"), same_cut(p)
+    for h in (g, g2):
+        assert best <= h.objective * (1 + 1e-12) and h.objective <= s.objective * (1 + 1e-12)
+        assert h.status == Status.FEASIBLE and h.lower_bound is None
+    assert s.status == Status.FEASIBLE and s.info["same_cut_optimal"]
 
 
 def test_separate_cuts_beat_same_cut_when_transfers_are_cheap():
@@ -293,6 +295,8 @@ def test_bad_problem_raises():
         BipartitionProblem(inst.with_settings(objective="gpipe"), 3)
     with pytest.raises(InvalidProblemError, match="solver"):
         solve_milp(BipartitionProblem(inst, 3), solver="gurobi")
+    with pytest.raises(InvalidProblemError, match="move"):
+        greedy(BipartitionProblem(inst, 3), move="forward")
 
 
 def test_registry_and_solve():

@@ -10,7 +10,8 @@ stages non-empty and respects ``max_shift``) and applies the best one; a move is
 it lowers, lexicographically, the vector of stage and cut times sorted from the largest (so
 that it may lower the number of stages tied at the bottleneck before the bottleneck itself);
 plans that break memory are compared by their bytes over capacity first. It stops when no
-move improves or at its time limit. Scores use :meth:`BipartitionProblem.score`, the same
+move improves or at its time limit. ``move="both"`` also tries single moves of forward cuts
+(a stronger local search, still without any guarantee). Scores use :meth:`BipartitionProblem.score`, the same
 model as :func:`pipeopt.evaluate`.
 
 References
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..bipartition import BipartitionProblem, Score
 from ..cluster import Cluster
-from ..errors import InfeasibleError
+from ..errors import InfeasibleError, InvalidProblemError
 from ..exact.dp import solve_dp
 from ..partition import PartitionProblem
 from ..result import Result, Status
@@ -105,7 +106,8 @@ def _better(new: tuple, old: tuple, rel: float = 1e-12) -> bool:
     return False
 
 
-def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
+           move: str = "backward", **_kw) -> Result:
     """Greedy Bi-Partition: move backward cuts of the best same-cut plan while loads even out.
 
     Parameters
@@ -116,44 +118,58 @@ def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str
         Seconds; the search stops after the round in progress.
     solver, seed
         Unused (deterministic); accepted for the common method signature.
+    move
+        ``"backward"`` (default, the Bi-Partition idea: forward cuts stay where the same-cut
+        optimum put them) or ``"both"`` (single moves of forward cuts are tried too).
 
     Returns
     -------
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory); no lower bound.
-        ``info``: ``moves`` applied, ``start`` (same-cut cuts), ``fwd_cuts``, ``bwd_cuts``.
+        ``info``: ``moves`` applied, ``move``, ``start`` (same-cut cuts), ``fwd_cuts``, ``bwd_cuts``.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``move`` is not ``"backward"`` or ``"both"``.
 
     References
     ----------
     Cui et al., *Bi-Partition*, J. Cloud Computing (module docstring).
     """
     started = time.perf_counter()
+    if move not in ("backward", "both"):
+        raise InvalidProblemError(f"greedy: move must be 'backward' or 'both', got {move!r}")
     S, n = problem.stages, problem.n
     start = best_same_cut(problem)
     if start is None:
         start = best_same_cut(problem, ignore_memory=True)
-    a = list(start)
-    b = list(start)
-    key = _key(problem, problem.score(a, b))
+    cuts = {"fwd": list(start), "bwd": list(start)}
+    passes = ("bwd",) if move == "backward" else ("bwd", "fwd")
+    key = _key(problem, problem.score(cuts["fwd"], cuts["bwd"]))
     moves = 0
     while time.perf_counter() - started < time_limit:
         best = None
-        for c in range(S - 1):
-            lo = b[c - 1] + 1 if c > 0 else 1
-            hi = b[c + 1] - 1 if c < S - 2 else n - 1
-            if problem.max_shift is not None:
-                lo, hi = max(lo, a[c] - problem.max_shift), min(hi, a[c] + problem.max_shift)
-            for pos in range(lo, hi + 1):
-                if pos == b[c]:
-                    continue
-                cand = b[:c] + [pos] + b[c + 1 :]
-                k = _key(problem, problem.score(a, cand))
-                if _better(k, key if best is None else best[0]):
-                    best = (k, cand)
+        for which in passes:
+            mine, other = cuts[which], cuts["fwd" if which == "bwd" else "bwd"]
+            for c in range(S - 1):
+                lo = mine[c - 1] + 1 if c > 0 else 1
+                hi = mine[c + 1] - 1 if c < S - 2 else n - 1
+                if problem.max_shift is not None:
+                    lo, hi = max(lo, other[c] - problem.max_shift), min(hi, other[c] + problem.max_shift)
+                for pos in range(lo, hi + 1):
+                    if pos == mine[c]:
+                        continue
+                    cand = dict(cuts)
+                    cand[which] = mine[:c] + [pos] + mine[c + 1 :]
+                    k = _key(problem, problem.score(cand["fwd"], cand["bwd"]))
+                    if _better(k, key if best is None else best[0]):
+                        best = (k, cand)
         if best is None:
             break
-        key, b = best
+        key, cuts = best
         moves += 1
+    a, b = cuts["fwd"], cuts["bwd"]
     plan = problem.plan(a, b)
     return problem.result("greedy", plan, Status.FEASIBLE, started=started,
-                          info={"moves": moves, "start": list(start), "fwd_cuts": a, "bwd_cuts": b})
+                          info={"moves": moves, "move": move, "start": list(start), "fwd_cuts": a, "bwd_cuts": b})
