@@ -48,6 +48,9 @@ BOUND_SLACK = 1e-7
 """Relative amount taken off a MILP solver's dual bound before quoting it as a proven bound
 (covers the solver's feasibility and integrality tolerances)."""
 
+MILP_ABS_GAP = 1e-9
+"""Absolute gap, in the MILP's time units (1/100 of the simple lower bound)."""
+
 SOLVERS = ("cbc", "highs")
 
 
@@ -69,12 +72,12 @@ def build_milp(model: StraightModel, time_unit: float) -> tuple[pulp.LpProblem, 
     """
     n, S = model.n, model.S
     lp = pulp.LpProblem("partition_straight", pulp.LpMinimize)
-    T = pulp.LpVariable("bottleneck", lowBound=model.lower_bound / time_unit)
+    T = lp.add_variable("bottleneck", lowBound=model.lower_bound / time_unit)
     lp += T, "bottleneck_time"
     y: dict[int, dict[int, pulp.LpVariable]] = {}
     for t in range(1, S):
         win = model.window(t)
-        y[t] = {c: pulp.LpVariable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in win[:-1]}
+        y[t] = {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in win[:-1]}
 
     def at_start(F, t, scale=1.0):
         """Linear expression of ``F[p_t] * scale``."""
@@ -204,13 +207,13 @@ def solve_milp(
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {SOLVERS}")
     model = StraightModel.of(problem, "milp")
-    unit = (model.lower_bound if model.lower_bound > 0 else max(model.tick, 1e-12)) / 100.0
+    unit = model.time_unit
     lp, T, y = build_milp(model, unit)
     hint = balanced_split(model)
     start = _start_values(model, hint, unit) if warm_start else {}
     info: dict = {"solver": solver, "warm_start": hint, "warm_start_value": model.bottleneck(hint),
                   "time_unit": unit, "rel_gap": MILP_REL_GAP, "binaries": sum(len(v) for v in y.values()),
-                  "constraints": len(lp.constraints)}
+                  "constraints": lp.numConstraints()}
     tl = max(float(time_limit), 0.01)
     if solver == "cbc":
         for var in lp.variables():
@@ -219,7 +222,7 @@ def solve_milp(
         fd, log_path = tempfile.mkstemp(prefix="pipeopt_cbc_", suffix=".log")
         os.close(fd)
         try:
-            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=tl, gapRel=MILP_REL_GAP, gapAbs=0.0,
+            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=tl, gapRel=MILP_REL_GAP, gapAbs=MILP_ABS_GAP,
                                     warmStart=bool(start), logPath=log_path,
                                     options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"])
             lp.solve(cmd)
@@ -234,7 +237,7 @@ def solve_milp(
         info["solver_status"] = pulp.LpStatus[lp.status]
         info["bound_source"] = "CBC log" if raw is not None else "simple_lower_bound (CBC bound not readable)"
     else:
-        cmd = _HiGHSWarm(start=start, msg=False, timeLimit=tl, gapRel=MILP_REL_GAP, gapAbs=1e-9,
+        cmd = _HiGHSWarm(start=start, msg=False, timeLimit=tl, gapRel=MILP_REL_GAP, gapAbs=MILP_ABS_GAP,
                          random_seed=int(seed))
         lp.solve(cmd)
         import highspy
@@ -256,5 +259,13 @@ def solve_milp(
         values = {t: {c: y[t][c].varValue for c in y[t]} for t in y}
         starts = starts_from_cumulative(values, model)
         info["solver_objective"] = T.varValue * unit
-    bound = raw * unit * (1 - BOUND_SLACK) if raw is not None else None
+    if proven and starts is not None:
+        # optimal within the gap: the solver's value less the gap bounds the optimum (HiGHS
+        # may leave mip_dual_bound stale when presolve solves the model)
+        proof = T.varValue * (1 - MILP_REL_GAP) - MILP_ABS_GAP
+        if raw is None or proof > raw:
+            raw = proof
+            info["bound_source"] = "solver objective less the gap (proven optimal)"
+    # CBC prints 8 decimals: take 1e-8 units and BOUND_SLACK (relative) off the dual bound
+    bound = (raw - 1e-8) * unit * (1 - BOUND_SLACK) if raw is not None else None
     return finish(model, "milp", starts, proven and starts is not None, bound, started, info)

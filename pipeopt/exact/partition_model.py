@@ -156,16 +156,27 @@ class StraightModel:
 
     # ---- integer scale of the CP-SAT model ----------------------------------------------
     @cached_property
+    def top(self) -> float:
+        """Seconds: an upper bound on every time value of the model (``max(end) - min(begin)``
+        or the dearest cut); ``0.0`` only if every time is zero."""
+        return float(max(self.end.max() - self.begin.min(), self.cut_time.max(initial=0.0), 0.0))
+
+    @property
+    def time_unit(self) -> float:
+        """Seconds per unit of the MILP's time values: 1/100 of the simple lower bound (or of
+        :attr:`top` if that bound is zero), so the solver's T lies around 100..10^4."""
+        base = self.lower_bound if self.lower_bound > 0 else self.top
+        return base / 100.0 if base > 0 else 1.0
+
+    @cached_property
     def tick(self) -> float:
         """Seconds per integer time tick of the CP-SAT model.
 
-        The largest time value (the whole chain as one stage, or the dearest cut) is about
-        :data:`TIME_TICKS` ticks. ``begin``, ``end`` and ``cut_time`` are rounded to the
+        :attr:`top`, a bound on every time value, is :data:`TIME_TICKS` ticks. ``begin``, ``end`` and ``cut_time`` are rounded to the
         nearest tick, so the model's stage time of any split differs from the true one by
         at most one tick and a cut's time by at most half a tick: see :attr:`tolerance`.
         """
-        top = float(max(self.end[-1] - self.begin[0], self.cut_time.max(initial=0.0)))
-        return top / TIME_TICKS if top > 0 else 1.0
+        return self.top / TIME_TICKS if self.top > 0 else 1.0
 
     def ticks(self, seconds: np.ndarray) -> list[int]:
         """``seconds`` rounded to integer ticks (see :attr:`tick`)."""
@@ -295,6 +306,11 @@ def finish(
     lb = model.lower_bound if bound is None else max(model.lower_bound, bound)
     status = Status.OPTIMAL if (proven_optimal and plan is not None) else Status.TIME_LIMIT
     res = problem.result(method, plan, status, lower_bound=lb, started=started, info=info)
+    if res.evaluation is not None and not res.evaluation.feasible:
+        # the solver accepted a split that breaks memory within its own feasibility tolerance
+        res.status = Status.INFEASIBLE
+        res.info["warning"] = "solver's plan breaks memory within the solver's tolerance: " + "; ".join(
+            res.evaluation.violations)
     if plan is not None and res.lower_bound is not None and res.lower_bound > res.objective:
         # only rounding can put a proven bound above a feasible plan's value
         res.lower_bound = res.objective
@@ -303,14 +319,26 @@ def finish(
 
 def starts_from_cumulative(values, model: StraightModel) -> list[int]:
     """Starts of stages 1..S-1 from cumulative indicators ``values[t][c]`` ("stage t has
-    started by unit c", t = 1..S-1, c over the window), read with a 0.5 threshold."""
+    started by unit c", t = 1..S-1, c over the window), read with a 0.5 threshold.
+
+    A value ``None`` (a variable the solver dropped because no row uses it, so either value
+    gives the same model value) reads as 0.
+
+    Raises
+    ------
+    RuntimeError
+        If the values do not describe S non-empty contiguous stages (a modelling bug).
+    """
     starts = []
     for t in range(1, model.S):
         win = model.window(t)
         start = win[-1]
         for c in win[:-1]:
-            if values[t][c] > 0.5:
+            v = values[t].get(c)
+            if v is not None and v > 0.5:
                 start = c
                 break
         starts.append(start)
+    if any(a >= b for a, b in zip([0, *starts], [*starts, model.n])):
+        raise RuntimeError(f"solver values do not give {model.S} non-empty stages: starts {starts}")
     return starts
