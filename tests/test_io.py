@@ -215,3 +215,48 @@ def test_read_dispatches_on_content(tmp_path):
         read(other)
     with pytest.raises(ReadError, match="not a PipeDream node"):
         read(DATA / "LICENSE.txt")
+
+
+# ---- Tarnawski et al.'s dnn-partitioning workloads -----------------------------------------
+TARNAWSKI = DATA.parent / "dnn-partitioning"
+WORKLOADS = sorted(TARNAWSKI.glob("*-inputs/*/*.json"))
+
+
+@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: f"{p.parent.parent.name[:4]}-{p.parent.name[:5]}-{p.stem}")
+def test_dnn_partitioning_workloads(path, tmp_path):
+    from pipeopt.io.dnn_partitioning import read_dnn_partitioning
+
+    raw = json.loads(path.read_text())
+    inst = read(path)  # dispatched on content
+    assert native.to_dict(inst) == native.to_dict(read_dnn_partitioning(path))
+    classes = {n.get("colorClass", ("own", n["id"])) for n in raw["nodes"]}
+    assert inst.num_layers == len(classes)
+    fwd = [n for n in raw["nodes"] if not n["isBackwardNode"]]
+    bwd = [n for n in raw["nodes"] if n["isBackwardNode"]]
+    g = inst.graph
+    assert sum(f["cpu"] for _, f in g.nodes(data="fwd")) == pytest.approx(sum(n["cpuLatency"] for n in fwd) / 1e3)
+    assert sum(b["cpu"] for _, b in g.nodes(data="bwd")) == pytest.approx(sum(n["cpuLatency"] for n in bwd) / 1e3)
+    assert sum(f.get("fpga", 0) for _, f in g.nodes(data="fwd")) == pytest.approx(
+        sum(n["fpgaLatency"] for n in fwd) / 1e3)
+    assert sum(p for _, p in g.nodes(data="param_bytes")) == pytest.approx(sum(n["size"] for n in raw["nodes"]))
+    kinds = [d.resources for d in inst.cluster.devices]
+    assert kinds.count({"fpga": 1.0}) == raw["maxFPGAs"] and kinds.count({"cpu": 1.0}) == raw["maxCPUs"]
+    assert all(d.memory == raw["maxSizePerFPGA"] for d in inst.cluster.devices if "fpga" in d.resources)
+    assert sorted(m for _, ms in g.nodes(data="members") for m in ms) == sorted(n["id"] for n in raw["nodes"])
+    _check_round_trip(inst, tmp_path)
+
+
+def test_dnn_partitioning_malformed(tmp_path):
+    from pipeopt.io.dnn_partitioning import read_dnn_partitioning
+
+    raw = json.loads((TARNAWSKI / "throughput-inputs/LayerGraphs/bert24_training.json").read_text())
+    del raw["nodes"][3]["cpuLatency"]
+    with pytest.raises(ReadError, match=r"bad\.json: missing field 'nodes\[3\]\.cpuLatency'"):
+        read(_write(tmp_path, raw))
+    raw = json.loads((TARNAWSKI / "throughput-inputs/LayerGraphs/bert24_training.json").read_text())
+    raw["edges"].append({"sourceId": 1, "destId": 99999, "cost": 0.0, "size": 0.0})
+    with pytest.raises(ReadError, match="undeclared node 99999"):
+        read_dnn_partitioning(_write(tmp_path, raw))
+    raw.pop("maxFPGAs")
+    with pytest.raises(ReadError, match="missing field 'maxFPGAs'"):
+        read_dnn_partitioning(_write(tmp_path, raw))
