@@ -128,8 +128,10 @@ def block_parts(weights, parts: int, *, max_moves: int | None = None) -> list[in
     Returns
     -------
     list[int]
-        ``parts + 1`` boundaries from 0 to n. As in torchgpipe, a block may end up empty
-        (when a block of a single heavy item is emptied); callers must repair that.
+        ``parts + 1`` boundaries from 0 to n. As in torchgpipe, a block may end up empty and
+        the boundaries may even decrease (torchgpipe then drops or repeats layers: its
+        ``[sequence[i:j] ...]`` slices), e.g. ``block_parts([0, 0, 10, 1, 0], 3) == [0, 3, 3, 5]``;
+        callers must repair that.
     """
     seq = np.asarray(weights, dtype=float)
     n = len(seq)
@@ -139,8 +141,9 @@ def block_parts(weights, parts: int, *, max_moves: int | None = None) -> list[in
     prefix = np.concatenate([[0.0], np.cumsum(norm)])
     splits = [n // parts * (x + 1) for x in range(parts - 1)] + [n]
 
-    def size(i: int) -> float:
-        return prefix[splits[i]] - prefix[splits[i - 1] if i > 0 else 0]
+    def size(i: int) -> float:  # sum(normal_sequence[start:stop]): 0 if start >= stop
+        start = splits[i - 1] if i > 0 else 0
+        return prefix[splits[i]] - prefix[start] if splits[i] > start else 0.0
 
     moves, cap = 0, max_moves if max_moves is not None else 10 * n * n * parts
     while moves < cap:

@@ -1,0 +1,435 @@
+"""Tests of the partition baselines: binary search, PipeDream, uniform, parameter- and
+time-balanced. Cross-checked against the exact DP of the same search space, against
+hand-derived optima, against brute force in PipeDream's own cost model, and against the
+numbers PipeDream's planner prints for VGG16."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeopt.cluster import Cluster
+from pipeopt.cost import evaluate
+from pipeopt.errors import InfeasibleError, InvalidProblemError
+from pipeopt.exact.dp import solve_dp
+from pipeopt.instance import Instance, Settings
+from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
+from pipeopt.partition import PartitionProblem
+from pipeopt.result import Status
+from pipeopt.baselines import (
+    binary_search,
+    block_parts,
+    greedy_check,
+    param_balanced,
+    pipedream,
+    pipedream_partition,
+    spread_balanced_parts,
+    time_balanced,
+    uniform,
+    uniform_parts,
+)
+from pipeopt.baselines.binary_search import plan_time
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
+PROFILES = sorted(p for p in DATA.glob("*.txt") if p.name != "LICENSE.txt")
+STRAIGHT = (binary_search, uniform, param_balanced, time_balanced)
+REL = 1e-9
+
+
+def chain_instance(work, out=None, act=None, param=None, *, bandwidth=1.0, memory=math.inf,
+                   devices=None, overlap=True, names=None):
+    """A chain of layers l0 -> l1 -> ... with forward times ``work`` (backward 0)."""
+    n = len(work)
+    out = out or [0.0] * n
+    act = act or [0.0] * n
+    param = param or [0.0] * n
+    names = names or [f"l{i}" for i in range(n)]
+    g = nx.DiGraph()
+    for i, name in enumerate(names):
+        g.add_node(name, fwd={"gpu": float(work[i])}, bwd={"gpu": 0.0}, out_bytes=float(out[i]),
+                   act_bytes=float(act[i]), param_bytes=float(param[i]))
+    g.add_edges_from(zip(names[:-1], names[1:]))
+    cluster = Cluster.homogeneous(devices or n, memory=memory, bandwidth=bandwidth)
+    return Instance(g, cluster, Settings(overlap=overlap), name="chain")
+
+
+def assert_valid(problem, res, *, replicated=False):
+    """The plan is scored by evaluate, uses exactly S workers and S stages (straight)."""
+    assert res.plan is not None
+    ev = evaluate(problem.instance, res.plan)  # raises InvalidPlanError if invalid
+    assert res.objective == ev.objective
+    assert res.lower_bound is None
+    assert res.status in (Status.FEASIBLE, Status.INFEASIBLE)
+    assert (res.status == Status.FEASIBLE) == ev.feasible
+    if replicated:
+        assert sum(s.replicas for s in res.plan.stages) == problem.stages
+    else:
+        assert res.plan.num_stages == problem.stages
+        assert all(s.replicas == 1 for s in res.plan.stages)
+    assert sorted(n for s in res.plan.stages for n in s.layers) == sorted(problem.instance.graph.nodes)
+
+
+# ---------------------------------------------------------------------------------------
+# PipeDream: its own printed predictions for VGG16 (DESIGN.md)
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def vgg16_graph():
+    return read_pipedream_graph(DATA / "vgg16.txt")
+
+
+@pytest.mark.parametrize("machines, expected", [(4, 0.205520896), (8, 0.1038331703), (16, 0.0565297674)])
+def test_pipedream_reproduces_its_vgg16_predictions(vgg16_graph, machines, expected):
+    pd = pipedream_partition(vgg16_graph, machines, bandwidth=1e9, compression_ratio=1.0)
+    assert pd.time_per_minibatch == pytest.approx(expected, rel=1e-9)
+    assert sum(pd.replicas) == machines
+    assert pd.state_space == "antichain"
+    assert max(pd.stage_times) == pytest.approx(pd.time_per_minibatch, rel=1e-12)
+
+
+def test_pipedream_vgg16_stage_structure(vgg16_graph):
+    pd = pipedream_partition(vgg16_graph, 4, bandwidth=1e9)
+    assert pd.replicas == (3, 1)
+    assert pd.stages[0][0] == "node2" and pd.stages[0][-1] == "node18"
+    assert pd.stages[1][0] == "node19" and pd.stages[1][-1] == "node41"
+    assert "node1" in pd.removed  # the Input node is not planned over
+
+
+def test_pipedream_fallback_equals_antichains_on_a_chain(vgg16_graph):
+    # on a chain the antichains are the prefixes: the fallback state space must agree
+    pd = pipedream_partition(vgg16_graph, 8, bandwidth=1e9, max_states=1)
+    assert pd.state_space == "topological-order"
+    assert pd.time_per_minibatch == pytest.approx(0.1038331703, rel=1e-9)
+
+
+def test_pipedream_registry_records_its_own_prediction():
+    inst = read_pipedream(DATA / "vgg16.txt", devices=4, bandwidth=1e9)
+    problem = PartitionProblem(inst, 4, replication=True)
+    res = pipedream(problem)
+    assert_valid(problem, res, replicated=True)
+    assert res.info["pipedream_predicted"] == pytest.approx(0.205520896, rel=1e-9)
+    assert [s.replicas for s in res.plan.stages] == [3, 1]
+    assert res.plan.stages[0].devices == ("gpu0", "gpu1", "gpu2")
+    assert res.plan.stages[1].devices == ("gpu3",)
+    assert res.info["contiguous"] and res.space == "replicated"
+    # pipeopt's model charges the replicated stage a 2(m-1)/m all-reduce, PipeDream 4(m-1)/m:
+    # the two predictions differ, and pipeopt's exact replicated DP is at least as good
+    assert res.objective >= solve_dp(problem).objective * (1 - REL)
+
+
+def test_pipedream_no_communication_without_compression_ratio(vgg16_graph):
+    with_comm = pipedream_partition(vgg16_graph, 4, bandwidth=1e9, compression_ratio=1.0)
+    without = pipedream_partition(vgg16_graph, 4, bandwidth=1e9, compression_ratio=None)
+    assert without.time_per_minibatch <= with_comm.time_per_minibatch
+
+
+def test_pipedream_bad_input(vgg16_graph):
+    with pytest.raises(InvalidProblemError, match="machines"):
+        pipedream_partition(vgg16_graph, 0)
+    with pytest.raises(InvalidProblemError, match="bandwidth"):
+        pipedream_partition(vgg16_graph, 2, bandwidth=0.0)
+    with pytest.raises(InvalidProblemError, match="compression"):
+        pipedream_partition(vgg16_graph, 2, compression_ratio=-1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# PipeDream on a DAG: antichain states, augmented antichains, non-contiguous stages
+# ---------------------------------------------------------------------------------------
+def diamond():
+    """a -> b -> d, a -> c -> d; compute a=1, b=1, c=4, d=3 s; replication made prohibitive.
+
+    Antichain states: [a], [b], [c], [b, c], [d]. Two stages on 2 machines (B = 1e9, rho = 1):
+      first = {a}:       max(1, 8)                                      = 8
+      first = {a, b}:    max(2, 7, In = 2 (out_a + out_b) / B = 1)       = 7
+      first = {a, c}:    max(5, 4, In = 2 (out_a + out_c) / B = 5)       = 5
+      first = {a, b, c}: max(6, 1, In = 2 (out_b + out_c) / B = 4)       = 6
+    Out of state [c] is its *augmented* antichain {a, c} (a still feeds b): In = 5, not 4.
+    One stage on 2 replicas: (9 + 4 P_total / (2 B)) / 2, huge. Optimum 5, stages
+    {a, c} | {b, d}: not contiguous in the layer order a, b, c, d.
+    """
+    g = nx.DiGraph()
+    work = {"a": 1.0, "b": 1.0, "c": 4.0, "d": 3.0}
+    out = {"a": 0.5e9, "b": 0.0, "c": 2e9, "d": 0.0}
+    for n in "abcd":
+        g.add_node(n, fwd={"gpu": work[n]}, bwd={"gpu": 0.0}, out_bytes=out[n], act_bytes=1.0, param_bytes=1e10)
+    g.add_edges_from([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    return g
+
+
+def test_pipedream_diamond_by_hand():
+    pd = pipedream_partition(diamond(), 2, bandwidth=1e9)
+    assert pd.time_per_minibatch == pytest.approx(5.0, rel=1e-12)
+    assert pd.stage_times == pytest.approx((5.0, 5.0), rel=1e-12)
+    assert pd.stages == (("a", "c"), ("b", "d"))
+    assert pd.replicas == (1, 1)
+
+
+def test_pipedream_noncontiguous_plan_is_valid_and_flagged():
+    inst = Instance(diamond(), Cluster.homogeneous(2, bandwidth=1e9))
+    res = pipedream(PartitionProblem(inst, 2, replication=True))
+    assert_valid(PartitionProblem(inst, 2, replication=True), res, replicated=True)
+    assert res.info["contiguous"] is False
+    assert res.space == "replicated-convex"
+    assert res.plan.layer_lists() == [["a", "c"], ["b", "d"]]
+
+
+# ---------------------------------------------------------------------------------------
+# PipeDream's DP = brute force in its own cost model (chains)
+# ---------------------------------------------------------------------------------------
+def pipedream_brute_force(work, out, act, param, N, B, memory=None):
+    """min over every split into runs and every replica vector of PipeDream's time (DESIGN.md)."""
+    n = len(work)
+    best = math.inf
+    for k in range(1, min(n, N) + 1):
+        for cuts in itertools.combinations(range(1, n), k - 1):
+            bounds = [0, *cuts, n]
+            for reps in itertools.product(range(1, N + 1), repeat=k):
+                if sum(reps) != N:
+                    continue
+                worst, used = 0.0, 0
+                for s, r in enumerate(reps):
+                    a, b = bounds[s], bounds[s + 1]
+                    C, P, A = sum(work[a:b]), sum(param[a:b]), sum(act[a:b])
+                    used += r
+                    if memory is not None and math.ceil((N - used) / r) * (A + P) > memory:
+                        worst = math.inf
+                        break
+                    t = (C + 4 * (r - 1) * P / (B * r)) / r
+                    if s > 0:
+                        t = max(t, 2 * out[a - 1] / (B * r))
+                    if 0 < s < k - 1:
+                        t = max(t, 2 * out[b - 1] / (B * r))
+                    worst = max(worst, t)
+                best = min(best, worst)
+    return best
+
+
+pos = st.floats(0.0, 10.0, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.lists(st.tuples(pos, pos, pos, pos), min_size=1, max_size=6),
+    N=st.integers(1, 4),
+    mem=st.one_of(st.none(), st.floats(1.0, 40.0)),
+)
+def test_pipedream_dp_equals_brute_force_in_its_own_model(data, N, mem):
+    work, out, act, param = (list(x) for x in zip(*data, strict=True))
+    inst = chain_instance(work, out, act, param)
+    pd = pipedream_partition(inst.graph, N, bandwidth=2.0, memory=mem)
+    brute = pipedream_brute_force(work, out, act, param, N, 2.0, mem)
+    if math.isinf(brute):
+        assert math.isinf(pd.time_per_minibatch)
+    else:
+        assert pd.time_per_minibatch == pytest.approx(brute, rel=1e-12, abs=1e-12)
+        assert sum(pd.replicas) == N
+        assert max(pd.stage_times) == pytest.approx(pd.time_per_minibatch, rel=1e-12, abs=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# Hand-derived small cases for the straight baselines
+# ---------------------------------------------------------------------------------------
+def test_uniform_six_units_three_stages():
+    inst = chain_instance([1, 2, 3, 4, 5, 6])
+    res = uniform(PartitionProblem(inst, 3))
+    assert res.plan.layer_lists() == [["l0", "l1"], ["l2", "l3"], ["l4", "l5"]]
+    assert res.objective == pytest.approx(11.0)  # stage times 3, 7, 11 (no communication)
+    assert_valid(PartitionProblem(inst, 3), res)
+
+
+def test_uniform_remainder_goes_to_the_first_stages():
+    assert uniform_parts(7, 3) == [0, 3, 5, 7]  # DeepSpeed partition_uniform
+    assert uniform_parts(3, 3) == [0, 1, 2, 3]
+    with pytest.raises(InvalidProblemError):
+        uniform_parts(2, 3)
+
+
+def test_binary_search_four_layer_chain_by_hand():
+    # works 3, 1, 1, 3 s; cuts after l0, l1, l2 carry 0.5, 3, 0.5 bytes at 1 byte/s, so a cut
+    # costs 2 * bytes / bandwidth = 1, 6, 1 s. Two stages:
+    #   {l0} | {l1 l2 l3}: max(3, 5, 1) = 5;  {l0 l1} | {l2 l3}: max(4, 4, 6) = 6;
+    #   {l0 l1 l2} | {l3}: max(5, 3, 1) = 5.  Optimum 5 (the balanced middle cut is too dear).
+    inst = chain_instance([3, 1, 1, 3], out=[0.5, 3.0, 0.5, 0.0])
+    p = PartitionProblem(inst, 2)
+    res = binary_search(p)
+    assert_valid(p, res)
+    assert res.objective == pytest.approx(5.0, rel=1e-12)
+    assert solve_dp(p).objective == pytest.approx(5.0, rel=1e-12)
+    assert greedy_check(p, 4.999) is None  # no limit below the optimum passes here
+    # without communication the middle cut wins: max(4, 4) = 4
+    free = PartitionProblem(chain_instance([3, 1, 1, 3]), 2)
+    assert binary_search(free).objective == pytest.approx(4.0, rel=1e-12)
+
+
+def test_binary_search_memory_by_hand():
+    # works 3, 1, 1, 3; 1 activation byte per layer, memory 4.5 bytes. Stage 0 keeps 2
+    # microbatches (at most 2 layers), stage 1 keeps 1: {l0 l1} | {l2 l3} = 4 fits; optimum 4.
+    inst = chain_instance([3, 1, 1, 3], act=[1, 1, 1, 1], memory=4.5)
+    p = PartitionProblem(inst, 2)
+    res = binary_search(p)
+    assert res.status == Status.FEASIBLE
+    assert res.objective == pytest.approx(4.0, rel=1e-12)
+    # memory 1.5: stage 0 can hold no layer at all (2 x 1 byte > 1.5): nothing fits
+    tight = PartitionProblem(chain_instance([3, 1, 1, 3], act=[1, 1, 1, 1], memory=1.5), 2)
+    with pytest.raises(InfeasibleError):
+        solve_dp(tight)
+    res = binary_search(tight)
+    assert res.status == Status.INFEASIBLE and res.info["memory_fit"] is False
+    assert res.plan.num_stages == 2
+
+
+def test_binary_search_splits_to_exactly_s_stages():
+    # one heavy layer: the greedy needs 2 stages at the optimum 10, the plan must still have 4
+    inst = chain_instance([10, 1, 1, 1, 1])
+    p = PartitionProblem(inst, 4)
+    res = binary_search(p)
+    assert_valid(p, res)
+    assert res.info["greedy_stages"] == 2
+    assert res.objective == pytest.approx(10.0)
+
+
+def test_param_balanced_minimises_the_spread_like_deepspeed():
+    # split 4 1 1 | 1 1 4: both 6, spread 0
+    assert spread_balanced_parts([4, 1, 1, 1, 1, 4], 2) == [0, 3, 6]
+    # 1 | 0 1 and 1 0 | 1 have the same spread: DeepSpeed keeps the latest cut
+    assert spread_balanced_parts([1, 0, 1], 2) == [0, 2, 3]
+    inst = chain_instance([1, 1, 1, 1, 1, 1], param=[4, 1, 1, 1, 1, 4])
+    res = param_balanced(PartitionProblem(inst, 2))
+    assert res.plan.layer_lists() == [["l0", "l1", "l2"], ["l3", "l4", "l5"]]
+    assert res.info["stage_param_bytes"] == [6.0, 6.0]
+
+
+def test_time_balanced_matches_torchgpipe_examples():
+    # torchgpipe's own tests: solve([1..6], 2) == [[1, 2, 3, 4], [5, 6]], solve([0, 0], 2)
+    assert block_parts([1, 2, 3, 4, 5, 6], 2) == [0, 4, 6]
+    assert block_parts([0, 0], 2) == [0, 1, 2]
+    # by hand, 3 blocks of the normalised 0 .2 .4 .6 .8 1: start [0 .2] [.4 .6] [.8 1] (.2, 1, 1.8);
+    # p = 3rd; move .4 to the 1st (.6 .6 1.8), move .6 to the 1st (1.2, 0, 1.8), move .8 to the
+    # 2nd (1.2 .8 1) = p's neighbour: restart; max 1.2 <= min .8 + 1: stop -> [1 2 3 4] [5] [6]
+    assert block_parts([1, 2, 3, 4, 5, 6], 3) == [0, 4, 5, 6]
+    inst = chain_instance([1, 2, 3, 4, 5, 6])
+    res = time_balanced(PartitionProblem(inst, 2))
+    assert res.plan.layer_lists() == [["l0", "l1", "l2", "l3"], ["l4", "l5"]]
+    assert res.objective == pytest.approx(11.0)
+    with pytest.raises(InvalidProblemError, match="times"):
+        time_balanced(PartitionProblem(inst, 2), times="memory")
+
+
+def test_time_balanced_repairs_an_empty_block():
+    # normalised weights 0 0 1 .1 0 start as blocks [0] [0] [1 .1 0]; the moves towards the
+    # lightest block empty the middle one (torchgpipe would return a balance with a 0)
+    weights = [0, 0, 10, 1, 0]
+    assert block_parts(weights, 3) == [0, 3, 3, 5]
+    p = PartitionProblem(chain_instance(weights), 3)
+    res = time_balanced(p)
+    assert_valid(p, res)
+    assert res.info["repaired_empty_stages"] is True
+    # the repair splits the cheapest way: {l0 l1 l2} stays, {l3 l4} becomes {l3} | {l4}
+    assert res.plan.layer_lists() == [["l0", "l1", "l2"], ["l3"], ["l4"]]
+    assert res.objective == pytest.approx(10.0)
+
+
+# ---------------------------------------------------------------------------------------
+# Every profile, S in {2, 4, 8}: valid plans, >= the exact optimum of the same space
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=PROFILES, ids=lambda p: p.stem)
+def profile(request):
+    return read_pipedream(request.param, devices=8)
+
+
+@pytest.mark.parametrize("S", [2, 4, 8])
+def test_baselines_on_every_profile(profile, S):
+    straight = PartitionProblem(profile, S)
+    opt = solve_dp(straight).objective
+    for fn in STRAIGHT:
+        res = fn(straight)
+        assert_valid(straight, res)
+        assert res.space == "straight"
+        assert res.objective >= opt * (1 - REL), fn.__name__
+        if fn is binary_search:
+            assert plan_time(straight, straight.starts_of(res.plan)) == pytest.approx(res.objective, rel=1e-12)
+    replicated = PartitionProblem(profile, S, replication=True)
+    res = pipedream(replicated)
+    assert_valid(replicated, res, replicated=True)
+    assert math.isfinite(res.info["pipedream_predicted"])
+    if res.info["contiguous"]:
+        assert res.space == "replicated"
+        assert res.objective >= solve_dp(replicated).objective * (1 - REL)
+    else:
+        assert res.space == "replicated-convex"
+
+
+def test_pipedream_state_spaces():
+    # ResNet's antichain DAG is small; Inception-v3's explodes and falls back (documented)
+    assert pipedream_partition(read_pipedream_graph(DATA / "resnet18.txt"), 4).state_space == "antichain"
+    assert pipedream_partition(read_pipedream_graph(DATA / "inception_v3.txt"), 4).state_space == "topological-order"
+
+
+def test_pipedream_places_inputs_and_getitem_sinks():
+    g = read_pipedream_graph(DATA / "gnmt.txt")
+    pd = pipedream_partition(g, 4)
+    assert {"node1", "node2", "node3"} <= set(pd.removed)  # Input0..2
+    assert any(g.nodes[n]["op"].startswith("__getitem__") for n in pd.removed)
+    inst = read_pipedream(DATA / "gnmt.txt", devices=4)
+    res = pipedream(PartitionProblem(inst, 4, replication=True))
+    assert_valid(PartitionProblem(inst, 4, replication=True), res, replicated=True)
+    assert {"node1", "node2", "node3"} <= set(res.plan.stages[0].layers)
+
+
+# ---------------------------------------------------------------------------------------
+# Random chains: every baseline >= the DP of its space, exactly S stages
+# ---------------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.lists(st.tuples(pos, pos, pos, pos), min_size=1, max_size=9),
+    S=st.integers(1, 4),
+    bandwidth=st.floats(0.5, 20.0),
+    memory=st.one_of(st.just(math.inf), st.floats(5.0, 80.0)),
+    overlap=st.booleans(),
+)
+def test_random_chains_baselines_at_least_dp(data, S, bandwidth, memory, overlap):
+    work, out, act, param = (list(x) for x in zip(*data, strict=True))
+    S = min(S, len(work))
+    inst = chain_instance(work, out, act, param, bandwidth=bandwidth, memory=memory, devices=4, overlap=overlap)
+    straight = PartitionProblem(inst, S)
+    try:
+        opt = solve_dp(straight).objective
+    except InfeasibleError:
+        opt = None
+    for fn in STRAIGHT:
+        res = fn(straight)
+        assert_valid(straight, res)
+        if opt is None:
+            assert res.status == Status.INFEASIBLE, fn.__name__
+        elif res.status == Status.FEASIBLE:
+            assert res.objective >= opt * (1 - REL) - 1e-12, fn.__name__
+    replicated = PartitionProblem(inst, S, replication=True)
+    res = pipedream(replicated)
+    assert_valid(replicated, res, replicated=True)
+    assert res.info["contiguous"]  # a chain: every PipeDream stage is a run of layers
+    try:
+        ropt = solve_dp(replicated).objective
+    except InfeasibleError:
+        assert res.status == Status.INFEASIBLE
+    except ValueError:  # pipeopt.exact.dp bug, see test_replicated_dp_when_memory_leaves_no_prefix
+        pass
+    else:
+        if res.status == Status.FEASIBLE:
+            assert res.objective >= ropt * (1 - REL) - 1e-12
+
+
+@pytest.mark.xfail(raises=ValueError, strict=False,
+                   reason="pipeopt.exact.dp._replicated takes argmin over no reachable prefix (reported)")
+def test_replicated_dp_when_memory_leaves_no_prefix():
+    # found by the random-chain test: layer l0 has 6 parameter bytes, memory 5 bytes: no plan
+    # fits; the replicated DP must say so with InfeasibleError, and PipeDream's plan is INFEASIBLE
+    inst = chain_instance([0, 0], param=[6, 0], memory=5.0, bandwidth=1.0, devices=4, overlap=False)
+    problem = PartitionProblem(inst, 2, replication=True)
+    assert pipedream(problem).status == Status.INFEASIBLE
+    with pytest.raises(InfeasibleError):
+        solve_dp(problem)
