@@ -23,7 +23,8 @@ units u = 0..n-1):
 
 Times are divided by a reference (the simple lower bound) for the solver's tolerances. The
 best same-cut plan (exact DP) caps T from above and is kept as the incumbent if the solver
-finds nothing better in time; the status is ``OPTIMAL`` only if the solver proved it, and the
+finds nothing better in time (or only a tie: then the plan without migrations is returned); the
+status is ``OPTIMAL`` only if the solver proved it, and the
 reported lower bound is the solver's proven dual bound (never above the returned objective).
 
 References
@@ -251,9 +252,10 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
         plan = problem.plan(a, b)
         info["milp_objective"] = float(pulp.value(T)) * scale
         info.update(fwd_cuts=a, bwd_cuts=b)
-    if plan is None or upper < problem.score(a, b).bottleneck:
+    if plan is None or upper <= problem.score(a, b).bottleneck * (1 + 1e-9):
         # the solver found nothing (time limit, or a numerical 'infeasible' under the same-cut cap)
-        # or nothing better: keep the best same-cut plan, optimal only if the solver proved it
+        # or nothing better: keep the best same-cut plan (no needless migrations on ties),
+        # optimal only if the solver proved it
         plan = problem.plan(start_cuts, start_cuts)
         info.update(fwd_cuts=start_cuts, bwd_cuts=start_cuts, incumbent="same_cut")
         proven = proven and has_solution
