@@ -24,12 +24,14 @@ position is the index of the first unit of the next stage).
   - forward: the activations of the graph edges crossing the forward split at ``a_{c+1}``;
   - backward: the gradients of the edges crossing the backward split at ``b_{c+1}`` (an edge's
     gradient has as many bytes as its activation);
-  - every unit u whose forward runs on stage ``s_f(u)`` and backward on ``s_b(u) != s_f(u)``
-    lies between the two cuts of every cut c in between (``min(a, b) <= u < max(a, b)``)
-    and moves there (a) its stashed activation ``act_bytes[u]`` from ``s_f`` to ``s_b``,
-    every microbatch, and (b) its weights ``param_bytes[u]`` from ``s_b`` (where the
-    gradient is computed and the update applied) back to ``s_f``, once per iteration of M
-    microbatches, i.e. ``param_bytes / M`` per microbatch.
+  - migrations: a unit u whose forward runs on stage ``s_f(u)`` and backward on
+    ``s_b(u) != s_f(u)`` crosses every cut c between the two stages -- these are exactly
+    the units ``min(a_{c+1}, b_{c+1}) <= u < max(a_{c+1}, b_{c+1})`` -- and ships across it
+    (a) its stashed activation ``act_bytes[u]`` from ``s_f`` to ``s_b``, every microbatch,
+    and (b) its weights ``param_bytes[u]`` from ``s_b`` (where its weight gradient is
+    computed and the update applied) back to ``s_f``, once per iteration of M microbatches,
+    i.e. ``param_bytes / M`` per microbatch. (Recomputing the forward on ``s_b`` instead is
+    not modelled.)
 
   Cut time ``C_c = (forward bytes + backward bytes) / bandwidth``.
 * **Time per microbatch.** With overlap (default) ``T = max(max_i load_i, max_c C_c)``;
@@ -45,7 +47,8 @@ position is the index of the first unit of the next stage).
 Memory consequence: for a given backward split, the activation memory is fixed and ``a = b``
 needs the fewest weights, so a Bi-Partition plan fits in memory only if the same-cut plan with
 its backward split fits. Separate cuts therefore never rescue a memory-infeasible instance;
-they balance compute.
+they balance compute (also when memory forces an uneven backward split: the forward split
+can then still even out the loads).
 
 **How far may the backward split move?** Any distance: the transfer terms above are the
 price of a shift and the exact method weighs them. The option ``max_shift`` (units) restricts
@@ -57,9 +60,8 @@ so the best same-cut plan is a feasible Bi-Partition plan: the exact optimum is 
 
 References
 ----------
-Cui et al., *Bi-Partition: a pipeline-parallel training method with separate forward and
-backward partitions*, Journal of Cloud Computing (Springer) -- abstract: different cut
-positions for the two passes, up to 1.9x faster than PipeDream.
+Cui et al., *Bi-Partition*, Journal of Cloud Computing (Springer) -- as cited in DESIGN.md;
+its abstract: different cut positions for the two passes, up to 1.9x faster than PipeDream.
 Narayanan et al., *PipeDream*, SOSP 2019 (1F1B, weight stashing, the profiles).
 """
 
