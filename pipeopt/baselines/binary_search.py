@@ -220,4 +220,5 @@ def binary_search(
     starts = split_to_stages(problem, best, memory=memory)
     plan = problem.plan(starts)
     info = {"limit": hi, "iterations": iterations, "greedy_stages": greedy_stages, "memory_fit": memory}
-    return problem.result("binary_search", plan, Status.FEASIBLE, started=started, space="straight", info=info)
+    return problem.result("binary_search", plan, Status.FEASIBLE, started=started, space="straight",
+                          info=info)

@@ -246,8 +246,9 @@ def _mask_sum(masks: list[int], values: np.ndarray) -> np.ndarray:
     nbytes = (V + 7) // 8
     out = np.empty(len(masks))
     for t, m in enumerate(masks):
-        bits = np.unpackbits(np.frombuffer(m.to_bytes(nbytes, "little"), dtype=np.uint8), bitorder="little")[:V]
-        out[t] = float(values @ bits)
+        raw = np.frombuffer(m.to_bytes(nbytes, "little"), dtype=np.uint8)
+        bits = np.unpackbits(raw, bitorder="little")[:V].astype(bool)
+        out[t] = float(values[bits].sum())  # not values @ bits: inf * 0 would give nan
     return out
 
 
@@ -320,9 +321,9 @@ def pipedream_partition(
     N, B = int(machines), float(bandwidth)
     h, removed = _planning_graph(graph)
     order = layer_order(h)
-    V = len(order)
     nd = h.nodes
-    comp = np.array([(nd[n]["fwd"].get(kind, math.inf) + nd[n]["bwd"].get(kind, math.inf)) / speed for n in order])
+    comp = np.array([(nd[n]["fwd"].get(kind, math.inf) + nd[n]["bwd"].get(kind, math.inf)) / speed
+                     for n in order])
     par = np.array([float(nd[n]["param_bytes"]) for n in order])
     act = np.array([float(nd[n]["act_bytes"]) for n in order])
     out_b = np.array([float(nd[n]["out_bytes"]) for n in order])

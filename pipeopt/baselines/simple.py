@@ -184,10 +184,13 @@ def _result(problem: PartitionProblem, name: str, bounds: list[int], started: fl
     if repaired:
         starts = split_to_stages(problem, starts)
     info = {**info, "repaired_empty_stages": repaired}
-    return problem.result(name, problem.plan(starts), Status.FEASIBLE, started=started, space="straight", info=info)
+    plan = problem.plan(starts)
+    return problem.result(name, plan, Status.FEASIBLE, started=started, space="straight", info=info)
 
 
-def uniform(problem: PartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **kw) -> Result:
+def uniform(
+    problem: PartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **kw
+) -> Result:
     """Equal unit counts per stage (DeepSpeed ``partition_method="uniform"``).
 
     Parameters
