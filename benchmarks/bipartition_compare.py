@@ -113,7 +113,8 @@ def row(label: str, inst, S: int, time_limit: float, solver: str) -> dict | None
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| instance | n | S | B/F | B/F CV | same-cut ms | greedy ms (gain) | greedy-both ms (gain) | MILP ms (gain) | bound ms | "
+    head = ("| instance | n | S | B/F | B/F CV | same-cut ms | greedy ms (gain) | greedy-both ms (gain) | "
+            "MILP ms (gain) | bound ms | "
             "status | MILP s | moved MB | limit |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -122,8 +123,9 @@ def markdown(rows: list[dict]) -> str:
                          f"{r['note']} | | | | | | | | |")
             continue
         lines.append(
-            f"| {r['instance']} | {r['n']} | {r['S']} | {r['B/F']:.2f} | {r['B/F CV']:.2f} | {r['same_cut_ms']:.4g} | "
-            f"{r['greedy_ms']:.4g} ({r['greedy_gain']:+.1%}) | {r['greedy2_ms']:.4g} ({r['greedy2_gain']:+.1%}) | "
+            f"| {r['instance']} | {r['n']} | {r['S']} | {r['B/F']:.2f} | {r['B/F CV']:.2f} | "
+            f"{r['same_cut_ms']:.4g} | {r['greedy_ms']:.4g} ({r['greedy_gain']:+.1%}) | "
+            f"{r['greedy2_ms']:.4g} ({r['greedy2_gain']:+.1%}) | "
             f"{r['milp_ms']:.4g} ({r['milp_gain']:+.1%}) | "
             f"{r['bound_ms']:.4g} | {r['status']} | {r['milp_s']:.1f} | {r['moved_MB']:.1f} | {r['limit']} |")
     return "\n".join(lines)

@@ -250,18 +250,22 @@ class BipartitionProblem:
         for name, cuts in (("forward", fwd_cuts), ("backward", bwd_cuts)):
             cuts = [int(c) for c in cuts]
             if len(cuts) != self.stages - 1:
-                raise InvalidPlanError(f"{self.stages} stages need {self.stages - 1} {name} cuts, got {len(cuts)}")
+                raise InvalidPlanError(
+                    f"{self.stages} stages need {self.stages - 1} {name} cuts, got {len(cuts)}")
             bounds = [0, *cuts, self.n]
             for i in range(self.stages):
                 if bounds[i + 1] <= bounds[i]:
                     raise InvalidPlanError(
-                        f"{name} cuts {cuts} leave stage {i} empty (cuts must increase strictly within 1..{self.n - 1})"
+                        f"{name} cuts {cuts} leave stage {i} empty "
+                        f"(cuts must increase strictly within 1..{self.n - 1})"
                     )
             out.append(cuts)
         if self.max_shift is not None:
             for c, (a, b) in enumerate(zip(*out, strict=True)):
                 if abs(a - b) > self.max_shift:
-                    raise InvalidPlanError(f"cut {c}: forward at unit {a}, backward at unit {b}, shift above max_shift={self.max_shift}")
+                    raise InvalidPlanError(
+                        f"cut {c}: forward at unit {a}, backward at unit {b}, "
+                        f"shift above max_shift={self.max_shift}")
         return out[0], out[1]
 
     def score(self, fwd_cuts, bwd_cuts) -> Score:

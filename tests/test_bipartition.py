@@ -190,7 +190,8 @@ def random_chain(draw):
     ratio = draw(st.lists(st.floats(0.5, 4.0), min_size=n, max_size=n))
     sizes = st.lists(st.floats(0.0, 50.0), min_size=n, max_size=n)
     act, param, out = draw(sizes), draw(sizes), draw(sizes)
-    skips = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.floats(0, 20)), max_size=2))
+    edge = st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.floats(0, 20))
+    skips = draw(st.lists(edge, max_size=2))
     skips = [(u, v, w) for u, v, w in skips if v > u + 1]
     bw = draw(st.sampled_from([5e8, 1e10, 1e12]))
     memory = draw(st.sampled_from([math.inf, 200 * MB, 400 * MB]))
@@ -305,7 +306,8 @@ def test_registry_and_solve():
     assert {m.name for m in methods("bipartition")} == {"milp", "greedy", "same_cut"}
     assert method("bipartition", "milp").exact and not method("bipartition", "greedy").exact
     inst = chain_instance(**TINY, stages=3, bandwidth=2e11)
-    res = {m: solve(inst, problem="bipartition", method=m, stages=3, time_limit=20) for m in ("milp", "greedy", "same_cut")}
+    res = {m: solve(inst, problem="bipartition", method=m, stages=3, time_limit=20)
+           for m in ("milp", "greedy", "same_cut")}
     assert res["milp"].status == Status.OPTIMAL
     assert res["milp"].objective <= res["greedy"].objective <= res["same_cut"].objective
     d = res["milp"].to_dict()

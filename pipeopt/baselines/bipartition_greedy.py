@@ -63,7 +63,8 @@ def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False) -
     return base.starts_of(res.plan)
 
 
-def same_cut(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def same_cut(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
+             **_kw) -> Result:
     """The best plan whose forward and backward cuts coincide (a_i = b_i).
 
     Parameters
@@ -172,4 +173,5 @@ def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str
     a, b = cuts["fwd"], cuts["bwd"]
     plan = problem.plan(a, b)
     return problem.result("greedy", plan, Status.FEASIBLE, started=started,
-                          info={"moves": moves, "move": move, "start": list(start), "fwd_cuts": a, "bwd_cuts": b})
+                          info={"moves": moves, "move": move, "start": list(start),
+                                "fwd_cuts": a, "bwd_cuts": b})

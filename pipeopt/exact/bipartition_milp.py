@@ -52,7 +52,8 @@ SOLVERS = ("cbc", "highs")
 
 def _make_solver(solver: str, time_limit: float, gap: float, log_path: str, seed: int):
     if solver == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit))), gapRel=gap, gapAbs=0.0,
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit))), gapRel=gap,
+                                 gapAbs=0.0,
                                  threads=1, logPath=log_path,
                                  options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"])
     if solver == "highs":
@@ -176,13 +177,15 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
             k, v = problem.in_flight(i), problem.versions(i)
             # bytes scaled to GiB for the solver's tolerances
             prob.addConstraint(
-                pulp.lpSum(k * problem.act[u] / 2**30 * g[u] + v * problem.param[u] / 2**30 * h[u] for u in range(n))
+                pulp.lpSum(k * problem.act[u] / 2**30 * g[u] + v * problem.param[u] / 2**30 * h[u]
+                           for u in range(n))
                 <= cap / 2**30, f"memory_{i}")
     return prob, T, p, q
 
 
 def _cuts(rows) -> list[int]:
-    return [int(round(sum(pulp.value(x) if isinstance(x, pulp.LpVariable) else x for x in row))) for row in rows]
+    return [int(round(sum(pulp.value(x) if isinstance(x, pulp.LpVariable) else x for x in row)))
+            for row in rows]
 
 
 def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
@@ -242,8 +245,10 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
         bound = _dual_bound(prob, solver, log_path)
     finally:
         os.unlink(log_path)
-    info = {"solver": solver, "seed": seed, "gap_tolerance": gap, "binaries": sum(v.cat == "Integer" for v in prob.variables()),
-            "same_cut": {"cuts": start_cuts, "bottleneck": upper}, "solver_status": pulp.LpStatus[prob.status]}
+    info = {"solver": solver, "seed": seed, "gap_tolerance": gap,
+            "binaries": sum(v.cat == "Integer" for v in prob.variables()),
+            "same_cut": {"cuts": start_cuts, "bottleneck": upper},
+            "solver_status": pulp.LpStatus[prob.status]}
     has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     proven = prob.sol_status == pulp.LpSolutionOptimal
     plan = None
