@@ -437,3 +437,36 @@ def test_replicated_dp_when_memory_leaves_no_prefix():
     assert pipedream(problem).status == Status.INFEASIBLE
     with pytest.raises(InfeasibleError):
         solve_dp(problem)
+
+
+@st.composite
+def random_dags(draw):
+    """Small DAGs over l0..l{n-1} with edges i -> j (i < j), maybe in several components."""
+    n = draw(st.integers(2, 7))
+    edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=12))
+    g = nx.DiGraph()
+    for i in range(n):
+        g.add_node(f"l{i}", fwd={"gpu": draw(pos)}, bwd={"gpu": draw(pos)}, out_bytes=draw(pos),
+                   act_bytes=draw(pos), param_bytes=draw(pos))
+    g.add_edges_from((f"l{a}", f"l{b}") for a, b in edges if a < b)
+    return g
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=random_dags(), S=st.integers(1, 4), bandwidth=st.floats(0.5, 20.0))
+def test_random_dags_baselines_valid_and_at_least_dp(graph, S, bandwidth):
+    inst = Instance(graph, Cluster.homogeneous(4, bandwidth=bandwidth))
+    S = min(S, inst.chain.n)
+    straight = PartitionProblem(inst, S)
+    opt = solve_dp(straight).objective
+    for fn in STRAIGHT:
+        res = fn(straight)
+        assert_valid(straight, res)
+        assert res.objective >= opt * (1 - REL) - 1e-12, fn.__name__
+    replicated = PartitionProblem(inst, S, replication=True)
+    res = pipedream(replicated)
+    assert_valid(replicated, res, replicated=True)  # precedence-respecting, every layer once
+    if res.info["contiguous"]:
+        assert res.objective >= solve_dp(replicated).objective * (1 - REL) - 1e-12
+    else:
+        assert res.space == "replicated-convex"

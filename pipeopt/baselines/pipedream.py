@@ -43,7 +43,10 @@ Departures from the released code, all documented in ``info``:
   one topological order (the prefixes of :func:`pipeopt.graph.layer_order`), which is what
   PipeDream's DP does on a chain; ``Out`` of a prefix is then the activation size of the
   prefix's last layer plus that of every layer of the prefix with an edge leaving it
-  (the same augmentation rule). ``PipeDreamPlan.state_space`` says which was used.
+  (the same augmentation rule). ``PipeDreamPlan.state_space`` says which was used. The same
+  fallback applies when the antichains grown from the first source (PipeDream starts from
+  ``sources()[0]``; here the first in natural name order, the same on every shipped profile)
+  do not cover every layer, as on a graph of several components.
 
 References
 ----------
@@ -329,7 +332,9 @@ def pipedream_partition(
     out_b = np.array([float(nd[n]["out_bytes"]) for n in order])
 
     states = _antichain_states(order, h, out_b, max_states)
-    if states is None:
+    if states is None or states.downsets[-1] != (1 << len(order)) - 1:
+        # too many antichains, or the antichains grown from one source miss layers (a graph
+        # of several components): plan over the prefixes of one topological order
         states = _prefix_states(order, h, out_b)
     C = _mask_sum(states.downsets, comp)
     P = _mask_sum(states.downsets, par)
