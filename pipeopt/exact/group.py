@@ -8,8 +8,10 @@ interchangeable):
 
 * :func:`solve_milp` - PuLP (CBC or HiGHS) at fixed T, bisected on T. Bound: the largest T
   proven infeasible.
-* :func:`solve_cpsat` - CP-SAT on an integer relaxation, minimising T (``T g`` linearised
-  with the same product). Bound: CP-SAT's bound in seconds.
+* :func:`solve_cpsat` - CP-SAT at fixed T over stage intervals, whose split feasibility on
+  the worker's devices is linear by LP duality
+  (:func:`pipeopt.resource.formulation.interval_cover_coefficients`), bisected on T with the
+  same driver. Bound: the largest T proven infeasible.
 
 Both start from the better of Algorithm 2 and round-robin (upper bound and hint).
 
@@ -81,8 +83,8 @@ def solve_milp(problem: GroupProblem, *, time_limit: float = 60.0, solver: str =
 
 
 def solve_cpsat(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-                workers: int = 2, rel_gap: float = 1e-3, **_kw) -> Result:
-    """Exact grouping + partition + split by CP-SAT (integer relaxation, T minimised).
+                workers: int = 2, rel_gap: float = MIN_REL_GAP, **_kw) -> Result:
+    """Exact grouping + partition + split by CP-SAT over stage intervals, bisected on T.
 
     Parameters
     ----------
@@ -97,12 +99,12 @@ def solve_cpsat(problem: GroupProblem, *, time_limit: float = 60.0, solver: str 
     workers
         CP-SAT search workers.
     rel_gap
-        Claim OPTIMAL only when the exact gap is within it.
+        Stop (OPTIMAL) when (objective - bound) <= rel_gap * objective.
 
     Returns
     -------
     Result
-        ``OPTIMAL``, ``TIME_LIMIT`` or ``FEASIBLE`` (relaxation rounding gap above ``rel_gap``).
+        ``OPTIMAL`` (within ``rel_gap``) or ``TIME_LIMIT`` with the incumbent and the bound.
     """
     return run_cpsat(problem, method="cpsat", fixed_groups=None, start=_start(problem), lower=_lower(problem),
                      time_limit=time_limit, seed=seed, workers=workers, rel_gap=rel_gap)

@@ -8,8 +8,8 @@ Three exact methods for :class:`~pipeopt.resource.JointProblem`:
 * :func:`solve_milp` - the MILP of :mod:`pipeopt.resource.formulation` (products of a
   share and a binary assignment linearised exactly) at fixed T, bisected on T. Bound: the
   largest T the solver proved infeasible.
-* :func:`solve_cpsat` - the same formulation in CP-SAT on an integer relaxation, minimising
-  T directly. Bound: CP-SAT's bound mapped back to seconds.
+* :func:`solve_cpsat` - CP-SAT at fixed T over stage intervals (each interval's split time
+  checked exactly beforehand), bisected on T. Bound: the largest T proven infeasible.
 
 References
 ----------
@@ -98,8 +98,8 @@ def solve_milp(problem: JointProblem, *, time_limit: float = 60.0, solver: str =
 
 
 def solve_cpsat(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-                workers: int = 2, rel_gap: float = 1e-3, **_kw) -> Result:
-    """Exact joint optimum by CP-SAT on an integer relaxation (see :func:`pipeopt.resource.formulation.run_cpsat`).
+                workers: int = 2, rel_gap: float = MIN_REL_GAP, **_kw) -> Result:
+    """Exact joint optimum by CP-SAT over stage intervals, bisected on T (:func:`pipeopt.resource.formulation.run_cpsat`).
 
     Parameters
     ----------
@@ -114,12 +114,12 @@ def solve_cpsat(problem: JointProblem, *, time_limit: float = 60.0, solver: str 
     workers
         CP-SAT search workers.
     rel_gap
-        Claim OPTIMAL only when the exact gap is within it.
+        Stop (OPTIMAL) when (objective - bound) <= rel_gap * objective.
 
     Returns
     -------
     Result
-        ``OPTIMAL``, ``TIME_LIMIT`` or ``FEASIBLE`` (relaxation rounding gap above ``rel_gap``).
+        ``OPTIMAL`` (within ``rel_gap``) or ``TIME_LIMIT`` with the incumbent and the bound.
     """
     return run_cpsat(problem, method="cpsat", fixed_groups=problem.groups, start=_start(problem),
                      lower=_lower(problem), time_limit=time_limit, seed=seed, workers=workers, rel_gap=rel_gap)

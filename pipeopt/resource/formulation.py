@@ -22,14 +22,13 @@ Variables (S stages, n units, K resource kinds, D devices):
   ``sum_i (k_s act_i + v_s param_i) x[i, s] <= capacity_s`` (k_s = S - s microbatches in flight).
 
 With T fixed (the MILP, bisected by :func:`bisect`) every constraint is linear. With T a
-variable (CP-SAT, minimised directly) ``T R_{s,k}`` is linear for fixed workers and uses
-``v = T g`` (:func:`product` again) when grouping.
+variable ``T R_{s,k}`` is linear for fixed workers and uses ``v = T g`` (:func:`product`
+again) when grouping; :func:`cpsat_data` gives integer data for such a direct model (a
+relaxation), kept for experiments: CP-SAT handles the continuous shares badly.
 
-CP-SAT needs integers. :func:`cpsat_data` scales so that the integer model is a
-*relaxation* of the real one (costs rounded down, resources and capacities rounded up,
-fractions on a grid of 1/D whose sum may fall short of 1 by (K-1)/D); its optimum, or its
-proven bound at the time limit, is thus a valid lower bound on the real optimum, and the
-plan it returns is scored exactly by :func:`pipeopt.evaluate`.
+CP-SAT (:func:`run_cpsat`) instead works over stage intervals at fixed T, where the split
+feasibility of an interval on a worker is linear in the worker's devices by LP duality
+(:func:`interval_cover_coefficients`), and is bisected by the same driver.
 """
 
 from __future__ import annotations
@@ -39,6 +38,11 @@ import time
 from dataclasses import dataclass
 
 from .problems import GroupProblem, ResourceProblem
+
+COVER_SCALE = 10**6
+"""Right-hand side of the integer split-feasibility rows in CP-SAT (coefficients rounded up,
+so at most ~1e-6 relative slack, in the relaxing direction). With 1e9 CP-SAT 9.15's presolve
+wrongly reported a feasible model infeasible; 1e6 passes the cross-checks."""
 
 MIN_REL_GAP = 1e-4
 """Default relative gap (objective - bound) / objective at which an exact method stops and
@@ -415,11 +419,10 @@ def bisect(problem: ResourceProblem, check, lower: float, start: tuple, *, deadl
         steps.append((T, out[0]))
         if out[0] == "feasible":
             v = problem.plan_value(out[1], out[2])
-            if v < upper:
-                starts, groups, upper = out[1], out[2], v
-            if v > T * (1 + 1e-6):  # the solver's plan misses T beyond its tolerance: stop
-                steps.append((T, "tolerance"))
+            if v >= upper:  # the solver's plan misses T beyond its tolerance: no progress
+                steps.append((T, "no progress"))
                 break
+            starts, groups, upper = out[1], out[2], v
         elif out[0] == "infeasible":
             lower = T
         else:
@@ -471,94 +474,171 @@ def run_milp(problem: ResourceProblem, *, method: str, fixed_groups: list | None
     solver's feasibility tolerance); status ``OPTIMAL`` once the bracket is within
     ``rel_gap``, else ``TIME_LIMIT`` with the incumbent.
     """
-    from ..result import Status
-
     started = time.perf_counter()
     tau0 = problem.plan_value(*start)
     if not math.isfinite(tau0) or tau0 <= 0:
         tau0 = 1.0
     data = milp_data(problem, fixed_groups, tau0)
     group = fixed_groups is None
-    stats = {"models": 0}
 
     def check(T: float, left: float):
         m = PulpModel(f"{method}_T")
         f = build(m, problem, data, T / tau0, group=group)
         m.prob += m.total([0 * next(iter(f.x.values()))])
-        stats["models"] += 1
         out = solve_pulp(m, solver, left)
         if out != "feasible":
             return (out,)
         starts, groups = read_solution(problem, f, lambda v: v.value() or 0.0, fixed_groups)
         return ("feasible", starts, groups)
 
+    info = {"solver": solver, "bound": "largest T the MILP proved infeasible"}
+    return finish_bisection(problem, method, check, start, lower, started, time_limit, rel_gap, info)
+
+
+def finish_bisection(problem, method, check, start, lower, started, time_limit, rel_gap, info):
+    """Run :func:`bisect` with ``check`` and wrap its outcome into a :class:`~pipeopt.result.Result`
+    (``OPTIMAL`` when the bracket closed within ``rel_gap``, else ``TIME_LIMIT``)."""
+    from ..result import Status
+
     b = bisect(problem, check, lower, start, deadline=started + time_limit, rel_gap=rel_gap)
     plan = problem.plan(b.starts, b.groups, "split")
     status = Status.OPTIMAL if b.proven else Status.TIME_LIMIT
-    info = {"solver": solver, "bisection_steps": len(b.steps), "models_solved": stats["models"],
-            "rel_gap_target": rel_gap, "bound": "largest T the MILP proved infeasible"}
-    return problem.result(method, plan, status, lower_bound=b.lower, started=started, space="split", info=info)
+    info = {**info, "bisection_steps": len(b.steps), "rel_gap_target": rel_gap,
+            "step_outcomes": [o for _, o in b.steps]}
+    res = problem.result(method, plan, status, lower_bound=b.lower, started=started, space="split", info=info)
+    res.lower_bound = min(res.lower_bound, res.objective)
+    return res
+
+
+
+
+# ---- CP-SAT: the same bisection, over stage intervals -----------------------------------------
+
+def interval_cover_coefficients(F: dict, B: dict, kinds: tuple) -> list[dict]:
+    """Rows ``c(lambda)`` of the split-feasibility test of one stage load.
+
+    By LP duality the best split's rate is ``min over lambda in [0, 1] of
+    sum_k R_k max(lambda / F_k, (1 - lambda) / B_k)``, a convex piecewise-linear function
+    whose kinks ``F_k / (F_k + B_k)`` do not depend on R. So a stage with loads F, B runs
+    within T on resources R iff ``sum_k R_k c_k(lambda) >= 1 / T`` for every lambda in
+    {0, 1, F_k / (F_k + B_k)}: constraints *linear in R*, hence in the device assignment.
+
+    Returns
+    -------
+    list[dict[kind, float]]
+        One row per lambda (``inf`` where a pass has no work on a kind).
+    """
+    usable = [k for k in kinds if math.isfinite(F[k])]
+    lams = {0.0, 1.0}
+    for k in usable:
+        if F[k] + B[k] > 0:
+            lams.add(F[k] / (F[k] + B[k]))
+
+    def ratio(x, y):
+        return 0.0 if x == 0 else (math.inf if y == 0 else x / y)
+
+    return [{k: max(ratio(lam, F[k]), ratio(1 - lam, B[k])) for k in usable} for lam in sorted(lams)]
 
 
 def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | None, start: tuple,
-              lower: float, time_limit: float, seed: int, workers: int = 2,
-              rel_gap: float = 1e-3, ticks: int = 10**6, grid: int = 10**4):
-    """CP-SAT on the integer relaxation (:func:`cpsat_data`), minimising T directly.
+              lower: float, time_limit: float, seed: int, workers: int = 2, rel_gap: float = MIN_REL_GAP):
+    """CP-SAT at fixed T over stage intervals, bisected on T (:func:`bisect`).
 
-    The known plan ``start`` is given as a hint and bounds T from above. The bound is CP-SAT's
-    best objective bound mapped back to seconds (a valid lower bound on the real optimum);
-    the plan is scored exactly. Status ``OPTIMAL`` only if CP-SAT proved its optimum *and*
-    the exact gap is within ``rel_gap`` (the relaxation's rounding is at most about
-    ``(K - 1)/grid + n/ticks``); ``TIME_LIMIT`` if it stopped at the limit; otherwise
-    ``FEASIBLE`` (rounding gap above ``rel_gap``).
+    Booleans ``y[a, b, s]`` (stage s covers units a..b-1) form a path from unit 0 to n
+    through S stages; an interval is offered only if its transfers fit T and it fits T on
+    the strongest conceivable worker. With fixed workers (joint) the interval's stage time is
+    checked exactly beforehand. When grouping, ``y`` enforces the split-feasibility rows of
+    :func:`interval_cover_coefficients` and the memory of the interval on the worker's
+    devices ``g[d, s]`` (identical devices ordered). Coefficients are rounded towards
+    feasibility (a relaxation by at most 1e-9 relative), so a proven infeasibility is a
+    valid bound; every plan found is scored exactly.
     """
     from ortools.sat.python import cp_model
 
-    from ..result import Status
-
     started = time.perf_counter()
-    hi = problem.plan_value(*start)
-    data = cpsat_data(problem, fixed_groups, horizon=hi, ticks=ticks, grid=grid)
-    T_ub = int(math.ceil(hi / data.time_scale)) + 1
-    m = CpsatModel()
-    T = m.var(0, T_ub, "T")
+    n, S, kinds = problem.n, problem.num_stages, problem.kinds
+    cut = problem.cut_time
+    devs = problem.instance.cluster.devices
     group = fixed_groups is None
-    f = build(m, problem, data, T, T_ub, group=group)
-    m.model.Minimize(T)
-    starts0, groups0 = start
-    bounds = [0, *starts0, problem.n]
-    for s in range(problem.num_stages):
-        for i in range(bounds[s], bounds[s + 1]):
-            for (i2, s2), var in ((key, f.x[key]) for key in f.x if key[0] == i):
-                m.model.AddHint(var, int(s2 == s))
-    if group:
-        index = {name: d for d, name in enumerate(problem.device_names)}
-        for s, grp in enumerate(groups0):
-            for name in problem.device_names:
-                m.model.AddHint(f.g[index[name], s], int(name in grp))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
-    solver.parameters.num_workers = int(workers)
-    solver.parameters.random_seed = int(seed)
-    code = solver.Solve(m.model)
-    best = (starts0, groups0, hi)
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        starts, groups = read_solution(problem, f, solver.Value, fixed_groups)
-        v = problem.plan_value(starts, groups)
-        if v < best[2]:
-            best = (starts, groups, v)
-    bound = lower
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-        bound = max(bound, (solver.BestObjectiveBound() - 1) * data.time_scale)
-    plan = problem.plan(best[0], best[1], "split")
-    res = problem.result(method, plan, Status.TIME_LIMIT, lower_bound=bound, started=started, space="split",
-                         info={"cpsat_status": solver.StatusName(code), "ticks": ticks, "grid": grid,
-                               "rel_gap_target": rel_gap,
-                               "bound": "CP-SAT bound of the integer relaxation, in seconds"})
-    res.lower_bound = min(res.lower_bound, res.objective)
-    gap = res.gap or 0.0
-    if gap <= rel_gap:  # the bound proves the plan optimal within rel_gap
-        res.status = Status.OPTIMAL
-    elif code == cp_model.OPTIMAL:  # relaxation solved, but its rounding leaves a gap
-        res.status = Status.FEASIBLE
-    return res
+    all_names = [d.name for d in devs]
+    strongest = problem.pooled(all_names)
+    mem_total = problem.capacity(all_names)
+    names = problem.device_names if group else None
+
+    def check(T: float, left: float):
+        model = cp_model.CpModel()
+        y, out_of, into = {}, {}, {}
+        g = None
+        if group:
+            g = {(d, s): model.NewBoolVar("g") for d in range(len(devs)) for s in range(S)}
+            for d in range(len(devs)):
+                model.AddExactlyOne(g[d, s] for s in range(S))
+            for s in range(S):
+                model.AddBoolOr([g[d, s] for d in range(len(devs))])
+            for cls in problem.device_classes:
+                for d, e in zip(cls[:-1], cls[1:]):
+                    model.Add(sum(s * g[d, s] for s in range(1, S)) <= sum(s * g[e, s] for s in range(1, S)))
+            scale = COVER_SCALE * T
+            mem_cap = [min(dv.memory, 2 * mem_total if math.isfinite(mem_total) else 0) for dv in devs]
+        for s in range(S):
+            a_range = [0] if s == 0 else range(s, n - (S - 1 - s))
+            for a in a_range:
+                if cut[a] > T:
+                    continue
+                for b in range(a + 1, n - (S - 1 - s) + 1):
+                    if s == S - 1 and b != n:
+                        continue
+                    if group:
+                        if problem.compute_time(a, b, strongest) > T or problem.stage_memory(a, b, s) > mem_total:
+                            if s < S - 1:
+                                break
+                            continue
+                    elif problem.fit_time(a, b, fixed_groups[s], s) > T:
+                        if s < S - 1:
+                            break
+                        continue
+                    if cut[b] > T:
+                        continue
+                    v = model.NewBoolVar("y")
+                    y[a, b, s] = v
+                    out_of.setdefault((a, s), []).append(v)
+                    into.setdefault((b, s), []).append(v)
+                    if group:
+                        F, B = problem.load(a, b)
+                        for row in interval_cover_coefficients(F, B, kinds):
+                            coef = []
+                            for d, dv in enumerate(devs):
+                                e = sum(dv.resources.get(k, 0.0) * c for k, c in row.items() if dv.resources.get(k, 0.0) > 0)
+                                coef.append(min(int(math.ceil(e * scale)), 10**15))
+                            model.Add(sum(c * g[d, s] for d, c in enumerate(coef) if c) >= COVER_SCALE).OnlyEnforceIf(v)
+                        need = problem.stage_memory(a, b, s)
+                        if math.isfinite(mem_total) and need > 0:
+                            model.Add(sum(int(math.ceil(mem_cap[d])) * g[d, s] for d in range(len(devs)))
+                                      >= int(math.floor(need))).OnlyEnforceIf(v)
+        if not out_of.get((0, 0)):
+            return ("infeasible",)
+        model.AddExactlyOne(out_of[(0, 0)])
+        for s in range(S - 1):
+            for c in range(1, n):
+                ins, outs = into.get((c, s), []), out_of.get((c, s + 1), [])
+                if ins or outs:
+                    model.Add(sum(ins) == sum(outs))
+        model.AddExactlyOne(into.get((n, S - 1), []) or [model.NewConstant(0)])
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.1, float(left))
+        solver.parameters.num_workers = int(workers)
+        solver.parameters.random_seed = int(seed)
+        code = solver.Solve(model)
+        if code == cp_model.INFEASIBLE:
+            return ("infeasible",)
+        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return ("unknown",)
+        chosen = sorted((s, a) for (a, b, s), v in y.items() if solver.Value(v))
+        starts = [a for s, a in chosen[1:]]
+        groups = fixed_groups
+        if group:
+            groups = [tuple(names[d] for d in range(len(devs)) if solver.Value(g[d, s])) for s in range(S)]
+        return ("feasible", starts, groups)
+
+    info = {"solver": "cp-sat", "bound": "largest T CP-SAT proved infeasible"}
+    return finish_bisection(problem, method, check, start, lower, started, time_limit, rel_gap, info)
