@@ -75,17 +75,36 @@ def test_round_trip_shipped_instances(path, tmp_path):
 
 def _tiny(**node_extra) -> Instance:
     g = nx.DiGraph()
-    g.add_node("b", fwd={"gpu": 0.1, "npu": math.inf}, bwd={"gpu": 0.2, "npu": math.inf}, out_bytes=10,
-               act_bytes=5.5, param_bytes=0, **node_extra)
-    g.add_node("a", fwd={"gpu": 1e-300, "npu": 0.25}, bwd={"gpu": 0.1 + 0.2, "npu": 1 / 3}, out_bytes=1e18,
-               act_bytes=0.0, param_bytes=7, pin_first=True)
+    g.add_node(
+        "b",
+        fwd={"gpu": 0.1, "npu": math.inf},
+        bwd={"gpu": 0.2, "npu": math.inf},
+        out_bytes=10,
+        act_bytes=5.5,
+        param_bytes=0,
+        **node_extra,
+    )
+    g.add_node(
+        "a",
+        fwd={"gpu": 1e-300, "npu": 0.25},
+        bwd={"gpu": 0.1 + 0.2, "npu": 1 / 3},
+        out_bytes=1e18,
+        act_bytes=0.0,
+        param_bytes=7,
+        pin_first=True,
+    )
     g.add_node(3, fwd={"gpu": 0.0}, bwd={"gpu": 0.0}, out_bytes=0, act_bytes=0, param_bytes=0)
     g.add_edge("a", "b", bytes=2.5)
     g.add_edge("b", 3)
     g.graph["note"] = ("tuple", 1, [2.0, float("nan")])
     cluster = Cluster((Device("x", {"gpu": 2.0, "npu": 1}), Device("y", {"gpu": 1.5}, memory=3e9)), 1e9)
-    return Instance(g, cluster, Settings(overlap=False, weight_stashing=True, microbatches=3, objective="gpipe"),
-                    name="tiny", assumptions=("one", "two"))
+    return Instance(
+        g,
+        cluster,
+        Settings(overlap=False, weight_stashing=True, microbatches=3, objective="gpipe"),
+        name="tiny",
+        assumptions=("one", "two"),
+    )
 
 
 def test_round_trip_special_values(tmp_path):
@@ -136,7 +155,7 @@ def test_invalid_json(tmp_path):
     with pytest.raises(ReadError, match="invalid JSON"):
         read(path)
     d = native.to_dict(_tiny())
-    text = json.dumps(d).replace('1e+18', 'Infinity')
+    text = json.dumps(d).replace("1e+18", "Infinity")
     with pytest.raises(ReadError, match="Infinity"):
         native.read_instance(_write(tmp_path, text))
 
@@ -154,7 +173,10 @@ def test_invalid_json(tmp_path):
         (lambda d: d["cluster"].pop("bandwidth"), r"missing field 'cluster.bandwidth'"),
         (lambda d: d["cluster"].pop("devices"), r"missing field 'cluster.devices'"),
         (lambda d: d["cluster"]["devices"][1].pop("memory"), r"missing field 'cluster.devices\[1\].memory'"),
-        (lambda d: d["cluster"]["devices"][0].pop("resources"), r"missing field 'cluster.devices\[0\].resources'"),
+        (
+            lambda d: d["cluster"]["devices"][0].pop("resources"),
+            r"missing field 'cluster.devices\[0\].resources'",
+        ),
         (lambda d: d["graph"].pop("nodes"), r"missing field 'graph.nodes'"),
         (lambda d: d["graph"].pop("edges"), r"missing field 'graph.edges'"),
         (lambda d: d["graph"]["nodes"][2].pop("id"), r"missing field 'graph.nodes\[2\].id'"),
@@ -222,7 +244,9 @@ TARNAWSKI = DATA.parent / "dnn-partitioning"
 WORKLOADS = sorted(TARNAWSKI.glob("*-inputs/*/*.json"))
 
 
-@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: f"{p.parent.parent.name[:4]}-{p.parent.name[:5]}-{p.stem}")
+@pytest.mark.parametrize(
+    "path", WORKLOADS, ids=lambda p: f"{p.parent.parent.name[:4]}-{p.parent.name[:5]}-{p.stem}"
+)
 def test_dnn_partitioning_workloads(path, tmp_path):
     from pipeopt.io.dnn_partitioning import read_dnn_partitioning
 
@@ -234,11 +258,18 @@ def test_dnn_partitioning_workloads(path, tmp_path):
     fwd = [n for n in raw["nodes"] if not n["isBackwardNode"]]
     bwd = [n for n in raw["nodes"] if n["isBackwardNode"]]
     g = inst.graph
-    assert sum(f["cpu"] for _, f in g.nodes(data="fwd")) == pytest.approx(sum(n["cpuLatency"] for n in fwd) / 1e3)
-    assert sum(b["cpu"] for _, b in g.nodes(data="bwd")) == pytest.approx(sum(n["cpuLatency"] for n in bwd) / 1e3)
+    assert sum(f["cpu"] for _, f in g.nodes(data="fwd")) == pytest.approx(
+        sum(n["cpuLatency"] for n in fwd) / 1e3
+    )
+    assert sum(b["cpu"] for _, b in g.nodes(data="bwd")) == pytest.approx(
+        sum(n["cpuLatency"] for n in bwd) / 1e3
+    )
     assert sum(f.get("fpga", 0) for _, f in g.nodes(data="fwd")) == pytest.approx(
-        sum(n["fpgaLatency"] for n in fwd) / 1e3)
-    assert sum(p for _, p in g.nodes(data="param_bytes")) == pytest.approx(sum(n["size"] for n in raw["nodes"]))
+        sum(n["fpgaLatency"] for n in fwd) / 1e3
+    )
+    assert sum(p for _, p in g.nodes(data="param_bytes")) == pytest.approx(
+        sum(n["size"] for n in raw["nodes"])
+    )
     kinds = [d.resources for d in inst.cluster.devices]
     assert kinds.count({"fpga": 1.0}) == raw["maxFPGAs"] and kinds.count({"cpu": 1.0}) == raw["maxCPUs"]
     assert all(d.memory == raw["maxSizePerFPGA"] for d in inst.cluster.devices if "fpga" in d.resources)

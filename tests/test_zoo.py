@@ -38,7 +38,9 @@ def test_shipped_files_equal_what_the_zoo_generates(tmp_path):
         assert (tmp_path / rel).read_bytes() == (INSTANCES / rel).read_bytes(), f"{rel} is stale"
     # deterministic: a second run writes the same bytes
     again = generate(tmp_path / "again")
-    assert [p.read_bytes() for p in again] == [(tmp_path / p.relative_to(tmp_path / "again")).read_bytes() for p in again]
+    assert [p.read_bytes() for p in again] == [
+        (tmp_path / p.relative_to(tmp_path / "again")).read_bytes() for p in again
+    ]
 
 
 def test_shipped_set_covers_the_brief():
@@ -63,9 +65,13 @@ def test_memory_instances_bind(path):
     inst = read_instance(path)
     S = len(inst.cluster.devices)
     with_memory = solve_dp(PartitionProblem(inst, S))
-    unlimited = inst.replace(cluster=zoo.cluster(
-        {d.name.rsplit("-", 1)[0]: S for d in inst.cluster.devices[:1]}, bandwidth=inst.cluster.bandwidth,
-        memory=math.inf))
+    unlimited = inst.replace(
+        cluster=zoo.cluster(
+            {d.name.rsplit("-", 1)[0]: S for d in inst.cluster.devices[:1]},
+            bandwidth=inst.cluster.bandwidth,
+            memory=math.inf,
+        )
+    )
     free = solve_dp(PartitionProblem(unlimited, S))
     assert with_memory.evaluation.feasible
     assert with_memory.objective > free.objective * (1 + 1e-9)
@@ -139,13 +145,18 @@ def test_cross_check_with_pipedream_profiles():
     ours = zoo.model("vgg16", microbatch=128, precision="fp32")
 
     def layers(g):
-        return sorted((d["out_bytes"], d["param_bytes"]) for _, d in g.nodes(data=True)
-                      if d["op"].startswith(("Conv2d", "Linear")))
+        return sorted(
+            (d["out_bytes"], d["param_bytes"])
+            for _, d in g.nodes(data=True)
+            if d["op"].startswith(("Conv2d", "Linear"))
+        )
 
     assert layers(prof) == layers(ours)
     for name, tol in (("vgg16", 0.0), ("resnet50", 0.0), ("alexnet", 0.003)):
         measured = _total(read_pipedream_graph(PROFILES / f"{name}.txt"), "param_bytes")
-        assert _total(zoo.model(name, precision="fp32"), "param_bytes") == pytest.approx(measured, rel=tol, abs=0)
+        assert _total(zoo.model(name, precision="fp32"), "param_bytes") == pytest.approx(
+            measured, rel=tol, abs=0
+        )
 
 
 @pytest.mark.parametrize("name", list(zoo.MODELS))
@@ -182,7 +193,9 @@ def test_scaling_with_microbatch_precision_and_backward_rule():
             assert c["out_bytes"] == 2 * a["out_bytes"]
         # backward FLOP = 2 x forward; on a gpu the efficiencies are equal
         k = KINDS["gpu"]
-        assert a["bwd"]["gpu"] == pytest.approx(a["fwd"]["gpu"] * 2 * k.forward_efficiency / k.backward_efficiency)
+        assert a["bwd"]["gpu"] == pytest.approx(
+            a["fwd"]["gpu"] * 2 * k.forward_efficiency / k.backward_efficiency
+        )
 
 
 def test_layer_time_is_flop_over_effective_rate():
@@ -243,7 +256,11 @@ def test_server_cluster_at_fp32_keeps_cpu_and_fp16_drops_nothing():
         (lambda: zoo.model("vgg16", efficiency={"gpu": (0.5, 1.5)}), InvalidProblemError, "efficiency"),
         (lambda: zoo.cluster("a200", 4), InvalidClusterError, "unknown device 'a200'"),
         (lambda: zoo.cluster("a100-40gb", 0), InvalidClusterError, "positive integer"),
-        (lambda: zoo.cluster("a100-40gb", 2, bandwidth="carrier-pigeon"), InvalidClusterError, "unknown link"),
+        (
+            lambda: zoo.cluster("a100-40gb", 2, bandwidth="carrier-pigeon"),
+            InvalidClusterError,
+            "unknown link",
+        ),
         (lambda: zoo.cluster("a100-40gb", 2, bandwidth=-1.0), InvalidClusterError, "bandwidth"),
         (lambda: zoo.cluster("a100-40gb"), InvalidClusterError, "number of devices"),
     ],

@@ -63,10 +63,14 @@ def read(path: str | Path, **options) -> Instance:
             raise ReadError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
         if isinstance(d, dict) and "format" in d:
             if options:
-                raise ReadError(f"{path}: a native instance file takes no reader options, got {sorted(options)}")
+                raise ReadError(
+                    f"{path}: a native instance file takes no reader options, got {sorted(options)}"
+                )
             return read_instance(path)
-        if isinstance(d, dict) and isinstance(d.get("nodes"), list) and any(
-            isinstance(n, dict) and "cpuLatency" in n for n in d["nodes"]
+        if (
+            isinstance(d, dict)
+            and isinstance(d.get("nodes"), list)
+            and any(isinstance(n, dict) and "cpuLatency" in n for n in d["nodes"])
         ):
             from .dnn_partitioning import read_dnn_partitioning
 

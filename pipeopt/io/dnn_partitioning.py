@@ -116,8 +116,20 @@ def read_dnn_partitioning(
         byid[nid] = n
         c = f"c{n['colorClass']}" if "colorClass" in n else f"n{nid}"
         cls_of[nid] = c
-        entry = classes.setdefault(c, {"cpu_f": 0.0, "fpga_f": 0.0, "cpu_b": 0.0, "fpga_b": 0.0,
-                                       "fpga_ok": True, "size": 0.0, "members": [], "names": [], "fwd_members": 0})
+        entry = classes.setdefault(
+            c,
+            {
+                "cpu_f": 0.0,
+                "fpga_f": 0.0,
+                "cpu_b": 0.0,
+                "fpga_b": 0.0,
+                "fpga_ok": True,
+                "size": 0.0,
+                "members": [],
+                "names": [],
+                "fwd_members": 0,
+            },
+        )
         backward = bool(n["isBackwardNode"])
         sfx = "b" if backward else "f"
         entry[f"cpu_{sfx}"] += _num(n["cpuLatency"], path, f"nodes[{i}].cpuLatency") / 1000.0
@@ -154,7 +166,8 @@ def read_dnn_partitioning(
         kinds = ["cpu"] + (["fpga"] if e["fpga_ok"] else [])
         g.add_node(
             c,
-            op=", ".join(e["names"][:4]) + (f", ... ({len(e['names'])} operators)" if len(e["names"]) > 4 else ""),
+            op=", ".join(e["names"][:4])
+            + (f", ... ({len(e['names'])} operators)" if len(e["names"]) > 4 else ""),
             members=list(e["members"]),
             fwd={k: e[f"{k}_f"] for k in kinds},
             bwd={k: e[f"{k}_b"] for k in kinds},
@@ -189,5 +202,10 @@ def read_dnn_partitioning(
     else:
         bandwidth = 2.0**31
         assumptions.append(f"bandwidth {bandwidth:.4g} B/s assumed (no edge with a positive cost)")
-    return Instance(g, Cluster(tuple(devices), bandwidth), settings or Settings(), name=path.stem,
-                    assumptions=tuple(assumptions))
+    return Instance(
+        g,
+        Cluster(tuple(devices), bandwidth),
+        settings or Settings(),
+        name=path.stem,
+        assumptions=tuple(assumptions),
+    )

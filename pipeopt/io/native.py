@@ -111,10 +111,14 @@ def _encode(value, where: str):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise InvalidGraphError(f"{where}: dict key {k!r} is not a string; the JSON format cannot store it")
+                raise InvalidGraphError(
+                    f"{where}: dict key {k!r} is not a string; the JSON format cannot store it"
+                )
             out[k] = _encode(v, f"{where}[{k!r}]")
         return out
-    raise InvalidGraphError(f"{where}: value {value!r} of type {type(value).__name__} cannot be stored in JSON")
+    raise InvalidGraphError(
+        f"{where}: value {value!r} of type {type(value).__name__} cannot be stored in JSON"
+    )
 
 
 def _decode(value):
@@ -132,7 +136,9 @@ def _decode(value):
 
 def _node_id(node, where: str):
     if isinstance(node, bool) or not isinstance(node, (str, int)):
-        raise InvalidGraphError(f"{where}: layer name {node!r} must be a string or an integer for the JSON format")
+        raise InvalidGraphError(
+            f"{where}: layer name {node!r} must be a string or an integer for the JSON format"
+        )
     return node
 
 
@@ -190,7 +196,10 @@ def to_dict(instance: Instance) -> dict:
         "name": instance.name,
         "assumptions": list(instance.assumptions),
         "settings": {f.name: getattr(instance.settings, f.name) for f in dataclasses.fields(Settings)},
-        "cluster": {"bandwidth": _encode(instance.cluster.bandwidth, "cluster bandwidth"), "devices": devices},
+        "cluster": {
+            "bandwidth": _encode(instance.cluster.bandwidth, "cluster bandwidth"),
+            "devices": devices,
+        },
         "graph": {
             "attributes": _encode(dict(g.graph), "graph attributes"),
             "nodes": nodes,
@@ -202,7 +211,9 @@ def to_dict(instance: Instance) -> dict:
 def _field(obj, key: str, source: str, where: str, types, *, required: bool = True, default=None):
     """``obj[key]``, checked to be one of ``types``; ReadError naming ``source`` and the field."""
     if not isinstance(obj, dict):
-        raise ReadError(f"{source}: {where or 'the top level'} must be a JSON object, got {type(obj).__name__}")
+        raise ReadError(
+            f"{source}: {where or 'the top level'} must be a JSON object, got {type(obj).__name__}"
+        )
     name = f"{where}.{key}" if where else key
     if key not in obj:
         if required:
@@ -211,7 +222,9 @@ def _field(obj, key: str, source: str, where: str, types, *, required: bool = Tr
     value = obj[key]
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
         expect = " or ".join(t.__name__ for t in _as_tuple(types))
-        raise ReadError(f"{source}: field {name!r} must be {expect}, got {type(value).__name__} {value!r:.60}")
+        raise ReadError(
+            f"{source}: field {name!r} must be {expect}, got {type(value).__name__} {value!r:.60}"
+        )
     return value
 
 
@@ -245,7 +258,9 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
     """
     fmt = _field(d, "format", source, "", str)
     if fmt != FORMAT:
-        raise ReadError(f"{source}: field 'format' is {fmt!r}, expected {FORMAT!r} (not a pipeopt instance file)")
+        raise ReadError(
+            f"{source}: field 'format' is {fmt!r}, expected {FORMAT!r} (not a pipeopt instance file)"
+        )
     version = _field(d, "version", source, "", int)
     if version < 1 or version > VERSION:
         raise ReadError(f"{source}: field 'version' is {version}; this pipeopt reads versions 1..{VERSION}")
@@ -276,7 +291,9 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
 
     raw_graph = _field(d, "graph", source, "", dict)
     graph = nx.DiGraph()
-    graph.graph.update(_decode(_field(raw_graph, "attributes", source, "graph", dict, required=False, default={})))
+    graph.graph.update(
+        _decode(_field(raw_graph, "attributes", source, "graph", dict, required=False, default={}))
+    )
     raw_nodes = _field(raw_graph, "nodes", source, "graph", list)
     for i, rn in enumerate(raw_nodes):
         where = f"graph.nodes[{i}]"
@@ -367,4 +384,4 @@ def read_instance(path: str | Path) -> Instance:
 
 
 def _reject_constant(name: str):
-    raise ValueError(f"non-standard constant {name} (write {{\"{_FLOAT_TAG}\": \"inf\"}} instead)")
+    raise ValueError(f'non-standard constant {name} (write {{"{_FLOAT_TAG}": "inf"}} instead)')

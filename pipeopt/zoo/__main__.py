@@ -32,25 +32,72 @@ def _shipped() -> list[tuple[str, dict]]:
     out = []
     for m in ("alexnet", "googlenet", "vgg16", "resnet50", "bert-large", "gpt2-xl"):
         for n in (4, 8, 16):
-            out.append(("homogeneous", dict(model_name=m, devices="a100-40gb", n=n,
-                                            bandwidth="nvlink3" if n <= 8 else "ib-hdr")))
+            out.append(
+                (
+                    "homogeneous",
+                    {
+                        "model_name": m,
+                        "devices": "a100-40gb",
+                        "n": n,
+                        "bandwidth": "nvlink3" if n <= 8 else "ib-hdr",
+                    },
+                )
+            )
     out += [
-        ("memory", dict(model_name="gpt3-6.7b", devices="a100-40gb", n=8, bandwidth="nvlink3")),
-        ("memory", dict(model_name="gpt3-6.7b", devices="a100-40gb", n=16, bandwidth="ib-hdr")),
-        ("memory", dict(model_name="bert-large", devices="v100-16gb", n=4, bandwidth="nvlink2", microbatch=16,
-                        name="bert-large-mb16-v100-16gb-x4")),
-        ("memory", dict(model_name="vgg16", devices="t4", n=8, bandwidth="pcie4", microbatch=128,
-                        name="vgg16-mb128-t4-x8")),
+        ("memory", {"model_name": "gpt3-6.7b", "devices": "a100-40gb", "n": 8, "bandwidth": "nvlink3"}),
+        ("memory", {"model_name": "gpt3-6.7b", "devices": "a100-40gb", "n": 16, "bandwidth": "ib-hdr"}),
+        (
+            "memory",
+            {
+                "model_name": "bert-large",
+                "devices": "v100-16gb",
+                "n": 4,
+                "bandwidth": "nvlink2",
+                "microbatch": 16,
+                "name": "bert-large-mb16-v100-16gb-x4",
+            },
+        ),
+        (
+            "memory",
+            {
+                "model_name": "vgg16",
+                "devices": "t4",
+                "n": 8,
+                "bandwidth": "pcie4",
+                "microbatch": 128,
+                "name": "vgg16-mb128-t4-x8",
+            },
+        ),
     ]
     for m in ("alexnet", "googlenet"):
         out += [
-            ("heterogeneous", dict(model_name=m, devices="jetson-agx-orin", n=4, bandwidth="10gbe")),
-            ("heterogeneous", dict(model_name=m, devices=_SOC_MIX, bandwidth="10gbe", name=f"{m}-soc-mix8")),
-            ("heterogeneous", dict(model_name=m, devices=_SERVER_MIX, bandwidth="ib-edr", precision="fp32",
-                                   name=f"{m}-server-mix4")),
+            ("heterogeneous", {"model_name": m, "devices": "jetson-agx-orin", "n": 4, "bandwidth": "10gbe"}),
+            (
+                "heterogeneous",
+                {"model_name": m, "devices": _SOC_MIX, "bandwidth": "10gbe", "name": f"{m}-soc-mix8"},
+            ),
+            (
+                "heterogeneous",
+                {
+                    "model_name": m,
+                    "devices": _SERVER_MIX,
+                    "bandwidth": "ib-edr",
+                    "precision": "fp32",
+                    "name": f"{m}-server-mix4",
+                },
+            ),
         ]
-    out.append(("heterogeneous", dict(model_name="googlenet", devices=_SOC_MIX16, bandwidth="10gbe",
-                                      name="googlenet-soc-mix16")))
+    out.append(
+        (
+            "heterogeneous",
+            {
+                "model_name": "googlenet",
+                "devices": _SOC_MIX16,
+                "bandwidth": "10gbe",
+                "name": "googlenet-soc-mix16",
+            },
+        )
+    )
     return out
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import networkx as nx
 
@@ -43,12 +43,20 @@ MODELS: dict[str, ModelEntry] = {
             "bert-large", _m.bert_large, 8, "Devlin et al., NAACL 2019, doi 10.18653/v1/N19-1423", True, 512
         ),
         ModelEntry(
-            "gpt2-xl", lambda seq_len: _m.gpt("gpt2-xl", seq_len), 2,
-            "Radford et al., Language Models are Unsupervised Multitask Learners, 2019", True, 1024,
+            "gpt2-xl",
+            lambda seq_len: _m.gpt("gpt2-xl", seq_len),
+            2,
+            "Radford et al., Language Models are Unsupervised Multitask Learners, 2019",
+            True,
+            1024,
         ),
         ModelEntry(
-            "gpt3-6.7b", lambda seq_len: _m.gpt("gpt3-6.7b", seq_len), 2,
-            "Brown et al., NeurIPS 2020, arXiv:2005.14165 (table 2.1)", True, 2048,
+            "gpt3-6.7b",
+            lambda seq_len: _m.gpt("gpt3-6.7b", seq_len),
+            2,
+            "Brown et al., NeurIPS 2020, arXiv:2005.14165 (table 2.1)",
+            True,
+            2048,
         ),
     ]
 }
@@ -154,7 +162,10 @@ def model(
         attrs = {
             "op": sp.op,
             "fwd": {k: flop / (REFERENCE_FLOPS * kd.forward_efficiency) for k, kd in ks.items()},
-            "bwd": {k: BACKWARD_FLOP_FACTOR * flop / (REFERENCE_FLOPS * kd.backward_efficiency) for k, kd in ks.items()},
+            "bwd": {
+                k: BACKWARD_FLOP_FACTOR * flop / (REFERENCE_FLOPS * kd.backward_efficiency)
+                for k, kd in ks.items()
+            },
             "flop": float(flop),
             "macs": float(sp.macs * b),
             "param_bytes": float(sp.params * bpe),
@@ -292,7 +303,7 @@ def instance(
         name = f"{model_name}-{devices}-x{n}" if isinstance(devices, str) else f"{model_name}-mix{N}"
     link = f"link {bandwidth}" if isinstance(bandwidth, str) else "given bandwidth"
     assumptions = [
-        f"layer times from FLOP: time = FLOP / (peak x efficiency); efficiencies (forward, backward) "
+        "layer times from FLOP: time = FLOP / (peak x efficiency); efficiencies (forward, backward) "
         + ", ".join(f"{k} {v[0]:g}/{v[1]:g}" for k, v in g.graph["efficiency"].items()),
         f"backward FLOP = {BACKWARD_FLOP_FACTOR:g} x forward FLOP",
         f"precision {precision}: {PRECISIONS[precision]} bytes per activation and parameter element",

@@ -90,9 +90,16 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {
-    "gpu": Kind("gpu", 0.40, 0.40, "Megatron-LM 52 % (Narayanan et al. 2021), PaLM 46 % MFU (Chowdhery et al. 2022); 0.40 for whole networks"),
+    "gpu": Kind(
+        "gpu",
+        0.40,
+        0.40,
+        "Megatron-LM 52 % (Narayanan et al. 2021), PaLM 46 % MFU (Chowdhery et al. 2022); 0.40 for whole networks",
+    ),
     "cpu": Kind("cpu", 0.35, 0.25, "assumption: oneDNN GEMM/conv efficiency, backward more memory bound"),
-    "npu": Kind("npu", 0.40, 0.08, "assumption: inference-oriented NPU/DLA, poor at backward (Duan & Wu 2022 premise)"),
+    "npu": Kind(
+        "npu", 0.40, 0.08, "assumption: inference-oriented NPU/DLA, poor at backward (Duan & Wu 2022 premise)"
+    ),
 }
 """The resource kinds of the catalogue with their efficiencies (module docstring)."""
 
@@ -172,56 +179,75 @@ _ORYON_12 = _cpu(12, 3.8, 32)  # Oryon: 4 x 128-bit FMA = 32 FLOP/cycle, 3.8 GHz
 
 _DEVICES = [
     DeviceSpec(
-        "v100-32gb", "NVIDIA Tesla V100 SXM2 32GB",
-        {"gpu": {"fp32": 15.7, "fp16": 125.0}}, 32 * GB,
+        "v100-32gb",
+        "NVIDIA Tesla V100 SXM2 32GB",
+        {"gpu": {"fp32": 15.7, "fp16": 125.0}},
+        32 * GB,
         "NVIDIA V100 Tensor Core GPU datasheet (2020): FP32 15.7 TFLOPS, tensor 125 TFLOPS (SXM2)",
     ),
     DeviceSpec(
-        "v100-16gb", "NVIDIA Tesla V100 SXM2 16GB",
-        {"gpu": {"fp32": 15.7, "fp16": 125.0}}, 16 * GB,
+        "v100-16gb",
+        "NVIDIA Tesla V100 SXM2 16GB",
+        {"gpu": {"fp32": 15.7, "fp16": 125.0}},
+        16 * GB,
         "NVIDIA V100 Tensor Core GPU datasheet (2020): FP32 15.7 TFLOPS, tensor 125 TFLOPS (SXM2)",
     ),
     DeviceSpec(
-        "a100-40gb", "NVIDIA A100 SXM4 40GB",
-        {"gpu": {"fp32": 19.5, "fp16": 312.0}}, 40 * GB,
+        "a100-40gb",
+        "NVIDIA A100 SXM4 40GB",
+        {"gpu": {"fp32": 19.5, "fp16": 312.0}},
+        40 * GB,
         "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TFLOPS, FP16 tensor 312 TFLOPS (dense)",
     ),
     DeviceSpec(
-        "a100-80gb", "NVIDIA A100 SXM4 80GB",
-        {"gpu": {"fp32": 19.5, "fp16": 312.0}}, 80 * GB,
+        "a100-80gb",
+        "NVIDIA A100 SXM4 80GB",
+        {"gpu": {"fp32": 19.5, "fp16": 312.0}},
+        80 * GB,
         "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TFLOPS, FP16 tensor 312 TFLOPS (dense)",
     ),
     DeviceSpec(
-        "h100-80gb", "NVIDIA H100 SXM5 80GB",
-        {"gpu": {"fp32": 67.0, "fp16": 989.4}}, 80 * GB,
+        "h100-80gb",
+        "NVIDIA H100 SXM5 80GB",
+        {"gpu": {"fp32": 67.0, "fp16": 989.4}},
+        80 * GB,
         "NVIDIA H100 Tensor Core GPU datasheet (2023): FP32 67 TFLOPS, FP16 tensor 1,979 TFLOPS with sparsity",
         "fp16 dense = half the sparse figure",
     ),
     DeviceSpec(
-        "t4", "NVIDIA T4 16GB",
-        {"gpu": {"fp32": 8.1, "fp16": 65.0}}, 16 * GB,
+        "t4",
+        "NVIDIA T4 16GB",
+        {"gpu": {"fp32": 8.1, "fp16": 65.0}},
+        16 * GB,
         "NVIDIA T4 Tensor Core GPU datasheet (2019): FP32 8.1 TFLOPS, mixed precision 65 TFLOPS",
     ),
     DeviceSpec(
-        "epyc-7763", "AMD EPYC 7763 (64 cores, 2.45 GHz), 256 GB",
-        {"cpu": {"fp32": _EPYC_7763, "fp16": _EPYC_7763}}, 256 * GB,
+        "epyc-7763",
+        "AMD EPYC 7763 (64 cores, 2.45 GHz), 256 GB",
+        {"cpu": {"fp32": _EPYC_7763, "fp16": _EPYC_7763}},
+        256 * GB,
         "AMD EPYC 7763 product page: 64 cores, 2.45 GHz base; Zen 3 core: two 256-bit FMA pipes",
         "peak = 64 cores x 2.45 GHz x 32 FLOP/cycle; fp16 runs at the fp32 rate",
     ),
     DeviceSpec(
-        "server-a100-epyc", "server slice: 1 x A100 SXM4 40GB + 1 x AMD EPYC 7763",
-        {"gpu": {"fp32": 19.5, "fp16": 312.0}, "cpu": {"fp32": _EPYC_7763, "fp16": _EPYC_7763}}, 40 * GB,
+        "server-a100-epyc",
+        "server slice: 1 x A100 SXM4 40GB + 1 x AMD EPYC 7763",
+        {"gpu": {"fp32": 19.5, "fp16": 312.0}, "cpu": {"fp32": _EPYC_7763, "fp16": _EPYC_7763}},
+        40 * GB,
         "NVIDIA A100 datasheet (2021); AMD EPYC 7763 product page (64 cores, 2.45 GHz)",
         "CPU peak = 64 x 2.45 GHz x 32 FLOP/cycle; memory = the GPU's 40 GB",
     ),
     DeviceSpec(
-        "server-t4-xeon", "server slice: 1 x T4 16GB + 1 x Intel Xeon Platinum 8380",
-        {"gpu": {"fp32": 8.1, "fp16": 65.0}, "cpu": {"fp32": _XEON_8380, "fp16": _XEON_8380}}, 16 * GB,
+        "server-t4-xeon",
+        "server slice: 1 x T4 16GB + 1 x Intel Xeon Platinum 8380",
+        {"gpu": {"fp32": 8.1, "fp16": 65.0}, "cpu": {"fp32": _XEON_8380, "fp16": _XEON_8380}},
+        16 * GB,
         "NVIDIA T4 datasheet (2019); Intel Xeon Platinum 8380 ark page (40 cores, 2.3 GHz, 2 AVX-512 FMA units)",
         "CPU peak = 40 x 2.3 GHz x 64 FLOP/cycle; memory = the GPU's 16 GB",
     ),
     DeviceSpec(
-        "jetson-agx-orin", "NVIDIA Jetson AGX Orin 64GB (CPU + GPU + 2 DLA)",
+        "jetson-agx-orin",
+        "NVIDIA Jetson AGX Orin 64GB (CPU + GPU + 2 DLA)",
         {
             "cpu": {"fp32": _A78AE_12, "fp16": _A78AE_12},
             "gpu": {"fp32": 5.3, "fp16": 42.5},
@@ -234,7 +260,8 @@ _DEVICES = [
         "GPU fp16 = 170/2/2 (dense, half of INT8); DLA (kind npu) fp16 = 105/2/2; CPU = 12 x 2.2 GHz x 16 FLOP/cycle",
     ),
     DeviceSpec(
-        "apple-m2", "Apple M2 (8-core CPU, 10-core GPU, 16-core Neural Engine), 24 GB",
+        "apple-m2",
+        "Apple M2 (8-core CPU, 10-core GPU, 16-core Neural Engine), 24 GB",
         {
             "cpu": {"fp32": _M2_CPU, "fp16": _M2_CPU},
             "gpu": {"fp32": 3.6, "fp16": 3.6},
@@ -246,7 +273,8 @@ _DEVICES = [
         "CPU = 4 x 3.49 GHz x 32 + 4 x 2.42 GHz x 16 FLOP/cycle; GPU fp16 = fp32 rate; Neural Engine ops taken as fp16",
     ),
     DeviceSpec(
-        "apple-m1", "Apple M1 (8-core CPU, 8-core GPU, 16-core Neural Engine), 16 GB",
+        "apple-m1",
+        "Apple M1 (8-core CPU, 8-core GPU, 16-core Neural Engine), 16 GB",
         {
             "cpu": {"fp32": _M1_CPU, "fp16": _M1_CPU},
             "gpu": {"fp32": 2.6, "fp16": 2.6},
@@ -258,7 +286,8 @@ _DEVICES = [
         "CPU = 4 x 3.2 GHz x 32 + 4 x 2.06 GHz x 16 FLOP/cycle; GPU fp16 = fp32 rate; Neural Engine ops taken as fp16",
     ),
     DeviceSpec(
-        "snapdragon-x-elite", "Qualcomm Snapdragon X Elite (12 Oryon cores, Adreno GPU, Hexagon NPU), 32 GB",
+        "snapdragon-x-elite",
+        "Qualcomm Snapdragon X Elite (12 Oryon cores, Adreno GPU, Hexagon NPU), 32 GB",
         {
             "cpu": {"fp32": _ORYON_12, "fp16": _ORYON_12},
             "gpu": {"fp32": 4.6, "fp16": 4.6},
@@ -297,8 +326,16 @@ class Link:
 LINKS: dict[str, Link] = {
     link.name: link
     for link in [
-        Link("nvlink3", 300e9, "NVIDIA A100 datasheet: NVLink 600 GB/s per GPU (both directions) = 300 GB/s each way; DGX A100 NVSwitch"),
-        Link("nvlink2", 150e9, "NVIDIA V100 datasheet: NVLink 300 GB/s per GPU (both directions) = 150 GB/s each way"),
+        Link(
+            "nvlink3",
+            300e9,
+            "NVIDIA A100 datasheet: NVLink 600 GB/s per GPU (both directions) = 300 GB/s each way; DGX A100 NVSwitch",
+        ),
+        Link(
+            "nvlink2",
+            150e9,
+            "NVIDIA V100 datasheet: NVLink 300 GB/s per GPU (both directions) = 150 GB/s each way",
+        ),
         Link("pcie4", 32e9, "PCI Express 4.0 x16: 16 GT/s x 16 lanes, 128b/130b = 31.5 GB/s each way"),
         Link("ib-hdr", 25e9, "InfiniBand HDR 200 Gb/s (one HDR port per GPU, as in DGX A100) = 25 GB/s"),
         Link("ib-edr", 12.5e9, "InfiniBand EDR 100 Gb/s = 12.5 GB/s"),

@@ -149,7 +149,9 @@ def resnet50() -> list[LayerSpec]:
                 scratch.conv("down", "x", 4 * width, 1, stride=s, bias=False, bn=True)
             c, h, w = scratch.shape[y]
             add = LayerSpec("add", "add+ReLU", (), 0, 2 * c * h * w, 0, c * h * w, 2 * c * h * w)
-            op = f"Bottleneck({n.shape[x][0]}->{width}->{4 * width}, stride {s}" + (", projection)" if b == 0 else ")")
+            op = f"Bottleneck({n.shape[x][0]}->{width}->{4 * width}, stride {s}" + (
+                ", projection)" if b == 0 else ")"
+            )
             x = n.unit(f"layer{stage}_{b}", op, (x,), [*scratch.layers, add], (c, h, w))
     x = n.global_avgpool("avgpool", x)
     n.fc("fc", x, 1000)
@@ -166,8 +168,10 @@ def _transformer(
         LayerSpec("input", f"Input(token ids, s={s})", (), out=s, is_input=True, in_bytes_per_element=8),
         LayerSpec(
             "embed",
-            f"Embedding(vocab={vocab}, positions={positions}" + (f", types={types})" if types else ")")
-            + (" + LayerNorm" if encoder else "") + " + Dropout",
+            f"Embedding(vocab={vocab}, positions={positions}"
+            + (f", types={types})" if types else ")")
+            + (" + LayerNorm" if encoder else "")
+            + " + Dropout",
             ("input",),
             0,
             (3 + (5 if encoder else 0) + 1) * s * h,
@@ -203,7 +207,9 @@ def bert_large(seq_len: int = 512) -> list[LayerSpec]:
     """BERT-Large [BERT]_ for pre-training (masked LM + next sentence): embedding, 24 x
     (attention, MLP), heads. 335 M distinct parameters (the head keeps a copy of the 31 M
     word-embedding matrix, see ``LayerSpec.shared``)."""
-    return _transformer(s=seq_len, h=1024, a=16, layers=24, vocab=30522, positions=512, types=2, ffn=4096, encoder=True)
+    return _transformer(
+        s=seq_len, h=1024, a=16, layers=24, vocab=30522, positions=512, types=2, ffn=4096, encoder=True
+    )
 
 
 GPT_CONFIGS = {
@@ -220,6 +226,13 @@ def gpt(config: str = "gpt2-xl", seq_len: int | None = None) -> list[LayerSpec]:
     c = GPT_CONFIGS[config]
     s = c["positions"] if seq_len is None else seq_len
     return _transformer(
-        s=s, h=c["h"], a=c["a"], layers=c["layers"], vocab=50257, positions=c["positions"], types=0,
-        ffn=4 * c["h"], encoder=False,
+        s=s,
+        h=c["h"],
+        a=c["a"],
+        layers=c["layers"],
+        vocab=50257,
+        positions=c["positions"],
+        types=0,
+        ffn=4 * c["h"],
+        encoder=False,
     )

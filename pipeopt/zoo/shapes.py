@@ -163,9 +163,13 @@ class CNN:
         about ``size + 3`` FLOP per element (window sum of squares, scale, power, divide)."""
         c, h, w = self.shape[src]
         n = c * h * w
-        return self._add(LayerSpec(name, f"LocalResponseNorm({size})", (src,), 0, (size + 3) * n, 0, n, n), (c, h, w))
+        return self._add(
+            LayerSpec(name, f"LocalResponseNorm({size})", (src,), 0, (size + 3) * n, 0, n, n), (c, h, w)
+        )
 
-    def pool(self, name: str, src: str, k: int, stride: int, *, pad: int = 0, ceil: bool = False, kind: str = "max") -> str:
+    def pool(
+        self, name: str, src: str, k: int, stride: int, *, pad: int = 0, ceil: bool = False, kind: str = "max"
+    ) -> str:
         """Max or average pooling: ``k*k`` FLOP per output element."""
         c, h, w = self.shape[src]
         ho, wo = _pool_out(h, k, stride, pad, ceil), _pool_out(w, k, stride, pad, ceil)
@@ -191,7 +195,9 @@ class CNN:
         macs = cin * cout
         ew = 1 + int(relu)
         op = f"Linear({cin}->{cout})" + (" + ReLU" if relu else "")
-        spec = LayerSpec(name, op, (src,), macs, 2 * macs + ew * cout, cin * cout + cout, cout, cout * (1 + int(relu)))
+        spec = LayerSpec(
+            name, op, (src,), macs, 2 * macs + ew * cout, cin * cout + cout, cout, cout * (1 + int(relu))
+        )
         return self._add(spec, (cout, 1, 1))
 
     def concat(self, name: str, srcs: list[str]) -> str:
@@ -202,9 +208,13 @@ class CNN:
             raise ValueError(f"{name}: cannot concatenate maps of sizes {[s[1:] for s in shapes]}")
         c = sum(s[0] for s in shapes)
         n = c * h * w
-        return self._add(LayerSpec(name, f"Concat({len(srcs)} branches)", tuple(srcs), 0, 0, 0, n, n), (c, h, w))
+        return self._add(
+            LayerSpec(name, f"Concat({len(srcs)} branches)", tuple(srcs), 0, 0, 0, n, n), (c, h, w)
+        )
 
-    def unit(self, name: str, op: str, inputs: tuple, parts: list[LayerSpec], shape: tuple[int, int, int]) -> str:
+    def unit(
+        self, name: str, op: str, inputs: tuple, parts: list[LayerSpec], shape: tuple[int, int, int]
+    ) -> str:
         """A node made of several layers (a residual block): sums their counts."""
         spec = LayerSpec(
             name,
@@ -234,8 +244,15 @@ def attention_unit(name: str, src: str, *, s: int, h: int, a: int, with_norm: bo
     flop = 2 * macs + 5 * a * s * s + (5 if with_norm else 3) * s * h
     params = 4 * h * h + 4 * h + (2 * h if with_norm else 0)
     return LayerSpec(
-        name, f"SelfAttention(h={h}, heads={a}, s={s})" + (" + LayerNorm" if with_norm else ""), (src,),
-        macs, flop, params, s * h, 6 * s * h + 2 * a * s * s, s * h + a * s * s,
+        name,
+        f"SelfAttention(h={h}, heads={a}, s={s})" + (" + LayerNorm" if with_norm else ""),
+        (src,),
+        macs,
+        flop,
+        params,
+        s * h,
+        6 * s * h + 2 * a * s * s,
+        s * h + a * s * s,
     )
 
 
@@ -251,6 +268,13 @@ def mlp_unit(name: str, src: str, *, s: int, h: int, ffn: int, with_norm: bool =
     flop = 2 * macs + 8 * s * ffn + 5 * s * h
     params = 2 * h * ffn + ffn + h + (2 * h if with_norm else 0)
     return LayerSpec(
-        name, f"MLP({h}->{ffn}->{h}, GELU)" + (" + LayerNorm" if with_norm else ""), (src,),
-        macs, flop, params, s * h, 2 * s * h + 2 * s * ffn, s * h,
+        name,
+        f"MLP({h}->{ffn}->{h}, GELU)" + (" + LayerNorm" if with_norm else ""),
+        (src,),
+        macs,
+        flop,
+        params,
+        s * h,
+        2 * s * h + 2 * s * ffn,
+        s * h,
     )
