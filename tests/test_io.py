@@ -237,6 +237,8 @@ def test_read_dispatches_on_content(tmp_path):
         read(other)
     with pytest.raises(ReadError, match="not a PipeDream node"):
         read(DATA / "LICENSE.txt")
+    with pytest.raises(ReadError, match=r"option\(s\) \['gpus'\] not taken by read_pipedream"):
+        read(DATA / "alexnet.txt", gpus=4)
 
 
 # ---- Tarnawski et al.'s dnn-partitioning workloads -----------------------------------------

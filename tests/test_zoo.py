@@ -210,6 +210,17 @@ def test_layer_time_is_flop_over_effective_rate():
         assert conv1["bwd"][kind] / units == pytest.approx(2 * conv1["flop"] / dev.rate(kind, "fp16", "bwd"))
 
 
+def test_efficiency_override_scales_times():
+    base = zoo.instance("alexnet", "apple-m2", 2, bandwidth="1gbe")
+    slow = zoo.instance("alexnet", "apple-m2", 2, bandwidth="1gbe", efficiency={"npu": (0.2, 0.04)})
+    for n in base.graph:
+        a, b = base.graph.nodes[n], slow.graph.nodes[n]
+        assert b["fwd"]["npu"] == pytest.approx(2 * a["fwd"]["npu"])
+        assert b["bwd"]["npu"] == pytest.approx(2 * a["bwd"]["npu"])
+        assert b["fwd"]["gpu"] == a["fwd"]["gpu"]
+    assert "npu 0.2/0.04" in slow.assumptions[0]
+
+
 # ---- device catalogue ----------------------------------------------------------------------
 def test_catalogue_rates_positive_and_cited():
     assert REFERENCE_FLOPS == 1e12

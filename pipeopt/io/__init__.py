@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -74,11 +75,22 @@ def read(path: str | Path, **options) -> Instance:
         ):
             from .dnn_partitioning import read_dnn_partitioning
 
+            _check_options(path, read_dnn_partitioning, options)
             return read_dnn_partitioning(path, **options)
         raise ReadError(
             f"{path}: JSON file is neither a pipeopt instance (no 'format' field) nor a dnn-partitioning workload"
         )
+    _check_options(path, read_pipedream, options)
     return read_pipedream(path, **options)
+
+
+def _check_options(path: Path, reader, options: dict) -> None:
+    accepted = set(inspect.signature(reader).parameters) - {"path"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ReadError(
+            f"{path}: option(s) {unknown} not taken by {reader.__name__} (it takes {sorted(accepted)})"
+        )
 
 
 def write(instance: Instance, path: str | Path) -> Path:

@@ -264,6 +264,7 @@ def instance(
     microbatches: int | None = None,
     settings: Settings | None = None,
     name: str | None = None,
+    efficiency: dict | None = None,
 ) -> Instance:
     """A zoo model on a catalogue cluster, with its assumptions recorded.
 
@@ -279,6 +280,9 @@ def instance(
         M per iteration (default 4 x the number of devices, GPipe's advice M >= 4S).
     settings
         Scoring settings (default :class:`pipeopt.Settings` with ``microbatches``).
+    efficiency
+        ``dict[kind, (forward, backward)]`` overriding the catalogue's efficiencies (see
+        :func:`model`).
     name
         Instance label (default ``"{model}-{device}-x{n}"``, or ``"{model}-mix{N}"`` for a
         mixed cluster of N devices).
@@ -293,7 +297,14 @@ def instance(
         See :func:`model` and :func:`cluster`.
     """
     cl = cluster(devices, n, bandwidth=bandwidth, precision=precision, memory=memory)
-    g = model(model_name, microbatch=microbatch, seq_len=seq_len, precision=precision, kinds=cl.kinds)
+    g = model(
+        model_name,
+        microbatch=microbatch,
+        seq_len=seq_len,
+        precision=precision,
+        kinds=cl.kinds,
+        efficiency=efficiency,
+    )
     N = len(cl.devices)
     if settings is None:
         settings = Settings(microbatches=microbatches if microbatches is not None else 4 * N)
