@@ -16,7 +16,7 @@ from pipeopt import Cluster, Instance, Settings, evaluate
 from pipeopt.baselines.bipartition_greedy import greedy, same_cut
 from pipeopt.bipartition import BipartitionProblem
 from pipeopt.errors import InfeasibleError, InvalidPlanError, InvalidProblemError
-from pipeopt.exact.bipartition_milp import solve_milp
+from pipeopt.exact.bipartition_milp import relaxation_optimum, solve_bisection, solve_milp
 from pipeopt.plan import Plan, Stage
 from pipeopt.registry import method, methods
 from pipeopt.result import Status
@@ -146,17 +146,24 @@ def test_milp_equals_brute_force(case):
         for solver in ("cbc", "highs"):
             with pytest.raises(InfeasibleError, match="fits"):
                 solve_milp(p, time_limit=20, solver=solver)
+        with pytest.raises(InfeasibleError, match="fits"):
+            solve_bisection(p)
         assert same_cut(p).status == Status.INFEASIBLE
         assert greedy(p).status == Status.INFEASIBLE
         return
-    results = [solve_milp(p, time_limit=20, solver=s) for s in ("cbc", "highs")]
-    for r in results:
+    plain = [solve_milp(p, time_limit=20, solver=s, dp_bound=False) for s in ("cbc", "highs")]
+    for r in [*plain, solve_milp(p, time_limit=20, solver="highs")]:
         assert r.status == Status.OPTIMAL
         assert r.objective == pytest.approx(best, rel=1e-7)
         assert r.lower_bound <= r.objective * (1 + 1e-12)
         assert r.lower_bound == pytest.approx(best, rel=1e-6)
-        assert r.info["milp_objective"] == pytest.approx(r.objective, rel=1e-6)  # claim = evaluate
         assert r.evaluation.feasible and r.space == "bipartition"
+    for r in plain:  # the solver's own claim = evaluate (same-cut plan on a tie: same value)
+        assert r.info["milp_objective"] == pytest.approx(r.objective, rel=1e-6)
+    d = solve_bisection(p)
+    assert d.lower_bound <= best * (1 + 1e-9) and d.objective >= best * (1 - 1e-12)
+    if d.info["relaxed_plan_fits"]:
+        assert d.status == Status.OPTIMAL and d.objective == pytest.approx(best, rel=1e-9)
     g, g2, s = greedy(p), greedy(p, move="both"), same_cut(p)
     for h in (g, g2):
         assert best <= h.objective * (1 + 1e-12) and h.objective <= s.objective * (1 + 1e-12)
@@ -171,6 +178,18 @@ def test_separate_cuts_beat_same_cut_when_transfers_are_cheap():
     assert r.objective < s.objective * (1 - 0.1)  # 14.5 ms against 17 ms
     a, b = r.info["fwd_cuts"], r.info["bwd_cuts"]
     assert a != b
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_relaxation_equals_brute_force_without_memory(case):
+    case = dict(case)
+    shift = case.pop("max_shift", None)
+    case.pop("memory", None)
+    p = BipartitionProblem(chain_instance(**TINY, **case), case["stages"], max_shift=shift)
+    best = brute_force(p)
+    lo, a, b = relaxation_optimum(p)
+    assert lo <= best and lo == pytest.approx(best, rel=1e-9)
+    assert evaluate(p.instance, p.plan(a, b)).objective == pytest.approx(best, rel=1e-9)
 
 
 def test_max_shift_zero_is_the_partition_problem():
@@ -209,10 +228,14 @@ def test_random_chains_milp_equals_brute_force(p):
         with pytest.raises(InfeasibleError):
             solve_milp(p, time_limit=20, solver="highs")
         return
-    r = solve_milp(p, time_limit=20, solver="highs")
+    r = solve_milp(p, time_limit=20, solver="highs", dp_bound=False)
     assert r.status == Status.OPTIMAL
     assert r.objective == pytest.approx(best, rel=1e-6)
     assert r.info["milp_objective"] == pytest.approx(r.objective, rel=1e-6)
+    d = solve_bisection(p)
+    assert d.lower_bound <= best * (1 + 1e-9)
+    if d.status == Status.OPTIMAL:
+        assert d.objective == pytest.approx(best, rel=1e-9)
     g, s = greedy(p), same_cut(p)
     assert r.objective <= g.objective * (1 + 1e-9) and g.objective <= s.objective * (1 + 1e-12)
 
@@ -235,17 +258,18 @@ def profiles():
 @pytest.mark.parametrize("model", REAL)
 def test_real_profiles_milp_beats_same_cut(profiles, model, S):
     p = BipartitionProblem(profiles[model], S)
-    r = solve_milp(p, time_limit=20, solver="highs")
+    r = solve_milp(p, time_limit=20, solver="highs", dp_bound=False)
+    d = solve_bisection(p)  # no memory limit here: exact
     g, s = greedy(p), same_cut(p)
+    assert d.status == Status.OPTIMAL
     assert r.status in (Status.OPTIMAL, Status.TIME_LIMIT)
-    assert r.lower_bound <= r.objective * (1 + 1e-12)
+    assert r.lower_bound <= d.objective * (1 + 1e-9) and d.lower_bound <= r.objective * (1 + 1e-9)
     assert r.lower_bound >= p.simple_lower_bound() * (1 - 1e-12)
-    assert r.objective <= g.objective * (1 + 1e-12) or r.status == Status.TIME_LIMIT
-    assert g.objective <= s.objective * (1 + 1e-12)
+    assert d.objective <= g.objective * (1 + 1e-12) and g.objective <= s.objective * (1 + 1e-12)
     assert r.objective <= s.objective * (1 + 1e-12)  # the same-cut plan is in the space
     if r.status == Status.OPTIMAL:
+        assert r.objective == pytest.approx(d.objective, rel=1e-7)  # MILP = bisection
         assert r.gap == pytest.approx(0.0, abs=1e-6)
-        assert r.info["milp_objective"] == pytest.approx(r.objective, rel=1e-6)
 
 
 @pytest.mark.parametrize("model,S", [("alexnet", 4), ("gnmt", 2)])

@@ -27,6 +27,15 @@ finds nothing better in time (or only a tie: then the plan without migrations is
 status is ``OPTIMAL`` only if the solver proved it, and the
 reported lower bound is the solver's proven dual bound (never above the returned objective).
 
+**Memory relaxation by bisection** (:func:`relaxation_optimum`, method
+:func:`solve_bisection`). Without the memory limit the problem has an exact O(S n^2)
+feasibility test for a given T: a stage from states ``(a, b)`` to ``(a', b')`` fits iff
+``G(a', b') <= T + H(a, b)`` with G and H depending on one end each (loads are differences of
+prefix sums, and each cut's transfers depend on its own two positions only), so the reachable
+states follow from a 2-D prefix maximum. Bisection on T gives the relaxation's optimum; if its
+plan fits in memory it is optimal for the problem, and in any case its value is a lower bound
+that :func:`solve_milp` uses (``dp_bound=True``) to bound T from below and to cap it from above.
+
 References
 ----------
 Cui et al., *Bi-Partition*, Journal of Cloud Computing (Springer) -- the problem.
@@ -39,6 +48,7 @@ import os
 import tempfile
 import time
 
+import numpy as np
 import pulp
 
 from ..baselines.bipartition_greedy import best_same_cut
@@ -78,7 +88,8 @@ def _dual_bound(prob: pulp.LpProblem, solver: str, log_path: str) -> float | Non
         return None
 
 
-def build_model(problem: BipartitionProblem, scale: float, upper: float | None = None):
+def build_model(problem: BipartitionProblem, scale: float, upper: float | None = None,
+                lower: float | None = None):
     """Build the PuLP model (module docstring).
 
     Parameters
@@ -87,8 +98,8 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
         The Bi-Partition problem.
     scale
         Seconds per model time unit (times are divided by it).
-    upper
-        Optional upper bound on the bottleneck, seconds.
+    upper, lower
+        Optional bounds on the bottleneck, seconds (``lower`` defaults to the simple bound).
 
     Returns
     -------
@@ -101,7 +112,7 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
     ta = problem.act / (problem.bandwidth * scale)
     tp = problem.param / (problem.microbatches * problem.bandwidth * scale)
     prob = pulp.LpProblem("bipartition", pulp.LpMinimize)
-    T = pulp.LpVariable("T", lowBound=problem.simple_lower_bound() / scale,
+    T = pulp.LpVariable("T", lowBound=(problem.simple_lower_bound() if lower is None else lower) / scale,
                         upBound=None if upper is None else upper / scale)
     prob += T
 
@@ -183,13 +194,206 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
     return prob, T, p, q
 
 
+# ---- the memory relaxation, solved exactly by bisection on T ------------------------------------
+
+
+def _cut_bytes(problem: BipartitionProblem):
+    """``(fwd, bwd)``, ``ndarray (n+1, n+1)``: bytes per microbatch sent forward / backward across a
+    cut whose forward split is at x and backward split at y (index ``[x, y]``)."""
+    n, M = problem.n, problem.microbatches
+    x = np.arange(n + 1)[:, None]
+    y = np.arange(n + 1)[None, :]
+    d_act = problem.act_prefix[y] - problem.act_prefix[x]
+    d_par = (problem.param_prefix[y] - problem.param_prefix[x]) / M
+    bb = problem.boundary_bytes
+    fwd = bb[x] + np.maximum(-d_act, 0.0) + np.maximum(d_par, 0.0)
+    bwd = bb[y] + np.maximum(d_act, 0.0) + np.maximum(-d_par, 0.0)
+    return fwd, bwd
+
+
+class _Relaxation:
+    """Feasibility of a bottleneck T for the Bi-Partition problem without its memory limit.
+
+    A state ``(a, b)`` is the start of a stage in the forward and the backward pass. Stage i
+    from ``(a, b)`` to ``(a', b')`` (``a < a'``, ``b < b'``) fits in T iff
+    ``G_i(a', b') <= T + H_i(a, b)`` with ``G_i = Fp[a'] + Bp[b'] (+ sends forward / bandwidth
+    without overlap)`` and ``H_i = Fp[a] + Bp[b] (- sends backward at the cut before)``, and the
+    cut ``(a', b')`` takes at most T (overlap) and respects ``max_shift``. So the stages
+    reachable after i + 1 stages follow from a 2-D prefix maximum of ``H_i`` over the states
+    reachable after i stages: O(S n^2) per value of T.
+    """
+
+    def __init__(self, problem: BipartitionProblem):
+        self.p = problem
+        n, S, bw = problem.n, problem.stages, problem.bandwidth
+        fb, bk = _cut_bytes(problem)
+        base = problem.fwd_prefix[:, None] + problem.bwd_prefix[None, :]
+        over = problem.overlap
+        self.G = [base + (fb / bw if (not over and i < S - 1) else 0.0) for i in range(S)]
+        self.H = [base - (bk / bw if (not over and i > 0) else 0.0) for i in range(S)]
+        self.comm = (fb + bk) / bw if over else np.zeros_like(fb)
+        mask = np.ones((n + 1, n + 1), dtype=bool)
+        if problem.max_shift is not None:
+            x = np.arange(n + 1)
+            mask = np.abs(x[:, None] - x[None, :]) <= problem.max_shift
+        self.mask = mask
+
+    def reach(self, T: float) -> list[np.ndarray] | None:
+        """Reachable states per stage boundary if T is feasible, else ``None``."""
+        n, S = self.p.n, self.p.stages
+        R = np.zeros((n + 1, n + 1), dtype=bool)
+        R[0, 0] = True
+        out = [R]
+        for i in range(S):
+            V = np.where(R, self.H[i], -np.inf)
+            V = np.maximum.accumulate(np.maximum.accumulate(V, axis=0), axis=1)
+            best = np.full((n + 1, n + 1), -np.inf)
+            best[1:, 1:] = V[:-1, :-1]  # strictly earlier in both passes
+            R = self.G[i] <= T + best
+            if i < S - 1:
+                R &= self.mask & (self.comm <= T)
+                R[n, :] = False
+                R[:, n] = False
+            out.append(R)
+        return out if out[-1][n, n] else None
+
+    def cuts(self, T: float, reach: list[np.ndarray]) -> tuple[list[int], list[int]]:
+        """Backtrack a plan of bottleneck <= T from the reachable sets."""
+        n, S = self.p.n, self.p.stages
+        a2, b2 = n, n
+        fa, fb = [], []
+        for i in range(S - 1, 0, -1):
+            ok = reach[i].copy()
+            ok[a2:, :] = False
+            ok[:, b2:] = False
+            ok &= self.G[i][a2, b2] <= T + self.H[i]
+            cand = np.where(ok, self.H[i], -np.inf)
+            a2, b2 = (int(v) for v in np.unravel_index(np.argmax(cand), cand.shape))
+            fa.append(a2)
+            fb.append(b2)
+        return fa[::-1], fb[::-1]
+
+
+def relaxation_optimum(problem: BipartitionProblem, rel_tol: float = 1e-12):
+    """The optimum of the Bi-Partition problem with its memory limit ignored, by bisection on T.
+
+    Parameters
+    ----------
+    problem
+        The Bi-Partition problem (its memory capacity is ignored).
+    rel_tol
+        Bisection stops when ``hi - lo <= rel_tol * hi``.
+
+    Returns
+    -------
+    (lower, fwd_cuts, bwd_cuts)
+        ``lower`` (seconds): a value proven infeasible (or the simple bound, if feasible), so
+        every plan -- memory or not -- has a bottleneck above it; the cuts of an optimal plan
+        of the relaxation (bottleneck within ``rel_tol`` of ``lower``). If that plan fits in
+        memory it is optimal for the problem.
+
+    Notes
+    -----
+    Exact feasibility test per T (class ``_Relaxation``): O(S n^2) with numpy; about 40
+    bisection steps.
+    """
+    relax = _Relaxation(problem)
+    start = best_same_cut(problem, ignore_memory=True)
+    hi = problem.score(start, start).bottleneck
+    lo = problem.simple_lower_bound()
+    best = relax.reach(hi * (1 + 1e-12))
+    T_best = hi * (1 + 1e-12)
+    if relax.reach(lo) is not None:
+        best, T_best, hi = relax.reach(lo), lo, lo
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        r = relax.reach(mid)
+        if r is None:
+            lo = mid
+        else:
+            hi, best, T_best = mid, r, mid
+    a, b = relax.cuts(T_best, best)
+    return lo if lo < hi else lo * (1 - 1e-12), a, b
+
+
 def _cuts(rows) -> list[int]:
     return [int(round(sum(pulp.value(x) if isinstance(x, pulp.LpVariable) else x for x in row)))
             for row in rows]
 
 
+def _infeasible(problem: BipartitionProblem) -> InfeasibleError:
+    # memory depends on the backward split, and a = b needs the fewest weights: if no same-cut
+    # plan fits, no plan does
+    return InfeasibleError(
+        f"no Bi-Partition plan of {problem.instance.name} into {problem.stages} stages fits in "
+        f"{problem.memory / 2**30:.3f} GiB per worker (no same-cut plan fits, and moving the "
+        "forward cuts away from the backward cuts only adds weight memory)")
+
+
+def _finish(problem: BipartitionProblem, method: str, candidates: list, proven: bool, lower: float,
+            started: float, info: dict) -> Result:
+    """The best memory-feasible candidate ``(label, fwd_cuts, bwd_cuts)`` (first wins ties) as a Result.
+
+    ``OPTIMAL`` if ``proven`` or if the bound ``lower`` meets the objective (rel. 1e-9); the
+    reported bound never exceeds the objective.
+    """
+    best = None
+    for label, a, b in candidates:
+        sc = problem.score(a, b)
+        if sc.excess > 0:
+            continue
+        if best is None or sc.bottleneck < best[0] * (1 - 1e-9):
+            best = (sc.bottleneck, label, a, b)
+    _, label, a, b = best
+    info.update(incumbent=label, fwd_cuts=list(a), bwd_cuts=list(b))
+    res = problem.result(method, problem.plan(a, b), Status.FEASIBLE, started=started, info=info)
+    lb = min(max(lower, problem.simple_lower_bound()), res.objective)
+    if not proven and lb >= res.objective * (1 - 1e-9):
+        proven = True
+        info["proof"] = "lower bound meets the objective"
+    res.status = Status.OPTIMAL if proven else (Status.TIME_LIMIT if method == "milp" else Status.FEASIBLE)
+    res.lower_bound = lb
+    return res
+
+
+def solve_bisection(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
+                    **_kw) -> Result:
+    """Solve the Bi-Partition problem by bisection on T over the memory relaxation.
+
+    :func:`relaxation_optimum` finds the optimum with the memory limit ignored, exactly (up to
+    a relative 1e-12 bisection tolerance). If that plan fits in memory it is optimal;
+    otherwise the best same-cut plan is returned with the relaxation's value as lower bound.
+
+    Parameters
+    ----------
+    problem
+        The Bi-Partition problem.
+    time_limit, solver, seed
+        Unused (accepted for the common method signature).
+
+    Returns
+    -------
+    Result
+        ``OPTIMAL`` with ``lower_bound`` the largest value proven infeasible (clamped to the
+        objective), or ``FEASIBLE`` with that bound when memory binds.
+
+    Raises
+    ------
+    InfeasibleError
+        If no plan fits the workers' memory.
+    """
+    started = time.perf_counter()
+    start_cuts = best_same_cut(problem)
+    if start_cuts is None:
+        raise _infeasible(problem)
+    lo, a, b = relaxation_optimum(problem)
+    info = {"relaxation_bound": lo, "relaxed_plan_fits": problem.score(a, b).excess == 0}
+    cands = [("same_cut", start_cuts, start_cuts), ("bisection", a, b)]
+    return _finish(problem, "bisection", cands, False, lo, started, info)
+
+
 def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-               gap: float = 1e-9, **_kw) -> Result:
+               gap: float = 1e-9, dp_bound: bool = True, **_kw) -> Result:
     """Solve the Bi-Partition problem exactly with a MILP (module docstring).
 
     Parameters
@@ -204,14 +408,21 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
         Solver random seed.
     gap
         Relative optimality tolerance passed to the solver.
+    dp_bound
+        First solve the memory relaxation by bisection (:func:`relaxation_optimum`): its value
+        bounds T from below in the model and its plan, if it fits in memory, caps T from above
+        and is a candidate incumbent. ``False`` gives the plain MILP (an independent check).
 
     Returns
     -------
     Result
-        Status ``OPTIMAL`` (proven within ``gap``) or ``TIME_LIMIT`` (incumbent -- at worst the
-        best same-cut plan -- and the solver's bound, or the simple bound if the solver gave
-        none); ``lower_bound`` in seconds; ``info["milp_objective"]`` is the model's value of
-        the returned plan, seconds (equal to ``evaluate`` at optimality).
+        Status ``OPTIMAL`` (proven by the solver within ``gap``, or because the lower bound
+        meets the incumbent; ``info["proof"]`` says so) or ``TIME_LIMIT`` (incumbent -- at
+        worst the best same-cut plan -- and the best bound: the solver's, the relaxation's or
+        the simple bound). ``lower_bound`` in seconds; ``info["milp_objective"]`` is the
+        model's value of the solver's plan, seconds (equal to ``evaluate`` at optimality);
+        ``info["incumbent"]`` says which plan was returned (``"milp"``, ``"same_cut"`` on ties,
+        ``"bisection"``).
 
     Raises
     ------
@@ -229,14 +440,25 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
     start_cuts = best_same_cut(problem)
-    if start_cuts is None:  # memory depends on the backward split, minimised by a = b: none fits
-        raise InfeasibleError(
-            f"no Bi-Partition plan of {problem.instance.name} into {problem.stages} stages fits in "
-            f"{problem.memory / 2**30:.3f} GiB per worker (no same-cut plan fits, and moving the "
-            "forward cuts away from the backward cuts only adds weight memory)")
+    if start_cuts is None:
+        raise _infeasible(problem)
+    cands = [("same_cut", start_cuts, start_cuts)]
     upper = problem.score(start_cuts, start_cuts).bottleneck
+    lower = problem.simple_lower_bound()
+    info: dict = {"solver": solver, "seed": seed, "gap_tolerance": gap, "dp_bound": dp_bound,
+                  "same_cut": {"cuts": start_cuts, "bottleneck": upper}}
+    if dp_bound:
+        lo, a, b = relaxation_optimum(problem)
+        lower = max(lower, lo)
+        info["relaxation_bound"] = lo
+        sc = problem.score(a, b)
+        if sc.excess == 0:
+            cands.append(("bisection", a, b))
+            upper = min(upper, sc.bottleneck)
     scale = problem.simple_lower_bound() or 1.0
-    prob, T, p, q = build_model(problem, scale, upper * (1 + 1e-7))
+    # the caps keep a relative margin of 1e-6: a window as narrow as the solvers' tolerances
+    # makes them report the model infeasible
+    prob, T, p, q = build_model(problem, scale, upper * (1 + 1e-6), lower * (1 - 1e-6))
     fd, log_path = tempfile.mkstemp(prefix="pipeopt_cbc_", suffix=".log")
     os.close(fd)
     try:
@@ -245,31 +467,15 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
         bound = _dual_bound(prob, solver, log_path)
     finally:
         os.unlink(log_path)
-    info = {"solver": solver, "seed": seed, "gap_tolerance": gap,
-            "binaries": sum(v.cat == "Integer" for v in prob.variables()),
-            "same_cut": {"cuts": start_cuts, "bottleneck": upper},
-            "solver_status": pulp.LpStatus[prob.status]}
+    info.update(binaries=sum(v.cat == "Integer" for v in prob.variables()),
+                solver_status=pulp.LpStatus[prob.status])
     has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     proven = prob.sol_status == pulp.LpSolutionOptimal
-    plan = None
     if has_solution:
         a, b = _cuts(p), _cuts(q)
-        plan = problem.plan(a, b)
         info["milp_objective"] = float(pulp.value(T)) * scale
-        info.update(fwd_cuts=a, bwd_cuts=b)
-    if plan is None or upper <= problem.score(a, b).bottleneck * (1 + 1e-9):
-        # the solver found nothing (time limit, or a numerical 'infeasible' under the same-cut cap)
-        # or nothing better: keep the best same-cut plan (no needless migrations on ties),
-        # optimal only if the solver proved it
-        plan = problem.plan(start_cuts, start_cuts)
-        info.update(fwd_cuts=start_cuts, bwd_cuts=start_cuts, incumbent="same_cut")
-        proven = proven and has_solution
-    status = Status.OPTIMAL if proven else Status.TIME_LIMIT
-    res = problem.result("milp", plan, status, started=started, info=info)
-    lb = problem.simple_lower_bound()
+        cands.insert(1, ("milp", a, b))  # after same_cut: a tie keeps the plan without migrations
     if bound is not None:
-        lb = max(lb, bound * scale)
-    if math.isfinite(res.objective):
-        lb = min(lb, res.objective)
-    res.lower_bound = lb
-    return res
+        lower = max(lower, bound * scale)
+    # a solver's optimality proof holds under the caps: the best candidate is then optimal
+    return _finish(problem, "milp", cands, proven and has_solution, lower, started, info)
