@@ -65,7 +65,7 @@ def load_instance(
     bandwidth: float | None = None,
     memory: float | None = None,
 ) -> Instance:
-    """Read a native JSON instance or a PipeDream profile (``.txt``).
+    """Read a native JSON instance, a dnn-partitioning workload (JSON) or a PipeDream profile.
 
     Parameters
     ----------
@@ -91,10 +91,10 @@ def load_instance(
     path = Path(path)
     if not path.exists():
         raise ReadError(f"no such file: {path}")
-    if path.suffix == ".json":
-        from .io.native import read_instance
+    if path.suffix == ".json":  # native instance or Tarnawski et al.'s workload
+        from .io import read
 
-        inst = read_instance(path)
+        inst = read(path)
     else:
         kw = {"devices": devices or 16}
         if bandwidth is not None:
@@ -113,6 +113,18 @@ def load_instance(
 
 def _accepts(cls, name: str) -> bool:
     return name in inspect.signature(cls).parameters
+
+
+def _options(cls, S: int, q: int | None, space: str) -> dict:
+    """The keyword options a problem class accepts, out of stages / workers / replication."""
+    opts: dict = {}
+    if _accepts(cls, "stages"):
+        opts["stages"] = S
+    if _accepts(cls, "workers") and q is not None:
+        opts["workers"] = q
+    if _accepts(cls, "replication"):
+        opts["replication"] = space == "replicated"
+    return opts
 
 
 def _spaces(problem: str, methods: Sequence[registry.MethodSpec], replication: bool) -> dict:
@@ -204,6 +216,11 @@ def run(
         qs = list(workers) if workers else [None]
         for S in sizes:
             for q in qs:
+                try:  # can the problem be posed at all? (say so once, not once per method)
+                    cls(inst, **_options(cls, S, q, "straight"))
+                except PipeoptError as exc:
+                    print(f"skipped {inst.name} (S={S}{'' if q is None else f', q={q}'}) for {problem}: {exc}")
+                    continue
                 for spec in specs:
                     for space in spaces[spec.name]:
                         tasks.append((inst, S, q, spec, space))
@@ -228,14 +245,7 @@ def run(
         }
         started = time.perf_counter()
         try:
-            opts = {}
-            if _accepts(cls, "stages"):
-                opts["stages"] = S
-            if _accepts(cls, "workers") and q is not None:
-                opts["workers"] = q
-            if _accepts(cls, "replication"):
-                opts["replication"] = space == "replicated"
-            prob = cls(inst, **opts)
+            prob = cls(inst, **_options(cls, S, q, space))
             res = spec.load()(prob, time_limit=time_limit, solver=solver, seed=seed)
             row.update(
                 status=str(res.status),
@@ -266,7 +276,7 @@ def add_gaps(df: pd.DataFrame) -> pd.DataFrame:
     df["best_bound"] = bound.groupby([df[k].astype(str).fillna("-") for k in keys], dropna=False).transform("max")
     # a plan proven infeasible in its space has no gap
     df["gap"] = (df["objective"] - df["best_bound"]) / df["objective"] * 100.0
-    df.loc[~(df["objective"] < math.inf), "gap"] = math.nan
+    df.loc[~(df["objective"] < math.inf) | (df["status"] == "infeasible"), "gap"] = math.nan
     df["gap"] = df["gap"].clip(lower=0.0)
     return df.reindex(columns=COLUMNS)
 
