@@ -37,7 +37,8 @@ def _greedy(problem: ResourceProblem, groups: list, T: float, mode: str) -> list
         last = n if s == S - 1 else n - (S - 1 - s)  # leave one unit per later stage
         b_ok = None
         for b in range(a + 1, last + 1):
-            if problem.fit_time(a, b, groups[s], s, mode) > T:
+            t = problem.fit_time(a, b, groups[s], s, mode)
+            if t > T or math.isinf(t):
                 break  # compute and memory only grow with b
             if cut[b] <= T and (s < S - 1 or b == n):
                 b_ok = b
@@ -72,6 +73,10 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
         ``mode`` (``inf`` if even the greedy at T = inf breaks memory).
     """
     starts = _greedy(problem, groups, math.inf, mode)
+    if starts is None:  # nothing fits memory greedily: equal unit counts, scored as they are
+        n, S = problem.n, len(groups)
+        starts = [round(n * s / S) for s in range(1, S)]
+        return starts, problem.plan_value(starts, groups, mode)
     best = (starts, problem.plan_value(starts, groups, mode))
     lo, hi = 0.0, best[1]
     if not math.isfinite(hi):

@@ -31,9 +31,10 @@ from ..result import Result, Status
 
 def _start(problem: JointProblem) -> tuple:
     starts, value = bisection_partition(problem, problem.groups, mode="split")
-    if not math.isfinite(value):
-        raise InfeasibleError(f"no split of {problem.instance.name} into {problem.stages} stages fits in memory "
-                              "(the greedy found none; use solve_dp to prove it)")
+    if not math.isfinite(value):  # the greedy found no plan that fits memory: ask the DP
+        starts, value = minmax_chain_dp(problem, problem.groups, "split")
+        if not math.isfinite(value):
+            raise InfeasibleError(f"no split of {problem.instance.name} into {problem.stages} stages fits in memory")
     return starts, problem.groups
 
 
