@@ -39,8 +39,9 @@ position is the index of the first unit of the next stage).
   backward bytes at the cut before it, divided by the bandwidth.
 * **Memory** (1F1B, no replication): stage i keeps ``k_i = S - i`` microbatches in flight and
   stores the activations of the units whose *backward* runs there (a migrated activation is
-  shipped when produced and charged to the backward stage, conservatively with that stage's
-  ``k_i``), plus the weights of every unit it touches in either pass (the union of its forward
+  shipped when produced and charged to the backward stage with that stage's ``k_i``; the
+  transient extra copy of an activation made on an earlier stage that waits one slot before
+  the backward stage's own forward of that microbatch is not counted), plus the weights of every unit it touches in either pass (the union of its forward
   and backward units), ``v_i = k_i`` versions with weight stashing, else 1:
   ``mem_i = k_i * act(backward units) + v_i * params(forward units U backward units)``.
 

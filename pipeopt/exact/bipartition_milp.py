@@ -356,8 +356,8 @@ def _finish(problem: BipartitionProblem, method: str, candidates: list, proven: 
     return res
 
 
-def solve_bisection(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-                    **_kw) -> Result:
+def solve_bisection(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc",
+                    seed: int = 0, **_kw) -> Result:
     """Solve the Bi-Partition problem by bisection on T over the memory relaxation.
 
     :func:`relaxation_optimum` finds the optimum with the memory limit ignored, exactly (up to
