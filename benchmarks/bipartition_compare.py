@@ -26,7 +26,7 @@ own memory and bandwidth).
 Usage::
 
     python benchmarks/bipartition_compare.py [--time-limit 30] [--solver highs] [--stages 2 4 8]
-                                             [--only NAME ...] [--csv out.csv]
+                                             [--only NAME ...] [--csv out.csv] [--pd-bandwidth B]
 """
 
 from __future__ import annotations
@@ -52,12 +52,12 @@ PROFILES = ROOT.parent / "shared" / "data" / "pipedream-profiles"
 PIPEDREAM = ["alexnet", "vgg16", "resnet18", "squeezenet1_0", "gnmt", "resnet50"]
 
 
-def instances(only: list[str] | None):
-    """``(label, Instance)`` pairs: PipeDream profiles, then the shipped zoo instances."""
+def instances(only: list[str] | None, pd_bandwidth: float | None = None):
+    """``(label, loader)`` pairs: PipeDream profiles, then the shipped zoo instances."""
     out = []
     for m in PIPEDREAM:
         if (PROFILES / f"{m}.txt").exists():
-            out.append((f"pd:{m}", lambda m=m: read_pipedream(PROFILES / f"{m}.txt")))
+            out.append((f"pd:{m}", lambda m=m: read_pipedream(PROFILES / f"{m}.txt", bandwidth=pd_bandwidth)))
     for f in sorted(glob.glob(str(ROOT / "instances" / "homogeneous" / "*-x8.json"))) + sorted(
         glob.glob(str(ROOT / "instances" / "memory" / "*-x8.json"))
     ):
@@ -149,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--only", nargs="*", help="substrings of instance labels to run")
     ap.add_argument("--csv", type=Path, help="also write the rows as CSV")
+    ap.add_argument("--pd-bandwidth", type=float, help="bytes/s between workers for the PipeDream profiles "
+                    "(default: the reader's assumed 1.25e10)")
     args = ap.parse_args(argv)
     rows = []
-    for label, load in instances(args.only):
+    for label, load in instances(args.only, args.pd_bandwidth):
         inst = load()
         for S in args.stages:
             if S > min(inst.chain.n, len(inst.cluster.devices)):
