@@ -609,7 +609,8 @@ def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | Non
                             coef = []
                             for d, dv in enumerate(devs):
                                 e = sum(dv.resources.get(k, 0.0) * c for k, c in row.items() if dv.resources.get(k, 0.0) > 0)
-                                coef.append(min(int(math.ceil(e * scale)), 10**15))
+                                # an infinite rate (a pass with no work on a kind the device has) meets the row alone
+                                coef.append(COVER_SCALE if e * scale >= COVER_SCALE else int(math.ceil(e * scale)))
                             model.Add(sum(c * g[d, s] for d, c in enumerate(coef) if c) >= COVER_SCALE).OnlyEnforceIf(v)
                         need = problem.stage_memory(a, b, s)
                         if math.isfinite(mem_total) and need > 0:
