@@ -25,12 +25,13 @@ from pipeopt.result import Status
 MILP_REL = 1e-6  # MILP: gap 1e-9 plus feasibility tolerances on scaled rows
 
 
-def run_all(problem, time_limit):
-    """Every exact method of the straight space on one problem, by name."""
+def run_all(problem, time_limit, warm_start=True):
+    """Every exact method of the straight space on one problem, by name. ``warm_start=False``
+    solves the bare formulations (no heuristic start, no reach rows / objective cap)."""
     return {
-        "milp-cbc": solve_milp(problem, time_limit=time_limit, solver="cbc"),
-        "milp-highs": solve_milp(problem, time_limit=time_limit, solver="highs"),
-        "cpsat": solve_cpsat(problem, time_limit=time_limit, num_workers=2),
+        "milp-cbc": solve_milp(problem, time_limit=time_limit, solver="cbc", warm_start=warm_start),
+        "milp-highs": solve_milp(problem, time_limit=time_limit, solver="highs", warm_start=warm_start),
+        "cpsat": solve_cpsat(problem, time_limit=time_limit, num_workers=2, warm_start=warm_start),
     }
 
 
@@ -93,6 +94,20 @@ def test_profiles_agree_with_dp(name, S, profile_dir):
     check_against(inst, dp.objective, run_all(p, _limit(p.n)), S)
 
 
+SMALL = [name for name in PROFILES if name in ("alexnet", "vgg16", "gnmt", "gnmt_large", "resnet18", "squeezenet1_0")]
+
+
+@pytest.mark.parametrize("S", [2, 4, 8])
+@pytest.mark.parametrize("name", SMALL)
+def test_bare_formulations_agree_with_dp(name, S, profile_dir):
+    """Without the heuristic start (and the rows derived from its value) the models alone
+    still find and prove the DP optimum: they do not lean on the heuristic."""
+    inst = profile(name)
+    p = PartitionProblem(inst, S)
+    dp = solve_dp(p)
+    check_against(inst, dp.objective, run_all(p, 20.0, warm_start=False), S)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("S", [2, 4, 8])
 @pytest.mark.parametrize("name", PROFILES)
@@ -136,10 +151,11 @@ def test_random_instances_match_brute_force(inst, S):
         return
     dp = solve_dp(p)
     assert dp.objective == pytest.approx(best, rel=1e-9, abs=1e-15)
-    results = run_all(p, 10.0)
-    for res in results.values():  # tiny instances: everything is proven
-        assert res.status == Status.OPTIMAL, res.info
-    check_against(inst, best, results, S)
+    for warm in (True, False):
+        results = run_all(p, 10.0, warm_start=warm)
+        for res in results.values():  # tiny instances: everything is proven
+            assert res.status == Status.OPTIMAL, res.info
+        check_against(inst, best, results, S)
 
 
 # ---- the pieces shared by both formulations ------------------------------------------------

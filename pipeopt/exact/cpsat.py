@@ -32,16 +32,20 @@ from ortools.sat.python import cp_model
 
 from ..partition import PartitionProblem
 from ..result import Result
-from .partition_model import StraightModel, balanced_split, finish, infeasible_memory
+from .partition_model import StraightModel, finish, heuristic_split, infeasible_memory
 
 
-def build_cpsat(model: StraightModel) -> tuple[cp_model.CpModel, cp_model.IntVar, list]:
+def build_cpsat(model: StraightModel, upper: float | None = None) -> tuple[cp_model.CpModel, cp_model.IntVar, list]:
     """Build the CP-SAT model of the straight partition problem.
 
     Parameters
     ----------
     model
         Arrays of the problem.
+    upper
+        Seconds: the bottleneck of a known memory-feasible split, or ``None``. If given, T's
+        domain ends one tick above it (only splits at least as good remain; that split's
+        integer value is within one tick of ``upper``, so it stays feasible).
 
     Returns
     -------
@@ -53,6 +57,8 @@ def build_cpsat(model: StraightModel) -> tuple[cp_model.CpModel, cp_model.IntVar
     cp = cp_model.CpModel()
     begin, end, cut = model.ticks(model.begin), model.ticks(model.end), model.ticks(model.cut_time)
     top = max(max(end) - min(begin), max(cut))
+    if upper is not None:
+        top = min(top, math.ceil(upper / model.tick) + 1)
     lb = max(0, math.floor(model.lower_bound / model.tick) - 1)  # valid for the rounded model
     T = cp.new_int_var(min(lb, top), top, "bottleneck")
     p: list = [0]
@@ -113,7 +119,8 @@ def solve_cpsat(
     num_workers
         CP-SAT's ``num_workers`` (parallel search threads).
     warm_start
-        Hint a balanced split (:func:`~pipeopt.exact.partition_model.balanced_split`).
+        Hint a heuristic split (:func:`~pipeopt.exact.partition_model.heuristic_split`)
+        and, if it fits in memory, cap T's domain at its value (``False``: bare model).
 
     Returns
     -------
@@ -141,8 +148,9 @@ def solve_cpsat(
     """
     started = time.perf_counter()
     model = StraightModel.of(problem, "cpsat")
-    cp, T, p = build_cpsat(model)
-    hint = balanced_split(model)
+    hint = heuristic_split(model)
+    upper = model.bottleneck(hint) if (warm_start and model.fits(hint)) else None
+    cp, T, p = build_cpsat(model, upper)
     if warm_start:
         for t in range(1, model.S):
             cp.add_hint(p[t], hint[t - 1])

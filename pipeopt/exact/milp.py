@@ -23,8 +23,10 @@ optimality quickly. Times are expressed in units of 1/100 of the simple lower bo
 is about 100-1000 in the solver, away from its absolute tolerances), memory rows divided by
 the capacity. The gap tolerance is :data:`MILP_REL_GAP` relative, so "optimal" means
 optimal to about 1e-9 relative (plus the solver's 1e-7..1e-6 feasibility tolerances on
-these scaled rows). A balanced split (:func:`~pipeopt.exact.partition_model.balanced_split`)
-is given as warm start.
+these scaled rows). A heuristic split (:func:`~pipeopt.exact.partition_model.heuristic_split`)
+is given as MIP start and, if it fits in memory, its value U adds the *reach* rows
+``y[t, a] <= y[t+1, R_U(a)]`` (a stage that starts by unit a and takes at most U ends by
+R_U(a)): they only cut off splits worse than a known one and tighten the LP relaxation.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import pulp
 from ..errors import InvalidProblemError
 from ..partition import PartitionProblem
 from ..result import Result
-from .partition_model import StraightModel, balanced_split, finish, infeasible_memory, starts_from_cumulative
+from .partition_model import StraightModel, finish, infeasible_memory, reach, starts_from_cumulative, heuristic_split
 
 MILP_REL_GAP = 1e-9
 """Relative optimality gap at which the MILP solvers stop (about zero)."""
@@ -53,8 +55,17 @@ MILP_ABS_GAP = 1e-9
 
 SOLVERS = ("cbc", "highs")
 
+CBC_INTERRUPTED = (
+    "The LP relaxation is infeasible or too expensive",
+    "Pre-processing says infeasible",
+    "Cut generators found to be infeasible",
+)
+"""CBC's log lines when its time limit interrupts preprocessing or the root LP; its status
+is then meaningless (seen with the CBC 2.10.3 bundled with PuLP)."""
 
-def build_milp(model: StraightModel, time_unit: float) -> tuple[pulp.LpProblem, pulp.LpVariable, dict]:
+
+def build_milp(model: StraightModel, time_unit: float, upper: float | None = None
+               ) -> tuple[pulp.LpProblem, pulp.LpVariable, dict]:
     """Build the PuLP model of the straight partition problem.
 
     Parameters
@@ -63,6 +74,12 @@ def build_milp(model: StraightModel, time_unit: float) -> tuple[pulp.LpProblem, 
         Arrays of the problem (:class:`~pipeopt.exact.partition_model.StraightModel`).
     time_unit
         Seconds per unit of the solver's time values.
+    upper
+        Seconds: the bottleneck of a known memory-feasible split, or ``None``. If given, the
+        *reach* rows ``y[t, a] <= y[t+1, R(a)]`` (:func:`~pipeopt.exact.partition_model.reach`:
+        a stage starting by unit a must end by R(a) to take at most ``upper``) are added.
+        They only remove splits worse than the known one, so the optimum and every bound
+        stay valid, and they make the LP relaxation much tighter.
 
     Returns
     -------
@@ -78,6 +95,15 @@ def build_milp(model: StraightModel, time_unit: float) -> tuple[pulp.LpProblem, 
     for t in range(1, S):
         win = model.window(t)
         y[t] = {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in win[:-1]}
+
+    def started(t, c):
+        """``1[p_t <= c]``: a variable inside stage t's window, else the constant 0 or 1."""
+        if t == 0:
+            return 1
+        if t == S:
+            return int(c >= n)
+        win = model.window(t)
+        return int(c >= win[-1]) if c not in y[t] else y[t][c]
 
     def at_start(F, t, scale=1.0):
         """Linear expression of ``F[p_t] * scale``."""
@@ -106,6 +132,16 @@ def build_milp(model: StraightModel, time_unit: float) -> tuple[pulp.LpProblem, 
         for t in range(S):
             F = model.mem_prefix[t]
             lp += at_start(F, t + 1, m) - at_start(F, t, m) <= 1.0 + 1e-12, f"memory_{t}"
+    if upper is not None:
+        R = reach(model, upper)
+        for t in range(S):
+            for a in model.window(t):
+                lhs, rhs = started(t, a), started(t + 1, int(R[a]))
+                if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
+                    continue
+                if isinstance(lhs, int) and isinstance(rhs, int):  # 1 <= 0: upper is not feasible
+                    raise RuntimeError(f"reach rows contradict the split of value {upper} s")
+                lp += lhs <= rhs, f"reach_{t}_{a}"
     return lp, T, y
 
 
@@ -177,7 +213,8 @@ def solve_milp(
     seed
         Solver random seed.
     warm_start
-        Give the solver a balanced split as MIP start.
+        Give the solver a heuristic split as MIP start and add the reach rows of its value
+        (see the module docstring); ``False`` solves the bare formulation.
 
     Returns
     -------
@@ -208,8 +245,9 @@ def solve_milp(
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {SOLVERS}")
     model = StraightModel.of(problem, "milp")
     unit = model.time_unit
-    lp, T, y = build_milp(model, unit)
-    hint = balanced_split(model)
+    hint = heuristic_split(model)
+    upper = model.bottleneck(hint) if (warm_start and model.fits(hint)) else None
+    lp, T, y = build_milp(model, unit, upper)
     start = _start_values(model, hint, unit) if warm_start else {}
     info: dict = {"solver": solver, "warm_start": hint, "warm_start_value": model.bottleneck(hint),
                   "time_unit": unit, "rel_gap": MILP_REL_GAP, "binaries": sum(len(v) for v in y.values()),
@@ -225,7 +263,9 @@ def solve_milp(
             cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=tl, gapRel=MILP_REL_GAP, gapAbs=MILP_ABS_GAP,
                                     warmStart=bool(start), logPath=log_path,
                                     options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"])
+            t0 = time.perf_counter()
             lp.solve(cmd)
+            cbc_wall = time.perf_counter() - t0
             with open(log_path) as fh:
                 log = fh.read()
         finally:
@@ -233,6 +273,15 @@ def solve_milp(
         raw = _cbc_bound(log)
         proven = lp.sol_status == pulp.LpSolutionOptimal
         infeasible = lp.status == pulp.LpStatusInfeasible
+        if any(sign in log for sign in CBC_INTERRUPTED) and cbc_wall >= 0.9 * tl:
+            # CBC's time limit interrupted its preprocessing or root LP; it then reports
+            # "optimal" (the MIP start) or "infeasible": neither is a proof
+            proven = infeasible = False
+            raw = None
+            info["solver_note"] = "CBC stopped in preprocessing / the root LP at its time limit (no proof)"
+        if infeasible and upper is not None:  # a split that fits is known: not a proof
+            infeasible = False
+            info["solver_note"] = "CBC claimed infeasibility although a feasible split is known (ignored)"
         has_sol = lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
         info["solver_status"] = pulp.LpStatus[lp.status]
         info["bound_source"] = "CBC log" if raw is not None else "simple_lower_bound (CBC bound not readable)"

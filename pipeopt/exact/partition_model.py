@@ -202,6 +202,76 @@ class StraightModel:
 
 
 # ---- a cheap warm start ------------------------------------------------------------------
+def greedy_probe(model: StraightModel, limit: float) -> list[int] | None:
+    """Greedy split with every stage and cut time at most ``limit`` seconds, or ``None``.
+
+    Each stage extends as far as it can (leaving one unit for each later stage) while its
+    time, the time of the cut it ends at and its memory stay within bounds - the "probe" of
+    chains-on-chains partitioning (Pinar & Aykanat 2004) and of Duan & Wu's binary search.
+    A heuristic here: with memory limits or without overlap, farthest is not always best.
+    """
+    n, S = model.n, model.S
+    cap = model.capacity * (1 + MEMORY_SLACK)
+    starts, a = [], 0
+    for t in range(S - 1):
+        b = np.arange(a + 1, n - S + t + 2)  # stage t = units a..b-1, leaving a unit per later stage
+        ok = (model.end[b] - model.begin[a] <= limit) & (model.cut_time[b] <= limit)
+        if math.isfinite(cap):
+            ok &= model.mem_prefix[t, b] - model.mem_prefix[t, a] <= cap
+        if not ok.any():
+            return None
+        a = int(b[np.flatnonzero(ok)[-1]])
+        starts.append(a)
+    t = S - 1
+    if model.end[n] - model.begin[a] > limit or model.mem_prefix[t, n] - model.mem_prefix[t, a] > cap:
+        return None
+    return starts
+
+
+def heuristic_split(model: StraightModel, iterations: int = 40) -> list[int]:
+    """A heuristic split for the solvers' warm start / hint: the best of
+    :func:`balanced_split` and a bisection over :func:`greedy_probe` limits between the
+    simple lower bound and the balanced split's value.
+
+    O(iterations * S * n) at worst. Not the DP (the solvers stay independent checks of
+    it); neither optimal nor memory-feasible in general.
+
+    Returns
+    -------
+    list[int]
+        Starts of stages 1..S-1.
+    """
+    best = balanced_split(model)
+    best_val = model.bottleneck(best) if model.fits(best) else math.inf
+    lo, hi = model.lower_bound, model.bottleneck(best)
+    for _ in range(iterations):
+        if hi - lo <= 1e-12 * max(hi, 1e-300):
+            break
+        mid = 0.5 * (lo + hi)
+        found = greedy_probe(model, mid)
+        if found is None:
+            lo = mid
+        else:
+            hi = mid
+            val = model.bottleneck(found)
+            if val < best_val:
+                best, best_val = found, val
+    return best
+
+
+def reach(model: StraightModel, upper: float) -> np.ndarray:
+    """``R[a]``: the last position a stage starting at or before unit ``a`` can end at with
+    stage time <= ``upper`` seconds (so ``p_t <= a`` implies ``p_{t+1} <= R[a]`` in every
+    split of bottleneck <= upper). ``ndarray (n+1,)`` of ints, ``R[a] >= a`` (``R[a] == a``:
+    no stage can start by a)."""
+    # largest b with end[b] <= x: search the suffix minimum of end (nondecreasing)
+    suffix_min = np.minimum.accumulate(model.end[::-1])[::-1]
+    x = model.begin + upper * (1 + 1e-12) + 1e-300
+    r = np.searchsorted(suffix_min, x, side="right") - 1
+    r = np.maximum(r, np.arange(model.n + 1))
+    return np.maximum.accumulate(r)
+
+
 def balanced_split(model: StraightModel) -> list[int]:
     """A quick split to warm-start the solvers: cut where the work prefix crosses t/S of the
     total, then repair towards memory feasibility.
