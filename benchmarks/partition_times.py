@@ -13,7 +13,7 @@ Usage::
 
     python benchmarks/partition_times.py [--time-limit 60] [--stages 2 4 8 16]
         [--max-units 400] [--profiles vgg16 resnet50] [--methods dp cbc highs cpsat]
-        [--csv partition_times.csv]
+        [--csv partition_times.csv] [--bare]
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from pipeopt.partition import PartitionProblem
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
 
 METHODS = {
-    "dp": lambda p, tl, seed: solve_dp(p),
-    "milp-cbc": lambda p, tl, seed: solve_milp(p, time_limit=tl, solver="cbc", seed=seed),
-    "milp-highs": lambda p, tl, seed: solve_milp(p, time_limit=tl, solver="highs", seed=seed),
-    "cpsat": lambda p, tl, seed: solve_cpsat(p, time_limit=tl, seed=seed, num_workers=2),
+    "dp": lambda p, tl, seed, warm: solve_dp(p),
+    "milp-cbc": lambda p, tl, seed, warm: solve_milp(p, time_limit=tl, solver="cbc", seed=seed, warm_start=warm),
+    "milp-highs": lambda p, tl, seed, warm: solve_milp(p, time_limit=tl, solver="highs", seed=seed, warm_start=warm),
+    "cpsat": lambda p, tl, seed, warm: solve_cpsat(p, time_limit=tl, seed=seed, num_workers=2, warm_start=warm),
 }
 
 FIELDS = ["profile", "units", "stages", "method", "status", "bottleneck_ms", "lower_bound_ms", "gap_pct",
@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-units", type=int, default=None, help="skip profiles with more units")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bare", action="store_true",
+                    help="solve the bare formulations (no heuristic warm start, no rows derived from it)")
     ap.add_argument("--csv", type=Path, default=Path("partition_times.csv"))
     args = ap.parse_args(argv)
 
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
                 for name in ["dp", *[m for m in args.methods if m != "dp"]]:  # the DP is the reference
                     t0 = time.perf_counter()
                     try:
-                        res = METHODS[name](p, args.time_limit, args.seed)
+                        res = METHODS[name](p, args.time_limit, args.seed, not args.bare)
                     except InfeasibleError as exc:
                         row = dict(profile=f.stem, units=n, stages=S, method=name, status="infeasible",
                                    time_s=round(time.perf_counter() - t0, 3), note=str(exc))
