@@ -80,6 +80,8 @@ METHODS: list[MethodSpec] = [
     MethodSpec("partition", "time_balanced", "pipeopt.baselines.simple:time_balanced", False, "straight", True,
                "torchgpipe balance_by_time (Kim et al. 2020)"),
     # ---- partition: simulator-driven search (mcmc) registers here ----
+    MethodSpec("partition", "mcmc", "pipeopt.baselines.mcmc:mcmc", False, "straight", True,
+               "FlexFlow-style MCMC (Jia, Zaharia, Aiken, SysML 2019)"),
     # ---- allocate / joint / group methods register here ----
     MethodSpec("allocate", "lp", "pipeopt.exact.allocate_lp:solve_lp", True, "split", True,
                "allocation LP per stage (Duan & Wu, ICPADS 2022), closed form"),
