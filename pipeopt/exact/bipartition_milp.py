@@ -53,9 +53,9 @@ import pulp
 
 from ..baselines.bipartition_greedy import best_same_cut
 from ..bipartition import BipartitionProblem
-from ..errors import InfeasibleError, InvalidProblemError
+from ..errors import InfeasibleError, InvalidPlanError, InvalidProblemError
 from ..result import Result, Status
-from .milp import _cbc_bound
+from .milp import CBC_INTERRUPTED, _cbc_bound
 
 SOLVERS = ("cbc", "highs")
 
@@ -72,7 +72,7 @@ def _make_solver(solver: str, time_limit: float, gap: float, log_path: str, seed
     raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
 
 
-def _dual_bound(prob: pulp.LpProblem, solver: str, log_path: str) -> float | None:
+def _dual_bound(prob: pulp.LpProblem, solver: str, log: str) -> float | None:
     """The solver's proven lower bound on the (scaled) objective, or ``None`` if unknown.
 
     HiGHS reports it through highspy; CBC's is read from its log by the partition MILP's
@@ -81,11 +81,7 @@ def _dual_bound(prob: pulp.LpProblem, solver: str, log_path: str) -> float | Non
     if solver == "highs":
         v = float(prob.solverModel.getInfo().mip_dual_bound)
         return v if math.isfinite(v) else None
-    try:
-        with open(log_path) as fh:
-            return _cbc_bound(fh.read())
-    except OSError:  # pragma: no cover
-        return None
+    return _cbc_bound(log)
 
 
 def build_model(problem: BipartitionProblem, scale: float, upper: float | None = None,
@@ -352,7 +348,7 @@ def _finish(problem: BipartitionProblem, method: str, candidates: list, proven: 
     lb = min(max(lower, problem.simple_lower_bound()), res.objective)
     if not proven and lb >= res.objective * (1 - 1e-9):
         proven = True
-        info["proof"] = "lower bound meets the objective"
+        res.info["proof"] = "lower bound meets the objective"
     res.status = Status.OPTIMAL if proven else (Status.TIME_LIMIT if method == "milp" else Status.FEASIBLE)
     res.lower_bound = lb
     return res
@@ -465,17 +461,36 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     os.close(fd)
     try:
         remaining = max(1.0, time_limit - (time.perf_counter() - started))
+        t0 = time.perf_counter()
         prob.solve(_make_solver(solver, remaining, gap, log_path, seed))
-        bound = _dual_bound(prob, solver, log_path)
+        wall = time.perf_counter() - t0
+        with open(log_path) as fh:
+            log = fh.read()
     finally:
         os.unlink(log_path)
+    bound = _dual_bound(prob, solver, log)
     info.update(binaries=sum(v.cat == "Integer" for v in prob.variables()),
                 solver_status=pulp.LpStatus[prob.status])
     has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     proven = prob.sol_status == pulp.LpSolutionOptimal
+    if solver == "cbc" and any(sign in log for sign in CBC_INTERRUPTED) and wall >= 0.9 * remaining:
+        # CBC's time limit interrupted its preprocessing or root LP: its status is no proof
+        # (the same guard as the partition MILP's)
+        proven, has_solution, bound = False, False, None
+        info["solver_note"] = "CBC stopped in preprocessing / the root LP at its time limit (no proof)"
     if has_solution:
         a, b = _cuts(p), _cuts(q)
-        info["milp_objective"] = float(pulp.value(T)) * scale
+        try:
+            problem.check_cuts(a, b)
+        except InvalidPlanError:  # pragma: no cover - a solver returning garbage
+            has_solution = proven = False
+            info["solver_note"] = f"solver returned invalid cuts {a}, {b}"
+    if has_solution:
+        claimed = float(pulp.value(T)) * scale
+        info["milp_objective"] = claimed
+        if proven and claimed < problem.score(a, b).bottleneck * (1 - 1e-6):  # pragma: no cover
+            proven = False  # the model's value must be the plan's: a solver slip is no proof
+            info["solver_note"] = "solver's objective below the plan's evaluation: not trusted"
         cands.insert(1, ("milp", a, b))  # after same_cut: a tie keeps the plan without migrations
     if bound is not None:
         lower = max(lower, bound * scale)
