@@ -381,7 +381,7 @@ class Bisection:
 
 
 def bisect(problem: ResourceProblem, check, lower: float, start: tuple, *, deadline: float,
-           rel_gap: float = MIN_REL_GAP) -> Bisection:
+           rel_gap: float = MIN_REL_GAP, step_share: float = 0.34) -> Bisection:
     """Bisection on the bottleneck T with a feasibility oracle.
 
     Parameters
@@ -399,6 +399,11 @@ def bisect(problem: ResourceProblem, check, lower: float, start: tuple, *, deadl
         ``time.perf_counter()`` value at which to stop.
     rel_gap
         Stop when ``(upper - lower) <= rel_gap * upper``.
+    step_share
+        Each check gets this share of the time left (at least 1 s). A check that runs out
+        of time marks its T as hard: the search continues below it (proving bounds is
+        easier there), and retries above it with all the remaining time once the bracket
+        below is closed.
 
     Returns
     -------
@@ -410,12 +415,15 @@ def bisect(problem: ResourceProblem, check, lower: float, start: tuple, *, deadl
     starts, groups = start
     upper = problem.plan_value(starts, groups)
     steps = []
+    hard = None  # smallest T whose check ran out of time: search below it first
     while upper - lower > rel_gap * upper:
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        T = 0.5 * (lower + upper)
-        out = check(T, left)
+        top = upper if hard is None or hard - lower <= rel_gap * upper else hard
+        T = 0.5 * (lower + top)
+        budget = left if top == upper and hard is not None else max(1.0, step_share * left)
+        out = check(T, min(left, budget))
         steps.append((T, out[0]))
         if out[0] == "feasible":
             v = problem.plan_value(out[1], out[2])
@@ -423,10 +431,14 @@ def bisect(problem: ResourceProblem, check, lower: float, start: tuple, *, deadl
                 steps.append((T, "no progress"))
                 break
             starts, groups, upper = out[1], out[2], v
+            if hard is not None and hard >= upper:
+                hard = None
         elif out[0] == "infeasible":
             lower = T
+        elif hard is not None and top == upper:
+            break  # even with all the time left the check could not decide
         else:
-            break
+            hard = T if hard is None else min(hard, T)
     return Bisection(starts, groups, upper, lower, upper - lower <= rel_gap * upper, steps)
 
 
