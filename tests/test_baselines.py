@@ -24,6 +24,7 @@ from pipeopt.partition import PartitionProblem
 from pipeopt.result import Status
 from pipeopt.baselines import (
     binary_search,
+    block_partition,
     block_parts,
     greedy_check,
     param_balanced,
@@ -309,16 +310,28 @@ def test_time_balanced_matches_torchgpipe_examples():
     # torchgpipe's own tests: solve([1..6], 2) == [[1, 2, 3, 4], [5, 6]], solve([0, 0], 2)
     assert block_parts([1, 2, 3, 4, 5, 6], 2) == [0, 4, 6]
     assert block_parts([0, 0], 2) == [0, 1, 2]
-    # by hand, 3 blocks of the normalised 0 .2 .4 .6 .8 1: start [0 .2] [.4 .6] [.8 1] (.2, 1, 1.8);
-    # p = 3rd; move .4 to the 1st (.6 .6 1.8), move .6 to the 1st (1.2, 0, 1.8), move .8 to the
-    # 2nd (1.2 .8 1) = p's neighbour: restart; max 1.2 <= min .8 + 1: stop -> [1 2 3 4] [5] [6]
-    assert block_parts([1, 2, 3, 4, 5, 6], 3) == [0, 4, 5, 6]
+    # by hand, 3 blocks of the normalised 0 .2 .4 .6 .8 1, in floats as torchgpipe adds them:
+    # start [0 .2] [.4 .6] [.8 1] (.2, 1, 1.8), heaviest p = 3rd; move .4 to the 1st:
+    # (.6000000000000001, .6, 1.8): the lightest is now the 2nd (exactly .6), so move .8 into
+    # it: (.6, 1.4, 1) and p's neighbour moved: restart; 1.4 <= .6 + 1: stop
+    assert block_parts([1, 2, 3, 4, 5, 6], 3) == [0, 3, 5, 6]  # [[1, 2, 3], [4, 5], [6]]
     inst = chain_instance([1, 2, 3, 4, 5, 6])
     res = time_balanced(PartitionProblem(inst, 2))
     assert res.plan.layer_lists() == [["l0", "l1", "l2", "l3"], ["l4", "l5"]]
     assert res.objective == pytest.approx(11.0)
     with pytest.raises(InvalidProblemError, match="times"):
         time_balanced(PartitionProblem(inst, 2), times="memory")
+
+
+def test_time_balanced_where_torchgpipe_never_stops():
+    # normalised 0 0 0 0 .2 1 in 5 blocks: the moves push a boundary past the end of the
+    # sequence (torchgpipe's loop would run on forever); the plan is repaired to 5 stages
+    bounds, converged = block_partition([0, 0, 0, 0, 1, 5], 5)
+    assert not converged and max(bounds) > 6
+    p = PartitionProblem(chain_instance([0, 0, 0, 0, 1, 5]), 5)
+    res = time_balanced(p)
+    assert_valid(p, res)
+    assert res.info["converged"] is False and res.info["repaired_empty_stages"] is True
 
 
 def test_time_balanced_repairs_an_empty_block():

@@ -107,7 +107,7 @@ def spread_balanced_parts(weights, parts: int) -> list[int]:
     return bounds[::-1]
 
 
-def block_parts(weights, parts: int, *, max_moves: int | None = None) -> list[int]:
+def block_parts(weights, parts: int) -> list[int]:
     """torchgpipe's ``blockpartition.solve``: Barany et al.'s block-partition algorithm.
 
     Weights are normalised to [0, 1] (``(x - min) / (max - min)``); the split starts from
@@ -121,9 +121,6 @@ def block_parts(weights, parts: int, *, max_moves: int | None = None) -> list[in
         ``array (n,)``, non-negative weights (torchgpipe: measured times per layer).
     parts
         Number of blocks, 1 <= parts <= n.
-    max_moves
-        Safety cap on the number of single-item moves (default ``10 n^2 parts``; the
-        algorithm terminates far earlier).
 
     Returns
     -------
@@ -131,31 +128,59 @@ def block_parts(weights, parts: int, *, max_moves: int | None = None) -> list[in
         ``parts + 1`` boundaries from 0 to n. As in torchgpipe, a block may end up empty and
         the boundaries may even decrease (torchgpipe then drops or repeats layers: its
         ``[sequence[i:j] ...]`` slices), e.g. ``block_parts([0, 0, 10, 1, 0], 3) == [0, 3, 3, 5]``;
-        callers must repair that.
+        callers must repair that. Where torchgpipe's loop never ends (it can cycle, e.g. on
+        GNMT's profile in 16 blocks) the boundaries at the first repeated state are returned;
+        :func:`block_partition` says whether that happened.
     """
-    seq = np.asarray(weights, dtype=float)
+    return block_partition(weights, parts)[0]
+
+
+def block_partition(weights, parts: int) -> tuple[list[int], bool]:
+    """:func:`block_parts` and whether torchgpipe's loop terminated (``False``: it cycles).
+
+    The moves are deterministic, so a repeated (boundaries, heaviest block, its size) state at
+    the top of the inner loop means torchgpipe would loop forever; the search stops there. It
+    also stops if a boundary leaves [0, n] (torchgpipe's slices would then wrap around or
+    clamp). The states are then finite, so the search terminates.
+
+    Returns
+    -------
+    (list[int], bool)
+        The boundaries and ``True`` if the algorithm reached its stopping rule.
+
+    Raises
+    ------
+    InvalidProblemError
+        If not 1 <= parts <= n.
+    """
+    seq = [float(x) for x in np.asarray(weights, dtype=float)]
     n = len(seq)
     _check(n, parts)
-    lo, span = seq.min(), seq.max() - seq.min()
-    norm = np.zeros(n) if span == 0 else (seq - lo) / span
-    prefix = np.concatenate([[0.0], np.cumsum(norm)])
+    # the same float arithmetic as torchgpipe (a prefix sum would round differently and
+    # change its "max <= min + 1" stopping test)
+    low = min(seq)
+    span = max(seq) - low
+    norm = [0.0] * n if span == 0 else [(x - low) / span for x in seq]
     splits = [n // parts * (x + 1) for x in range(parts - 1)] + [n]
 
-    def size(i: int) -> float:  # sum(normal_sequence[start:stop]): 0 if start >= stop
-        start = splits[i - 1] if i > 0 else 0
-        return prefix[splits[i]] - prefix[start] if splits[i] > start else 0.0
+    def sizes() -> list[float]:  # torchgpipe's block_size: sum(normal_sequence[start:stop])
+        return [sum(norm[a:b]) for a, b in zip([0, *splits[:-1]], splits, strict=True)]
 
-    moves, cap = 0, max_moves if max_moves is not None else 10 * n * n * parts
-    while moves < cap:
+    seen: set = set()
+    while True:
         # (1) p: a heaviest block (ties: the last index, as Python's max over (size, i))
-        sizes = [size(i) for i in range(parts)]
-        p = max(range(parts), key=lambda i: (sizes[i], i))
-        max_size = sizes[p]
-        while moves < cap:
-            sizes = [size(i) for i in range(parts)]
-            q = min(range(parts), key=lambda i: (sizes[i], i))  # (2) a lightest block
-            if max_size <= sizes[q] + 1:
-                return [0, *splits]
+        size = sizes()
+        p = max(range(parts), key=lambda i: (size[i], i))
+        max_size = size[p]
+        while True:
+            state = (tuple(splits), p, max_size)
+            if state in seen:  # a cycle: torchgpipe would never stop
+                return [0, *splits], False
+            seen.add(state)
+            size = sizes()
+            q = min(range(parts), key=lambda i: (size[i], i))  # (2) a lightest block
+            if max_size <= size[q] + 1:
+                return [0, *splits], True
             # (3) move one item from the neighbour h of q (towards p) into q
             if p < q:
                 h = q - 1
@@ -163,10 +188,10 @@ def block_parts(weights, parts: int, *, max_moves: int | None = None) -> list[in
             else:
                 h = q + 1
                 splits[q] += 1
-            moves += 1
+            if not 0 <= splits[min(h, q)] <= n:  # a boundary left the sequence
+                return [0, *splits], False
             if p == h:
                 break
-    return [0, *splits]
 
 
 def _check(n: int, parts: int) -> None:
@@ -278,7 +303,9 @@ def time_balanced(
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no lower bound, space
         ``"straight"``. ``info["repaired_empty_stages"]`` is True if the algorithm left a
-        block empty (torchgpipe would then fail) and the plan was split back to S stages.
+        block empty (torchgpipe would then fail) and the plan was split back to S stages;
+        ``info["converged"]`` is False where torchgpipe's loop would never end (the plan is
+        then the one at the first repeated state).
 
     Raises
     ------
@@ -298,5 +325,5 @@ def time_balanced(
         weights = problem.instance.chain.fwd[problem.kind] / r
     else:
         raise InvalidProblemError(f"time_balanced: times must be 'work' or 'forward', got {times!r}")
-    bounds = block_parts(weights, problem.stages)
-    return _result(problem, "time_balanced", bounds, started, {"times": times})
+    bounds, converged = block_partition(weights, problem.stages)
+    return _result(problem, "time_balanced", bounds, started, {"times": times, "converged": converged})
