@@ -14,7 +14,15 @@ Every baseline is ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) 
 
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
 from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
-from .simple import block_partition, block_parts, param_balanced, spread_balanced_parts, time_balanced, uniform, uniform_parts
+from .simple import (
+    block_partition,
+    block_parts,
+    param_balanced,
+    spread_balanced_parts,
+    time_balanced,
+    uniform,
+    uniform_parts,
+)
 
 __all__ = [
     "PipeDreamPlan",
