@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import instances
 
+import pipeopt
 from pipeopt.solve import solve
 from pipeopt import evaluate
 from pipeopt.errors import InfeasibleError, InvalidProblemError
@@ -236,3 +237,28 @@ def test_through_registry(profile_dir):
         res = solve(inst, method=method, solver=solver, time_limit=20, stages=4)
         assert res.method == method and res.space == "straight" and res.status == Status.OPTIMAL
         assert res.objective == pytest.approx(dp.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("S", [4, 8])
+@pytest.mark.parametrize("variant", ["no_overlap", "slow_network", "stashing_memory"])
+def test_settings_variants_agree_with_dp(variant, S, profile_dir):
+    """Communication added to stages, communication-bound cuts, and a binding 1F1B memory
+    limit with weight stashing: every model still meets the DP."""
+    from pipeopt.io.pipedream import read_pipedream
+
+    path = profile_dir / "gnmt_large.txt"
+    if variant == "no_overlap":
+        inst = read_pipedream(path, settings=pipeopt.Settings(overlap=False))
+    elif variant == "slow_network":
+        inst = read_pipedream(path, bandwidth=1e9)
+    else:
+        stash = pipeopt.Settings(weight_stashing=True)
+        free = solve_dp(PartitionProblem(read_pipedream(path, settings=stash), S))
+        inst = read_pipedream(path, settings=stash, memory=0.8 * max(free.evaluation.memory))
+    p = PartitionProblem(inst, S)
+    dp = solve_dp(p)
+    if variant == "stashing_memory":
+        assert StraightModel.of(p).memory_binding and dp.objective >= free.objective
+    results = run_all(p, 20.0)
+    assert all(r.status == Status.OPTIMAL for r in results.values()), {k: r.info for k, r in results.items()}
+    check_against(inst, dp.objective, results, S)

@@ -279,9 +279,6 @@ def solve_milp(
             proven = infeasible = False
             raw = None
             info["solver_note"] = "CBC stopped in preprocessing / the root LP at its time limit (no proof)"
-        if infeasible and upper is not None:  # a split that fits is known: not a proof
-            infeasible = False
-            info["solver_note"] = "CBC claimed infeasibility although a feasible split is known (ignored)"
         has_sol = lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
         info["solver_status"] = pulp.LpStatus[lp.status]
         info["bound_source"] = "CBC log" if raw is not None else "simple_lower_bound (CBC bound not readable)"
@@ -301,6 +298,9 @@ def solve_milp(
         info["solver_status"] = h.modelStatusToString(st)
         info["nodes"] = int(hinfo.mip_node_count)
         info["bound_source"] = "HiGHS mip_dual_bound" if raw is not None else "simple_lower_bound"
+    if infeasible and model.fits(hint):  # a split that fits is known: not a proof
+        infeasible = False
+        info["solver_note"] = "solver claimed infeasibility although a split that fits is known (ignored)"
     if infeasible:
         raise infeasible_memory(problem, "milp")
     starts = None

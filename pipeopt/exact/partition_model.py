@@ -231,7 +231,8 @@ def greedy_probe(model: StraightModel, limit: float) -> list[int] | None:
 def heuristic_split(model: StraightModel, iterations: int = 40) -> list[int]:
     """A heuristic split for the solvers' warm start / hint: the best of
     :func:`balanced_split` and a bisection over :func:`greedy_probe` limits between the
-    simple lower bound and the balanced split's value.
+    simple lower bound and the balanced split's value (or :attr:`StraightModel.top` if the
+    balanced split breaks memory).
 
     O(iterations * S * n) at worst. Not the DP (the solvers stay independent checks of
     it); neither optimal nor memory-feasible in general.
@@ -243,7 +244,8 @@ def heuristic_split(model: StraightModel, iterations: int = 40) -> list[int]:
     """
     best = balanced_split(model)
     best_val = model.bottleneck(best) if model.fits(best) else math.inf
-    lo, hi = model.lower_bound, model.bottleneck(best)
+    # search up to the balanced split's value, or up to any split's value if it breaks memory
+    lo, hi = model.lower_bound, best_val if math.isfinite(best_val) else model.top * (1 + 1e-9)
     for _ in range(iterations):
         if hi - lo <= 1e-12 * max(hi, 1e-300):
             break
