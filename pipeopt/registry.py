@@ -107,6 +107,8 @@ METHODS: list[MethodSpec] = [
                "backward-cut mover from the best same-cut plan, after Cui et al., Bi-Partition"),
     MethodSpec("bipartition", "same_cut", "pipeopt.baselines.bipartition_greedy:same_cut", False, "bipartition", True,
                "best plan with equal forward and backward cuts (exact partition DP)"),
+    MethodSpec("bipartition", "bisection", "pipeopt.exact.bipartition_milp:solve_bisection", True, "bipartition", True,
+               "exact memory relaxation by bisection on T (a bound; optimal when its plan fits)"),
 ]
 
 

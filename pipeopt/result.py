@@ -80,11 +80,15 @@ class Result:
             for i, st in enumerate(self.plan.stages):
                 e = self.evaluation
                 extra = f" x{st.replicas}" if st.replicas > 1 else ""
-                lines.append(
-                    f"  stage {i}{extra}: {len(st.layers)} layers [{st.layers[0]} .. {st.layers[-1]}]"
-                    f" on {','.join(st.devices)}  time {e.stage_time[i] * 1e3:.4f} ms"
-                    f"  memory {e.memory[i] / 2**30:.3f} GiB"
-                )
+                line = f"  stage {i}{extra}: {len(st.layers)} layers [{st.layers[0]} .. {st.layers[-1]}]"
+                if st.bwd_layers is not None and st.bwd_layers != st.layers:
+                    bl = st.bwd_layers
+                    line += f", backward of {len(bl)} layers [{bl[0]} .. {bl[-1]}]"
+                line += f" on {','.join(st.devices)}"
+                if st.beta is not None:
+                    line += " forward share " + ", ".join(f"{k} {b:.3f}" for k, b in sorted(st.beta.items()))
+                line += f"  time {e.stage_time[i] * 1e3:.4f} ms  memory {e.memory[i] / 2**30:.3f} GiB"
+                lines.append(line)
         return "\n".join(lines)
 
     def __str__(self) -> str:
