@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import sys
 import time
 from pathlib import Path
@@ -36,13 +35,30 @@ PROFILE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedre
 
 METHODS = {
     "dp": lambda p, tl, seed, warm: solve_dp(p),
-    "milp-cbc": lambda p, tl, seed, warm: solve_milp(p, time_limit=tl, solver="cbc", seed=seed, warm_start=warm),
-    "milp-highs": lambda p, tl, seed, warm: solve_milp(p, time_limit=tl, solver="highs", seed=seed, warm_start=warm),
-    "cpsat": lambda p, tl, seed, warm: solve_cpsat(p, time_limit=tl, seed=seed, num_workers=2, warm_start=warm),
+    "milp-cbc": lambda p, tl, seed, warm: solve_milp(
+        p, time_limit=tl, solver="cbc", seed=seed, warm_start=warm
+    ),
+    "milp-highs": lambda p, tl, seed, warm: solve_milp(
+        p, time_limit=tl, solver="highs", seed=seed, warm_start=warm
+    ),
+    "cpsat": lambda p, tl, seed, warm: solve_cpsat(
+        p, time_limit=tl, seed=seed, num_workers=2, warm_start=warm
+    ),
 }
 
-FIELDS = ["profile", "units", "stages", "method", "status", "bottleneck_ms", "lower_bound_ms", "gap_pct",
-          "time_s", "agrees_with_dp", "note"]
+FIELDS = [
+    "profile",
+    "units",
+    "stages",
+    "method",
+    "status",
+    "bottleneck_ms",
+    "lower_bound_ms",
+    "gap_pct",
+    "time_s",
+    "agrees_with_dp",
+    "note",
+]
 
 
 def main(argv=None) -> int:
@@ -54,8 +70,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-units", type=int, default=None, help="skip profiles with more units")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--bare", action="store_true",
-                    help="solve the bare formulations (no heuristic warm start, no rows derived from it)")
+    ap.add_argument(
+        "--bare",
+        action="store_true",
+        help="solve the bare formulations (no heuristic warm start, no rows derived from it)",
+    )
     ap.add_argument("--csv", type=Path, default=Path("partition_times.csv"))
     args = ap.parse_args(argv)
 
@@ -63,8 +82,10 @@ def main(argv=None) -> int:
     if args.profiles:
         files = [f for f in files if f.stem in args.profiles]
     rows = []
-    header = (f"{'profile':<15}{'units':>6}{'S':>4}  {'method':<11}{'status':<11}{'bottleneck ms':>14}"
-              f"{'bound ms':>12}{'gap %':>9}{'time s':>9}  dp?")
+    header = (
+        f"{'profile':<15}{'units':>6}{'S':>4}  {'method':<11}{'status':<11}{'bottleneck ms':>14}"
+        f"{'bound ms':>12}{'gap %':>9}{'time s':>9}  dp?"
+    )
     print(header)
     print("-" * len(header))
     with open(args.csv, "w", newline="") as fh:
@@ -85,34 +106,60 @@ def main(argv=None) -> int:
                     try:
                         res = METHODS[name](p, args.time_limit, args.seed, not args.bare)
                     except InfeasibleError as exc:
-                        row = dict(profile=f.stem, units=n, stages=S, method=name, status="infeasible",
-                                   time_s=round(time.perf_counter() - t0, 3), note=str(exc))
+                        row = {
+                            "profile": f.stem,
+                            "units": n,
+                            "stages": S,
+                            "method": name,
+                            "status": "infeasible",
+                            "time_s": round(time.perf_counter() - t0, 3),
+                            "note": str(exc),
+                        }
                     else:
                         wall = time.perf_counter() - t0
                         if name == "dp":
                             dp_obj = res.objective
                         tol = res.info.get("tolerance_s", 1e-6 * res.objective)
-                        agree = "" if dp_obj is None or name == "dp" else (
-                            "yes" if abs(res.objective - dp_obj) <= tol + 1e-12 else
-                            ("worse" if res.objective > dp_obj else "BETTER?!"))
+                        agree = (
+                            ""
+                            if dp_obj is None or name == "dp"
+                            else (
+                                "yes"
+                                if abs(res.objective - dp_obj) <= tol + 1e-12
+                                else ("worse" if res.objective > dp_obj else "BETTER?!")
+                            )
+                        )
                         gap = res.gap
-                        row = dict(profile=f.stem, units=n, stages=S, method=name, status=str(res.status),
-                                   bottleneck_ms=f"{res.objective * 1e3:.6f}",
-                                   lower_bound_ms="" if res.lower_bound is None else f"{res.lower_bound * 1e3:.6f}",
-                                   gap_pct="" if gap is None else f"{100 * gap:.4f}",
-                                   time_s=f"{wall:.3f}", agrees_with_dp=agree,
-                                   note=res.info.get("bound_source", ""))
+                        row = {
+                            "profile": f.stem,
+                            "units": n,
+                            "stages": S,
+                            "method": name,
+                            "status": str(res.status),
+                            "bottleneck_ms": f"{res.objective * 1e3:.6f}",
+                            "lower_bound_ms": ""
+                            if res.lower_bound is None
+                            else f"{res.lower_bound * 1e3:.6f}",
+                            "gap_pct": "" if gap is None else f"{100 * gap:.4f}",
+                            "time_s": f"{wall:.3f}",
+                            "agrees_with_dp": agree,
+                            "note": res.info.get("bound_source", ""),
+                        }
                     writer.writerow(row)
                     fh.flush()
                     rows.append(row)
-                    print(f"{row['profile']:<15}{n:>6}{S:>4}  {name:<11}{row['status']:<11}"
-                          f"{row.get('bottleneck_ms', ''):>14}{_short(row.get('lower_bound_ms', '')):>12}"
-                          f"{row.get('gap_pct', ''):>9}{row['time_s']:>9}  {row.get('agrees_with_dp', '')}",
-                          flush=True)
+                    print(
+                        f"{row['profile']:<15}{n:>6}{S:>4}  {name:<11}{row['status']:<11}"
+                        f"{row.get('bottleneck_ms', ''):>14}{_short(row.get('lower_bound_ms', '')):>12}"
+                        f"{row.get('gap_pct', ''):>9}{row['time_s']:>9}  {row.get('agrees_with_dp', '')}",
+                        flush=True,
+                    )
     bad = [r for r in rows if r.get("agrees_with_dp") == "BETTER?!"]
     unproven = [r for r in rows if r["method"] != "dp" and r["status"] != "optimal"]
-    print(f"\n{len(rows)} rows written to {args.csv}; {len(unproven)} solves without a proof of optimality"
-          f"{'; ' + str(len(bad)) + ' beat the DP (a bug)' if bad else ''}")
+    print(
+        f"\n{len(rows)} rows written to {args.csv}; {len(unproven)} solves without a proof of optimality"
+        f"{'; ' + str(len(bad)) + ' beat the DP (a bug)' if bad else ''}"
+    )
     return 1 if bad else 0
 
 

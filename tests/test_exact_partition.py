@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from strategies import instances
 
 import pipeopt
-from pipeopt.solve import solve
 from pipeopt import evaluate
 from pipeopt.errors import InfeasibleError, InvalidProblemError
 from pipeopt.exact.cpsat import solve_cpsat
@@ -22,6 +21,7 @@ from pipeopt.exact.milp import solve_milp
 from pipeopt.exact.partition_model import StraightModel, balanced_split
 from pipeopt.partition import PartitionProblem
 from pipeopt.result import Status
+from pipeopt.solve import solve
 
 MILP_REL = 1e-6  # MILP: gap 1e-9 plus feasibility tolerances on scaled rows
 
@@ -95,7 +95,11 @@ def test_profiles_agree_with_dp(name, S, profile_dir):
     check_against(inst, dp.objective, run_all(p, _limit(p.n)), S)
 
 
-SMALL = [name for name in PROFILES if name in ("alexnet", "vgg16", "gnmt", "gnmt_large", "resnet18", "squeezenet1_0")]
+SMALL = [
+    name
+    for name in PROFILES
+    if name in ("alexnet", "vgg16", "gnmt", "gnmt_large", "resnet18", "squeezenet1_0")
+]
 
 
 @pytest.mark.parametrize("S", [2, 4, 8])
@@ -119,7 +123,9 @@ def test_profiles_agree_with_dp_exhaustive(name, S, profile_dir):
     results = run_all(p, 60.0)
     check_against(inst, dp.objective, results, S)
     if p.n <= 400:  # the target
-        assert all(r.status == Status.OPTIMAL for r in results.values()), {k: r.status for k, r in results.items()}
+        assert all(r.status == Status.OPTIMAL for r in results.values()), {
+            k: r.status for k, r in results.items()
+        }
 
 
 def test_time_limit_reports_incumbent_and_true_bound(profile_dir):
@@ -139,14 +145,16 @@ def test_time_limit_reports_incumbent_and_true_bound(profile_dir):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=instances(max_layers=10, dag=True, memory=True), S=st.integers(1, 4))
 def test_random_instances_match_brute_force(inst, S):
-    if S > inst.chain.n:
-        S = inst.chain.n
+    S = min(S, inst.chain.n)
     p = PartitionProblem(inst, S)
     best = brute_force_straight(p)
     if math.isinf(best):
-        for run in (solve_dp, lambda q: solve_milp(q, solver="cbc", time_limit=10),
-                      lambda q: solve_milp(q, solver="highs", time_limit=10),
-                      lambda q: solve_cpsat(q, time_limit=10)):
+        for run in (
+            solve_dp,
+            lambda q: solve_milp(q, solver="cbc", time_limit=10),
+            lambda q: solve_milp(q, solver="highs", time_limit=10),
+            lambda q: solve_cpsat(q, time_limit=10),
+        ):
             with pytest.raises(InfeasibleError, match="memory|GiB"):
                 run(p)
         return
@@ -196,8 +204,12 @@ def test_memory_too_small_raises_infeasible(profile_dir):
 
     inst = read_pipedream(profile_dir / "vgg16.txt", devices=8, memory=2**20)
     p = PartitionProblem(inst, 4)
-    for run in (solve_dp, lambda q: solve_milp(q, solver="cbc", time_limit=20),
-                  lambda q: solve_milp(q, solver="highs", time_limit=20), lambda q: solve_cpsat(q, time_limit=20)):
+    for run in (
+        solve_dp,
+        lambda q: solve_milp(q, solver="cbc", time_limit=20),
+        lambda q: solve_milp(q, solver="highs", time_limit=20),
+        lambda q: solve_cpsat(q, time_limit=20),
+    ):
         with pytest.raises(InfeasibleError, match="memory|GiB"):
             run(p)
 

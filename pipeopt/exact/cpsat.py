@@ -35,7 +35,9 @@ from ..result import Result
 from .partition_model import StraightModel, finish, heuristic_split, infeasible_memory
 
 
-def build_cpsat(model: StraightModel, upper: float | None = None) -> tuple[cp_model.CpModel, cp_model.IntVar, list]:
+def build_cpsat(
+    model: StraightModel, upper: float | None = None
+) -> tuple[cp_model.CpModel, cp_model.IntVar, list]:
     """Build the CP-SAT model of the straight partition problem.
 
     Parameters
@@ -150,7 +152,7 @@ def solve_cpsat(
     model = StraightModel.of(problem, "cpsat")
     hint = heuristic_split(model)
     upper = model.bottleneck(hint) if (warm_start and model.fits(hint)) else None
-    cp, T, p = build_cpsat(model, upper)
+    cp, _T, p = build_cpsat(model, upper)
     if warm_start:
         for t in range(1, model.S):
             cp.add_hint(p[t], hint[t - 1])

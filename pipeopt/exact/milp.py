@@ -31,6 +31,7 @@ R_U(a)): they only cut off splits worse than a known one and tighten the LP rela
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import tempfile
@@ -41,7 +42,14 @@ import pulp
 from ..errors import InvalidProblemError
 from ..partition import PartitionProblem
 from ..result import Result
-from .partition_model import StraightModel, finish, infeasible_memory, reach, starts_from_cumulative, heuristic_split
+from .partition_model import (
+    StraightModel,
+    finish,
+    heuristic_split,
+    infeasible_memory,
+    reach,
+    starts_from_cumulative,
+)
 
 MILP_REL_GAP = 1e-9
 """Relative optimality gap at which the MILP solvers stop (about zero)."""
@@ -64,8 +72,9 @@ CBC_INTERRUPTED = (
 is then meaningless (seen with the CBC 2.10.3 bundled with PuLP)."""
 
 
-def build_milp(model: StraightModel, time_unit: float, upper: float | None = None
-               ) -> tuple[pulp.LpProblem, pulp.LpVariable, dict]:
+def build_milp(
+    model: StraightModel, time_unit: float, upper: float | None = None
+) -> tuple[pulp.LpProblem, pulp.LpVariable, dict]:
     """Build the PuLP model of the straight partition problem.
 
     Parameters
@@ -116,7 +125,7 @@ def build_milp(model: StraightModel, time_unit: float, upper: float | None = Non
 
     for t in range(1, S):
         cs = list(y[t])
-        for a, b in zip(cs[:-1], cs[1:]):
+        for a, b in itertools.pairwise(cs):
             lp += y[t][a] <= y[t][b], f"monotone_{t}_{a}"
         if t + 1 < S:
             for c in y[t + 1]:
@@ -140,7 +149,7 @@ def build_milp(model: StraightModel, time_unit: float, upper: float | None = Non
                 if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
                     continue
                 if isinstance(lhs, int) and isinstance(rhs, int):  # 1 <= 0: upper is not feasible
-                    raise RuntimeError(f"reach rows contradict the split of value {upper} s")
+                    raise RuntimeError(f"reach rows contradict the split of value {upper} s")  # noqa: TRY004
                 lp += lhs <= rhs, f"reach_{t}_{a}"
     return lp, T, y
 
@@ -152,7 +161,7 @@ class _HiGHSWarm(pulp.HiGHS):
         super().__init__(**kw)
         self._start = start or {}
 
-    def callSolver(self, lp):  # noqa: N802 (PuLP's name)
+    def callSolver(self, lp):
         if self._start:
             import highspy
 
@@ -167,7 +176,11 @@ class _HiGHSWarm(pulp.HiGHS):
 
 
 def _start_values(model: StraightModel, starts: list[int], time_unit: float) -> dict:
-    vals = {f"started_{t}_by_{c}": float(c >= starts[t - 1]) for t in range(1, model.S) for c in model.window(t)[:-1]}
+    vals = {
+        f"started_{t}_by_{c}": float(c >= starts[t - 1])
+        for t in range(1, model.S)
+        for c in model.window(t)[:-1]
+    }
     vals["bottleneck"] = max(model.bottleneck(starts), model.lower_bound) / time_unit
     return vals
 
@@ -175,7 +188,7 @@ def _start_values(model: StraightModel, starts: list[int], time_unit: float) -> 
 def _cbc_bound(log: str) -> float | None:
     """CBC's final dual bound from its log ("Lower bound:", or "Objective value:" when it
     proved optimality), or ``None``."""
-    found = dict()
+    found = {}
     for line in log.splitlines():
         for key in ("Lower bound:", "Objective value:"):
             if line.strip().startswith(key):
@@ -249,9 +262,15 @@ def solve_milp(
     upper = model.bottleneck(hint) if (warm_start and model.fits(hint)) else None
     lp, T, y = build_milp(model, unit, upper)
     start = _start_values(model, hint, unit) if warm_start else {}
-    info: dict = {"solver": solver, "warm_start": hint, "warm_start_value": model.bottleneck(hint),
-                  "time_unit": unit, "rel_gap": MILP_REL_GAP, "binaries": sum(len(v) for v in y.values()),
-                  "constraints": lp.numConstraints()}
+    info: dict = {
+        "solver": solver,
+        "warm_start": hint,
+        "warm_start_value": model.bottleneck(hint),
+        "time_unit": unit,
+        "rel_gap": MILP_REL_GAP,
+        "binaries": sum(len(v) for v in y.values()),
+        "constraints": lp.numConstraints(),
+    }
     tl = max(float(time_limit), 0.01)
     if solver == "cbc":
         for var in lp.variables():
@@ -260,9 +279,15 @@ def solve_milp(
         fd, log_path = tempfile.mkstemp(prefix="pipeopt_cbc_", suffix=".log")
         os.close(fd)
         try:
-            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=tl, gapRel=MILP_REL_GAP, gapAbs=MILP_ABS_GAP,
-                                    warmStart=bool(start), logPath=log_path,
-                                    options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"])
+            cmd = pulp.PULP_CBC_CMD(
+                msg=False,
+                timeLimit=tl,
+                gapRel=MILP_REL_GAP,
+                gapAbs=MILP_ABS_GAP,
+                warmStart=bool(start),
+                logPath=log_path,
+                options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"],
+            )
             t0 = time.perf_counter()
             lp.solve(cmd)
             cbc_wall = time.perf_counter() - t0
@@ -283,8 +308,14 @@ def solve_milp(
         info["solver_status"] = pulp.LpStatus[lp.status]
         info["bound_source"] = "CBC log" if raw is not None else "simple_lower_bound (CBC bound not readable)"
     else:
-        cmd = _HiGHSWarm(start=start, msg=False, timeLimit=tl, gapRel=MILP_REL_GAP, gapAbs=MILP_ABS_GAP,
-                         random_seed=int(seed))
+        cmd = _HiGHSWarm(
+            start=start,
+            msg=False,
+            timeLimit=tl,
+            gapRel=MILP_REL_GAP,
+            gapAbs=MILP_ABS_GAP,
+            random_seed=int(seed),
+        )
         lp.solve(cmd)
         import highspy
 

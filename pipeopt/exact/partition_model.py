@@ -61,7 +61,9 @@ def require_straight(problem: PartitionProblem, method: str) -> None:
         Method name used in the message (``"milp"``, ``"cpsat"``).
     """
     if not isinstance(problem, PartitionProblem):
-        raise InvalidProblemError(f"method {method!r} solves a PartitionProblem, got {type(problem).__name__}")
+        raise InvalidProblemError(
+            f"method {method!r} solves a PartitionProblem, got {type(problem).__name__}"
+        )
     if problem.replication:
         raise InvalidProblemError(
             f"method {method!r} covers the straight space (one worker per stage) only; "
@@ -121,14 +123,24 @@ class StraightModel:
         k = np.array([problem.in_flight(t) for t in range(S)], dtype=float)
         v = k if problem.instance.settings.weight_stashing else np.ones(S)
         mem = k[:, None] * problem.act_prefix[None, :] + v[:, None] * problem.param_prefix[None, :]
-        return cls(problem, n, S, overlap, begin, end, cut, mem, float(problem.memory),
-                   float(problem.simple_lower_bound()))
+        return cls(
+            problem,
+            n,
+            S,
+            overlap,
+            begin,
+            end,
+            cut,
+            mem,
+            float(problem.memory),
+            float(problem.simple_lower_bound()),
+        )
 
     # ---- structure ----------------------------------------------------------------------
     def window(self, t: int) -> range:
         """Units where stage ``t`` (0-based) can start: ``t .. n-S+t`` (``0`` for stage 0)."""
         if t == 0:
-            return range(0, 1)
+            return range(1)
         return range(t, self.n - self.S + t + 1)
 
     @cached_property
@@ -198,7 +210,7 @@ class StraightModel:
         otherwise each stage's memory is modelled to within one byte."""
         if not self.memory_binding:
             return None
-        return np.rint(self.mem_prefix).astype(np.int64), int(math.floor(self.capacity * (1 + MEMORY_SLACK)))
+        return np.rint(self.mem_prefix).astype(np.int64), math.floor(self.capacity * (1 + MEMORY_SLACK))
 
 
 # ---- a cheap warm start ------------------------------------------------------------------
@@ -382,7 +394,8 @@ def finish(
         # the solver accepted a split that breaks memory within its own feasibility tolerance
         res.status = Status.INFEASIBLE
         res.info["warning"] = "solver's plan breaks memory within the solver's tolerance: " + "; ".join(
-            res.evaluation.violations)
+            res.evaluation.violations
+        )
     if plan is not None and res.lower_bound is not None and res.lower_bound > res.objective:
         # only rounding can put a proven bound above a feasible plan's value
         res.lower_bound = res.objective
