@@ -259,13 +259,17 @@ def plot_plan(instance, plan, path=None, *, title: str | None = None) -> Figure:
 
 
 def _bench(df, needed=BENCH_COLUMNS):
+    import pandas as pd
+
     missing = [c for c in needed if c not in df.columns]
     if missing:
         raise InvalidProblemError(f"benchmark rows lack column(s) {missing}; expected {list(needed)}")
     if len(df) == 0:
         raise InvalidProblemError("no benchmark rows to plot")
     df = df.copy()
-    df["case"] = [f"{i}\nS={int(s)}" if s == s else str(i) for i, s in zip(df["instance"], df["stages"], strict=True)]
+    df["case"] = [
+        str(i) if pd.isna(s) else f"{i}\nS={int(s)}" for i, s in zip(df["instance"], df["stages"], strict=True)
+    ]
     spaces = df["space"].nunique() > 1
     df["label"] = [f"{m} ({sp})" if spaces else str(m) for m, sp in zip(df["method"], df["space"], strict=True)]
     return df

@@ -624,11 +624,14 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
 
     Examples
     --------
-    >>> from pipeopt.io.pipedream import read_pipedream  # doctest: +SKIP
-    >>> from pipeopt.exact.dp import solve_dp  # doctest: +SKIP
+    >>> from pipeopt import PartitionProblem
+    >>> from pipeopt.exact.dp import solve_dp
+    >>> from pipeopt.io.pipedream import read_pipedream
     >>> inst = read_pipedream("../shared/data/pipedream-profiles/vgg16.txt")  # doctest: +SKIP
-    >>> plan = solve_dp(pipeopt.PartitionProblem(inst, 4)).plan  # doctest: +SKIP
-    >>> simulate(inst, plan, schedule="1f1b", microbatches=16).bubble_fraction  # doctest: +SKIP
+    >>> plan = solve_dp(PartitionProblem(inst, 4)).plan  # doctest: +SKIP
+    >>> sim = simulate(inst, plan, schedule="1f1b", microbatches=16)  # doctest: +SKIP
+    >>> sim.time_per_microbatch >= sim.bottleneck  # doctest: +SKIP
+    True
     """
     if schedule not in SCHEDULES:
         raise InvalidProblemError(f"unknown schedule {schedule!r}; choose from {SCHEDULES}")

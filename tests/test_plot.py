@@ -89,8 +89,9 @@ def bench_rows() -> pd.DataFrame:
             ("pipedream", "replicated", math.nan, "feasible", 0.05),
             ("time_balanced", "straight", math.nan, "error", 0.0),
         ]:
-            rows.append(dict(instance=inst, stages=S, method=method, space=space, objective=0.1,
-                             lower_bound=0.1 if method == "dp" else math.nan, gap=gap, status=status, runtime=t))
+            rows.append({"instance": inst, "stages": S, "method": method, "space": space, "objective": 0.1,
+                         "lower_bound": 0.1 if method == "dp" else math.nan, "gap": gap, "status": status,
+                         "runtime": t})
     return pd.DataFrame(rows)
 
 

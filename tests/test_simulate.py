@@ -8,6 +8,7 @@ is pinned here, as the module docstring of :mod:`pipeopt.simulate` describes it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 
@@ -322,7 +323,7 @@ def test_overlapped_transfers_occupy_the_link():
     sim = simulate(inst, plan, schedule="gpipe")
     comm = sorted((e.start, e.end) for e in sim.events if e.kind == "comm")
     assert len(comm) == 16
-    assert all(a[1] <= b[0] + 1e-12 for a, b in zip(comm, comm[1:]))  # one transfer at a time
+    assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(comm))  # one transfer at a time
 
 
 def test_errors_are_typed():
