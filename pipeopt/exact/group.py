@@ -27,7 +27,7 @@ import math
 
 from ..baselines.duan_wu import algorithm2_groups, bisection_partition, round_robin_groups
 from ..errors import InfeasibleError
-from ..resource.formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound
+from ..resource.formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
 from ..resource.problems import GroupProblem
 from ..result import Result
 
@@ -47,7 +47,8 @@ def _start(problem: GroupProblem) -> tuple:
 
 
 def _lower(problem: GroupProblem) -> float:
-    return unit_lower_bound(problem, problem.pooled(problem.device_names))
+    total = problem.pooled(problem.device_names)
+    return max(unit_lower_bound(problem, total), work_lower_bound(problem, total))
 
 
 def solve_milp(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,

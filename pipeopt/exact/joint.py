@@ -24,7 +24,7 @@ import time
 
 from ..baselines.duan_wu import bisection_partition
 from ..errors import InfeasibleError
-from ..resource.formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound
+from ..resource.formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
 from ..resource.problems import JointProblem, minmax_chain_dp
 from ..result import Result, Status
 
@@ -39,7 +39,8 @@ def _start(problem: JointProblem) -> tuple:
 
 
 def _lower(problem: JointProblem) -> float:
-    return unit_lower_bound(problem, problem.pooled(problem.groups[0]))
+    total = problem.pooled([d for g in problem.groups for d in g])
+    return max(unit_lower_bound(problem, problem.pooled(problem.groups[0])), work_lower_bound(problem, total))
 
 
 def solve_dp(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:

@@ -655,3 +655,38 @@ def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | Non
 
     info = {"solver": "cp-sat", "bound": "largest T CP-SAT proved infeasible"}
     return finish_bisection(problem, method, check, start, lower, started, time_limit, rel_gap, info)
+
+
+def work_lower_bound(problem: ResourceProblem, res: dict) -> float:
+    """A lower bound from the total work: resources ``res`` (the whole cluster) with every
+    layer's forward and backward work divisible among kinds *layer by layer*.
+
+    LP: minimise T s.t. ``sum_k psi_f[i,k] = sum_k psi_b[i,k] = 1`` for every unit i and
+    ``sum_i psi_f[i,k] fwd[i,k] + psi_b[i,k] bwd[i,k] <= T R_k`` for every kind. Any plan
+    gives a feasible point (psi = its stage's work fractions, summed over the stages), so
+    the LP optimum (HiGHS) bounds the bottleneck from below. Seconds; 0.0 if the LP fails.
+    """
+    import pulp
+
+    m = pulp.LpProblem("work_bound", pulp.LpMinimize)
+    T = pulp.LpVariable("T", 0)
+    m += T
+    load = {k: [] for k in problem.kinds}
+    for i in range(problem.n):
+        for name, arr in (("f", problem.fwd), ("b", problem.bwd)):
+            usable = [k for k in problem.kinds if math.isfinite(arr[k][i]) and res.get(k, 0) > 0]
+            if not usable:
+                return math.inf
+            psi = {k: pulp.LpVariable(f"p{name}_{i}_{k}", 0, 1) for k in usable}
+            m += pulp.lpSum(psi.values()) == 1
+            for k in usable:
+                if arr[k][i] > 0:
+                    load[k].append(float(arr[k][i]) * psi[k])
+    scale = max(problem.compute_time(0, problem.n, res), 1e-30)
+    for k, terms in load.items():
+        if terms:
+            m += pulp.lpSum(terms) * (1.0 / scale) <= T * (res.get(k, 0.0) / scale)
+    m.solve(pulp.HiGHS(msg=False, timeLimit=30))
+    if m.status != pulp.LpStatusOptimal or T.value() is None:
+        return 0.0
+    return max(0.0, float(T.value()) * (1 - 1e-7))
