@@ -37,8 +37,9 @@ Schedules
 ``"1f1b"``
     PipeDream-Flush (Narayanan et al., PipeDream-2BW, ICML 2021): a replica of stage i runs a
     warm-up of ``k_i = ceil(W_i / m_i)`` forwards (``W_i`` workers of stages i..S-1; ``S - i``
-    without replication), then alternates one backward and one forward, then cools down; a
-    flush ends the iteration.
+    without replication; PipeDream's runtime computes the same number as
+    ``num_warmup_minibatches + 1 = (W_i - 1) // m_i + 1``), then alternates one backward and
+    one forward, then cools down; a flush ends the iteration.
 ``"async"``
     Asynchronous PipeDream (Narayanan et al., SOSP 2019) with weight stashing: 1F1B without
     flushes. Simulated as a long run; ``time_per_microbatch`` is the steady-state spacing of
@@ -169,7 +170,8 @@ class SimulationResult:
     bottleneck
         The analytic time per microbatch, ``evaluate(instance, plan).bottleneck``.
     analytic_iteration_time
-        The analytic flow-shop estimate ``evaluate(instance, plan).iteration_time``.
+        The analytic flow-shop estimate ``evaluate(instance, plan).iteration_time`` for the
+        same M.
     events
         ``list[Event]``: ``(stage, kind, microbatch, start, end)`` in order of completion.
     event_details
@@ -204,6 +206,31 @@ class SimulationResult:
     def num_stages(self) -> int:
         """S."""
         return len(self.replicas)
+
+    def summary(self) -> str:
+        """A few lines: iteration, steady state against the analytic bottleneck, bubble, and
+        per stage utilisation and peak memory."""
+        ratio = self.time_per_microbatch / self.bottleneck if self.bottleneck > 0 else math.nan
+        lines = [
+            f"{self.schedule}: {self.microbatches} microbatches, iteration {self.iteration_time * 1e3:.4f} ms"
+            f" (analytic estimate {self.analytic_iteration_time * 1e3:.4f} ms)",
+            f"  steady state {self.time_per_microbatch * 1e3:.4f} ms per microbatch"
+            f" = {ratio:.4f} x the analytic bottleneck {self.bottleneck * 1e3:.4f} ms;"
+            f" bubble {self.bubble_fraction:.1%}",
+        ]
+        for i in range(self.num_stages):
+            rep = f" x{self.replicas[i]}" if self.replicas[i] > 1 else ""
+            cap = self.memory_capacity[i]
+            cap_text = f" of {cap / 2**30:.3f}" if math.isfinite(cap) else ""
+            lines.append(
+                f"  stage {i}{rep}: utilisation {self.utilisation[i]:.1%}, peak memory"
+                f" {self.peak_memory[i] / 2**30:.3f}{cap_text} GiB, in flight {self.peak_in_flight[i]}"
+            )
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
 
     def to_dict(self, events: bool = False) -> dict:
         """JSON-ready dict of the measurements (seconds, bytes).
@@ -648,7 +675,7 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
                 "(solve the allocate problem, or give Stage(beta={kind: share}))"
             )
     notes: list = []
-    analytic = evaluate(instance, plan)
+    analytic = evaluate(instance.with_settings(microbatches=M), plan)  # its iteration estimate for this M
     pipe, _ = _pipeline(instance, plan, split, notes)
     kind = "1f1b" if schedule == "async" else schedule
     N = _long_run_length(pipe, M)

@@ -368,3 +368,15 @@ def test_outputs_are_json_and_pandas_ready(schedule):
         assert close(sim.iteration_time, 5 * sim.time_per_microbatch)
     else:
         assert sim.iteration_time == max(e.end for e in sim.events)
+
+
+def test_summary_and_analytic_estimate_use_the_simulated_M():
+    inst = chain([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], M=4)  # settings say 4, the simulation runs 10
+    plan = one_layer_per_stage(inst)
+    sim = simulate(inst, plan, schedule="1f1b", microbatches=10)
+    assert sim.microbatches == 10
+    assert sim.analytic_iteration_time == evaluate(inst.with_settings(microbatches=10), plan).iteration_time
+    assert close(sim.iteration_time, (10 + 3 - 1) * 3.0)  # equal stages: (M + S - 1) T
+    text = sim.summary()
+    assert "1f1b: 10 microbatches" in text and "1.0000 x the analytic bottleneck" in text
+    assert text.count("stage ") == 3 and str(sim) == text
