@@ -211,13 +211,16 @@ class SimulationResult:
         """A few lines: iteration, steady state against the analytic bottleneck, bubble, and
         per stage utilisation and peak memory."""
         ratio = self.time_per_microbatch / self.bottleneck if self.bottleneck > 0 else math.nan
-        lines = [
+        head = (
             f"{self.schedule}: {self.microbatches} microbatches, iteration {self.iteration_time * 1e3:.4f} ms"
-            f" (analytic estimate {self.analytic_iteration_time * 1e3:.4f} ms)",
+            f" (analytic estimate {self.analytic_iteration_time * 1e3:.4f} ms)"
+        )
+        steady = (
             f"  steady state {self.time_per_microbatch * 1e3:.4f} ms per microbatch"
             f" = {ratio:.4f} x the analytic bottleneck {self.bottleneck * 1e3:.4f} ms;"
-            f" bubble {self.bubble_fraction:.1%}",
-        ]
+            f" bubble {self.bubble_fraction:.1%}"
+        )
+        lines = [head, steady]
         for i in range(self.num_stages):
             rep = f" x{self.replicas[i]}" if self.replicas[i] > 1 else ""
             cap = self.memory_capacity[i]
