@@ -72,7 +72,23 @@ def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: 
 
 
 def plan_time(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> float:
-    """Bottleneck of the straight plan whose stages start at ``[0, *starts]`` (seconds)."""
+    """Bottleneck of the straight plan whose stages start at ``[0, *starts]``.
+
+    Parameters
+    ----------
+    problem
+        The partition problem.
+    starts
+        Unit index where each stage after the first begins (increasing).
+    memory
+        If True, a stage that exceeds memory makes the result ``inf``.
+
+    Returns
+    -------
+    float
+        Seconds per microbatch: the max of :func:`straight_stage_time` over the stages (equal
+        to :func:`pipeopt.evaluate`'s bottleneck of the same plan when it fits memory).
+    """
     bounds = [0, *starts, problem.n]
     return float(max(straight_stage_time(problem, a, b, t, memory=memory)
                      for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))))

@@ -33,7 +33,15 @@ compute the sum over that down-set; ``Out`` of a state is the activation size of
 the antichain node it precedes -- PipeDream's ``augment_antichain``, quirks included). A stage
 runs from one state k to a descendant state j of k in the antichain DAG.
 
-Departures from the released code, all documented in ``info``:
+PipeDream's memory term counts only the machines *after* the stage (0 for the last stage),
+while 1F1B keeps S - i microbatches on stage i (pipeopt's model): with a memory limit,
+PipeDream's plans often break pipeopt's memory check and are then reported ``INFEASIBLE``.
+
+As in PipeDream, ``Input`` nodes (pinned layers) and ``__getitem__`` sinks are left out of the
+planning; :func:`pipedream` puts the inputs back in the first stage and every other left-out
+layer in the latest stage of its predecessors.
+
+Departures from the released code (the state space used is in ``info["state_space"]``):
 
 * PipeDream iterates candidate split states in set order (its tie-breaking is not
   reproducible); here ties go to the earliest state in topological order, then the fewest
