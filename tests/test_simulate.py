@@ -380,3 +380,30 @@ def test_summary_and_analytic_estimate_use_the_simulated_M():
     text = sim.summary()
     assert "1f1b: 10 microbatches" in text and "1.0000 x the analytic bottleneck" in text
     assert text.count("stage ") == 3 and str(sim) == text
+
+
+def test_two_resource_kinds_use_the_cost_models_stage_time():
+    # workers with a GPU and a CPU: sequential stage time 1 / sum_k R_k / (F_k + B_k) is not
+    # f + b (each pass alone on both kinds); the simulator plays the cost model's tau
+    from pipeopt import Device
+
+    g = nx.DiGraph()
+    g.add_node("a", fwd={"gpu": 1.0, "cpu": 4.0}, bwd={"gpu": 2.0, "cpu": 2.0}, out_bytes=0.0, act_bytes=1.0,
+               param_bytes=0.0)
+    g.add_node("b", fwd={"gpu": 2.0, "cpu": 3.0}, bwd={"gpu": 3.0, "cpu": 1.0}, out_bytes=0.0, act_bytes=1.0,
+               param_bytes=0.0)
+    g.add_edge("a", "b")
+    devices = (Device("w0", {"gpu": 1.0, "cpu": 1.0}), Device("w1", {"gpu": 1.0, "cpu": 1.0}))
+    inst = Instance(g, Cluster(devices), Settings(microbatches=6))
+    plan = Plan((Stage(("a",), ("w0",)), Stage(("b",), ("w1",))))
+    ev = evaluate(inst, plan)
+    assert not close(ev.stage_time[0], ev.forward_time[0] + ev.backward_time[0])
+    for schedule in ("1f1b", "async"):
+        assert close(simulate(inst, plan, schedule=schedule).time_per_microbatch, ev.bottleneck)
+    # split execution: beta per kind, each lane runs at the cost model's forward / backward time
+    split = Plan(tuple(dataclasses.replace(st, beta={"gpu": 0.3, "cpu": 0.8}) for st in plan.stages))
+    ev = evaluate(inst, split)
+    sim = simulate(inst, split, schedule="split")
+    assert close(sim.time_per_microbatch, ev.bottleneck)
+    lanes = {(e.stage, e.kind): e.end - e.start for e in sim.events}
+    assert close(lanes[(0, "F")], ev.forward_time[0]) and close(lanes[(1, "B")], ev.backward_time[1])
