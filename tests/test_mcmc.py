@@ -95,9 +95,11 @@ def test_deterministic_for_a_seed(score):
     assert c.info["accepted"] != a.info["accepted"] or c.plan != a.plan  # the seed matters
 
 
-def test_model_score_equals_evaluate_score():
+@pytest.mark.parametrize("overlap, stashing", [(True, False), (False, True)])
+def test_model_score_equals_evaluate_score(overlap, stashing):
     # the prefix-array score and evaluate() are the same cost model: same chain, same plan
     inst = profile("gnmt").replace(cluster=Cluster.homogeneous(16, memory=0.5e9))  # memory binds
+    inst = inst.with_settings(overlap=overlap, weight_stashing=stashing)
     p = PartitionProblem(inst, 4)
     a = mcmc(p, iterations=300, seed=2, score="model")
     b = mcmc(p, iterations=300, seed=2, score="evaluate")
