@@ -13,8 +13,15 @@ import pytest
 import pipeopt
 from pipeopt.cost import stage_compute
 from pipeopt.io.pipedream import read_pipedream
-from pipeopt.resource import AllocateProblem, JointProblem, best_split, optimal_split, sequential_time, theorem_split
-from pipeopt.resource.examples import random_chain, soc_instance, with_second_kind
+from pipeopt.resource import (
+    AllocateProblem,
+    JointProblem,
+    best_split,
+    optimal_split,
+    sequential_time,
+    theorem_split,
+)
+from pipeopt.resource.examples import soc_instance, with_second_kind
 
 PROFILES = "../shared/data/pipedream-profiles"
 

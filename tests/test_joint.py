@@ -33,7 +33,7 @@ def _check_result(problem, r):
 @pytest.mark.parametrize("seed,bandwidth,memory", [(0, 1e9, math.inf), (1, 5e6, math.inf), (2, 1e9, 3.5e7), (3, 2e6, 4e7)])
 def test_exact_methods_equal_brute_force(seed, bandwidth, memory):
     p = _tiny(seed, memory=memory, bandwidth=bandwidth)
-    starts, groups, best = brute_force(p)
+    _starts, _groups, best = brute_force(p)
     dp = joint.solve_dp(p)
     _check_result(p, dp)
     assert math.isclose(dp.objective, best, rel_tol=1e-9)

@@ -22,9 +22,9 @@ Variables (S stages, n units, K resource kinds, D devices):
   ``sum_i (k_s act_i + v_s param_i) x[i, s] <= capacity_s`` (k_s = S - s microbatches in flight).
 
 With T fixed (the MILP, bisected by :func:`bisect`) every constraint is linear. With T a
-variable ``T R_{s,k}`` is linear for fixed workers and uses ``v = T g`` (:func:`product`
-again) when grouping; :func:`cpsat_data` gives integer data for such a direct model (a
-relaxation), kept for experiments: CP-SAT handles the continuous shares badly.
+variable ``T R_{s,k}`` stays linear for fixed workers and uses ``v = T g`` (:func:`product`
+again) when grouping (supported by :func:`build`; the shipped methods bisect, whose bound
+needs no access to the solver's internal bound).
 
 CP-SAT (:func:`run_cpsat`) instead works over stage intervals at fixed T, where the split
 feasibility of an interval on a worker is linear in the worker's devices by LP duality
@@ -33,11 +33,12 @@ feasibility of an interval on a worker is linear in the worker's devices by LP d
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
 
-from .problems import GroupProblem, ResourceProblem
+from .problems import ResourceProblem
 
 COVER_SCALE = 10**6
 """Right-hand side of the integer split-feasibility rows in CP-SAT (coefficients rounded up,
@@ -185,7 +186,7 @@ def _raw(problem: ResourceProblem, groups: list | None):
 def milp_data(problem: ResourceProblem, groups: list | None, time_scale: float) -> ModelData:
     """Model numbers for the MILP: times divided by ``time_scale`` seconds, bytes in GiB."""
     fwd, bwd, res, act, par, cap, cut = _raw(problem, groups)
-    conv = lambda t: None if math.isinf(t) else t / time_scale  # noqa: E731
+    conv = lambda t: None if math.isinf(t) else t / time_scale
     gib = 2.0**30
     return ModelData(
         fwd=[[conv(t) for t in row] for row in fwd],
@@ -198,48 +199,6 @@ def milp_data(problem: ResourceProblem, groups: list | None, time_scale: float) 
         unit=1.0,
         phi_min=1.0,
         time_scale=time_scale,
-    )
-
-
-def cpsat_data(problem: ResourceProblem, groups: list | None, horizon: float,
-               ticks: int = 10**6, grid: int = 10**4) -> ModelData:
-    """Integer model numbers for CP-SAT forming a relaxation of the real model.
-
-    Parameters
-    ----------
-    horizon
-        Seconds that map to ``ticks`` time ticks (use an upper bound on the optimum).
-    ticks
-        Resolution of the per-unit times (floor(time / horizon * ticks)).
-    grid
-        D: fractions are multiples of 1/D; each pass's fractions must add up to at least
-        1 - (K - 1)/D, since rounding K true fractions down loses less than K/D.
-
-    Notes
-    -----
-    Constraint ``sum_i c_int[i,k] w[i,s,k] <= T_int R_int[s,k]`` with ``c_int = floor(c sigma)``,
-    ``sigma = ticks / horizon``, ``R_int = ceil(R rho)`` and ``w`` in [0, D]: a real
-    solution at T maps to ``T_int = ceil(sigma D T / rho)``, so ``T >= (T_int* - 1) rho / (sigma D)``
-    for the integer optimum (or bound) ``T_int*``; ``time_scale = rho / (sigma D)``.
-    """
-    fwd, bwd, res, act, par, cap, cut = _raw(problem, groups)
-    sigma = ticks / horizon
-    flat = [r for row in res for r in row]
-    rho = 1 if all(float(r).is_integer() for r in flat) else 1000
-    K = len(problem.kinds)
-    ts = rho / (sigma * grid)
-    conv = lambda t: None if math.isinf(t) else int(math.floor(t * sigma))  # noqa: E731
-    return ModelData(
-        fwd=[[conv(t) for t in row] for row in fwd],
-        bwd=[[conv(t) for t in row] for row in bwd],
-        res=[[int(math.ceil(r * rho - 1e-9)) for r in row] for row in res],
-        mem_need_act=None if act is None else [int(math.floor(a)) for a in act],
-        mem_need_par=None if par is None else [int(math.floor(p)) for p in par],
-        capacity=None if cap is None else [int(math.ceil(c)) for c in cap],
-        cut=[int(math.floor(c / ts)) for c in cut],
-        unit=grid,
-        phi_min=grid - (K - 1),
-        time_scale=ts,
     )
 
 
@@ -265,7 +224,7 @@ def build(m, problem: ResourceProblem, data: ModelData, T, T_ub: float | None = 
     problem
         The problem (for S, n and identical-device classes).
     data
-        Numbers in model units (:func:`milp_data` or :func:`cpsat_data`).
+        Numbers in model units (:func:`milp_data`).
     T
         The bottleneck limit: a number (fixed) or a model variable in [0, T_ub].
     T_ub
@@ -308,7 +267,7 @@ def build(m, problem: ResourceProblem, data: ModelData, T, T_ub: float | None = 
         for s in range(S):
             m.add(m.total(g[d, s] for d in range(Dn)) >= 1)
         for cls in problem.device_classes:
-            for d, e in zip(cls[:-1], cls[1:]):
+            for d, e in itertools.pairwise(cls):
                 m.add(m.total(s * g[d, s] for s in range(1, S)) <= m.total(s * g[e, s] for s in range(1, S)))
         if not fixed_T:
             v = {(d, s): product(m, T, g[d, s], T_ub) for d in range(Dn) for s in range(S)}
@@ -470,7 +429,8 @@ def unit_lower_bound(problem: ResourceProblem, res: dict) -> float:
 
 __all__ = [
     "Bisection", "CpsatModel", "Formulation", "ModelData", "PulpModel", "bisect", "build",
-    "cpsat_data", "milp_data", "product", "read_solution", "solve_pulp", "unit_lower_bound",
+    "finish_bisection", "interval_cover_coefficients", "milp_data", "product", "read_solution",
+    "run_cpsat", "run_milp", "solve_pulp", "unit_lower_bound", "work_lower_bound",
 ]
 
 
@@ -588,7 +548,7 @@ def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | Non
             for s in range(S):
                 model.AddBoolOr([g[d, s] for d in range(len(devs))])
             for cls in problem.device_classes:
-                for d, e in zip(cls[:-1], cls[1:]):
+                for d, e in itertools.pairwise(cls):
                     model.Add(sum(s * g[d, s] for s in range(1, S)) <= sum(s * g[e, s] for s in range(1, S)))
             scale = COVER_SCALE * T
             mem_cap = [min(dv.memory, 2 * mem_total if math.isfinite(mem_total) else 0) for dv in devs]
@@ -622,12 +582,12 @@ def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | Non
                             for d, dv in enumerate(devs):
                                 e = sum(dv.resources.get(k, 0.0) * c for k, c in row.items() if dv.resources.get(k, 0.0) > 0)
                                 # an infinite rate (a pass with no work on a kind the device has) meets the row alone
-                                coef.append(COVER_SCALE if e * scale >= COVER_SCALE else int(math.ceil(e * scale)))
+                                coef.append(COVER_SCALE if e * scale >= COVER_SCALE else math.ceil(e * scale))
                             model.Add(sum(c * g[d, s] for d, c in enumerate(coef) if c) >= COVER_SCALE).OnlyEnforceIf(v)
                         need = problem.stage_memory(a, b, s)
                         if math.isfinite(mem_total) and need > 0:
-                            model.Add(sum(int(math.ceil(mem_cap[d])) * g[d, s] for d in range(len(devs)))
-                                      >= int(math.floor(need))).OnlyEnforceIf(v)
+                            model.Add(sum(math.ceil(mem_cap[d]) * g[d, s] for d in range(len(devs)))
+                                      >= math.floor(need)).OnlyEnforceIf(v)
         if not out_of.get((0, 0)):
             return ("infeasible",)
         model.AddExactlyOne(out_of[(0, 0)])
