@@ -142,6 +142,47 @@ class PartitionProblem:
         versions = in_flight if self.instance.settings.weight_stashing else 1
         return in_flight * act + versions * par
 
+    def stage_time(self, a, b, *, in_flight, replicas: int = 1, memory: bool = True):
+        """Time per microbatch of a stage of units ``a .. b-1`` on ``replicas`` workers, as
+        :func:`pipeopt.evaluate` scores it (vectorised: ``a``, ``b`` broadcast).
+
+        Compute ``(work + 2 (m-1)/m params / bandwidth) / m``; the cuts before unit ``a`` and
+        before unit ``b`` cost ``2 bytes / (bandwidth m)`` each. With overlap the stage time
+        is the max of compute and its cuts (so the bottleneck, a max over stages, counts the
+        cut between stages with m and m' replicas at ``2 bytes / (bandwidth min(m, m'))``);
+        without overlap the stage pays what it sends, ``(in + out bytes) / (bandwidth m)``.
+
+        Parameters
+        ----------
+        a, b
+            First unit and end (exclusive): ints or integer arrays.
+        in_flight
+            Microbatches the stage keeps under 1F1B (``S - t`` for stage t without replication).
+        replicas
+            m >= 1.
+        memory
+            If True, a stage that exceeds the worker's memory costs ``inf``.
+
+        Returns
+        -------
+        ndarray
+            Seconds, shaped like ``a`` and ``b`` broadcast.
+        """
+        a, b = np.asarray(a), np.asarray(b)
+        m, bw = replicas, self.bandwidth
+        comp = self.work_prefix[b] - self.work_prefix[a]
+        if m > 1:
+            comp = comp + 2.0 * (m - 1) / m * (self.param_prefix[b] - self.param_prefix[a]) / bw
+        comp = comp / m
+        cin, cout = self.boundary_bytes[a], self.boundary_bytes[b]
+        if self.instance.settings.overlap:
+            t = np.maximum(comp, 2.0 * np.maximum(cin, cout) / (bw * m))
+        else:
+            t = comp + (cin + cout) / (bw * m)
+        if memory and math.isfinite(self.memory):
+            t = np.where(self.stage_memory(a, b, in_flight) <= self.memory * (1 + 1e-12), t, np.inf)
+        return t
+
     # ---- plans and results -------------------------------------------------------------
     def plan(self, starts: list[int], replicas: list[int] | None = None) -> Plan:
         """The plan whose stages start at units ``[0, *starts]``.

@@ -433,15 +433,11 @@ def test_random_chains_baselines_at_least_dp(data, S, bandwidth, memory, overlap
         ropt = solve_dp(replicated).objective
     except InfeasibleError:
         assert res.status == Status.INFEASIBLE
-    except ValueError:  # pipeopt.exact.dp bug, see test_replicated_dp_when_memory_leaves_no_prefix
-        pass
     else:
         if res.status == Status.FEASIBLE:
             assert res.objective >= ropt * (1 - REL) - 1e-12
 
 
-@pytest.mark.xfail(raises=ValueError, strict=False,
-                   reason="pipeopt.exact.dp._replicated takes argmin over no reachable prefix (reported)")
 def test_replicated_dp_when_memory_leaves_no_prefix():
     # found by the random-chain test: layer l0 has 6 parameter bytes, memory 5 bytes: no plan
     # fits; the replicated DP must say so with InfeasibleError, and PipeDream's plan is INFEASIBLE

@@ -57,18 +57,7 @@ def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: 
     ndarray
         Seconds, shaped like ``a`` and ``b`` broadcast.
     """
-    a, b = np.asarray(a), np.asarray(b)
-    bw = problem.bandwidth
-    work = problem.work_prefix[b] - problem.work_prefix[a]
-    cin, cout = problem.boundary_bytes[a], problem.boundary_bytes[b]
-    if problem.instance.settings.overlap:
-        t = np.maximum(work, 2.0 * np.maximum(cin, cout) / bw)
-    else:
-        t = work + (cin + cout) / bw
-    if memory and math.isfinite(problem.memory):
-        need = problem.stage_memory(a, b, problem.stages - stage)
-        t = np.where(need <= problem.memory * (1 + 1e-12), t, np.inf)
-    return t
+    return problem.stage_time(a, b, in_flight=problem.stages - stage, memory=memory)
 
 
 def plan_time(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> float:

@@ -29,25 +29,10 @@ from ..result import Result, Status
 
 def _cost_matrix(p: PartitionProblem, m: int, in_flight: int) -> np.ndarray:
     """``cost[i, j]``: time of a stage of units i..j-1 on m replicas (inf if i >= j or no fit)."""
-    n = p.n
-    W, cut = p.work_prefix, p.boundary_bytes
-    bw = p.bandwidth
-    i = np.arange(n + 1)[:, None]
-    j = np.arange(n + 1)[None, :]
-    work = W[j] - W[i]
-    comp = work
-    if m > 1:
-        par = p.param_prefix[j] - p.param_prefix[i]
-        comp = work + 2.0 * (m - 1) / m * par / bw
-    comp = comp / m
-    cin, cout = cut[i], cut[j]
-    if p.instance.settings.overlap:
-        cost = np.maximum(comp, 2.0 * np.maximum(cin, cout) / (bw * m))
-    else:
-        cost = comp + (cin + cout) / (bw * m)
-    mem = p.stage_memory(i, j, in_flight)
-    cost = np.where((j > i) & (mem <= p.memory * (1 + 1e-12)), cost, np.inf)
-    return cost
+    i = np.arange(p.n + 1)[:, None]
+    j = np.arange(p.n + 1)[None, :]
+    cost = p.stage_time(i, j, in_flight=in_flight, replicas=m)
+    return np.where(j > i, cost, np.inf)
 
 
 def _infeasible(p: PartitionProblem) -> InfeasibleError:
@@ -125,6 +110,8 @@ def _replicated(p: PartitionProblem) -> tuple[list[int], list[int], float]:
             if key not in cache:
                 cache[key] = _cost_matrix(p, m, in_flight)
             rows = np.flatnonzero(np.isfinite(best[w - m]))  # prefixes reachable on w - m workers
+            if rows.size == 0:
+                continue
             sub = cand[: len(rows)]
             np.maximum(best[w - m][rows, None], cache[key][rows], out=sub)
             pick = np.argmin(sub, axis=0)
