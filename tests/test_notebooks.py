@@ -177,7 +177,8 @@ def test_heuristic_vs_optimal():
         # the simulated steady state never beats the analytic bottleneck
         assert sims["dp"] >= f["optimal.objective"] * (1 - 1e-9)
         assert sims["time_balanced"] >= f["heuristic.objective"] * (1 - 1e-9)
-    assert _images(nb) >= 1
+    # gap and solve-time charts always; the two Gantt charts when plot and simulate exist
+    assert _images(nb) >= (4 if _has("pipeopt.plot") and _has("pipeopt.simulate") else 2)
 
 
 def test_duan_wu_reproduction():
@@ -226,7 +227,8 @@ def test_duan_wu_reproduction():
             # the exact methods start from the better of the two groupings: never worse than them
             for r in exact:
                 assert r[6] <= min(h[6] for h in heur) * (1 + 1e-9), r
-    assert _images(nb) >= (2 if f["HAVE_ZOO"] and f["HAVE_GROUP"] and f["HAVE_RESOURCE"] else 0)
+    everything = f["HAVE_ZOO"] and f["HAVE_GROUP"] and f["HAVE_RESOURCE"]
+    assert _images(nb) >= (3 if everything and _has("pipeopt.plot") and _has("pipeopt.simulate") else 2 if everything else 0)
 
 
 def test_the_four_notebooks_exist():
