@@ -56,6 +56,9 @@ class Evaluation:
         ``list[float]`` per cut (S - 1 entries).
     comm_bytes
         ``list[float]`` per cut, forward + backward bytes crossing it.
+    comm_bytes_forward, comm_bytes_backward
+        ``list[float]`` per cut: bytes towards later stages (activations, migrated stashed
+        activations) and towards earlier stages (gradients, migrated weights).
     memory, memory_capacity
         ``list[float]`` per stage (per replica).
     iteration_time
@@ -79,6 +82,8 @@ class Evaluation:
     iteration_time: float
     feasible: bool
     violations: list = field(default_factory=list)
+    comm_bytes_forward: list = field(default_factory=list)
+    comm_bytes_backward: list = field(default_factory=list)
 
     @property
     def bottleneck_stage(self) -> int:
@@ -325,6 +330,8 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         backward_time=[float(x) for x in b_time],
         comm_time=[float(x) for x in comm_time],
         comm_bytes=[float(fwd_b[c] + bwd_b[c]) for c in range(S - 1)],
+        comm_bytes_forward=[float(x) for x in fwd_b],
+        comm_bytes_backward=[float(x) for x in bwd_b],
         memory=memory,
         memory_capacity=capacity,
         iteration_time=float(iteration),

@@ -31,8 +31,10 @@ communication overlapped), so that it can only disagree with the analytic model 
 * memory: a microbatch's activations are held from the start of its forward to the end of its
   backward on the stage (``act_bytes`` of the stage's layers), plus the stage's parameters.
 
-Bi-Partition plans (different forward and backward cuts) are refused for now:
-:class:`~pipeopt.cost.Evaluation` reports the bytes of a cut, not of each direction.
+Bi-Partition plans (different forward and backward cuts) play like any other: a stage's
+forward op covers its forward layers and its backward op its backward layers, and each link
+carries the bytes :class:`~pipeopt.cost.Evaluation` reports per direction
+(``comm_bytes_forward`` / ``comm_bytes_backward``, migrated activations and weights included).
 
 Schedules
 ---------
@@ -652,8 +654,7 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
         Unknown schedule, or M < 1.
     InvalidPlanError
         The plan is not a valid split; the split schedule on a plan without a forward share
-        ``beta`` on every stage; a stage whose worker cannot run one of its layers; a
-        Bi-Partition plan.
+        ``beta`` on every stage; a stage whose worker cannot run one of its layers.
 
     References
     ----------

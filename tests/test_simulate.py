@@ -340,9 +340,18 @@ def test_errors_are_typed():
         simulate(inst, Plan((Stage(("l0",), ("gpu0",)),)))
     inst3 = chain([1.0] * 3, [2.0] * 3)
     bi = Plan((Stage(("l0", "l1"), ("gpu0",), bwd_layers=("l0",)), Stage(("l2",), ("gpu1",), bwd_layers=("l1", "l2"))))
-    evaluate(inst3, bi)  # a valid Bi-Partition plan ...
-    with pytest.raises(InvalidPlanError, match="Bi-Partition"):  # ... the simulator cannot play yet
-        simulate(inst3, bi)
+
+
+def test_bipartition_plan_steady_state_matches_evaluate():
+    # stage 0: forward of l0, l1 (2 s) + backward of l0 (2 s) = 4 s; stage 1: forward of l2 (1 s)
+    # + backward of l1, l2 (4 s) = 5 s; the migrated activation of l1 (10 B) costs ~1e-9 s
+    inst3 = chain([1.0] * 3, [2.0] * 3, M=64)
+    bi = Plan((Stage(("l0", "l1"), ("gpu0",), bwd_layers=("l0",)), Stage(("l2",), ("gpu1",), bwd_layers=("l1", "l2"))))
+    ev = evaluate(inst3, bi)
+    assert ev.bottleneck == pytest.approx(5.0, rel=1e-6)
+    assert ev.comm_bytes_forward[0] == pytest.approx(10.0) and ev.comm_bytes_backward[0] == pytest.approx(1.0 / 64)
+    sim = simulate(inst3, bi, schedule="1f1b")
+    assert sim.time_per_microbatch == pytest.approx(ev.bottleneck, rel=1e-6)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
