@@ -145,3 +145,17 @@ def test_bad_input():
                         pipeopt.Stage(("l3", "l4", "l5"), ("b", "c"))))
     with pytest.raises(pipeopt.InvalidPlanError, match="outside"):
         pipeopt.evaluate(inst, bad)
+
+
+def test_memory_with_an_unlimited_device():
+    """One device without a memory limit among limited ones: CP-SAT still equals brute force."""
+    devices = (pipeopt.Device("a", {"cpu": 1, "gpu": 2}, 6e6), pipeopt.Device("b", {"cpu": 4}),
+               pipeopt.Device("c", {"gpu": 3, "npu": 1}, 8e6), pipeopt.Device("d", {"npu": 4}, 5e6))
+    p = _problem(7, devices, 3, seed=6)
+    _, _, best = brute_force(p)
+    unlimited = _problem(7, tuple(pipeopt.Device(d.name, d.resources) for d in devices), 3, seed=6)
+    assert best > brute_force(unlimited)[2] * 1.01  # the memory limits bind
+    r = group.solve_cpsat(p, time_limit=40, workers=1)
+    _check_result(p, r)
+    assert r.evaluation.feasible
+    assert r.status == pipeopt.Status.OPTIMAL and math.isclose(r.objective, best, rel_tol=REL)

@@ -551,7 +551,10 @@ def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | Non
                 for d, e in itertools.pairwise(cls):
                     model.Add(sum(s * g[d, s] for s in range(1, S)) <= sum(s * g[e, s] for s in range(1, S)))
             scale = COVER_SCALE * T
-            mem_cap = [min(dv.memory, 2 * mem_total if math.isfinite(mem_total) else 0) for dv in devs]
+            ch = problem.instance.chain
+            demand = S * (float(ch.act.sum()) + float(ch.param.sum())) + 1.0  # stands in for unlimited memory
+            mem_cap = [min(dv.memory, demand) for dv in devs]
+            mem_limited = any(math.isfinite(dv.memory) for dv in devs)
         for s in range(S):
             a_range = [0] if s == 0 else range(s, n - (S - 1 - s))
             for a in a_range:
@@ -585,7 +588,7 @@ def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | Non
                                 coef.append(COVER_SCALE if e * scale >= COVER_SCALE else math.ceil(e * scale))
                             model.Add(sum(c * g[d, s] for d, c in enumerate(coef) if c) >= COVER_SCALE).OnlyEnforceIf(v)
                         need = problem.stage_memory(a, b, s)
-                        if math.isfinite(mem_total) and need > 0:
+                        if mem_limited and need > 0:
                             model.Add(sum(math.ceil(mem_cap[d]) * g[d, s] for d in range(len(devs)))
                                       >= math.floor(need)).OnlyEnforceIf(v)
         if not out_of.get((0, 0)):
