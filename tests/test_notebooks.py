@@ -24,8 +24,8 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager  # noqa: E402
-from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(p.name for p in NB_DIR.glob("*.ipynb"))
@@ -77,20 +77,19 @@ def run_notebook(name: str, facts: list[str] | None = None) -> tuple[dict, objec
     if facts:
         text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
         line = next(ln for ln in text.splitlines() if ln.startswith(MARK))
-        found = json.loads(line[len(MARK):])
+        found = json.loads(line[len(MARK) :])
     return found, nb
 
 
 def _images(nb) -> int:
     return sum(
-        1
-        for cell in nb.cells
-        for out in cell.get("outputs", [])
-        if "image/png" in out.get("data", {})
+        1 for cell in nb.cells for out in cell.get("outputs", []) if "image/png" in out.get("data", {})
     )
 
 
-pytestmark = pytest.mark.skipif(not PROFILE_DIR.is_dir(), reason="../shared/data/pipedream-profiles is not present")
+pytestmark = pytest.mark.skipif(
+    not PROFILE_DIR.is_dir(), reason="../shared/data/pipedream-profiles is not present"
+)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -105,9 +104,16 @@ def test_notebook_is_stored_without_outputs(name):
 def test_quickstart():
     f, nb = run_notebook(
         "01_quickstart.ipynb",
-        ["dp.objective", "dp.lower_bound", "milp.objective", "str(milp.status)", "S",
-         "{k: (r.objective, str(r.status)) for k, r in results.items()}",
-         "None if sim is None else (sim.time_per_microbatch, sim.iteration_time)", "M"],
+        [
+            "dp.objective",
+            "dp.lower_bound",
+            "milp.objective",
+            "str(milp.status)",
+            "S",
+            "{k: (r.objective, str(r.status)) for k, r in results.items()}",
+            "None if sim is None else (sim.time_per_microbatch, sim.iteration_time)",
+            "M",
+        ],
     )
     opt = f["dp.objective"]
     assert opt > 0 and math.isclose(f["dp.lower_bound"], opt, rel_tol=1e-12)
@@ -129,16 +135,24 @@ def test_quickstart():
 def test_solver_tips():
     f, nb = run_notebook(
         "04_solver_tips.ipynb",
-        ["str(limited.status)", "limited.lower_bound", "limited.objective", "optimum_big.objective",
-         "solvers.reset_index()[['instance', 'method', 'status', 'objective_ms', 'lower_bound_ms']].values.tolist()",
-         "replicated.objective", "straight.objective"],
+        [
+            "str(limited.status)",
+            "limited.lower_bound",
+            "limited.objective",
+            "optimum_big.objective",
+            "solvers.reset_index()[['instance', 'method', 'status', 'objective_ms', 'lower_bound_ms']].values.tolist()",
+            "replicated.objective",
+            "straight.objective",
+        ],
     )
     # the time-limited MILP brackets the DP's optimum: bound <= optimum <= incumbent
     opt = f["optimum_big.objective"]
     assert f["limited.lower_bound"] <= opt * (1 + 1e-9) <= f["limited.objective"] * (1 + 1e-9)
     if f["str(limited.status)"] == "optimal":  # only if the solver really closed the gap
         assert math.isclose(f["limited.objective"], opt, rel_tol=1e-6)
-    rows = f["solvers.reset_index()[['instance', 'method', 'status', 'objective_ms', 'lower_bound_ms']].values.tolist()"]
+    rows = f[
+        "solvers.reset_index()[['instance', 'method', 'status', 'objective_ms', 'lower_bound_ms']].values.tolist()"
+    ]
     dp_opt = {inst: obj for inst, method, _, obj, _ in rows if method == "dp"}
     assert len(dp_opt) == 2
     for inst, method, status, obj, bound in rows:
@@ -151,11 +165,26 @@ def test_solver_tips():
 
 
 def test_heuristic_vs_optimal():
-    cols = ["instance", "stages", "method", "exact", "space", "status", "objective", "lower_bound", "best_bound", "gap"]
+    cols = [
+        "instance",
+        "stages",
+        "method",
+        "exact",
+        "space",
+        "status",
+        "objective",
+        "lower_bound",
+        "best_bound",
+        "gap",
+    ]
     f, nb = run_notebook(
         "02_heuristic_vs_optimal.ipynb",
-        [f"df[{cols!r}].values.tolist()", "optimal.objective", "heuristic.objective",
-         "None if sims is None else {k: s.time_per_microbatch for k, s in sims.items()}"],
+        [
+            f"df[{cols!r}].values.tolist()",
+            "optimal.objective",
+            "heuristic.objective",
+            "None if sims is None else {k: s.time_per_microbatch for k, s in sims.items()}",
+        ],
     )
     rows = [dict(zip(cols, r)) for r in f[f"df[{cols!r}].values.tolist()"]]
     assert {r["method"] for r in rows} >= {"dp", "milp"}
@@ -185,10 +214,14 @@ def test_duan_wu_reproduction():
     cols = ["instance", "problem", "stages", "method", "exact", "status", "objective", "lower_bound", "gap"]
     f, nb = run_notebook(
         "03_duan_wu_reproduction.ipynb",
-        ["HAVE_ZOO", "HAVE_RESOURCE", "HAVE_GROUP",
-         f"None if depth is None else depth[{cols!r}].values.tolist()",
-         f"None if group is None else group[{cols!r}].values.tolist()",
-         "None if sim_check is None else sim_check.to_dict('records')"],
+        [
+            "HAVE_ZOO",
+            "HAVE_RESOURCE",
+            "HAVE_GROUP",
+            f"None if depth is None else depth[{cols!r}].values.tolist()",
+            f"None if group is None else group[{cols!r}].values.tolist()",
+            "None if sim_check is None else sim_check.to_dict('records')",
+        ],
     )
     depth = f[f"None if depth is None else depth[{cols!r}].values.tolist()"]
     group = f[f"None if group is None else group[{cols!r}].values.tolist()"]
@@ -228,9 +261,15 @@ def test_duan_wu_reproduction():
             for r in exact:
                 assert r[6] <= min(h[6] for h in heur) * (1 + 1e-9), r
     everything = f["HAVE_ZOO"] and f["HAVE_GROUP"] and f["HAVE_RESOURCE"]
-    assert _images(nb) >= (3 if everything and _has("pipeopt.plot") and _has("pipeopt.simulate") else 2 if everything else 0)
+    assert _images(nb) >= (
+        3 if everything and _has("pipeopt.plot") and _has("pipeopt.simulate") else 2 if everything else 0
+    )
 
 
 def test_the_four_notebooks_exist():
-    assert {"01_quickstart.ipynb", "02_heuristic_vs_optimal.ipynb", "03_duan_wu_reproduction.ipynb",
-            "04_solver_tips.ipynb"} <= set(NOTEBOOKS)
+    assert {
+        "01_quickstart.ipynb",
+        "02_heuristic_vs_optimal.ipynb",
+        "03_duan_wu_reproduction.ipynb",
+        "04_solver_tips.ipynb",
+    } <= set(NOTEBOOKS)
