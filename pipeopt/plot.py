@@ -199,7 +199,8 @@ def plot_plan(instance, plan, path=None, *, title: str | None = None) -> Figure:
             totals[k] = totals.get(k, 0.0) + r
     kinds = [k for k in sorted(totals, key=lambda k: -totals[k]) if k in chain.fwd]
     kind = kinds[0] if kinds else chain.kinds[0]
-    per_unit = np.asarray(chain.fwd[kind] + chain.bwd[kind], dtype=float)
+    ref = next((d for d in instance.cluster.devices if d.resources.get(kind, 0) > 0), instance.cluster.devices[0])
+    per_unit = np.asarray(chain.fwd[kind] + chain.bwd[kind], dtype=float) / ref.resources.get(kind, 1.0)
     stage_of = {n: i for i, st in enumerate(plan.stages) for n in st.layers}
     unit_stage = [stage_of[u[-1]] for u in chain.units]
     scale, unit = _time_unit(max(ev.bottleneck, float(np.nanmax(np.where(np.isfinite(per_unit), per_unit, 0)))))
@@ -215,7 +216,7 @@ def plot_plan(instance, plan, path=None, *, title: str | None = None) -> Figure:
             ax1.axvline(c - 0.5, color="black", linestyle="--", linewidth=0.8)
     ax1.set_xlim(-0.5, chain.n - 0.5)
     ax1.set_xlabel("layer (unit) in pipeline order")
-    ax1.set_ylabel(f"F + B per layer ({unit}, one {kind})")
+    ax1.set_ylabel(f"F + B per layer\n({unit}, on {ref.name}'s {kind})")
     ax1.set_title(title or f"{instance.name}: {S} stages, bottleneck {ev.bottleneck * scale:.4g} {unit}", fontsize=10)
 
     idx = np.arange(S)
