@@ -108,3 +108,17 @@ def test_bad_input():
         JointProblem(pipeopt.Instance(inst.graph, pipeopt.Cluster(mixed)), 2)
     with pytest.raises(pipeopt.InvalidProblemError, match="overlap"):
         JointProblem(inst.with_settings(overlap=False), 2)
+
+
+@pytest.mark.parametrize("name,S,bandwidth", [("vgg16", 4, None), ("gnmt", 8, 1e9), ("resnet50", 4, 1e9),
+                                               ("alexnet", 4, None)])
+def test_two_step_partition_is_the_binary_search_on_one_kind(name, S, bandwidth):
+    """On single-kind GPUs the generic binary search reproduces the partition baseline's
+    (pipeopt.baselines.binary_search, written independently)."""
+    from pipeopt.baselines.binary_search import binary_search
+    from pipeopt.io.pipedream import read_pipedream
+
+    inst = read_pipedream(f"../shared/data/pipedream-profiles/{name}.txt", devices=8, bandwidth=bandwidth)
+    a = binary_search(pipeopt.PartitionProblem(inst, S))
+    b = two_step(JointProblem(inst, S))
+    assert math.isclose(a.objective, b.objective, rel_tol=1e-9)

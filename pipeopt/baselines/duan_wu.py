@@ -2,9 +2,12 @@
 
 * :func:`bisection_partition` - the paper's partition step: binary search on the bottleneck
   T; a limit T is checked greedily (each stage takes as many units as fit under T on its
-  worker, leaving one unit per later stage, and ends at a cut whose transfer also fits).
-  The greedy check is exact for monotone stage costs without communication; with transfers
-  (cuts are not monotone) it is a heuristic.
+  worker and ends at a cut whose transfer also fits); a plan with fewer stages than workers
+  gets its missing cuts where they cost least (:func:`split_to_stages`). The same algorithm
+  as :func:`pipeopt.baselines.binary_search.binary_search` (which takes single-kind
+  identical workers only), over any stage time: multi-kind, split or sequential, any
+  workers. The greedy check is exact for monotone stage costs without communication; with
+  transfers (cuts are not monotone) it is a heuristic.
 * :func:`two_step` - joint problem baseline: partition by binary search on the *sequential*
   stage time (step 1 knows the layers' costs, not the split), then the optimal split of
   each stage (step 2, the allocation LP).
@@ -29,24 +32,46 @@ from ..result import Result, Status
 
 
 def _greedy(problem: ResourceProblem, groups: list, T: float, mode: str) -> list[int] | None:
-    """Cut positions of the greedy split under limit T, or ``None`` if it does not fit."""
+    """Cut positions of the greedy check of limit T (at most S stages), or ``None``.
+
+    Stage t, on worker ``groups[t]``, extends to the farthest end whose compute and memory
+    fit T and whose cut transfer fits T; the check fails if the units run out of stages.
+    """
     n, S = problem.n, len(groups)
     cut = problem.cut_time
     starts, a = [], 0
     for s in range(S):
-        last = n if s == S - 1 else n - (S - 1 - s)  # leave one unit per later stage
         b_ok = None
-        for b in range(a + 1, last + 1):
+        for b in range(a + 1, n + 1):
             t = problem.fit_time(a, b, groups[s], s, mode)
             if t > T or math.isinf(t):
                 break  # compute and memory only grow with b
-            if cut[b] <= T and (s < S - 1 or b == n):
+            if cut[b] <= T:
                 b_ok = b
         if b_ok is None:
             return None
-        if s < S - 1:
-            starts.append(b_ok)
         a = b_ok
+        if a == n:
+            return starts
+        starts.append(a)
+    return None
+
+
+def split_to_stages(problem: ResourceProblem, groups: list, starts: list[int], mode: str) -> list[int]:
+    """Add cuts until the plan has ``len(groups)`` stages: each time the cut (over every stage
+    and position) whose plan has the smallest bottleneck. Later stages move to later workers."""
+    starts = sorted(starts)
+    while len(starts) + 1 < len(groups):
+        best = None
+        taken = set(starts)
+        for c in range(1, problem.n):
+            if c in taken:
+                continue
+            cand = sorted([*starts, c])
+            v = problem.plan_value(cand, groups[: len(cand) + 1] if len(cand) + 1 < len(groups) else groups, mode)
+            if best is None or v < best[0]:
+                best = (v, cand)
+        starts = best[1]
     return starts
 
 
@@ -72,12 +97,16 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
         Unit index where each stage after the first begins, and the plan's bottleneck under
         ``mode`` (``inf`` if even the greedy at T = inf breaks memory).
     """
+    def complete(st):
+        st = split_to_stages(problem, groups, st, mode)
+        return st, problem.plan_value(st, groups, mode)
+
     starts = _greedy(problem, groups, math.inf, mode)
     if starts is None:  # nothing fits memory greedily: equal unit counts, scored as they are
         n, S = problem.n, len(groups)
         starts = [round(n * s / S) for s in range(1, S)]
         return starts, problem.plan_value(starts, groups, mode)
-    best = (starts, problem.plan_value(starts, groups, mode))
+    best = complete(starts)
     lo, hi = 0.0, best[1]
     if not math.isfinite(hi):
         return best
@@ -89,10 +118,10 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
         if st is None:
             lo = mid
         else:
-            v = problem.plan_value(st, groups, mode)
+            st, v = complete(st)
             if v < best[1]:
                 best = (st, v)
-            hi = min(mid, v)
+            hi = mid
     return best
 
 
