@@ -113,8 +113,11 @@ def test_quickstart():
             "{k: (r.objective, str(r.status)) for k, r in results.items()}",
             "None if sim is None else (sim.time_per_microbatch, sim.iteration_time)",
             "M",
+            "__import__('sys').executable",
         ],
     )
+    # the kernel ran this interpreter (the venv with pipeopt), not whatever "python3" kernel is installed
+    assert f["__import__('sys').executable"] == sys.executable
     opt = f["dp.objective"]
     assert opt > 0 and math.isclose(f["dp.lower_bound"], opt, rel_tol=1e-12)
     assert math.isclose(f["milp.objective"], opt, rel_tol=1e-6)
