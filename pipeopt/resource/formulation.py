@@ -535,6 +535,10 @@ def run_cpsat(problem: ResourceProblem, *, method: str, fixed_groups: list | Non
     all_names = [d.name for d in devs]
     strongest = problem.pooled(all_names)
     mem_total = problem.capacity(all_names)
+    if group and S > 1:  # the other S - 1 workers hold at least the S - 1 smallest amounts of each kind
+        for k in list(strongest):
+            strongest[k] -= sum(sorted(d.resources.get(k, 0.0) for d in devs)[: S - 1])
+        mem_total -= sum(sorted(d.memory for d in devs)[: S - 1]) if math.isfinite(mem_total) else 0.0
     names = problem.device_names if group else None
 
     def check(T: float, left: float):
