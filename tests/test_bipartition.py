@@ -327,7 +327,8 @@ def test_bad_problem_raises():
 def test_registry_and_solve():
     from pipeopt.solve import solve
 
-    assert {m.name for m in methods("bipartition")} == {"milp", "greedy", "same_cut"}
+    assert {m.name for m in methods("bipartition")} == {"milp", "bisection", "greedy", "same_cut"}
+    assert method("bipartition", "bisection").exact
     assert method("bipartition", "milp").exact and not method("bipartition", "greedy").exact
     inst = chain_instance(**TINY, stages=3, bandwidth=2e11)
     res = {m: solve(inst, problem="bipartition", method=m, stages=3, time_limit=20)
