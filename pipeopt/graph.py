@@ -199,6 +199,22 @@ class Chain:
         )
 
     @cached_property
+    def act_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of activation bytes (units ``a..b-1`` hold
+        ``act_prefix[b] - act_prefix[a]``)."""
+        return np.concatenate([[0.0], np.cumsum(self.act)])
+
+    @cached_property
+    def param_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of parameter bytes."""
+        return np.concatenate([[0.0], np.cumsum(self.param)])
+
+    @cached_property
+    def boundary_bytes(self) -> np.ndarray:
+        """``ndarray (n+1,)``: bytes crossing the boundary before unit c (0 at both ends)."""
+        return np.concatenate([[0.0], self.cut_bytes, [0.0]])
+
+    @cached_property
     def unit_of(self) -> dict:
         """``dict[node, int]``: the unit index of each layer."""
         return {node: i for i, unit in enumerate(self.units) for node in unit}

@@ -100,20 +100,21 @@ class PartitionProblem:
         """``ndarray (n+1,)``: prefix sums of :attr:`work`."""
         return np.concatenate([[0.0], np.cumsum(self.work)])
 
-    @cached_property
+    @property
     def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of activation bytes."""
-        return np.concatenate([[0.0], np.cumsum(self.instance.chain.act)])
+        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`Chain.act_prefix`)."""
+        return self.instance.chain.act_prefix
 
-    @cached_property
+    @property
     def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of parameter bytes."""
-        return np.concatenate([[0.0], np.cumsum(self.instance.chain.param)])
+        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`Chain.param_prefix`)."""
+        return self.instance.chain.param_prefix
 
-    @cached_property
+    @property
     def boundary_bytes(self) -> np.ndarray:
-        """``ndarray (n+1,)``: bytes crossing the boundary before unit c (0 at both ends)."""
-        return np.concatenate([[0.0], self.instance.chain.cut_bytes, [0.0]])
+        """``ndarray (n+1,)``: bytes crossing the boundary before unit c, 0 at both ends
+        (:attr:`Chain.boundary_bytes`)."""
+        return self.instance.chain.boundary_bytes
 
     @property
     def bandwidth(self) -> float:
