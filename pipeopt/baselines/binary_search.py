@@ -13,6 +13,11 @@ in-flight counts of later stages, so the smallest T the greedy accepts can excee
 (the exact DP, :func:`pipeopt.exact.dp.solve_dp`, is the reference). It reports status
 ``FEASIBLE`` and no lower bound.
 
+The greedy check, the bisection and the completion to S stages are the generic core
+:mod:`pipeopt.baselines.bisection` (shared with the resource problems'
+:func:`pipeopt.baselines.duan_wu.bisection_partition`); this module supplies the partition
+stage time (:func:`straight_stage_time`) and the bounds on T.
+
 References
 ----------
 Duan, Y., Wu, J. Optimizing Resource Allocation in Pipeline Parallelism for Distributed DNN
@@ -21,13 +26,11 @@ Training. ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
 
 from __future__ import annotations
 
-import math
 import time
-
-import numpy as np
 
 from ..partition import PartitionProblem
 from ..result import Result, Status
+from .bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
 
 
 def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: bool = True):
@@ -78,25 +81,32 @@ def plan_time(problem: PartitionProblem, starts: list[int], *, memory: bool = Tr
         Seconds per microbatch: the max of :func:`straight_stage_time` over the stages (equal
         to :func:`pipeopt.evaluate`'s bottleneck of the same plan when it fits memory).
     """
-    bounds = [0, *starts, problem.n]
-    return float(max(straight_stage_time(problem, a, b, t, memory=memory)
-                     for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))))
+    return bottleneck(problem.n, _stage_time(problem, memory), starts)
+
+
+def _stage_time(problem: PartitionProblem, memory: bool):
+    """The partition problem's stage time in the core's form ``(stage, a, b) -> seconds``."""
+    return lambda t, a, b: straight_stage_time(problem, a, b, t, memory=memory)
 
 
 def split_to_stages(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> list[int]:
     """Add cuts until the plan has exactly ``problem.stages`` non-empty stages.
 
     Each added cut splits one stage into two; among all stages and cut positions it takes the
-    one whose two halves have the smallest time (:func:`straight_stage_time`). Splitting never
-    adds compute to a stage and only lowers the in-flight count of later stages, but the new
-    cut's transfer can exceed the old bottleneck: hence the choice of the cheapest cut.
+    one whose two halves have the smallest time (:func:`straight_stage_time`; ties: the
+    leftmost). The other stages keep their positions and times: on identical workers a stage
+    moved later only keeps fewer microbatches in flight, so its time cannot grow. Splitting
+    never adds compute to a stage, but the new cut's transfer can exceed the old bottleneck:
+    hence the choice of the cheapest cut. This is
+    :func:`pipeopt.baselines.bisection.complete_stages` with ``insert="within"``.
 
     Parameters
     ----------
     problem
         The partition problem.
     starts
-        Unit index where each stage after the first begins (increasing, fewer than S stages).
+        Unit index where each stage after the first begins (increasing, fewer than S
+        stages; entries outside ``1 .. n-1`` and duplicates are dropped).
     memory
         Count the memory limit in the stage times.
 
@@ -104,30 +114,20 @@ def split_to_stages(problem: PartitionProblem, starts: list[int], *, memory: boo
     -------
     list[int]
         The S - 1 stage starts.
+
+    References
+    ----------
+    Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
     """
-    starts = sorted(set(int(c) for c in starts if 0 < c < problem.n))
-    while len(starts) + 1 < problem.stages:
-        bounds = [0, *starts, problem.n]
-        best = (math.inf, None)
-        for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-            if b - a < 2:
-                continue
-            cuts = np.arange(a + 1, b)
-            left = straight_stage_time(problem, a, cuts, t, memory=memory)
-            right = straight_stage_time(problem, cuts, b, t + 1, memory=memory)
-            worst = np.maximum(left, right)
-            i = int(np.argmin(worst))
-            if best[1] is None or worst[i] < best[0]:
-                best = (float(worst[i]), int(cuts[i]))
-        starts = sorted([*starts, best[1]])
-    return starts
+    return complete_stages(problem.n, problem.stages, _stage_time(problem, memory), starts, insert="within")
 
 
 def greedy_check(problem: PartitionProblem, limit: float, *, memory: bool = True) -> list[int] | None:
     """Duan & Wu's feasibility check of a bottleneck limit.
 
     Walks the units left to right; stage t (0-based) extends to the farthest end whose stage
-    time (:func:`straight_stage_time`, with stage t's 1F1B memory) is <= ``limit``.
+    time (:func:`straight_stage_time`, with stage t's 1F1B memory) is <= ``limit``
+    (:func:`pipeopt.baselines.bisection.greedy_starts`).
 
     Parameters
     ----------
@@ -143,19 +143,12 @@ def greedy_check(problem: PartitionProblem, limit: float, *, memory: bool = True
     list[int] or None
         The stage starts of a plan with at most S stages whose every stage time is <=
         ``limit``, or ``None`` if the greedy needs more than S stages.
+
+    References
+    ----------
+    Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
     """
-    n, S = problem.n, problem.stages
-    a, starts = 0, []
-    for t in range(S):
-        ends = np.arange(a + 1, n + 1)
-        ok = np.flatnonzero(straight_stage_time(problem, a, ends, t, memory=memory) <= limit)
-        if ok.size == 0:
-            return None
-        a = int(ends[ok[-1]])
-        if a == n:
-            return starts
-        starts.append(a)
-    return None
+    return greedy_starts(problem.n, problem.stages, _stage_time(problem, memory), limit)
 
 
 def binary_search(
@@ -199,7 +192,6 @@ def binary_search(
     Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
     """
     started = time.perf_counter()
-    deadline = started + time_limit
     bw = problem.bandwidth
     lo = float(max(problem.work_prefix[-1] / problem.stages, problem.work.max()))
     hi = float(problem.work_prefix[-1] + 2.0 * problem.boundary_bytes.max() / bw) * (1 + 1e-12)
@@ -208,19 +200,9 @@ def binary_search(
     if best is None:  # even the loosest limit fails: the greedy cannot meet the memory limit
         memory = False
         best = greedy_check(problem, hi, memory=False)
-    iterations = 0
-    first = greedy_check(problem, lo, memory=memory)
-    if first is not None:
-        best, hi = first, lo
-    else:
-        while hi - lo > rel_tol * hi and time.perf_counter() < deadline:
-            mid = 0.5 * (lo + hi)
-            iterations += 1
-            starts = greedy_check(problem, mid, memory=memory)
-            if starts is None:
-                lo = mid
-            else:
-                best, hi = starts, mid
+    found = bisect_limit(lambda T: greedy_check(problem, T, memory=memory), lo, hi, best,
+                         rel_tol=rel_tol, deadline=started + time_limit)
+    best, hi, iterations = found
     greedy_stages = len(best) + 1
     starts = split_to_stages(problem, best, memory=memory)
     plan = problem.plan(starts)

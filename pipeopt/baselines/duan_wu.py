@@ -3,11 +3,12 @@
 * :func:`bisection_partition` - the paper's partition step: binary search on the bottleneck
   T; a limit T is checked greedily (each stage takes as many units as fit under T on its
   worker and ends at a cut whose transfer also fits); a plan with fewer stages than workers
-  gets its missing cuts where they cost least (:func:`split_to_stages`). The same algorithm
-  as :func:`pipeopt.baselines.binary_search.binary_search` (which takes single-kind
-  identical workers only), over any stage time: multi-kind, split or sequential, any
-  workers. The greedy check is exact for monotone stage costs without communication; with
-  transfers (cuts are not monotone) it is a heuristic.
+  gets its missing cuts where they cost least (:func:`split_to_stages`). The same generic
+  core (:mod:`pipeopt.baselines.bisection`) as
+  :func:`pipeopt.baselines.binary_search.binary_search` (single-kind identical workers),
+  with this problem's stage time: multi-kind, split or sequential, any workers. The greedy
+  check is exact for monotone stage costs without communication; with transfers (cuts are
+  not monotone) it is a heuristic.
 * :func:`two_step` - joint problem baseline: partition by binary search on the *sequential*
   stage time (step 1 knows the layers' costs, not the split), then the optimal split of
   each stage (step 2, the allocation LP).
@@ -26,58 +27,90 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
+
 from ..resource.problems import GroupProblem, JointProblem, ResourceProblem
 from ..resource.split import best_split, sequential_time
 from ..result import Result, Status
+from .bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
 
 
-def _greedy(problem: ResourceProblem, groups: list, T: float, mode: str) -> list[int] | None:
-    """Cut positions of the greedy check of limit T (at most S stages), or ``None``.
+class _WorkerStages:
+    """A resource problem's stage time on fixed workers, in the form of the generic core
+    (:mod:`pipeopt.baselines.bisection`), with the compute-and-memory part cached.
 
-    Stage t, on worker ``groups[t]``, extends to the farthest end whose compute and memory
-    fit T and whose cut transfer fits T; the check fails if the units run out of stages.
+    Stage t (0-based position) runs on worker ``groups[t]`` with S - t microbatches in
+    flight; its time is ``max(fit, cut[a], cut[b])`` (overlapped transfers), the same float as
+    :meth:`~pipeopt.resource.problems.ResourceProblem.stage_time`.
     """
-    n, S = problem.n, len(groups)
-    cut = problem.cut_time
-    starts, a = [], 0
-    for s in range(S):
-        b_ok = None
-        for b in range(a + 1, n + 1):
-            t = problem.fit_time(a, b, groups[s], s, mode)
-            if t > T or math.isinf(t):
-                break  # compute and memory only grow with b
-            if cut[b] <= T:
-                b_ok = b
-        if b_ok is None:
-            return None
-        a = b_ok
-        if a == n:
-            return starts
-        starts.append(a)
-    return None
+
+    def __init__(self, problem: ResourceProblem, groups: list, mode: str):
+        self.problem, self.groups, self.mode = problem, groups, mode
+        self.cut = problem.cut_time
+        self._fit: dict = {}
+
+    def _fit1(self, t: int, a: int, b: int) -> float:
+        key = (t, a, b)
+        v = self._fit.get(key)
+        if v is None:
+            v = self._fit[key] = self.problem.fit_time(a, b, self.groups[t], t, self.mode)
+        return v
+
+    def fit(self, t: int, a, b) -> np.ndarray:
+        """Compute time of stage t = units ``a..b-1`` on its worker, ``inf`` if it does not
+        fit in memory (seconds; ``a``, ``b`` broadcast; non-decreasing in ``b``)."""
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        out = np.empty(a.shape)
+        for i in np.ndindex(a.shape):
+            out[i] = self._fit1(t, int(a[i]), int(b[i]))
+        return out
+
+    def time(self, t: int, a, b) -> np.ndarray:
+        """Stage time of stage t = units ``a..b-1``: compute and its two cuts (seconds)."""
+        return np.maximum(self.fit(t, a, b), np.maximum(self.cut[a], self.cut[b]))
 
 
 def split_to_stages(problem: ResourceProblem, groups: list, starts: list[int], mode: str) -> list[int]:
-    """Add cuts until the plan has ``len(groups)`` stages: each time the cut (over every stage
-    and position) whose plan has the smallest bottleneck. Later stages move to later workers."""
-    starts = sorted(starts)
-    while len(starts) + 1 < len(groups):
-        best = None
-        taken = set(starts)
-        for c in range(1, problem.n):
-            if c in taken:
-                continue
-            cand = sorted([*starts, c])
-            v = problem.plan_value(cand, groups[: len(cand) + 1] if len(cand) + 1 < len(groups) else groups, mode)
-            if best is None or v < best[0]:
-                best = (v, cand)
-        starts = best[1]
-    return starts
+    """Add cuts until the plan has ``len(groups)`` stages.
+
+    Each time the cut (over every stage and position; ties: the leftmost) whose plan has the
+    smallest bottleneck under ``mode``; the stages after the cut move to the next worker
+    (:func:`pipeopt.baselines.bisection.complete_stages` with ``insert="shift"``).
+
+    Parameters
+    ----------
+    problem
+        A joint, group or allocate problem.
+    groups
+        ``list[tuple[str, ...]]``: device names of the worker of each stage, in pipeline order.
+    starts
+        Unit index where each stage after the first begins (fewer than ``len(groups) - 1``).
+    mode
+        ``"split"``, ``"sequential"`` or ``"theorem"`` stage time.
+
+    Returns
+    -------
+    list[int]
+        The ``len(groups) - 1`` stage starts.
+
+    References
+    ----------
+    Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
+    """
+    return complete_stages(problem.n, len(groups), _WorkerStages(problem, groups, mode).time, starts,
+                           insert="shift")
 
 
 def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "sequential",
                         rel_tol: float = 1e-9) -> tuple[list[int], float]:
     """Duan & Wu's binary-search partition of the chain over fixed workers.
+
+    The generic core (:mod:`pipeopt.baselines.bisection`) with this problem's stage time:
+    greedy check of a limit T (stage t, on worker ``groups[t]``, extends to the farthest end
+    whose compute and memory fit T and whose cut transfer fits T), bisection on T between 0
+    and the bottleneck of the plan the greedy makes at T = inf, and completion of a plan with
+    fewer stages (cheapest extra cuts, later stages moving to later workers). Every accepted
+    plan is completed and the one of smallest bottleneck is kept.
 
     Parameters
     ----------
@@ -95,34 +128,37 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
     -------
     (starts, value)
         Unit index where each stage after the first begins, and the plan's bottleneck under
-        ``mode`` (``inf`` if even the greedy at T = inf breaks memory).
-    """
-    def complete(st):
-        st = split_to_stages(problem, groups, st, mode)
-        return st, problem.plan_value(st, groups, mode)
+        ``mode`` in seconds per microbatch (``inf`` if even the greedy at T = inf breaks
+        memory; then the stages have equal unit counts).
 
-    starts = _greedy(problem, groups, math.inf, mode)
+    References
+    ----------
+    Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
+    """
+    n, S = problem.n, len(groups)
+    stages = _WorkerStages(problem, groups, mode)
+
+    def check(T):
+        return greedy_starts(n, S, stages.time, T, bound=stages.fit)
+
+    completed: dict = {}
+
+    def complete(st):
+        key = tuple(st)
+        if key not in completed:
+            full = complete_stages(n, S, stages.time, st, insert="shift")
+            completed[key] = (full, bottleneck(n, stages.time, full))
+        return completed[key]
+
+    starts = check(math.inf)
     if starts is None:  # nothing fits memory greedily: equal unit counts, scored as they are
-        n, S = problem.n, len(groups)
         starts = [round(n * s / S) for s in range(1, S)]
         return starts, problem.plan_value(starts, groups, mode)
-    best = complete(starts)
-    lo, hi = 0.0, best[1]
+    hi = complete(starts)[1]
     if not math.isfinite(hi):
-        return best
-    for _ in range(200):
-        if hi - lo <= rel_tol * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        st = _greedy(problem, groups, mid, mode)
-        if st is None:
-            lo = mid
-        else:
-            st, v = complete(st)
-            if v < best[1]:
-                best = (st, v)
-            hi = mid
-    return best
+        return complete(starts)
+    found = bisect_limit(check, 0.0, hi, starts, rel_tol=rel_tol, score=lambda st: complete(st)[1])
+    return complete(found.starts)
 
 
 def _two_step_result(problem: ResourceProblem, method: str, groups: list, started: float, info: dict) -> Result:
