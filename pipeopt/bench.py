@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import registry
-from .errors import InfeasibleError, PipeoptError, ReadError
+from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError
 from .instance import Instance
 
 logger = logging.getLogger("pipeopt")
@@ -46,6 +46,8 @@ COLUMNS = [
 ]
 
 DEFAULT_INSTANCE_DIR = "instances"
+DEFAULT_WORKERS = 4
+"""Workers q of the group problem when none are given (capped by the devices)."""
 
 
 def default_instances() -> list[Path]:
@@ -115,10 +117,22 @@ def _accepts(cls, name: str) -> bool:
     return name in inspect.signature(cls).parameters
 
 
-def _options(cls, S: int, q: int | None, space: str) -> dict:
+def auto_problem(instance: Instance) -> str:
+    """The problem a shipped instance is made for: ``"partition"`` on identical single-kind
+    devices, ``"joint"`` (partition and forward/backward split) on identical multi-kind
+    devices, ``"group"`` on heterogeneous devices."""
+    cluster = instance.cluster
+    if not cluster.is_homogeneous:
+        return "group"
+    dev = cluster.devices[0]
+    usable = [k for k, r in dev.resources.items() if r > 0 and k in instance.chain.kinds]
+    return "partition" if len(usable) == 1 else "joint"
+
+
+def _options(cls, S: int | None, q: int | None, space: str) -> dict:
     """The keyword options a problem class accepts, out of stages / workers / replication."""
     opts: dict = {}
-    if _accepts(cls, "stages"):
+    if _accepts(cls, "stages") and S is not None:
         opts["stages"] = S
     if _accepts(cls, "workers") and q is not None:
         opts["workers"] = q
@@ -140,7 +154,7 @@ def _spaces(problem: str, methods: Sequence[registry.MethodSpec], replication: b
 def run(
     instances: Iterable[Instance | str | Path],
     *,
-    problem: str = "partition",
+    problem: str = "auto",
     stages: Sequence[int] | None = None,
     workers: Sequence[int] | None = None,
     methods: Sequence[str] | None = None,
@@ -160,12 +174,13 @@ def run(
         Instances or paths (native JSON, PipeDream ``.txt``). A path that cannot be read
         is skipped with a logged warning (so a shell glob that catches a LICENSE file is harmless).
     problem
-        Problem name (:data:`pipeopt.registry.PROBLEMS`).
+        Problem name (:data:`pipeopt.registry.PROBLEMS`), or ``"auto"`` (default): each
+        instance gets the problem it is made for (:func:`auto_problem`).
     stages
         Pipeline depths S to try; default: the number of devices of each instance's
         cluster (for PipeDream profiles, 4 and 8).
     workers
-        Worker counts q for the group problem.
+        Worker counts q for the group problem (default :data:`DEFAULT_WORKERS`).
     methods
         Method names; default: the registry's default methods of the problem.
     time_limit
@@ -188,12 +203,10 @@ def run(
     """
     from tqdm.auto import tqdm
 
-    specs = registry.methods(problem) if methods is None else [registry.method(problem, m) for m in methods]
-    if methods is None:
-        specs = [m for m in specs if m.default]
-    cls = registry.problem_class(problem)
-    spaces = _spaces(problem, specs, replication)
-
+    if methods is not None and problem == "auto":
+        unknown = [m for m in methods if not any(spec.name == m for spec in registry.METHODS)]
+        if unknown:
+            raise InvalidProblemError(f"unknown method(s) {unknown}; known: {sorted({m.name for m in registry.METHODS})}")
     loaded: list[Instance] = []
     for item in instances:
         if isinstance(item, Instance):
@@ -207,34 +220,53 @@ def run(
 
     tasks = []
     for inst in loaded:
-        if stages:
+        name = auto_problem(inst) if problem == "auto" else problem
+        if methods is None:
+            specs = [m for m in registry.methods(name) if m.default]
+        elif problem == "auto":  # named methods, each where its problem has it
+            specs = [m for m in registry.methods(name) if m.name in methods]
+            if not specs:
+                print(f"skipped {inst.name} for {name}: it has none of the methods {list(methods)}")
+                continue
+        else:
+            specs = [registry.method(name, m) for m in methods]
+        cls = registry.problem_class(name)
+        spaces = _spaces(name, specs, replication)
+        n_dev = len(inst.cluster.devices)
+        if not _accepts(cls, "stages"):
+            sizes = [None]
+        elif stages:
             sizes = list(stages)
         elif "PipeDream" in str(inst.graph.graph.get("source", "")):
             sizes = [4, 8]  # a profile carries no cluster of its own
         else:
-            sizes = [len(inst.cluster.devices)]
-        qs = list(workers) if workers else [None]
+            sizes = [n_dev]
+        if not _accepts(cls, "workers"):
+            qs = [None]
+        else:
+            qs = list(workers) if workers else [min(DEFAULT_WORKERS, n_dev)]
         for S in sizes:
             for q in qs:
                 try:  # can the problem be posed at all? (say so once, not once per method)
                     cls(inst, **_options(cls, S, q, "straight"))
                 except PipeoptError as exc:
-                    print(f"skipped {inst.name} (S={S}{'' if q is None else f', q={q}'}) for {problem}: {exc}")
+                    size = ", ".join(f"{k}={v}" for k, v in (("S", S), ("q", q)) if v is not None)
+                    print(f"skipped {inst.name} ({size}) for {name}: {exc}")
                     continue
                 for spec in specs:
                     for space in spaces[spec.name]:
-                        tasks.append((inst, S, q, spec, space))
+                        tasks.append((inst, name, cls, S, q, spec, space))
 
     rows = []
     bar = tqdm(tasks, disable=not progress, desc="bench", unit="solve", leave=False)
-    for inst, S, q, spec, space in bar:
-        bar.set_postfix_str(f"{inst.name} S={S} {spec.name}", refresh=False)
+    for inst, name, cls, S, q, spec, space in bar:
+        bar.set_postfix_str(f"{inst.name} {name} {spec.name}", refresh=False)
         row = {
             "instance": inst.name,
             "layers": inst.num_layers,
             "units": inst.chain.n,
-            "problem": problem,
-            "stages": S,
+            "problem": name,
+            "stages": S if S is not None else math.nan,
             "workers": q if q is not None else math.nan,
             "method": spec.name,
             "exact": spec.exact,
@@ -281,9 +313,13 @@ def add_gaps(df: pd.DataFrame) -> pd.DataFrame:
     return df.reindex(columns=COLUMNS)
 
 
+def _count(x) -> object:
+    return "-" if pd.isna(x) else int(x)
+
+
 def table(df: pd.DataFrame) -> str:
-    """The human table: instance, layers, stages, method, space, bottleneck (ms), lower bound
-    (ms), gap (%), status, solve time (s)."""
+    """The human table: instance, (problem,) layers, stages, (workers,) method, space,
+    bottleneck (ms), lower bound (ms), gap (%), status, solve time (s)."""
     if df.empty:
         return "(no rows)"
     out = pd.DataFrame(
@@ -301,7 +337,10 @@ def table(df: pd.DataFrame) -> str:
         }
     )
     if "workers" in df and df["workers"].notna().any():
-        out.insert(3, "workers", df["workers"])
+        out.insert(3, "workers", df["workers"].map(_count))
+    if df["problem"].nunique() > 1:
+        out.insert(1, "problem", df["problem"])
+    out["stages"] = df["stages"].map(_count)
     return out.to_string(index=False, na_rep="-")
 
 

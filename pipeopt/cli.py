@@ -37,7 +37,13 @@ def parse_rate(text: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--problem", default="partition", choices=sorted(registry.PROBLEMS), help="problem (default partition)")
+    p.add_argument(
+        "--problem",
+        default="auto",
+        choices=["auto", *sorted(registry.PROBLEMS)],
+        help="problem (default auto: partition on identical one-kind devices, joint on identical "
+        "multi-kind devices, group on heterogeneous devices)",
+    )
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact solve (default 60)")
     p.add_argument("--solver", default="cbc", choices=["cbc", "highs"], help="MILP backend (default cbc)")
     p.add_argument("--replication", action="store_true", help="allow PipeDream stage replication (partition)")
@@ -65,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.add_argument("--stages", type=int, help="S (default: the cluster size)")
     s.add_argument("--workers", type=int, help="q (group problem)")
-    s.add_argument("--method", default="dp")
+    s.add_argument("--method", help="method (default: the problem's first exact method)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--save-plan", help="write the plan as JSON (for simulate/show --plan)")
     _common(s)
@@ -74,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("path")
     m.add_argument("--stages", type=int)
     m.add_argument("--workers", type=int)
-    m.add_argument("--method", default="dp")
+    m.add_argument("--method", help="method (default: the problem's first exact method)")
     m.add_argument("--plan", help="a plan JSON written by solve --save-plan (instead of solving)")
     m.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "async", "split"])
     m.add_argument("--microbatches", type=int, default=8)
@@ -86,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("path")
     w.add_argument("--stages", type=int)
     w.add_argument("--workers", type=int)
-    w.add_argument("--method", default="dp")
+    w.add_argument("--method", help="method (default: the problem's first exact method)")
     w.add_argument("--plan", help="a plan JSON written by solve --save-plan")
     w.add_argument("--out", default="plan.png")
     w.add_argument("--schedule", choices=["gpipe", "1f1b", "async", "split"], help="draw a Gantt chart of this schedule")
@@ -106,20 +112,25 @@ def _instance(args):
 
 
 def _solve(args, inst):
-    from .solve import solve
-
-    cls = registry.problem_class(args.problem)
     import inspect
 
+    from .bench import DEFAULT_WORKERS, auto_problem
+    from .solve import solve
+
+    problem = auto_problem(inst) if args.problem == "auto" else args.problem
+    args.problem = problem
+    cls = registry.problem_class(problem)
     params = inspect.signature(cls).parameters
     opts = {}
     if "stages" in params:
         opts["stages"] = args.stages or (4 if "PipeDream" in str(inst.graph.graph.get("source", "")) else len(inst.cluster.devices))
-    if "workers" in params and args.workers:
-        opts["workers"] = args.workers
+    if "workers" in params:
+        opts["workers"] = args.workers or min(DEFAULT_WORKERS, len(inst.cluster.devices))
     if "replication" in params:
         opts["replication"] = args.replication
-    return solve(inst, problem=args.problem, method=args.method, time_limit=args.time_limit, solver=args.solver, seed=args.seed, **opts)
+    method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
+    args.method = method
+    return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver, seed=args.seed, **opts)
 
 
 def _plan(args, inst):

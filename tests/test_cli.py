@@ -77,3 +77,29 @@ def test_unit_parsers():
     assert parse_bytes("80e9") == 80e9
     assert parse_rate("100Gbit") == 12.5e9
     assert parse_rate("1.25e10") == 1.25e10
+
+
+def test_auto_problem_follows_the_cluster(capsys, tmp_path):
+    from pathlib import Path
+
+    inst_dir = Path(__file__).resolve().parent.parent / "instances"
+    files = [inst_dir / "heterogeneous" / "alexnet-soc-mix8.json", inst_dir / "homogeneous" / "alexnet-a100-40gb-x4.json"]
+    df = bench.run(files, methods=["dp", "cpsat", "algorithm2"], time_limit=30, progress=False)
+    assert set(df["problem"]) == {"group", "partition"}
+    group = df[df["problem"] == "group"]
+    assert set(group["method"]) == {"cpsat", "algorithm2"} and (group["workers"] == 4).all()
+    # the exact grouping is never worse than Algorithm 2, and both are scored by evaluate
+    assert group.set_index("method").loc["cpsat", "objective"] <= group.set_index("method").loc["algorithm2", "objective"]
+    assert main(["bench", str(files[0]), "--methods", "nope", "--no-progress", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "unknown method" in capsys.readouterr().err
+
+
+def test_solve_picks_the_problem_and_an_exact_method(capsys):
+    from pathlib import Path
+
+    f = Path(__file__).resolve().parent.parent / "instances" / "heterogeneous" / "alexnet-soc-mix8.json"
+    assert main(["solve", str(f), "--workers", "2", "--method", "cpsat", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    stages = out["plan"]["stages"]
+    assert len(stages) == 2 and all(s["devices"] and s["beta"] for s in stages)
+    assert sorted(d for s in stages for d in s["devices"]) == sorted(set(d for s in stages for d in s["devices"]))
