@@ -344,6 +344,25 @@ def table(df: pd.DataFrame) -> str:
     return out.to_string(index=False, na_rep="-")
 
 
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per problem, method and space: rows, plans found, proven optima, mean and max gap (%)
+    to the best bound, mean and max solve time (s)."""
+    if df.empty:
+        return pd.DataFrame()
+    g = df.groupby(["problem", "method", "space"], sort=False)
+    return pd.DataFrame(
+        {
+            "rows": g.size(),
+            "plans": g["objective"].apply(lambda x: int((x < float("inf")).sum())),
+            "optimal": g["status"].apply(lambda x: int((x == "optimal").sum())),
+            "mean_gap_%": g["gap"].mean().round(2),
+            "max_gap_%": g["gap"].max().round(2),
+            "mean_time_s": g["runtime"].mean().round(2),
+            "max_time_s": g["runtime"].max().round(2),
+        }
+    ).reset_index()
+
+
 def save_rows(df: pd.DataFrame, path: str | Path) -> Path:
     """Write benchmark rows to ``.csv`` or ``.parquet`` (by suffix); returns the path."""
     path = Path(path)

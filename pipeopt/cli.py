@@ -179,6 +179,9 @@ def cmd_bench(args) -> int:
         progress=not args.no_progress,
     )
     print(bench.table(df))
+    if not df.empty:
+        print("\nper method (gaps to the best proven bound in the same space):")
+        print(bench.summary(df).to_string(index=False, na_rep="-"))
     out = bench.save_rows(df, args.out)
     print(f"\n{len(df)} rows written to {out}")
     return 0

@@ -103,3 +103,15 @@ def test_solve_picks_the_problem_and_an_exact_method(capsys):
     stages = out["plan"]["stages"]
     assert len(stages) == 2 and all(s["devices"] and s["beta"] for s in stages)
     assert sorted(d for s in stages for d in s["devices"]) == sorted(set(d for s in stages for d in s["devices"]))
+
+
+def test_summary_counts_and_gaps():
+    df = bench.run([PROFILE_DIR / "alexnet.txt"], stages=[2, 4], methods=["dp", "uniform"], progress=False)
+    s = bench.summary(df).set_index("method")
+    assert s.loc["dp", "optimal"] == 2 and s.loc["dp", "max_gap_%"] == 0.0
+    assert s.loc["uniform", "optimal"] == 0 and s.loc["uniform", "mean_gap_%"] >= 0.0
+    # the uniform split's gap is its objective's distance to the DP optimum
+    u = df[df["method"] == "uniform"].set_index("stages")["objective"]
+    d = df[df["method"] == "dp"].set_index("stages")["objective"]
+    expected = ((u - d) / u * 100).mean()
+    assert abs(s.loc["uniform", "mean_gap_%"] - expected) < 0.01
