@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeopt.cluster import Cluster
-from pipeopt.cost import evaluate
-from pipeopt.errors import InfeasibleError, InvalidProblemError
-from pipeopt.exact.dp import solve_dp
-from pipeopt.instance import Instance, Settings
-from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
-from pipeopt.partition import PartitionProblem
-from pipeopt.result import Status
 from pipeopt.baselines import (
     binary_search,
     block_partition,
@@ -36,6 +30,15 @@ from pipeopt.baselines import (
     uniform_parts,
 )
 from pipeopt.baselines.binary_search import plan_time
+from pipeopt.baselines.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
+from pipeopt.cluster import Cluster
+from pipeopt.cost import evaluate
+from pipeopt.errors import InfeasibleError, InvalidProblemError
+from pipeopt.exact.dp import solve_dp
+from pipeopt.instance import Instance, Settings
+from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
+from pipeopt.partition import PartitionProblem
+from pipeopt.result import Status
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
 PROFILES = sorted(p for p in DATA.glob("*.txt") if p.name != "LICENSE.txt")
@@ -55,7 +58,7 @@ def chain_instance(work, out=None, act=None, param=None, *, bandwidth=1.0, memor
     for i, name in enumerate(names):
         g.add_node(name, fwd={"gpu": float(work[i])}, bwd={"gpu": 0.0}, out_bytes=float(out[i]),
                    act_bytes=float(act[i]), param_bytes=float(param[i]))
-    g.add_edges_from(zip(names[:-1], names[1:]))
+    g.add_edges_from(itertools.pairwise(names))
     cluster = Cluster.homogeneous(devices or n, memory=memory, bandwidth=bandwidth)
     return Instance(g, cluster, Settings(overlap=overlap), name="chain")
 
@@ -293,6 +296,106 @@ def test_binary_search_splits_to_exactly_s_stages():
     assert_valid(p, res)
     assert res.info["greedy_stages"] == 2
     assert res.objective == pytest.approx(10.0)
+
+
+def _sum_stage_time(work, speeds=None):
+    """stage_time(t, a, b) = work of units a..b-1 / speed of position t (no cuts, no memory)."""
+    prefix = np.concatenate([[0.0], np.cumsum(work)])
+    speeds = speeds or [1.0] * len(work)
+    return lambda t, a, b: (prefix[np.asarray(b)] - prefix[np.asarray(a)]) / speeds[t]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bisection_core_is_exact_on_monotone_stage_times(seed):
+    """Without transfers and memory the greedy check is exact: bisection + completion reach
+    the brute-force min-max partition."""
+    rng = np.random.default_rng(seed)
+    n, S = int(rng.integers(5, 10)), int(rng.integers(2, 5))
+    work = rng.uniform(0.1, 3.0, n)
+    stage_time = _sum_stage_time(work)
+    best = min(bottleneck(n, stage_time, list(c)) for c in itertools.combinations(range(1, n), S - 1))
+    lo, hi = max(work.sum() / S, work.max()), work.sum()
+    found = bisect_limit(lambda T: greedy_starts(n, S, stage_time, T), lo, hi, [], rel_tol=1e-12)
+    assert best <= found.limit * (1 + 1e-12) and found.limit <= best * (1 + 1e-9)
+    starts = complete_stages(n, S, stage_time, found.starts)
+    assert len(starts) == S - 1
+    assert bottleneck(n, stage_time, starts) == pytest.approx(best, rel=1e-9)
+    for insert in ("within", "shift"):  # both completions keep the optimum here
+        assert bottleneck(n, stage_time, complete_stages(n, S, stage_time, found.starts, insert=insert)) \
+            == pytest.approx(best, rel=1e-9)
+
+
+def test_complete_stages_within_and_shift_differ_on_unequal_workers():
+    # works 1 1 1 1, plan [0,2) [2,4) on positions 0, 1; a third worker at position 2 is 4x
+    # slower. "within" splits stage 0 (halves 1, 1) but stage [2,4) then moves to the slow
+    # worker (time 8); "shift" sees it and splits stage 1: [0,2) [2,3) [3,4) = 2, 1, 4.
+    stage_time = _sum_stage_time([1.0, 1.0, 1.0, 1.0], speeds=[1.0, 1.0, 0.25])
+    assert complete_stages(4, 3, stage_time, [2], insert="within") == [1, 2]
+    assert complete_stages(4, 3, stage_time, [2], insert="shift") == [2, 3]
+    assert bottleneck(4, stage_time, [1, 2]) == 8.0 and bottleneck(4, stage_time, [2, 3]) == 4.0
+    with pytest.raises(InvalidProblemError, match="insert"):
+        complete_stages(4, 3, stage_time, [2], insert="anywhere")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_complete_stages_one_cut_against_enumeration(seed):
+    """One missing stage: "shift" adds the cut of least plan bottleneck, "within" the cut of
+    least two-halves time (both checked by enumerating every cut); shift is never worse."""
+    rng = np.random.default_rng(seed)
+    n, S = 8, 4
+    inst = chain_instance(rng.uniform(0.5, 2.0, n).tolist(), out=rng.uniform(0.0, 2.0, n).tolist(),
+                          act=[1.0] * n, memory=9.0)
+    p = PartitionProblem(inst, S)
+    stage_time = lambda t, a, b: p.stage_time(a, b, in_flight=S - t)
+    starts = sorted(rng.choice(np.arange(1, n), S - 2, replace=False).tolist())
+    bounds = [0, *starts, n]
+    free = [c for c in range(1, n) if c not in starts]
+    shift = complete_stages(n, S, stage_time, starts, insert="shift")
+    assert bottleneck(n, stage_time, shift) == min(bottleneck(n, stage_time, sorted([*starts, c])) for c in free)
+
+    def halves(c):
+        t = max(i for i in range(len(bounds) - 1) if bounds[i] < c)
+        return max(float(stage_time(t, bounds[t], c)), float(stage_time(t + 1, c, bounds[t + 1])))
+
+    within = complete_stages(n, S, stage_time, starts, insert="within")
+    (c,) = set(within) - set(starts)
+    assert halves(c) == min(halves(d) for d in free)
+    assert bottleneck(n, stage_time, shift) <= bottleneck(n, stage_time, within)
+
+
+def test_bisect_limit_driver():
+    def check(T):
+        return [T] if T >= 3.7 else None  # accepts every limit from 3.7 up
+
+    found = bisect_limit(check, 0.0, 10.0, [10.0], rel_tol=1e-9)
+    assert 3.7 <= found.limit <= 3.7 * (1 + 2e-9) and found.starts == [found.limit]
+    assert 25 <= found.iterations <= 40
+    assert bisect_limit(check, 4.0, 10.0, [10.0]) == (([4.0]), 4.0, 0)  # lo passes: closed at lo
+    capped = bisect_limit(check, 0.0, 10.0, [10.0], max_iter=3)  # mids 5, 2.5, 3.75
+    assert capped == ([3.75], 3.75, 3)
+    late = bisect_limit(check, 0.0, 10.0, [10.0], deadline=time.perf_counter() - 1.0)
+    assert late == ([10.0], 10.0, 0)  # past the deadline: the given plan at hi
+    # with a score the best-scoring accepted plan is kept, not the last one
+    scored = bisect_limit(check, 0.0, 10.0, [10.0], score=lambda st: (st[0] - 6.0) ** 2)
+    assert scored.starts == [5.0] and scored.limit < 3.7 * (1 + 2e-9)
+
+
+def test_greedy_bound_scan_equals_vectorised_scan_on_a_resource_problem():
+    """The resource adapter's early-stopping scan (bound = compute and memory) accepts the
+    same plans as the full vectorised scan, and its stage time is the problem's."""
+    from pipeopt.baselines.duan_wu import _WorkerStages
+    from pipeopt.resource import JointProblem
+    from pipeopt.resource.examples import soc_instance
+
+    p = JointProblem(soc_instance(12, 4, seed=5, heterogeneous=False, memory=6e7, bandwidth=2e7), 4)
+    for mode in ("split", "sequential"):
+        ws = _WorkerStages(p, p.groups, mode)
+        for t, a, b in [(0, 0, 3), (1, 3, 7), (3, 9, 12), (2, 0, 12)]:
+            assert float(ws.time(t, a, b)) == p.stage_time(a, b, p.groups[t], t, mode)
+        top = bottleneck(p.n, ws.time, greedy_starts(p.n, 4, ws.time, math.inf, bound=ws.fit))
+        assert 0 < top < math.inf
+        for T in np.linspace(0.0, 1.5 * top, 25).tolist() + [math.inf]:
+            assert greedy_starts(p.n, 4, ws.time, T, bound=ws.fit) == greedy_starts(p.n, 4, ws.time, T)
 
 
 def test_param_balanced_minimises_the_spread_like_deepspeed():

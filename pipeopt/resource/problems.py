@@ -96,22 +96,22 @@ class ResourceProblem:
             out.append(d)
         return out[0], out[1]
 
-    @cached_property
+    @property
     def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of activation bytes."""
-        return np.concatenate([[0.0], np.cumsum(self.instance.chain.act)])
+        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`Chain.act_prefix`)."""
+        return self.instance.chain.act_prefix
 
-    @cached_property
+    @property
     def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of parameter bytes."""
-        return np.concatenate([[0.0], np.cumsum(self.instance.chain.param)])
+        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`Chain.param_prefix`)."""
+        return self.instance.chain.param_prefix
 
     @cached_property
     def cut_time(self) -> np.ndarray:
         """``ndarray (n+1,)``: seconds to send activations forward and gradients back across
-        the boundary before unit c (``2 * bytes / bandwidth``; 0 at both ends)."""
-        cb = np.concatenate([[0.0], self.instance.chain.cut_bytes, [0.0]])
-        return 2.0 * cb / self.instance.cluster.bandwidth
+        the boundary before unit c (``2 * bytes / bandwidth``, :attr:`Chain.boundary_bytes`;
+        0 at both ends)."""
+        return 2.0 * self.instance.chain.boundary_bytes / self.instance.cluster.bandwidth
 
     def in_flight(self, stage: int) -> int:
         """Microbatches stage ``stage`` (0-based) keeps under 1F1B: S - stage."""
