@@ -1,7 +1,12 @@
 """pipeopt: exact pipeline-parallel planning for DNN training, and the gaps of the heuristics.
 
-The public API: build or read an :class:`Instance`, pose a problem, solve it, score any plan
-with :func:`evaluate`.
+The public API: build or :func:`read` an :class:`Instance`, :func:`solve` a problem on it
+(partition, allocate, joint, group, bipartition), score any plan with :func:`evaluate`.
+
+>>> import pipeopt
+>>> inst = pipeopt.read("../shared/data/pipedream-profiles/vgg16.txt")  # doctest: +SKIP
+>>> pipeopt.solve(inst, method="dp", stages=4).status  # doctest: +SKIP
+<Status.OPTIMAL: 'optimal'>
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from .plan import Plan as Plan
 from .plan import Stage as Stage
 from .result import Result as Result
 from .result import Status as Status
+from .io import read as read
+from .io import write as write
+from .solve import solve as solve
 
 __version__ = "0.1.0"
 

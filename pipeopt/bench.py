@@ -201,7 +201,10 @@ def run(
     pandas.DataFrame
         Columns :data:`COLUMNS`.
     """
-    from tqdm.auto import tqdm
+    if progress:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm import tqdm
 
     if methods is not None and problem == "auto":
         unknown = [m for m in methods if not any(spec.name == m for spec in registry.METHODS)]
