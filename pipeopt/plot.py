@@ -65,6 +65,13 @@ def _time_unit(span: float) -> tuple[float, str]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _method_colour(k: int):
+    """A distinct colour for up to 20 methods (tab20 after the first ten)."""
+    import matplotlib
+
+    return f"C{k}" if k < 10 else matplotlib.colormaps["tab20"]((2 * (k - 10) + 1) % 20)
+
+
 def plot_schedule(sim, path=None, *, until: float | None = None, labels: bool | None = None, title: str | None = None) -> Figure:
     """Gantt chart of a simulated iteration.
 
@@ -313,7 +320,7 @@ def plot_gaps(df, path=None, *, title: str = "optimality gap to the best proven 
     ax = fig.add_subplot()
     handles = []
     for k, m in enumerate(methods):
-        colour = f"C{k % 10}"
+        colour = _method_colour(k)
         handles.append(Patch(color=colour, label=m))
         sub = df[df["label"] == m].set_index("case")
         xs, ys, na = [], [], []
@@ -331,7 +338,7 @@ def plot_gaps(df, path=None, *, title: str = "optimality gap to the best proven 
         ax.scatter(xs, ys, color=colour, marker="o", s=10, zorder=3, clip_on=False)  # zero gaps stay visible
         for xpos in na:
             ax.text(xpos, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6, color=colour)
-    ax.set_xticks(range(len(cases)), cases, fontsize=8)
+    ax.set_xticks(range(len(cases)), cases, fontsize=8, rotation=35, ha="right", rotation_mode="anchor")
     ax.set_ylabel("gap (%)")
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
@@ -374,7 +381,7 @@ def plot_solve_times(df, path=None, *, title: str = "solve time") -> Figure:
     floor = 1e-4
     for k, m in enumerate(methods):
         sub = df[df["label"] == m]
-        colour = f"C{k % 10}"
+        colour = _method_colour(k)
         xs = np.array([pos[c] + jitter[k] for c in sub["case"]])
         ts = np.maximum(sub["runtime"].astype(float).to_numpy(), floor)
         status = sub["status"].astype(str).to_numpy()
@@ -387,7 +394,7 @@ def plot_solve_times(df, path=None, *, title: str = "solve time") -> Figure:
         if other.any():
             ax.scatter(xs[other], ts[other], facecolors="none", edgecolors=colour, marker="o", s=28)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(cases)), cases, fontsize=8)
+    ax.set_xticks(range(len(cases)), cases, fontsize=8, rotation=35, ha="right", rotation_mode="anchor")
     ax.set_ylabel(f"wall time (s, floor {floor:g})")
     ax.grid(axis="y", alpha=0.3, which="both")
     ax.set_title(title + "  (x: time limit, hollow: infeasible / skipped / error)", fontsize=10)
