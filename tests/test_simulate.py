@@ -338,8 +338,6 @@ def test_errors_are_typed():
         simulate(inst, plan, schedule="split")
     with pytest.raises(InvalidPlanError, match="dropped"):
         simulate(inst, Plan((Stage(("l0",), ("gpu0",)),)))
-    inst3 = chain([1.0] * 3, [2.0] * 3)
-    bi = Plan((Stage(("l0", "l1"), ("gpu0",), bwd_layers=("l0",)), Stage(("l2",), ("gpu1",), bwd_layers=("l1", "l2"))))
 
 
 def test_bipartition_plan_steady_state_matches_evaluate():
