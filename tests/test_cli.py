@@ -115,3 +115,25 @@ def test_summary_counts_and_gaps():
     d = df[df["method"] == "dp"].set_index("stages")["objective"]
     expected = ((u - d) / u * 100).mean()
     assert abs(s.loc["uniform", "mean_gap_%"] - expected) < 0.01
+
+
+def test_simulate_json_and_saved_plans(tmp_path, capsys):
+    profile_path = str(PROFILE_DIR / "resnet18.txt")
+    plan = tmp_path / "plan.json"
+    assert main(["solve", profile_path, "--stages", "4", "--save-plan", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", profile_path, "--plan", str(plan), "--schedule", "1f1b", "--microbatches", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("iteration_time", "time_per_microbatch", "bubble_fraction", "utilisation", "peak_memory"):
+        assert key in out
+    assert len(out["utilisation"]) == len(out["peak_memory"]) == 4
+    assert 0.0 <= out["bubble_fraction"] < 1.0
+    # the simulated steady state is never faster than the analytic bottleneck
+    assert out["time_per_microbatch"] >= out["bottleneck"] * (1 - 1e-9)
+    png = tmp_path / "gantt.png"
+    assert main(["show", profile_path, "--plan", str(plan), "--schedule", "gpipe", "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["simulate", profile_path, "--plan", str(bad)]) == 2
+    assert "cannot read plan" in capsys.readouterr().err
