@@ -159,6 +159,7 @@ def _jsonable(x):
 
 
 def cmd_bench(args) -> int:
+    """``pipeopt bench``: run methods on instances, print the table and the per-method summary, write the rows."""
     from . import bench
 
     paths = args.paths or bench.default_instances()
@@ -188,6 +189,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_solve(args) -> int:
+    """``pipeopt solve``: solve one instance; print the plan stage by stage, or one JSON object."""
     inst = _instance(args)
     res = _solve(args, inst)
     if args.save_plan and res.plan is not None:
@@ -217,6 +219,7 @@ def cmd_solve(args) -> int:
 
 
 def cmd_simulate(args) -> int:
+    """``pipeopt simulate``: simulate one iteration of a solved or saved plan; text or JSON."""
     from .simulate import simulate
 
     inst = _instance(args)
@@ -236,6 +239,7 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_show(args) -> int:
+    """``pipeopt show``: draw a plan (per-stage loads) or the Gantt chart of its schedule to a PNG."""
     from . import plot
 
     inst = _instance(args)
@@ -251,6 +255,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_zoo(args) -> int:
+    """``pipeopt zoo``: regenerate the shipped instance files from the model zoo."""
     from .zoo.__main__ import main as zoo_main
 
     return zoo_main([args.out])
