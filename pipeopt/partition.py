@@ -8,19 +8,37 @@ positions back into a :class:`~pipeopt.plan.Plan` scored by :func:`~pipeopt.cost
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from .cost import evaluate
 from .errors import InvalidProblemError
 from .instance import Instance
 from .plan import Plan, Stage
 from .result import Result, Status
 
 SPACES = ("straight", "replicated")
+
+
+def check_stage_count(instance: Instance, count, what: str = "stages") -> None:
+    """Check a number of stages (or workers) against an instance.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``count`` is not a positive integer, exceeds the splittable units of the layer
+        chain, or exceeds the cluster's devices.
+    """
+    if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
+        raise InvalidProblemError(f"number of {what} must be a positive integer, got {count!r}")
+    n, d = instance.chain.n, len(instance.cluster.devices)
+    if count > n:
+        raise InvalidProblemError(
+            f"more {what} ({count}) than layers ({n} splittable units of {instance.num_layers} layers) in {instance.name}"
+        )
+    if count > d:
+        raise InvalidProblemError(f"more {what} ({count}) than devices ({d}) in {instance.name}")
 
 
 @dataclass(frozen=True)
@@ -52,16 +70,8 @@ class PartitionProblem:
     replication: bool = False
 
     def __post_init__(self) -> None:
-        inst, S = self.instance, self.stages
-        if not isinstance(S, (int, np.integer)) or S < 1:
-            raise InvalidProblemError(f"number of stages must be a positive integer, got {S!r}")
-        n = inst.chain.n
-        if S > n:
-            raise InvalidProblemError(
-                f"more stages ({S}) than layers ({n} splittable units of {inst.num_layers} layers) in {inst.name}"
-            )
-        if S > len(inst.cluster.devices):
-            raise InvalidProblemError(f"{S} stages need {S} workers but the cluster has {len(inst.cluster.devices)} devices")
+        inst = self.instance
+        check_stage_count(inst, self.stages)
         if not inst.cluster.is_homogeneous:
             raise InvalidProblemError("the partition problem needs identical devices; use the group problem")
         if inst.settings.objective != "bottleneck":
@@ -229,20 +239,9 @@ class PartitionProblem:
 
         A heuristic whose plan breaks the memory limit gets status ``INFEASIBLE``.
         """
-        ev = evaluate(self.instance, plan) if plan is not None else None
-        if ev is not None and not ev.feasible and status == Status.FEASIBLE:
-            status = Status.INFEASIBLE
-        info = dict(info or {})
-        info.setdefault("assumptions", list(self.instance.assumptions))
-        return Result(
-            method=method,
-            plan=plan,
-            evaluation=ev,
-            status=status,
-            lower_bound=lower_bound,
-            runtime=time.perf_counter() - started if started is not None else 0.0,
-            space=space or self.space,
-            info=info,
+        return Result.scored(
+            self.instance, method, plan, status, lower_bound=lower_bound, started=started,
+            space=space or self.space, info=info,
         )
 
     # ---- a bound every method may quote ------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -56,6 +57,43 @@ class Result:
     runtime: float = 0.0
     space: str = "straight"
     info: dict = field(default_factory=dict)
+
+    @classmethod
+    def scored(
+        cls,
+        instance,
+        method: str,
+        plan: Plan | None,
+        status: Status,
+        *,
+        lower_bound: float | None = None,
+        started: float | None = None,
+        space: str = "straight",
+        info: dict | None = None,
+    ) -> Result:
+        """A Result whose plan is scored by :func:`pipeopt.evaluate` on ``instance``.
+
+        A heuristic (status ``FEASIBLE``) whose plan breaks memory gets ``INFEASIBLE``;
+        ``runtime`` counts from ``started`` (a ``time.perf_counter()`` value); the instance's
+        assumptions go into ``info["assumptions"]``.
+        """
+        from .cost import evaluate
+
+        ev = evaluate(instance, plan) if plan is not None else None
+        if ev is not None and not ev.feasible and status == Status.FEASIBLE:
+            status = Status.INFEASIBLE
+        info = dict(info or {})
+        info.setdefault("assumptions", list(instance.assumptions))
+        return cls(
+            method=method,
+            plan=plan,
+            evaluation=ev,
+            status=status,
+            lower_bound=lower_bound,
+            runtime=time.perf_counter() - started if started is not None else 0.0,
+            space=space,
+            info=info,
+        )
 
     @property
     def objective(self) -> float:

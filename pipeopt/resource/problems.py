@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from ..cost import check_plan, evaluate
+from ..cost import check_plan
 from ..errors import InvalidProblemError
 from ..instance import Instance
+from ..partition import check_stage_count
 from ..plan import Plan, Stage
-from ..result import Result, Status
+from ..result import Result
 from .split import best_split, sequential_time, theorem_split
 
 SPLIT_MODES = ("split", "sequential", "theorem")
@@ -208,31 +208,8 @@ class ResourceProblem:
     def result(self, method, plan, status, *, lower_bound=None, started=None, space="split", info=None) -> Result:
         """Wrap a plan into a :class:`Result` scored by :func:`evaluate` (a heuristic whose plan
         breaks memory gets ``INFEASIBLE``)."""
-        ev = evaluate(self.instance, plan) if plan is not None else None
-        if ev is not None and not ev.feasible and status == Status.FEASIBLE:
-            status = Status.INFEASIBLE
-        info = dict(info or {})
-        info.setdefault("assumptions", list(self.instance.assumptions))
-        return Result(
-            method=method,
-            plan=plan,
-            evaluation=ev,
-            status=status,
-            lower_bound=lower_bound,
-            runtime=time.perf_counter() - started if started is not None else 0.0,
-            space=space,
-            info=info,
-        )
-
-
-def _check_stages(inst: Instance, S, what: str) -> None:
-    if not isinstance(S, (int, np.integer)) or isinstance(S, bool) or S < 1:
-        raise InvalidProblemError(f"number of {what} must be a positive integer, got {S!r}")
-    n, d = inst.chain.n, len(inst.cluster.devices)
-    if S > n:
-        raise InvalidProblemError(f"more {what} ({S}) than layers ({n} splittable units) in {inst.name}")
-    if S > d:
-        raise InvalidProblemError(f"more {what} ({S}) than devices ({d}) in {inst.name}")
+        return Result.scored(self.instance, method, plan, status, lower_bound=lower_bound, started=started,
+                             space=space, info=info)
 
 
 @dataclass(frozen=True)
@@ -264,7 +241,7 @@ class JointProblem(ResourceProblem):
     stages: int
 
     def __post_init__(self) -> None:
-        _check_stages(self.instance, self.stages, "stages")
+        check_stage_count(self.instance, self.stages, "stages")
         if not self.instance.cluster.is_homogeneous:
             raise InvalidProblemError("the joint problem needs identical devices; use the group problem")
         self._check_settings()
@@ -309,7 +286,7 @@ class GroupProblem(ResourceProblem):
     workers: int
 
     def __post_init__(self) -> None:
-        _check_stages(self.instance, self.workers, "workers")
+        check_stage_count(self.instance, self.workers, "workers")
         self._check_settings()
 
     @property
@@ -366,7 +343,7 @@ class AllocateProblem(ResourceProblem):
         if self.plan_given is None:
             if self.stages is None:
                 raise InvalidProblemError("allocate needs stages=S or plan_given=a plan")
-            _check_stages(self.instance, self.stages, "stages")
+            check_stage_count(self.instance, self.stages, "stages")
         else:
             check_plan(self.instance, self.plan_given)
             if any(st.bwd_layers is not None or st.replicas != 1 for st in self.plan_given.stages):
