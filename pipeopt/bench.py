@@ -129,7 +129,30 @@ def auto_problem(instance: Instance) -> str:
     return "partition" if len(usable) == 1 else "joint"
 
 
-def _options(cls, S: int | None, q: int | None, space: str) -> dict:
+def sizes_of(cls, inst: Instance, stages=None, workers=None) -> tuple[list, list]:
+    """The stage counts S and worker counts q to pose problem class ``cls`` with on ``inst``.
+
+    Given values are used as they are; by default S = the cluster's devices (4 and 8 for a
+    PipeDream profile, which carries no cluster of its own) and q = :data:`DEFAULT_WORKERS`
+    capped by the devices. ``[None]`` where the class takes no such option.
+    """
+    n_dev = len(inst.cluster.devices)
+    if not _accepts(cls, "stages"):
+        sizes: list = [None]
+    elif stages:
+        sizes = list(stages)
+    elif "PipeDream" in str(inst.graph.graph.get("source", "")):
+        sizes = [4, 8]
+    else:
+        sizes = [n_dev]
+    if not _accepts(cls, "workers"):
+        qs: list = [None]
+    else:
+        qs = list(workers) if workers else [min(DEFAULT_WORKERS, n_dev)]
+    return sizes, qs
+
+
+def problem_options(cls, S: int | None, q: int | None, space: str) -> dict:
     """The keyword options a problem class accepts, out of stages / workers / replication."""
     opts: dict = {}
     if _accepts(cls, "stages") and S is not None:
@@ -235,23 +258,11 @@ def run(
             specs = [registry.method(name, m) for m in methods]
         cls = registry.problem_class(name)
         spaces = _spaces(name, specs, replication)
-        n_dev = len(inst.cluster.devices)
-        if not _accepts(cls, "stages"):
-            sizes = [None]
-        elif stages:
-            sizes = list(stages)
-        elif "PipeDream" in str(inst.graph.graph.get("source", "")):
-            sizes = [4, 8]  # a profile carries no cluster of its own
-        else:
-            sizes = [n_dev]
-        if not _accepts(cls, "workers"):
-            qs = [None]
-        else:
-            qs = list(workers) if workers else [min(DEFAULT_WORKERS, n_dev)]
+        sizes, qs = sizes_of(cls, inst, stages, workers)
         for S in sizes:
             for q in qs:
                 try:  # can the problem be posed at all? (say so once, not once per method)
-                    cls(inst, **_options(cls, S, q, "straight"))
+                    cls(inst, **problem_options(cls, S, q, "straight"))
                 except PipeoptError as exc:
                     size = ", ".join(f"{k}={v}" for k, v in (("S", S), ("q", q)) if v is not None)
                     print(f"skipped {inst.name} ({size}) for {name}: {exc}")
@@ -280,7 +291,7 @@ def run(
         }
         started = time.perf_counter()
         try:
-            prob = cls(inst, **_options(cls, S, q, space))
+            prob = cls(inst, **problem_options(cls, S, q, space))
             res = spec.load()(prob, time_limit=time_limit, solver=solver, seed=seed)
             row.update(
                 status=str(res.status),

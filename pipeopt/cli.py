@@ -112,22 +112,14 @@ def _instance(args):
 
 
 def _solve(args, inst):
-    import inspect
-
-    from .bench import DEFAULT_WORKERS, auto_problem
+    from .bench import problem_options, auto_problem, sizes_of
     from .solve import solve
 
     problem = auto_problem(inst) if args.problem == "auto" else args.problem
     args.problem = problem
     cls = registry.problem_class(problem)
-    params = inspect.signature(cls).parameters
-    opts = {}
-    if "stages" in params:
-        opts["stages"] = args.stages or (4 if "PipeDream" in str(inst.graph.graph.get("source", "")) else len(inst.cluster.devices))
-    if "workers" in params:
-        opts["workers"] = args.workers or min(DEFAULT_WORKERS, len(inst.cluster.devices))
-    if "replication" in params:
-        opts["replication"] = args.replication
+    sizes, qs = sizes_of(cls, inst, [args.stages] if args.stages else None, [args.workers] if args.workers else None)
+    opts = problem_options(cls, sizes[0], qs[0], "replicated" if args.replication else "straight")
     method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
     args.method = method
     return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver, seed=args.seed, **opts)
