@@ -1,15 +1,15 @@
 """Bi-Partition against same-cut plans: same_cut vs greedy vs exact MILP.
 
 For each instance and each number of stages S it runs the three methods of the
-``bipartition`` problem (:mod:`pipeopt.bipartition`) and prints a Markdown table:
+``bipartition`` problem (:mod:`pipeopt.problems.bipartition.problem`) and prints a Markdown table:
 
 * ``same-cut``: the best plan with equal forward and backward cuts (exact partition DP);
-* ``greedy``: the backward-cut mover (:mod:`pipeopt.baselines.bipartition_greedy`), and
+* ``greedy``: the backward-cut mover (:mod:`pipeopt.problems.bipartition.greedy`), and
   ``greedy-both`` the same local search moving forward cuts too;
-* ``MILP``: the plain exact model (:func:`pipeopt.exact.bipartition_milp.solve_milp` with
+* ``MILP``: the plain exact model (:func:`pipeopt.problems.bipartition.milp.solve_milp` with
   ``dp_bound=False``), its status and solve time;
 * ``bisection``: the memory relaxation solved exactly by bisection on T
-  (:func:`pipeopt.exact.bipartition_milp.solve_bisection`; optimal when its plan fits memory);
+  (:func:`pipeopt.problems.bipartition.milp.solve_bisection`; optimal when its plan fits memory);
 * ``bound``: the best proven lower bound of the two;
 * ``gain``: ``(same-cut - method) / same-cut``, the time per microbatch saved;
 * ``B/F`` total backward over forward time, and ``B/F CV`` the coefficient of variation of the
@@ -40,10 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeopt.baselines.bipartition_greedy import greedy, same_cut
-from pipeopt.bipartition import BipartitionProblem
+from pipeopt.problems.bipartition.greedy import greedy, same_cut
+from pipeopt.problems.bipartition.problem import BipartitionProblem
 from pipeopt.errors import InfeasibleError
-from pipeopt.exact.bipartition_milp import solve_bisection, solve_milp
+from pipeopt.problems.bipartition.milp import solve_bisection, solve_milp
 from pipeopt.io import read
 from pipeopt.io.pipedream import read_pipedream
 

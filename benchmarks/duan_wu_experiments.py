@@ -15,7 +15,7 @@ Run from the repository root::
 Instances: AlexNet and GoogLeNet from the model zoo (Jetson AGX Orin workers with CPU, GPU and
 DLA; a mix of edge SoCs: Jetson AGX Orin, Apple M2, Apple M1, Snapdragon X Elite, over 10 GbE)
 and PipeDream's measured AlexNet, ResNet-50 and GNMT profiles with a *synthetic* CPU kind (8x slower forward than
-the GPU, backward = its forward; documented in :func:`pipeopt.resource.examples.with_second_kind`)
+the GPU, backward = its forward; documented in :func:`pipeopt.problems.resource.examples.with_second_kind`)
 on workers of 1 GPU + 4 CPU units.
 """
 
@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pipeopt
 from pipeopt import zoo
-from pipeopt.baselines.duan_wu import algorithm2, round_robin, two_step
-from pipeopt.exact import group, joint
+from pipeopt.problems.resource.duan_wu import algorithm2, round_robin, two_step
+from pipeopt.problems.resource import group, joint
 from pipeopt.io.pipedream import read_pipedream
-from pipeopt.resource import GroupProblem, JointProblem
-from pipeopt.resource.examples import with_second_kind
-from pipeopt.resource.problems import minmax_chain_dp
+from pipeopt.problems.resource import GroupProblem, JointProblem
+from pipeopt.problems.resource.examples import with_second_kind
+from pipeopt.problems.resource.problem import minmax_chain_dp
 
 PROFILES = Path("../shared/data/pipedream-profiles")
 SOC_MIX = {"jetson-agx-orin": 4, "apple-m2": 4, "apple-m1": 4, "snapdragon-x-elite": 4}

@@ -6,15 +6,15 @@ Run from the repository root::
     python benchmarks/group_times.py [--time-limit 60] [--out benchmarks/results/group_times.md]
 
 Exact method: CP-SAT over stage intervals at fixed T, bisected on T
-(:func:`pipeopt.exact.group.solve_cpsat`; 2 CP-SAT workers) and the MILP (PuLP + HiGHS,
-bisected on T; :func:`pipeopt.exact.group.solve_milp`). Each row: the optimum found, the proven lower bound, the
+(:func:`pipeopt.problems.resource.group.solve_cpsat`; 2 CP-SAT workers) and the MILP (PuLP + HiGHS,
+bisected on T; :func:`pipeopt.problems.resource.group.solve_milp`). Each row: the optimum found, the proven lower bound, the
 gap, the solve time, and Algorithm 2's gap to it. "optimal" means the bracket closed to a
 relative gap of 1e-4.
 
 Clusters: zoo models on the first D devices of an edge mix (Jetson AGX Orin, Apple M2, Apple
 M1, Snapdragon X Elite; CPU + GPU + NPU each; 10 GbE), dealt one of each type in turn. PipeDream
 profiles (single GPU kind, measured) get a *synthetic* CPU kind
-(:func:`pipeopt.resource.examples.with_second_kind`) and a mix of four synthetic worker types
+(:func:`pipeopt.problems.resource.examples.with_second_kind`) and a mix of four synthetic worker types
 ({gpu 1, cpu 4}, {gpu 2}, {cpu 8}, {gpu 0.5, cpu 2}) over InfiniBand EDR (12.5 GB/s).
 """
 
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import pipeopt
 from pipeopt import zoo
-from pipeopt.baselines.duan_wu import algorithm2
-from pipeopt.exact import group
+from pipeopt.problems.resource.duan_wu import algorithm2
+from pipeopt.problems.resource import group
 from pipeopt.io.pipedream import read_pipedream
-from pipeopt.resource import GroupProblem
-from pipeopt.resource.examples import with_second_kind
+from pipeopt.problems.resource import GroupProblem
+from pipeopt.problems.resource.examples import with_second_kind
 
 PROFILES = Path("../shared/data/pipedream-profiles")
 SOC_TYPES = ("jetson-agx-orin", "apple-m2", "apple-m1", "snapdragon-x-elite")

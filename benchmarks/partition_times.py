@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 
 from pipeopt.errors import InfeasibleError
-from pipeopt.exact.cpsat import solve_cpsat
-from pipeopt.exact.dp import solve_dp
-from pipeopt.exact.milp import solve_milp
+from pipeopt.problems.partition.cpsat import solve_cpsat
+from pipeopt.problems.partition.dp import solve_dp
+from pipeopt.problems.partition.milp import solve_milp
 from pipeopt.io.pipedream import read_pipedream
-from pipeopt.partition import PartitionProblem
+from pipeopt.problems.partition.problem import PartitionProblem
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
 

@@ -26,7 +26,7 @@ from .errors import PipeoptError as PipeoptError
 from .errors import ReadError as ReadError
 from .instance import Instance as Instance
 from .instance import Settings as Settings
-from .partition import PartitionProblem as PartitionProblem
+from .problems.partition.problem import PartitionProblem as PartitionProblem
 from .plan import Plan as Plan
 from .plan import Stage as Stage
 from .result import Result as Result

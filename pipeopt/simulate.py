@@ -663,7 +663,7 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     Examples
     --------
     >>> from pipeopt import PartitionProblem
-    >>> from pipeopt.exact.dp import solve_dp
+    >>> from pipeopt.problems.partition.dp import solve_dp
     >>> from pipeopt.io.pipedream import read_pipedream
     >>> inst = read_pipedream("../shared/data/pipedream-profiles/vgg16.txt")  # doctest: +SKIP
     >>> plan = solve_dp(PartitionProblem(inst, 4)).plan  # doctest: +SKIP

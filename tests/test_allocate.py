@@ -13,7 +13,7 @@ import pytest
 import pipeopt
 from pipeopt.cost import stage_compute
 from pipeopt.io.pipedream import read_pipedream
-from pipeopt.resource import (
+from pipeopt.problems.resource import (
     AllocateProblem,
     JointProblem,
     best_split,
@@ -21,7 +21,7 @@ from pipeopt.resource import (
     sequential_time,
     theorem_split,
 )
-from pipeopt.resource.examples import soc_instance, with_second_kind
+from pipeopt.problems.resource.examples import soc_instance, with_second_kind
 
 PROFILES = "../shared/data/pipedream-profiles"
 
@@ -109,7 +109,7 @@ def test_degenerate_loads():
 
 
 def _methods(problem):
-    from pipeopt.exact import allocate_lp
+    from pipeopt.problems.resource import allocate as allocate_lp
 
     return {name: getattr(allocate_lp, fn)(problem)
             for name, fn in (("lp", "solve_lp"), ("theorem", "theorem"), ("sequential", "sequential"))}
@@ -130,7 +130,7 @@ def test_allocate_methods_on_one_partition(seed):
     assert all(st.beta is None for st in out["sequential"].plan.stages)
     assert math.isclose(out["lp"].info["sequential_objective"], out["sequential"].objective, rel_tol=1e-12)
     # the partition is the binary-search one of the two-step baseline
-    from pipeopt.baselines.duan_wu import two_step
+    from pipeopt.problems.resource.duan_wu import two_step
 
     assert two_step(JointProblem(inst, 3)).plan.layer_lists() == lists["lp"]
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeopt.baselines import (
+from pipeopt.problems.partition import (
     binary_search,
     block_partition,
     block_parts,
@@ -29,15 +29,15 @@ from pipeopt.baselines import (
     uniform,
     uniform_parts,
 )
-from pipeopt.baselines.binary_search import plan_time
-from pipeopt.baselines.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
+from pipeopt.problems.partition.binary_search import plan_time
+from pipeopt.backends.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
 from pipeopt.cluster import Cluster
 from pipeopt.cost import evaluate
 from pipeopt.errors import InfeasibleError, InvalidProblemError
-from pipeopt.exact.dp import solve_dp
+from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.instance import Instance, Settings
 from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
-from pipeopt.partition import PartitionProblem
+from pipeopt.problems.partition.problem import PartitionProblem
 from pipeopt.result import Status
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
@@ -383,9 +383,9 @@ def test_bisect_limit_driver():
 def test_greedy_bound_scan_equals_vectorised_scan_on_a_resource_problem():
     """The resource adapter's early-stopping scan (bound = compute and memory) accepts the
     same plans as the full vectorised scan, and its stage time is the problem's."""
-    from pipeopt.baselines.duan_wu import _WorkerStages
-    from pipeopt.resource import JointProblem
-    from pipeopt.resource.examples import soc_instance
+    from pipeopt.problems.resource.duan_wu import _WorkerStages
+    from pipeopt.problems.resource import JointProblem
+    from pipeopt.problems.resource.examples import soc_instance
 
     p = JointProblem(soc_instance(12, 4, seed=5, heterogeneous=False, memory=6e7, bandwidth=2e7), 4)
     for mode in ("split", "sequential"):

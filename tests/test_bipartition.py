@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeopt import Cluster, Instance, Settings, evaluate
-from pipeopt.baselines.bipartition_greedy import greedy, same_cut
-from pipeopt.bipartition import BipartitionProblem
+from pipeopt.problems.bipartition.greedy import greedy, same_cut
+from pipeopt.problems.bipartition.problem import BipartitionProblem
 from pipeopt.errors import InfeasibleError, InvalidPlanError, InvalidProblemError
-from pipeopt.exact.bipartition_milp import relaxation_optimum, solve_bisection, solve_milp
+from pipeopt.problems.bipartition.milp import relaxation_optimum, solve_bisection, solve_milp
 from pipeopt.plan import Plan, Stage
 from pipeopt.registry import method, methods
 from pipeopt.result import Status

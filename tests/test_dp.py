@@ -12,8 +12,8 @@ from strategies import brute_force, instances
 
 from pipeopt import Cluster, Device, Instance, PartitionProblem, evaluate
 from pipeopt.errors import InfeasibleError, InvalidProblemError
-from pipeopt.exact.dp import solve_dp
-from pipeopt.partition import is_close
+from pipeopt.problems.partition.dp import solve_dp
+from pipeopt.problems.partition.problem import is_close
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

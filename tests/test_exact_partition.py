@@ -15,11 +15,11 @@ from strategies import instances
 import pipeopt
 from pipeopt import evaluate
 from pipeopt.errors import InfeasibleError, InvalidProblemError
-from pipeopt.exact.cpsat import solve_cpsat
-from pipeopt.exact.dp import solve_dp
-from pipeopt.exact.milp import solve_milp
-from pipeopt.exact.partition_model import StraightModel, balanced_split
-from pipeopt.partition import PartitionProblem
+from pipeopt.problems.partition.cpsat import solve_cpsat
+from pipeopt.problems.partition.dp import solve_dp
+from pipeopt.problems.partition.milp import solve_milp
+from pipeopt.problems.partition.model import StraightModel, balanced_split
+from pipeopt.problems.partition.problem import PartitionProblem
 from pipeopt.result import Status
 from pipeopt.solve import solve
 

@@ -9,16 +9,16 @@ import networkx as nx
 import pytest
 
 import pipeopt
-from pipeopt.baselines.duan_wu import (
+from pipeopt.problems.resource.duan_wu import (
     algorithm2,
     algorithm2_groups,
     round_robin,
     round_robin_groups,
     worker_cost,
 )
-from pipeopt.exact import group
-from pipeopt.resource import GroupProblem, brute_force
-from pipeopt.resource.examples import random_chain, soc_devices
+from pipeopt.problems.resource import group
+from pipeopt.problems.resource import GroupProblem, brute_force
+from pipeopt.problems.resource.examples import random_chain, soc_devices
 
 REL = 2e-4
 

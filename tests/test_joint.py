@@ -8,10 +8,10 @@ import math
 import pytest
 
 import pipeopt
-from pipeopt.baselines.duan_wu import bisection_partition, two_step
-from pipeopt.exact import joint
-from pipeopt.resource import JointProblem, brute_force
-from pipeopt.resource.examples import random_chain, soc_instance
+from pipeopt.problems.resource.duan_wu import bisection_partition, two_step
+from pipeopt.problems.resource import joint
+from pipeopt.problems.resource import JointProblem, brute_force
+from pipeopt.problems.resource.examples import random_chain, soc_instance
 
 REL = 2e-4  # exact methods stop at a relative gap of 1e-4
 
@@ -74,7 +74,7 @@ def test_greedy_bisection_is_exact_without_transfers():
 
 def test_single_kind_joint_equals_the_partition_dp():
     """With one resource kind the split changes nothing: the joint optimum is the partition optimum."""
-    from pipeopt.exact.dp import solve_dp as partition_dp
+    from pipeopt.problems.partition.dp import solve_dp as partition_dp
 
     graph = random_chain(15, kinds=("gpu",), seed=3)
     inst = pipeopt.Instance(graph, pipeopt.Cluster.homogeneous(4, bandwidth=5e7))
@@ -114,8 +114,8 @@ def test_bad_input():
                                                ("alexnet", 4, None)])
 def test_two_step_partition_is_the_binary_search_on_one_kind(name, S, bandwidth):
     """On single-kind GPUs the generic binary search reproduces the partition baseline's
-    (pipeopt.baselines.binary_search, written independently)."""
-    from pipeopt.baselines.binary_search import binary_search
+    (pipeopt.problems.partition.binary_search, written independently)."""
+    from pipeopt.problems.partition.binary_search import binary_search
     from pipeopt.io.pipedream import read_pipedream
 
     inst = read_pipedream(f"../shared/data/pipedream-profiles/{name}.txt", devices=8, bandwidth=bandwidth)

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from strategies import brute_force, instances
 
 from pipeopt import Cluster, PartitionProblem, Status, evaluate
-from pipeopt.baselines.mcmc import mcmc
+from pipeopt.problems.partition.mcmc import mcmc
 from pipeopt.errors import InfeasibleError, InvalidProblemError
-from pipeopt.exact.dp import solve_dp
-from pipeopt.partition import is_close
+from pipeopt.problems.partition.dp import solve_dp
+from pipeopt.problems.partition.problem import is_close
 from pipeopt.registry import method
 from pipeopt.solve import solve
 

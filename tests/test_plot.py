@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from pipeopt import Cluster, PartitionProblem, Plan, evaluate
 from pipeopt.errors import InvalidPlanError, InvalidProblemError
-from pipeopt.exact.dp import solve_dp
+from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.plot import BENCH_COLUMNS, plot_gaps, plot_plan, plot_schedule, plot_solve_times
 from pipeopt.simulate import simulate
 

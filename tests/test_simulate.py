@@ -21,7 +21,7 @@ from strategies import instances
 
 from pipeopt import Cluster, Instance, PartitionProblem, Plan, Settings, Stage, evaluate
 from pipeopt.errors import InvalidPlanError, InvalidProblemError
-from pipeopt.exact.dp import solve_dp
+from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.simulate import SCHEDULES, Event, simulate
 
 REL = 1e-9

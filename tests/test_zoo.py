@@ -11,7 +11,7 @@ import pytest
 
 from pipeopt import PartitionProblem, zoo
 from pipeopt.errors import InvalidClusterError, InvalidProblemError
-from pipeopt.exact.dp import solve_dp
+from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.graph import Chain, validate_graph
 from pipeopt.io.native import read_instance
 from pipeopt.io.pipedream import read_pipedream_graph

@@ -1,6 +1,6 @@
 """Exact MILP for the Bi-Partition problem (separate forward and backward cuts), with PuLP.
 
-Formulation (the model of :mod:`pipeopt.bipartition`; stages i = 0..S-1, cuts c = 0..S-2,
+Formulation (the model of :mod:`pipeopt.problems.bipartition.problem`; stages i = 0..S-1, cuts c = 0..S-2,
 units u = 0..n-1):
 
 * ``p[c, u] = 1`` iff unit u runs its forward pass on a stage <= c (a staircase:
@@ -51,11 +51,11 @@ import time
 import numpy as np
 import pulp
 
-from ..baselines.bipartition_greedy import best_same_cut
-from ..bipartition import BipartitionProblem
-from ..errors import InfeasibleError, InvalidPlanError, InvalidProblemError
-from ..result import Result, Status
-from .milp import CBC_INTERRUPTED, _cbc_bound
+from .greedy import best_same_cut
+from .problem import BipartitionProblem
+from ...errors import InfeasibleError, InvalidPlanError, InvalidProblemError
+from ...result import Result, Status
+from ..partition.milp import CBC_INTERRUPTED, _cbc_bound
 
 SOLVERS = ("cbc", "highs")
 
@@ -76,7 +76,7 @@ def _dual_bound(prob: pulp.LpProblem, solver: str, log: str) -> float | None:
     """The solver's proven lower bound on the (scaled) objective, or ``None`` if unknown.
 
     HiGHS reports it through highspy; CBC's is read from its log by the partition MILP's
-    reader (:func:`pipeopt.exact.milp._cbc_bound`).
+    reader (:func:`pipeopt.problems.partition.milp._cbc_bound`).
     """
     if solver == "highs":
         v = float(prob.solverModel.getInfo().mip_dual_bound)

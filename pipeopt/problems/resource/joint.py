@@ -1,11 +1,11 @@
 """Exact joint partition and forward/backward split on identical multi-resource workers.
 
-Three exact methods for :class:`~pipeopt.resource.JointProblem`:
+Three exact methods for :class:`~pipeopt.problems.resource.JointProblem`:
 
 * :func:`solve_dp` - with the workers fixed (stage s on device s), the best split of a unit
-  range is a closed-form LP (:func:`pipeopt.resource.best_split`), so the min-max DP over
+  range is a closed-form LP (:func:`pipeopt.problems.resource.best_split`), so the min-max DP over
   cut positions is exact: O(S n^2) stage evaluations. Status OPTIMAL, bound = objective.
-* :func:`solve_milp` - the MILP of :mod:`pipeopt.resource.formulation` (products of a
+* :func:`solve_milp` - the MILP of :mod:`pipeopt.problems.resource.formulation` (products of a
   share and a binary assignment linearised exactly) at fixed T, bisected on T. Bound: the
   largest T the solver proved infeasible.
 * :func:`solve_cpsat` - CP-SAT at fixed T over stage intervals (each interval's split time
@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 import time
 
-from ..baselines.duan_wu import bisection_partition
-from ..errors import InfeasibleError
-from ..resource.formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
-from ..resource.problems import JointProblem, minmax_chain_dp
-from ..result import Result, Status
+from .duan_wu import bisection_partition
+from ...errors import InfeasibleError
+from .formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
+from .problem import JointProblem, minmax_chain_dp
+from ...result import Result, Status
 
 
 def _start(problem: JointProblem) -> tuple:
@@ -49,7 +49,7 @@ def solve_dp(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.JointProblem`.
+        :class:`~pipeopt.problems.resource.JointProblem`.
     time_limit, solver, seed
         Unused (the DP always finishes); accepted for the common signature.
 
@@ -80,7 +80,7 @@ def solve_milp(problem: JointProblem, *, time_limit: float = 60.0, solver: str =
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.JointProblem`.
+        :class:`~pipeopt.problems.resource.JointProblem`.
     time_limit
         Seconds for the whole bisection.
     solver
@@ -101,12 +101,12 @@ def solve_milp(problem: JointProblem, *, time_limit: float = 60.0, solver: str =
 
 def solve_cpsat(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
                 workers: int = 2, rel_gap: float = MIN_REL_GAP, **_kw) -> Result:
-    """Exact joint optimum by CP-SAT over stage intervals, bisected on T (:func:`pipeopt.resource.formulation.run_cpsat`).
+    """Exact joint optimum by CP-SAT over stage intervals, bisected on T (:func:`pipeopt.problems.resource.formulation.run_cpsat`).
 
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.JointProblem`.
+        :class:`~pipeopt.problems.resource.JointProblem`.
     time_limit
         Seconds for CP-SAT.
     solver

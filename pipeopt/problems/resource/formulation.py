@@ -38,7 +38,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from .problems import ResourceProblem
+from .problem import ResourceProblem
 
 COVER_SCALE = 10**6
 """Right-hand side of the integer split-feasibility rows in CP-SAT (coefficients rounded up,
@@ -410,7 +410,7 @@ def solve_pulp(m: PulpModel, solver: str, seconds: float) -> str:
     elif solver == "highs":
         s = pulp.HiGHS(msg=False, timeLimit=seconds, threads=1)
     else:
-        from ..errors import InvalidProblemError
+        from ...errors import InvalidProblemError
 
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose 'cbc' or 'highs'")
     m.prob.solve(s)
@@ -470,7 +470,7 @@ def run_milp(problem: ResourceProblem, *, method: str, fixed_groups: list | None
 def finish_bisection(problem, method, check, start, lower, started, time_limit, rel_gap, info):
     """Run :func:`bisect` with ``check`` and wrap its outcome into a :class:`~pipeopt.result.Result`
     (``OPTIMAL`` when the bracket closed within ``rel_gap``, else ``TIME_LIMIT``)."""
-    from ..result import Status
+    from ...result import Status
 
     b = bisect(problem, check, lower, start, deadline=started + time_limit, rel_gap=rel_gap)
     plan = problem.plan(b.starts, b.groups, "split")

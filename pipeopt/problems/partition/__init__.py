@@ -1,4 +1,4 @@
-"""Published heuristics and framework defaults for the partition problem.
+"""The partition problem: its problem class, exact methods (DP, MILP, CP-SAT) and baselines.
 
 Every baseline is ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) -> Result``
 (see :mod:`pipeopt.registry`); its plan is scored by :func:`pipeopt.evaluate`, its status is
@@ -7,7 +7,7 @@ Every baseline is ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) 
 * :func:`binary_search` -- Duan & Wu, ICPADS 2022 (straight space); its greedy check,
   bisection and completion to S stages are the generic core :mod:`.bisection`
   (:func:`greedy_starts`, :func:`bisect_limit`, :func:`complete_stages`), which the resource
-  problems' :func:`pipeopt.baselines.duan_wu.bisection_partition` shares.
+  problems' :func:`pipeopt.problems.resource.duan_wu.bisection_partition` shares.
 * :func:`pipedream` -- PipeDream's planner in its own cost model (Narayanan et al., SOSP 2019;
   replicated space), with :func:`pipedream_partition` giving PipeDream's own prediction.
 * :func:`uniform`, :func:`param_balanced` -- DeepSpeed's ``uniform`` and ``parameters``
@@ -16,7 +16,7 @@ Every baseline is ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) 
 """
 
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
-from .bisection import bisect_limit, complete_stages, greedy_starts
+from ...backends.bisection import bisect_limit, complete_stages, greedy_starts
 from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
 from .simple import (
     block_partition,

@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-from .problems import AllocateProblem as AllocateProblem
-from .problems import GroupProblem as GroupProblem
-from .problems import JointProblem as JointProblem
-from .problems import ResourceProblem as ResourceProblem
-from .problems import brute_force as brute_force
-from .problems import optimal_split as optimal_split
+from .problem import AllocateProblem as AllocateProblem
+from .problem import GroupProblem as GroupProblem
+from .problem import JointProblem as JointProblem
+from .problem import ResourceProblem as ResourceProblem
+from .problem import brute_force as brute_force
+from .problem import optimal_split as optimal_split
 from .split import best_split as best_split
 from .split import sequential_time as sequential_time
 from .split import theorem_split as theorem_split

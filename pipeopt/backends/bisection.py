@@ -13,9 +13,9 @@ a plan with fewer stages than workers gets its missing cuts where they cost leas
     them, and ``inf`` when the stage does not fit in its worker's memory. ``a`` and ``b`` are
     ints or integer ``ndarray``s that broadcast together; the result has their broadcast shape.
 
-The adapters are :func:`pipeopt.baselines.binary_search.binary_search` (partition problem:
-identical single-kind workers, :meth:`pipeopt.partition.PartitionProblem.stage_time`) and
-:func:`pipeopt.baselines.duan_wu.bisection_partition` (resource problems: multi-kind fixed
+The adapters are :func:`pipeopt.problems.partition.binary_search.binary_search` (partition problem:
+identical single-kind workers, :meth:`pipeopt.problems.partition.problem.PartitionProblem.stage_time`) and
+:func:`pipeopt.problems.resource.duan_wu.bisection_partition` (resource problems: multi-kind fixed
 workers, split or sequential stage time).
 
 The greedy check is exact for stage times that are non-decreasing in ``b`` and

@@ -13,10 +13,10 @@ from functools import cached_property
 
 import numpy as np
 
-from .errors import InvalidProblemError
-from .instance import Instance
-from .plan import Plan, Stage
-from .result import Result, Status
+from ...errors import InvalidProblemError
+from ...instance import Instance
+from ...plan import Plan, Stage
+from ...result import Result, Status
 
 SPACES = ("straight", "replicated")
 

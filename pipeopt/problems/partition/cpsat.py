@@ -3,7 +3,7 @@
 The decision is the start unit ``p_t`` of each stage (integer variables over the stage
 windows ``t .. n-S+t``, ``p_0 = 0``, ``p_S = n``, ``p_t < p_{t+1}``); every cost is a prefix
 array read at a start through an element constraint (arrays and windows from
-:mod:`pipeopt.exact.partition_model`):
+:mod:`pipeopt.problems.partition.model`):
 
     minimise T  s.t.
       end[p_{t+1}] - begin[p_t] <= T        (stage time, every stage)
@@ -30,9 +30,9 @@ import time
 
 from ortools.sat.python import cp_model
 
-from ..partition import PartitionProblem
-from ..result import Result
-from .partition_model import StraightModel, finish, heuristic_split, infeasible_memory
+from .problem import PartitionProblem
+from ...result import Result
+from .model import StraightModel, finish, heuristic_split, infeasible_memory
 
 
 def build_cpsat(
@@ -121,7 +121,7 @@ def solve_cpsat(
     num_workers
         CP-SAT's ``num_workers`` (parallel search threads).
     warm_start
-        Hint a heuristic split (:func:`~pipeopt.exact.partition_model.heuristic_split`)
+        Hint a heuristic split (:func:`~pipeopt.problems.partition.model.heuristic_split`)
         and, if it fits in memory, cap T's domain at its value (``False``: bare model).
 
     Returns

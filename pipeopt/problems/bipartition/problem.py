@@ -75,17 +75,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import InvalidPlanError, InvalidProblemError
-from .instance import Instance
-from .partition import PartitionProblem
-from .plan import Plan, Stage
-from .result import Result, Status
+from ...errors import InvalidPlanError, InvalidProblemError
+from ...instance import Instance
+from ..partition.problem import PartitionProblem
+from ...plan import Plan, Stage
+from ...result import Result, Status
 
 SPACE = "bipartition"
 
 
 class Score(NamedTuple):
-    """The cost model of :mod:`pipeopt.bipartition` on cut positions (times in seconds).
+    """The cost model of :mod:`pipeopt.problems.bipartition.problem` on cut positions (times in seconds).
 
     Attributes
     ----------
@@ -115,7 +115,7 @@ class BipartitionProblem:
     Parameters
     ----------
     instance
-        The instance; the same requirements as :class:`~pipeopt.partition.PartitionProblem`
+        The instance; the same requirements as :class:`~pipeopt.problems.partition.problem.PartitionProblem`
         (identical devices, one usable resource kind, objective ``"bottleneck"``).
     stages
         S, the number of workers and of stages (each stage non-empty in both passes).
@@ -125,7 +125,7 @@ class BipartitionProblem:
     Raises
     ------
     InvalidProblemError
-        As :class:`~pipeopt.partition.PartitionProblem` (S < 1, more stages than units or
+        As :class:`~pipeopt.problems.partition.problem.PartitionProblem` (S < 1, more stages than units or
         devices, heterogeneous devices, several kinds, another objective), or if
         ``max_shift`` is not ``None`` or a non-negative integer.
 
@@ -369,7 +369,7 @@ class BipartitionProblem:
     ) -> Result:
         """Wrap a plan into a :class:`~pipeopt.result.Result` scored by :func:`pipeopt.evaluate`.
 
-        Delegates to :meth:`pipeopt.partition.PartitionProblem.result` (a heuristic whose plan
+        Delegates to :meth:`pipeopt.problems.partition.problem.PartitionProblem.result` (a heuristic whose plan
         breaks memory becomes ``INFEASIBLE``); the space is ``"bipartition"``.
         """
         return self.base.result(method, plan, status, lower_bound=lower_bound, started=started,

@@ -1,11 +1,11 @@
 """The allocate problem's methods: the LP split, the paper's closed form, no split.
 
-All three keep the same partition (:attr:`pipeopt.resource.AllocateProblem.base`) so that
+All three keep the same partition (:attr:`pipeopt.problems.resource.AllocateProblem.base`) so that
 their objectives compare directly.
 
 * :func:`solve_lp` - the optimal forward share per worker and kind: the allocation LP
   ``max r s.t. sum_k beta_k R_k/F_k >= r, sum_k (1-beta_k) R_k/B_k >= r, 0 <= beta <= 1``
-  per stage, solved exactly in closed form (:func:`pipeopt.resource.best_split`). OPTIMAL.
+  per stage, solved exactly in closed form (:func:`pipeopt.problems.resource.best_split`). OPTIMAL.
 * :func:`theorem` - Duan & Wu's beta = c/(c+1) with c the worker's forward/backward time
   ratio: optimal when F_k/B_k = c for every kind, a heuristic otherwise.
 * :func:`sequential` - forward and backward one after the other on all resources (beta None),
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 
-from ..resource.problems import AllocateProblem
-from ..result import Result, Status
+from .problem import AllocateProblem
+from ...result import Result, Status
 
 
 def _run(problem: AllocateProblem, method: str, mode: str, status: Status, space: str) -> Result:
@@ -42,7 +42,7 @@ def solve_lp(problem: AllocateProblem, *, time_limit: float = 60.0, solver: str 
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.AllocateProblem`.
+        :class:`~pipeopt.problems.resource.AllocateProblem`.
     time_limit, solver, seed
         Unused; accepted for the common signature.
 

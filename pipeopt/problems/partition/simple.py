@@ -31,9 +31,9 @@ import time
 
 import numpy as np
 
-from ..errors import InvalidProblemError
-from ..partition import PartitionProblem
-from ..result import Result, Status
+from ...errors import InvalidProblemError
+from .problem import PartitionProblem
+from ...result import Result, Status
 from .binary_search import split_to_stages
 
 

@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 
-from ..errors import InfeasibleError
-from ..partition import PartitionProblem
-from ..result import Result, Status
+from ...errors import InfeasibleError
+from .problem import PartitionProblem
+from ...result import Result, Status
 
 
 def _cost_matrix(p: PartitionProblem, m: int, in_flight: int) -> np.ndarray:

@@ -7,7 +7,7 @@ with an execution simulator, accept it if it is faster, and otherwise with proba
 a contiguous split of the partition problem's layer chain:
 
 * the chain starts from the **uniform split** (DeepSpeed's ``partition_uniform``,
-  :func:`pipeopt.baselines.simple.uniform_parts`; one worker per stage);
+  :func:`pipeopt.problems.partition.simple.uniform_parts`; one worker per stage);
 * a proposal **moves one cut by one unit** (left or right), or with probability ``jump``
   redraws it anywhere between its neighbouring cuts (FlexFlow's proposal: a random new
   configuration of one operator; both proposals are symmetric); with
@@ -22,7 +22,7 @@ a contiguous split of the partition problem's layer chain:
 
 Scoring. ``score="model"`` (default) scores with the cost model every exact method
 optimises, :func:`pipeopt.evaluate`'s bottleneck: in the straight space through the prefix
-arrays the MILP and CP-SAT models share (:class:`pipeopt.exact.partition_model.StraightModel`,
+arrays the MILP and CP-SAT models share (:class:`pipeopt.problems.partition.model.StraightModel`,
 microseconds per plan, equal to ``evaluate`` up to float rounding), in the replicated space
 by calling :func:`pipeopt.evaluate` (milliseconds per plan). ``score="evaluate"`` always calls
 :func:`pipeopt.evaluate`. ``score="simulate"`` scores with the discrete-event simulator
@@ -42,10 +42,10 @@ import math
 import random
 import time
 
-from ..cost import evaluate
-from ..errors import InvalidProblemError
-from ..partition import PartitionProblem
-from ..result import Result, Status
+from ...cost import evaluate
+from ...errors import InvalidProblemError
+from .problem import PartitionProblem
+from ...result import Result, Status
 from .simple import uniform_parts
 
 SCORES = ("model", "evaluate", "simulate")
@@ -66,7 +66,7 @@ class _Scorer:
         self.cache: dict = {}
         self.model = None
         if score == "model" and not problem.replication:
-            from ..exact.partition_model import StraightModel
+            from .model import StraightModel
 
             self.model = StraightModel.of(problem, "mcmc")
 
@@ -92,7 +92,7 @@ class _Scorer:
                 ev = evaluate(self.problem.instance, plan)
                 pen = _penalty(ev)
                 if self.score == "simulate":
-                    from ..simulate import simulate
+                    from ...simulate import simulate
 
                     t = simulate(self.problem.instance, plan, schedule=self.schedule).time_per_microbatch
                 else:

@@ -24,12 +24,12 @@ from functools import cached_property
 
 import numpy as np
 
-from ..cost import check_plan
-from ..errors import InvalidProblemError
-from ..instance import Instance
-from ..partition import check_stage_count
-from ..plan import Plan, Stage
-from ..result import Result
+from ...cost import check_plan
+from ...errors import InvalidProblemError
+from ...instance import Instance
+from ..partition.problem import check_stage_count
+from ...plan import Plan, Stage
+from ...result import Result
 from .split import best_split, sequential_time, theorem_split
 
 SPLIT_MODES = ("split", "sequential", "theorem")
@@ -148,7 +148,7 @@ class ResourceProblem:
         if mode == "sequential":
             return sequential_time(res, F, B)
         if mode == "theorem":
-            from ..cost import stage_compute
+            from ...cost import stage_compute
 
             return stage_compute(res, F, B, theorem_split(res, F, B))[2]
         raise InvalidProblemError(f"unknown split mode {mode!r}; choose from {SPLIT_MODES}")
@@ -319,7 +319,7 @@ class AllocateProblem(ResourceProblem):
         The instance.
     stages
         S: without ``plan``, the partition is the binary-search partition of Duan & Wu on S
-        identical workers (stage s on device s; :func:`pipeopt.baselines.duan_wu.bisection_partition`
+        identical workers (stage s on device s; :func:`pipeopt.problems.resource.duan_wu.bisection_partition`
         balancing the sequential stage time), the same for every method.
     plan
         A given plan (its layers and devices are kept, its shares replaced); checked with
@@ -364,7 +364,7 @@ class AllocateProblem(ResourceProblem):
         """``(starts, groups)`` of the fixed partition every allocate method uses."""
         if self.plan_given is not None:
             return self.starts_of(self.plan_given), [tuple(s.devices) for s in self.plan_given.stages]
-        from ..baselines.duan_wu import bisection_partition
+        from .duan_wu import bisection_partition
 
         groups = [(d.name,) for d in self.instance.cluster.devices[: self.num_stages]]
         starts, _ = bisection_partition(self, groups, mode="sequential")
@@ -384,7 +384,7 @@ def optimal_split(instance: Instance, plan: Plan) -> Plan:
     Returns
     -------
     Plan
-        Each stage's ``beta`` solves the allocation LP (:func:`pipeopt.resource.split.best_split`).
+        Each stage's ``beta`` solves the allocation LP (:func:`pipeopt.problems.resource.split.best_split`).
 
     Raises
     ------

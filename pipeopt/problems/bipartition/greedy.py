@@ -1,7 +1,7 @@
 """Baselines of the Bi-Partition problem: the best same-cut plan, and a greedy cut mover.
 
 ``same_cut`` is the classic answer (forward and backward cut at the same layers): the exact
-partition DP (:func:`pipeopt.exact.dp.solve_dp`), re-scored in the Bi-Partition space.
+partition DP (:func:`pipeopt.problems.partition.dp.solve_dp`), re-scored in the Bi-Partition space.
 
 ``greedy`` follows the idea of Bi-Partition (Cui et al.): start from the best same-cut plan
 and move individual backward cuts, one unit position at a time, while the loads even out.
@@ -28,12 +28,12 @@ import time
 
 import numpy as np
 
-from ..bipartition import BipartitionProblem, Score
-from ..cluster import Cluster
-from ..errors import InfeasibleError, InvalidProblemError
-from ..exact.dp import solve_dp
-from ..partition import PartitionProblem
-from ..result import Result, Status
+from .problem import BipartitionProblem, Score
+from ...cluster import Cluster
+from ...errors import InfeasibleError, InvalidProblemError
+from ..partition.dp import solve_dp
+from ..partition.problem import PartitionProblem
+from ...result import Result, Status
 
 
 def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False) -> list[int] | None:
@@ -83,7 +83,7 @@ def same_cut(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: s
 
     References
     ----------
-    The exact partition DP (:mod:`pipeopt.exact.dp`).
+    The exact partition DP (:mod:`pipeopt.problems.partition.dp`).
     """
     started = time.perf_counter()
     cuts = best_same_cut(problem)

@@ -4,8 +4,8 @@
   T; a limit T is checked greedily (each stage takes as many units as fit under T on its
   worker and ends at a cut whose transfer also fits); a plan with fewer stages than workers
   gets its missing cuts where they cost least (:func:`split_to_stages`). The same generic
-  core (:mod:`pipeopt.baselines.bisection`) as
-  :func:`pipeopt.baselines.binary_search.binary_search` (single-kind identical workers),
+  core (:mod:`pipeopt.backends.bisection`) as
+  :func:`pipeopt.problems.partition.binary_search.binary_search` (single-kind identical workers),
   with this problem's stage time: multi-kind, split or sequential, any workers. The greedy
   check is exact for monotone stage costs without communication; with transfers (cuts are
   not monotone) it is a heuristic.
@@ -29,19 +29,19 @@ import time
 
 import numpy as np
 
-from ..resource.problems import GroupProblem, JointProblem, ResourceProblem
-from ..resource.split import best_split, sequential_time
-from ..result import Result, Status
-from .bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
+from .problem import GroupProblem, JointProblem, ResourceProblem
+from .split import best_split, sequential_time
+from ...result import Result, Status
+from ...backends.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
 
 
 class _WorkerStages:
     """A resource problem's stage time on fixed workers, in the form of the generic core
-    (:mod:`pipeopt.baselines.bisection`), with the compute-and-memory part cached.
+    (:mod:`pipeopt.backends.bisection`), with the compute-and-memory part cached.
 
     Stage t (0-based position) runs on worker ``groups[t]`` with S - t microbatches in
     flight; its time is ``max(fit, cut[a], cut[b])`` (overlapped transfers), the same float as
-    :meth:`~pipeopt.resource.problems.ResourceProblem.stage_time`.
+    :meth:`~pipeopt.problems.resource.problem.ResourceProblem.stage_time`.
     """
 
     def __init__(self, problem: ResourceProblem, groups: list, mode: str):
@@ -75,7 +75,7 @@ def split_to_stages(problem: ResourceProblem, groups: list, starts: list[int], m
 
     Each time the cut (over every stage and position; ties: the leftmost) whose plan has the
     smallest bottleneck under ``mode``; the stages after the cut move to the next worker
-    (:func:`pipeopt.baselines.bisection.complete_stages` with ``insert="shift"``).
+    (:func:`pipeopt.backends.bisection.complete_stages` with ``insert="shift"``).
 
     Parameters
     ----------
@@ -105,7 +105,7 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
                         rel_tol: float = 1e-9) -> tuple[list[int], float]:
     """Duan & Wu's binary-search partition of the chain over fixed workers.
 
-    The generic core (:mod:`pipeopt.baselines.bisection`) with this problem's stage time:
+    The generic core (:mod:`pipeopt.backends.bisection`) with this problem's stage time:
     greedy check of a limit T (stage t, on worker ``groups[t]``, extends to the farthest end
     whose compute and memory fit T and whose cut transfer fits T), bisection on T between 0
     and the bottleneck of the plan the greedy makes at T = inf, and completion of a plan with
@@ -174,7 +174,7 @@ def two_step(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.JointProblem`.
+        :class:`~pipeopt.problems.resource.JointProblem`.
     time_limit, solver, seed
         Unused (a fast heuristic); accepted for the common method signature.
 
@@ -258,7 +258,7 @@ def algorithm2(problem: GroupProblem, *, time_limit: float = 60.0, solver: str =
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.GroupProblem`.
+        :class:`~pipeopt.problems.resource.GroupProblem`.
     time_limit, solver, seed
         Unused; accepted for the common method signature.
 

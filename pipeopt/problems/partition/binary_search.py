@@ -10,12 +10,12 @@ the instance says) and the memory of stage t under 1F1B (S - t microbatches in f
 It is a **heuristic**: with communication the stage time is not monotone in the stage's end
 (a later cut may carry fewer bytes), and with memory the greedy's early packing decides the
 in-flight counts of later stages, so the smallest T the greedy accepts can exceed the optimum
-(the exact DP, :func:`pipeopt.exact.dp.solve_dp`, is the reference). It reports status
+(the exact DP, :func:`pipeopt.problems.partition.dp.solve_dp`, is the reference). It reports status
 ``FEASIBLE`` and no lower bound.
 
 The greedy check, the bisection and the completion to S stages are the generic core
-:mod:`pipeopt.baselines.bisection` (shared with the resource problems'
-:func:`pipeopt.baselines.duan_wu.bisection_partition`); this module supplies the partition
+:mod:`pipeopt.backends.bisection` (shared with the resource problems'
+:func:`pipeopt.problems.resource.duan_wu.bisection_partition`); this module supplies the partition
 stage time (:func:`straight_stage_time`) and the bounds on T.
 
 References
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import time
 
-from ..partition import PartitionProblem
-from ..result import Result, Status
-from .bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
+from .problem import PartitionProblem
+from ...result import Result, Status
+from ...backends.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
 
 
 def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: bool = True):
@@ -98,7 +98,7 @@ def split_to_stages(problem: PartitionProblem, starts: list[int], *, memory: boo
     moved later only keeps fewer microbatches in flight, so its time cannot grow. Splitting
     never adds compute to a stage, but the new cut's transfer can exceed the old bottleneck:
     hence the choice of the cheapest cut. This is
-    :func:`pipeopt.baselines.bisection.complete_stages` with ``insert="within"``.
+    :func:`pipeopt.backends.bisection.complete_stages` with ``insert="within"``.
 
     Parameters
     ----------
@@ -127,7 +127,7 @@ def greedy_check(problem: PartitionProblem, limit: float, *, memory: bool = True
 
     Walks the units left to right; stage t (0-based) extends to the farthest end whose stage
     time (:func:`straight_stage_time`, with stage t's 1F1B memory) is <= ``limit``
-    (:func:`pipeopt.baselines.bisection.greedy_starts`).
+    (:func:`pipeopt.backends.bisection.greedy_starts`).
 
     Parameters
     ----------

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InvalidPlanError
-from .graph import edge_bytes
-from .plan import Plan
+from ..errors import InvalidPlanError
+from ..graph import edge_bytes
+from ..plan import Plan
 
 
 @dataclass

@@ -13,8 +13,8 @@ import random
 
 import networkx as nx
 
-from ..cluster import Cluster, Device
-from ..instance import Instance
+from ...cluster import Cluster, Device
+from ...instance import Instance
 
 KIND_SPEED = {"cpu": 1.0, "gpu": 0.25, "npu": 0.15}
 """Synthetic seconds-per-layer scale of one unit of each kind (relative)."""

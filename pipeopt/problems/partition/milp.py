@@ -1,6 +1,6 @@
 """MILP (PuLP; CBC or HiGHS) for the partition problem in the straight space.
 
-Formulation (pieces shared with CP-SAT in :mod:`pipeopt.exact.partition_model`). Binary
+Formulation (pieces shared with CP-SAT in :mod:`pipeopt.problems.partition.model`). Binary
 *cumulative* start variables ``y[t, c] = 1`` iff stage t (t = 1..S-1) has started by unit c,
 i.e. ``p_t <= c``, over its window ``c = t .. n-S+t-1`` (``y[t, c] = 1`` beyond it). A prefix
 array F taken at the start of stage t is then linear:
@@ -23,7 +23,7 @@ optimality quickly. Times are expressed in units of 1/100 of the simple lower bo
 is about 100-1000 in the solver, away from its absolute tolerances), memory rows divided by
 the capacity. The gap tolerance is :data:`MILP_REL_GAP` relative, so "optimal" means
 optimal to about 1e-9 relative (plus the solver's 1e-7..1e-6 feasibility tolerances on
-these scaled rows). A heuristic split (:func:`~pipeopt.exact.partition_model.heuristic_split`)
+these scaled rows). A heuristic split (:func:`~pipeopt.problems.partition.model.heuristic_split`)
 is given as MIP start and, if it fits in memory, its value U adds the *reach* rows
 ``y[t, a] <= y[t+1, R_U(a)]`` (a stage that starts by unit a and takes at most U ends by
 R_U(a)): they only cut off splits worse than a known one and tighten the LP relaxation.
@@ -39,10 +39,10 @@ import time
 
 import pulp
 
-from ..errors import InvalidProblemError
-from ..partition import PartitionProblem
-from ..result import Result
-from .partition_model import (
+from ...errors import InvalidProblemError
+from .problem import PartitionProblem
+from ...result import Result
+from .model import (
     StraightModel,
     finish,
     heuristic_split,
@@ -80,12 +80,12 @@ def build_milp(
     Parameters
     ----------
     model
-        Arrays of the problem (:class:`~pipeopt.exact.partition_model.StraightModel`).
+        Arrays of the problem (:class:`~pipeopt.problems.partition.model.StraightModel`).
     time_unit
         Seconds per unit of the solver's time values.
     upper
         Seconds: the bottleneck of a known memory-feasible split, or ``None``. If given, the
-        *reach* rows ``y[t, a] <= y[t+1, R(a)]`` (:func:`~pipeopt.exact.partition_model.reach`:
+        *reach* rows ``y[t, a] <= y[t+1, R(a)]`` (:func:`~pipeopt.problems.partition.model.reach`:
         a stage starting by unit a must end by R(a) to take at most ``upper``) are added.
         They only remove splits worse than the known one, so the optimum and every bound
         stay valid, and they make the LP relaxation much tighter.

@@ -1,7 +1,7 @@
 """Exact grouping of heterogeneous devices into workers, with the partition and the split.
 
-Two exact methods for :class:`~pipeopt.resource.GroupProblem`, sharing the formulation of
-:mod:`pipeopt.resource.formulation` (device-to-worker binaries ``g``, unit-to-stage binaries
+Two exact methods for :class:`~pipeopt.problems.resource.GroupProblem`, sharing the formulation of
+:mod:`pipeopt.problems.resource.formulation` (device-to-worker binaries ``g``, unit-to-stage binaries
 ``x``, per-stage work fractions per resource kind, products linearised exactly; identical
 devices ordered to break their symmetry; worker s runs stage s, so workers are not
 interchangeable):
@@ -10,7 +10,7 @@ interchangeable):
   proven infeasible.
 * :func:`solve_cpsat` - CP-SAT at fixed T over stage intervals, whose split feasibility on
   the worker's devices is linear by LP duality
-  (:func:`pipeopt.resource.formulation.interval_cover_coefficients`), bisected on T with the
+  (:func:`pipeopt.problems.resource.formulation.interval_cover_coefficients`), bisected on T with the
   same driver. Bound: the largest T proven infeasible.
 
 Both start from the better of Algorithm 2 and round-robin (upper bound and hint).
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 
-from ..baselines.duan_wu import algorithm2_groups, bisection_partition, round_robin_groups
-from ..errors import InfeasibleError
-from ..resource.formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
-from ..resource.problems import GroupProblem
-from ..result import Result
+from .duan_wu import algorithm2_groups, bisection_partition, round_robin_groups
+from ...errors import InfeasibleError
+from .formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
+from .problem import GroupProblem
+from ...result import Result
 
 
 def _start(problem: GroupProblem) -> tuple:
@@ -58,7 +58,7 @@ def solve_milp(problem: GroupProblem, *, time_limit: float = 60.0, solver: str =
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.GroupProblem`.
+        :class:`~pipeopt.problems.resource.GroupProblem`.
     time_limit
         Seconds for the whole bisection.
     solver
@@ -90,7 +90,7 @@ def solve_cpsat(problem: GroupProblem, *, time_limit: float = 60.0, solver: str 
     Parameters
     ----------
     problem
-        :class:`~pipeopt.resource.GroupProblem`.
+        :class:`~pipeopt.problems.resource.GroupProblem`.
     time_limit
         Seconds for CP-SAT.
     solver

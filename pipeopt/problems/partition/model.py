@@ -5,7 +5,7 @@ stages over the chain's n units (stage t holds units ``p_t .. p_{t+1}-1``) and m
 bottleneck T. Everything a stage costs is a *difference of prefix arrays taken at two start
 positions*, which is what makes both formulations compact:
 
-* stage time (straight space, one worker per stage; see :mod:`pipeopt.exact.dp` and
+* stage time (straight space, one worker per stage; see :mod:`pipeopt.problems.partition.dp` and
   :func:`pipeopt.evaluate`): ``end[p_{t+1}] - begin[p_t]`` with ``end[c] = W[c] + q[c]`` and
   ``begin[c] = W[c] - q[c]``, ``W`` the prefix sum of work (forward + backward seconds) and
   ``q[c] = bytes crossing the boundary before unit c / bandwidth`` without overlap (the
@@ -37,12 +37,12 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import InfeasibleError, InvalidProblemError
-from ..partition import PartitionProblem
-from ..result import Result, Status
+from ...errors import InfeasibleError, InvalidProblemError
+from .problem import PartitionProblem
+from ...result import Result, Status
 
 MEMORY_SLACK = 1e-12
-"""Relative slack on the memory capacity, the same as :mod:`pipeopt.exact.dp` and
+"""Relative slack on the memory capacity, the same as :mod:`pipeopt.problems.partition.dp` and
 :func:`pipeopt.evaluate` use (``memory <= capacity * (1 + 1e-12)``)."""
 
 TIME_TICKS = 10**9

@@ -74,11 +74,11 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from ..errors import InvalidProblemError
-from ..graph import layer_order
-from ..partition import PartitionProblem
-from ..plan import Plan, Stage
-from ..result import Result, Status
+from ...errors import InvalidProblemError
+from ...graph import layer_order
+from .problem import PartitionProblem
+from ...plan import Plan, Stage
+from ...result import Result, Status
 
 PIPEDREAM_BANDWIDTH = 1e9
 """PipeDream's default bandwidth, bytes/s (its ``--network_bandwidths`` default)."""
