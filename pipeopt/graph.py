@@ -132,9 +132,9 @@ class Chain:
         ``dict[kind, ndarray (n,)]``, seconds on one unit of the kind (``inf`` = cannot run).
     param, act
         ``ndarray (n,)``, bytes.
-    cut_bytes
-        ``ndarray (n-1,)``: bytes of every edge crossing the cut after unit i (forward
-        activations; the same amount of gradient goes back).
+
+    The bytes crossing each boundary, and every other cost, are tabulated by
+    :class:`pipeopt.cost.CostTable` (the cost model's rules live in :mod:`pipeopt.cost.rules`).
     """
 
     units: list
@@ -143,7 +143,6 @@ class Chain:
     bwd: dict
     param: np.ndarray
     act: np.ndarray
-    cut_bytes: np.ndarray
 
     @property
     def n(self) -> int:
@@ -178,16 +177,9 @@ class Chain:
                     out[i] += v.get(kind, math.inf) if kind is not None else v
             return out
 
-        diff = np.zeros(n + 1)
         for u, v in graph.edges:
-            a, b = index[u], index[v]
-            if a > b:
+            if index[u] > index[v]:
                 raise InvalidGraphError(f"edge {u!r} -> {v!r} goes backwards in the layer order")
-            if a < b:
-                w = edge_bytes(graph, u, v)
-                diff[a] += w
-                diff[b] -= w
-        cut = np.cumsum(diff)[: n - 1]
         return cls(
             units=units,
             kinds=kinds,
@@ -195,24 +187,7 @@ class Chain:
             bwd={k: total("bwd", k) for k in kinds},
             param=total("param_bytes"),
             act=total("act_bytes"),
-            cut_bytes=cut,
         )
-
-    @cached_property
-    def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of activation bytes (units ``a..b-1`` hold
-        ``act_prefix[b] - act_prefix[a]``)."""
-        return np.concatenate([[0.0], np.cumsum(self.act)])
-
-    @cached_property
-    def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of parameter bytes."""
-        return np.concatenate([[0.0], np.cumsum(self.param)])
-
-    @cached_property
-    def boundary_bytes(self) -> np.ndarray:
-        """``ndarray (n+1,)``: bytes crossing the boundary before unit c (0 at both ends)."""
-        return np.concatenate([[0.0], self.cut_bytes, [0.0]])
 
     @cached_property
     def unit_of(self) -> dict:

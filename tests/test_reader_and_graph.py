@@ -10,6 +10,7 @@ from conftest import PROFILE_DIR, PROFILES, profile
 
 from pipeopt import Cluster, Instance
 from pipeopt.errors import InvalidClusterError, InvalidGraphError, ReadError
+from pipeopt.cost import CostTable
 from pipeopt.graph import Chain, layer_order
 from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
 
@@ -73,9 +74,9 @@ def test_cut_bytes_count_every_crossing_edge():
         g.add_node(f"n{i}", fwd={"gpu": 1.0}, bwd={"gpu": 1.0}, out_bytes=b, act_bytes=0.0, param_bytes=0.0)
     g.add_edges_from([("n0", "n1"), ("n1", "n2"), ("n2", "n3"), ("n0", "n3")])
     g.edges["n0", "n3"]["bytes"] = 5.0
-    ch = Chain.from_graph(g)
+    table = CostTable(Instance(g, Cluster.homogeneous(2)), 2)
     # cut after n0: n0->n1 (10) + n0->n3 (5); after n1: n1->n2 (20) + 5; after n2: n2->n3 (30) + 5
-    assert list(ch.cut_bytes) == [15.0, 25.0, 35.0]
+    assert list(table.boundary_bytes) == [0.0, 15.0, 25.0, 35.0, 0.0]
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidPlanError
-from ..graph import edge_bytes
 from ..plan import Plan
+from . import rules
+from .rules import stage_compute
 
 
 @dataclass
@@ -89,56 +90,6 @@ class Evaluation:
     def bottleneck_stage(self) -> int:
         """Index of the slowest stage."""
         return int(np.argmax(self.stage_time))
-
-
-def _rate(res: dict, times: dict) -> float:
-    """Work rate (per second) of resources ``res`` on a load whose time per unit is ``times``."""
-    rate = 0.0
-    for k, r in res.items():
-        if r <= 0:
-            continue
-        t = times.get(k, math.inf)
-        if t == 0:
-            return math.inf
-        if math.isfinite(t):
-            rate += r / t
-    return rate
-
-
-def _time(res: dict, times: dict) -> float:
-    """Seconds to run a load (``times``: seconds on one unit per kind) on resources ``res``."""
-    if all(t == 0 for t in times.values()):
-        return 0.0
-    rate = _rate(res, times)
-    return 1.0 / rate if rate > 0 else math.inf
-
-
-def stage_compute(res: dict, fwd: dict, bwd: dict, beta: dict | None) -> tuple[float, float, float]:
-    """Forward time, backward time and stage time tau of one worker.
-
-    Parameters
-    ----------
-    res
-        ``dict[kind, units]``: the worker's pooled resources.
-    fwd, bwd
-        ``dict[kind, seconds]``: F_k and B_k, the stage's load on one unit of each kind.
-    beta
-        Forward share per kind (split execution) or ``None`` (sequential).
-
-    Returns
-    -------
-    (forward, backward, tau)
-        Forward / backward pass alone (on its share, or on all resources if sequential), and
-        the stage time per microbatch.
-    """
-    if beta is None:
-        f = _time(res, fwd)
-        b = _time(res, bwd)
-        both = {k: fwd.get(k, math.inf) + bwd.get(k, math.inf) for k in set(fwd) | set(bwd)}
-        return f, b, _time(res, both)
-    f = _time({k: beta.get(k, 0.0) * r for k, r in res.items()}, fwd)
-    b = _time({k: (1.0 - beta.get(k, 0.0)) * r for k, r in res.items()}, bwd)
-    return f, b, max(f, b)
 
 
 def check_plan(instance, plan: Plan) -> None:
@@ -242,19 +193,14 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     reps = [st.replicas for st in plan.stages]
 
     # bytes per cut, forward direction (earlier -> later) and backward direction
-    fwd_b = np.zeros(max(S - 1, 0))
-    bwd_b = np.zeros(max(S - 1, 0))
-    for u, v in graph.edges:
-        w = edge_bytes(graph, u, v)
-        fwd_b[fstage[u] : fstage[v]] += w
-        bwd_b[bstage[u] : bstage[v]] += w
+    fwd_b = rules.crossing_bytes(graph, fstage, S)
+    bwd_b = rules.crossing_bytes(graph, bstage, S)
     M = settings.microbatches
     for n in graph.nodes:
         a, b = fstage[n], bstage[n]
         if a != b:  # Bi-Partition: the stashed activation travels a -> b every microbatch;
             # the weights updated where the backward runs travel back b -> a once per M microbatches
-            act = graph.nodes[n]["act_bytes"]
-            par = graph.nodes[n]["param_bytes"] / M
+            act, par = rules.migration_bytes(graph.nodes[n]["act_bytes"], graph.nodes[n]["param_bytes"], M)
             if a < b:
                 fwd_b[a:b] += act
                 bwd_b[a:b] += par
@@ -262,7 +208,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
                 bwd_b[b:a] += act
                 fwd_b[b:a] += par
     links = [min(reps[c], reps[c + 1]) for c in range(S - 1)]
-    comm_time = [(fwd_b[c] + bwd_b[c]) / (bw * links[c]) for c in range(S - 1)]
+    comm_time = [rules.cut_time(fwd_b[c], bwd_b[c], bw, links[c]) for c in range(S - 1)]
 
     stage_time, f_time, b_time, memory, capacity = [], [], [], [], []
     violations: list[str] = []
@@ -282,21 +228,21 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         f, b, tau = stage_compute(res, F, B, st.beta)
         params = sum(graph.nodes[n]["param_bytes"] for n in set(st.layers) | set(st.backward_layers))
         if m > 1:
-            sync = 2.0 * (m - 1) / m * params / bw
-            tau = (tau + sync) / m
+            tau = rules.replicated_time(tau, params, m, bw)
             f, b = f / m, b / m
         if not settings.overlap:  # each replica sends its own microbatches' transfers
             if i < S - 1:
-                tau += fwd_b[i] / (bw * m)
+                tau += rules.transfer_time(fwd_b[i], bw, m)
             if i > 0:
-                tau += bwd_b[i - 1] / (bw * m)
+                tau += rules.transfer_time(bwd_b[i - 1], bw, m)
         if not math.isfinite(tau):
             violations.append(f"stage {i} holds a layer that none of its worker's resource kinds can run")
-        in_flight = M if settings.objective == "gpipe" else math.ceil(workers_after[i] / m)
+        in_flight = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m,
+                                    gpipe=settings.objective == "gpipe", microbatches=M)
         acts = sum(graph.nodes[n]["act_bytes"] for n in st.backward_layers)
-        versions = in_flight if settings.weight_stashing else 1
-        mem = in_flight * acts + versions * params
-        if mem > mem_cap * (1 + 1e-12):
+        versions = rules.weight_versions(in_flight, settings.weight_stashing)
+        mem = rules.stage_memory(acts, params, in_flight, versions)
+        if not rules.fits(mem, mem_cap):
             violations.append(
                 f"stage {i} needs {mem / 2**30:.3f} GiB but its worker has {mem_cap / 2**30:.3f} GiB"
             )
@@ -318,8 +264,8 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     elif settings.objective == "makespan":
         objective = iteration
     else:  # gpipe: max_i F_i + max_i B_i, each phase also limited by its transfers
-        fc = [fwd_b[c] / (bw * links[c]) for c in range(S - 1)]
-        bc = [bwd_b[c] / (bw * links[c]) for c in range(S - 1)]
+        fc = [rules.transfer_time(fwd_b[c], bw, links[c]) for c in range(S - 1)]
+        bc = [rules.transfer_time(bwd_b[c], bw, links[c]) for c in range(S - 1)]
         objective = max(f_time + (fc if settings.overlap else [])) + max(b_time + (bc if settings.overlap else []))
     return Evaluation(
         objective=float(objective),

@@ -13,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ...cost import CostTable, rules
 from ...errors import InvalidProblemError
 from ...instance import Instance
 from ...plan import Plan, Stage
@@ -99,32 +100,35 @@ class PartitionProblem:
         return self.instance.chain.n
 
     @cached_property
-    def work(self) -> np.ndarray:
-        """``ndarray (n,)``: forward + backward seconds of each unit on one worker."""
-        ch = self.instance.chain
-        r = self.instance.cluster.devices[0].resources[self.kind]
-        return (ch.fwd[self.kind] + ch.bwd[self.kind]) / r
+    def table(self) -> CostTable:
+        """The cost model tabulated over the chain for S stages (:class:`pipeopt.cost.CostTable`)."""
+        return CostTable(self.instance, self.stages)
 
     @cached_property
     def work_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of :attr:`work`."""
-        return np.concatenate([[0.0], np.cumsum(self.work)])
+        """``ndarray (n+1,)``: prefix sums of forward + backward seconds of the units on one worker."""
+        return self.table.work_prefix(self.kind, self.instance.cluster.devices[0].resources[self.kind])
+
+    @cached_property
+    def work(self) -> np.ndarray:
+        """``ndarray (n,)``: forward + backward seconds of each unit on one worker."""
+        return np.diff(self.work_prefix)
 
     @property
     def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`Chain.act_prefix`)."""
-        return self.instance.chain.act_prefix
+        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`CostTable.act_prefix`)."""
+        return self.table.act_prefix
 
     @property
     def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`Chain.param_prefix`)."""
-        return self.instance.chain.param_prefix
+        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`CostTable.param_prefix`)."""
+        return self.table.param_prefix
 
     @property
     def boundary_bytes(self) -> np.ndarray:
         """``ndarray (n+1,)``: bytes crossing the boundary before unit c, 0 at both ends
-        (:attr:`Chain.boundary_bytes`)."""
-        return self.instance.chain.boundary_bytes
+        (:attr:`CostTable.boundary_bytes`)."""
+        return self.table.boundary_bytes
 
     @property
     def bandwidth(self) -> float:
@@ -144,14 +148,11 @@ class PartitionProblem:
     # ---- the cost of one stage, as the exact methods see it ----------------------------
     def in_flight(self, stage: int) -> int:
         """Microbatches stage ``stage`` (0-based) keeps under 1F1B without replication: S - stage."""
-        return self.stages - stage
+        return rules.in_flight(stage, self.stages)
 
     def stage_memory(self, a, b, in_flight):
         """Bytes a stage of units ``a..b-1`` needs with ``in_flight`` microbatches (arrays broadcast)."""
-        act = self.act_prefix[b] - self.act_prefix[a]
-        par = self.param_prefix[b] - self.param_prefix[a]
-        versions = in_flight if self.instance.settings.weight_stashing else 1
-        return in_flight * act + versions * par
+        return self.table.memory(a, b, in_flight)
 
     def stage_time(self, a, b, *, in_flight, replicas: int = 1, memory: bool = True):
         """Time per microbatch of a stage of units ``a .. b-1`` on ``replicas`` workers, as
@@ -180,18 +181,15 @@ class PartitionProblem:
             Seconds, shaped like ``a`` and ``b`` broadcast.
         """
         a, b = np.asarray(a), np.asarray(b)
-        m, bw = replicas, self.bandwidth
-        comp = self.work_prefix[b] - self.work_prefix[a]
-        if m > 1:
-            comp = comp + 2.0 * (m - 1) / m * (self.param_prefix[b] - self.param_prefix[a]) / bw
-        comp = comp / m
-        cin, cout = self.boundary_bytes[a], self.boundary_bytes[b]
+        m, bw, tab = replicas, self.bandwidth, self.table
+        comp = rules.replicated_time(self.work_prefix[b] - self.work_prefix[a],
+                                     self.param_prefix[b] - self.param_prefix[a], m, bw)
         if self.instance.settings.overlap:
-            t = np.maximum(comp, 2.0 * np.maximum(cin, cout) / (bw * m))
+            t = np.maximum(comp, np.maximum(tab.cut_time[a], tab.cut_time[b]) / m)
         else:
-            t = comp + (cin + cout) / (bw * m)
+            t = comp + (tab.send_time[a] + tab.send_time[b]) / m
         if memory and math.isfinite(self.memory):
-            t = np.where(self.stage_memory(a, b, in_flight) <= self.memory * (1 + 1e-12), t, np.inf)
+            t = np.where(rules.fits(self.stage_memory(a, b, in_flight), self.memory), t, np.inf)
         return t
 
     # ---- plans and results -------------------------------------------------------------

@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ...cost import check_plan
+from ...cost import CostTable, check_plan, rules, stage_compute
 from ...errors import InvalidProblemError
 from ...instance import Instance
 from ..partition.problem import check_stage_count
@@ -66,6 +66,11 @@ class ResourceProblem:
         return tuple(k for k in self.instance.chain.kinds if k in have)
 
     @cached_property
+    def table(self) -> CostTable:
+        """The cost model tabulated over the chain for S stages (:class:`pipeopt.cost.CostTable`)."""
+        return CostTable(self.instance, self.num_stages)
+
+    @cached_property
     def fwd(self) -> dict:
         """``dict[kind, ndarray (n,)]``: forward seconds of each unit on one unit of the kind."""
         return {k: self.instance.chain.fwd[k] for k in self.kinds}
@@ -75,53 +80,33 @@ class ResourceProblem:
         """``dict[kind, ndarray (n,)]``: backward seconds of each unit on one unit of the kind."""
         return {k: self.instance.chain.bwd[k] for k in self.kinds}
 
-    @cached_property
-    def _prefix(self) -> dict:
-        out = {}
-        for name, arrs in (("f", self.fwd), ("b", self.bwd)):
-            for k, v in arrs.items():
-                fin = np.where(np.isfinite(v), v, 0.0)
-                out[name, k] = (np.concatenate([[0.0], np.cumsum(fin)]),
-                                np.concatenate([[0], np.cumsum(~np.isfinite(v))]))
-        return out
-
     def load(self, a: int, b: int) -> tuple[dict, dict]:
         """F_k and B_k of units ``a..b-1``: ``(dict[kind, s], dict[kind, s])``, ``inf`` if a unit cannot run on k."""
-        out = []
-        for name in ("f", "b"):
-            d = {}
-            for k in self.kinds:
-                s, bad = self._prefix[name, k]
-                d[k] = math.inf if bad[b] - bad[a] else float(s[b] - s[a])
-            out.append(d)
-        return out[0], out[1]
+        return self.table.load(a, b, self.kinds)
 
     @property
     def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`Chain.act_prefix`)."""
-        return self.instance.chain.act_prefix
+        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`CostTable.act_prefix`)."""
+        return self.table.act_prefix
 
     @property
     def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`Chain.param_prefix`)."""
-        return self.instance.chain.param_prefix
+        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`CostTable.param_prefix`)."""
+        return self.table.param_prefix
 
-    @cached_property
+    @property
     def cut_time(self) -> np.ndarray:
         """``ndarray (n+1,)``: seconds to send activations forward and gradients back across
-        the boundary before unit c (``2 * bytes / bandwidth``, :attr:`Chain.boundary_bytes`;
-        0 at both ends)."""
-        return 2.0 * self.instance.chain.boundary_bytes / self.instance.cluster.bandwidth
+        the boundary before unit c (:attr:`CostTable.cut_time`; 0 at both ends)."""
+        return self.table.cut_time
 
     def in_flight(self, stage: int) -> int:
         """Microbatches stage ``stage`` (0-based) keeps under 1F1B: S - stage."""
-        return self.num_stages - stage
+        return rules.in_flight(stage, self.num_stages)
 
     def stage_memory(self, a: int, b: int, stage: int) -> float:
         """Bytes that units ``a..b-1`` need as stage ``stage`` (activations in flight + parameters)."""
-        k = self.in_flight(stage)
-        versions = k if self.instance.settings.weight_stashing else 1
-        return float(k * (self.act_prefix[b] - self.act_prefix[a]) + versions * (self.param_prefix[b] - self.param_prefix[a]))
+        return float(self.table.stage_memory(a, b, stage))
 
     # ---- workers -----------------------------------------------------------------------
     def pooled(self, devices) -> dict:
@@ -148,8 +133,6 @@ class ResourceProblem:
         if mode == "sequential":
             return sequential_time(res, F, B)
         if mode == "theorem":
-            from ...cost import stage_compute
-
             return stage_compute(res, F, B, theorem_split(res, F, B))[2]
         raise InvalidProblemError(f"unknown split mode {mode!r}; choose from {SPLIT_MODES}")
 
@@ -161,7 +144,7 @@ class ResourceProblem:
     def fit_time(self, a: int, b: int, devices, stage: int, mode: str = "split") -> float:
         """Compute time of stage ``stage`` = units ``a..b-1`` on worker ``devices``, ``inf`` if
         it does not fit in memory (non-decreasing in b, non-increasing in a)."""
-        if self.stage_memory(a, b, stage) > self.capacity(devices) * (1 + 1e-12):
+        if not rules.fits(self.stage_memory(a, b, stage), self.capacity(devices)):
             return math.inf
         return self.compute_time(a, b, self.pooled(devices), mode)
 

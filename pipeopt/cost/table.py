@@ -1,0 +1,159 @@
+"""The cost model tabulated over the chain, once per (instance, stage count).
+
+Every exact method (DP, MILP, CP-SAT) and every baseline reads the costs of a contiguous
+stage from a :class:`CostTable`: a stage of units ``a .. b-1`` costs differences of prefix
+arrays taken at ``a`` and ``b``. The table applies the rules of :mod:`pipeopt.cost.rules`, the
+same ones :func:`pipeopt.evaluate` applies to a plan, so a method's claimed value and the
+evaluation of its plan agree (the tests check it).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import numpy as np
+
+from ..graph import Chain
+from . import rules
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0.0], np.cumsum(values)])
+
+
+class CostTable:
+    """Prefix sums, cut times, in-flight counts and memory terms of a chain split into
+    ``stages`` stages (0-based stage t, units ``0 .. n-1``, boundary c = "before unit c").
+
+    Parameters
+    ----------
+    instance
+        :class:`pipeopt.Instance`.
+    stages
+        S, the number of pipeline stages (the in-flight count of stage t is ``S - t``).
+
+    Attributes
+    ----------
+    chain
+        :class:`pipeopt.graph.Chain` of the instance.
+    n, stages
+        Units and stages.
+    bandwidth
+        Bytes/s between workers.
+    act_prefix, param_prefix
+        ``ndarray (n+1,)``: prefix sums of activation and parameter bytes.
+    boundary_bytes
+        ``ndarray (n+1,)``: bytes crossing the boundary before unit c (0 at both ends); the
+        same amount of gradient travels back.
+    cut_time
+        ``ndarray (n+1,)``: seconds a cut at c is busy per microbatch on one link
+        (:func:`rules.cut_time`: activations forward + gradients back).
+    send_time
+        ``ndarray (n+1,)``: seconds one direction of the cut at c takes on one link (what a
+        stage pays per transfer it sends without overlap).
+    in_flight, versions
+        ``ndarray (S,)``: microbatches in flight and weight versions of each stage (1F1B
+        without replication, :func:`rules.in_flight`, :func:`rules.weight_versions`).
+    mem_prefix
+        ``ndarray (S, n+1)``: ``in_flight[t] * act_prefix + versions[t] * param_prefix``, so
+        that stage t of units ``a..b-1`` needs ``mem_prefix[t, b] - mem_prefix[t, a]`` bytes.
+    """
+
+    def __init__(self, instance, stages: int) -> None:
+        self.instance = instance
+        self.chain: Chain = instance.chain
+        self.n = self.chain.n
+        self.stages = int(stages)
+        self.settings = instance.settings
+        self.bandwidth = float(instance.cluster.bandwidth)
+
+    # ---- compute -------------------------------------------------------------------------
+    @cached_property
+    def _load_prefix(self) -> dict:
+        out = {}
+        for name, arrs in (("fwd", self.chain.fwd), ("bwd", self.chain.bwd)):
+            for k, v in arrs.items():
+                finite = np.isfinite(v)
+                out[name, k] = (_prefix(np.where(finite, v, 0.0)), _prefix((~finite).astype(float)))
+        return out
+
+    def load(self, a: int, b: int, kinds=None) -> tuple[dict, dict]:
+        """F_k and B_k of units ``a..b-1``: ``(dict[kind, s], dict[kind, s])`` on one unit of
+        each kind (``inf`` if some unit cannot run on k). ``kinds`` defaults to the chain's."""
+        out = []
+        for name in ("fwd", "bwd"):
+            d = {}
+            for k in self.chain.kinds if kinds is None else kinds:
+                s, bad = self._load_prefix[name, k]
+                d[k] = math.inf if bad[b] - bad[a] else float(s[b] - s[a])
+            out.append(d)
+        return out[0], out[1]
+
+    def work_prefix(self, kind: str, units: float = 1.0) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of forward + backward seconds on ``units`` units of
+        ``kind`` (sequential execution on one kind, :func:`rules.stage_compute`); ``inf`` from
+        the first unit that cannot run on the kind."""
+        return _prefix((self.chain.fwd[kind] + self.chain.bwd[kind]) / units)
+
+    # ---- bytes and communication ---------------------------------------------------------
+    @cached_property
+    def act_prefix(self) -> np.ndarray:
+        return _prefix(self.chain.act)
+
+    @cached_property
+    def param_prefix(self) -> np.ndarray:
+        return _prefix(self.chain.param)
+
+    @cached_property
+    def boundary_bytes(self) -> np.ndarray:
+        inner = rules.crossing_bytes(self.instance.graph, self.chain.unit_of, self.n)
+        return np.concatenate([[0.0], inner, [0.0]])
+
+    @cached_property
+    def cut_time(self) -> np.ndarray:
+        bb = self.boundary_bytes
+        return rules.cut_time(bb, bb, self.bandwidth)
+
+    @cached_property
+    def send_time(self) -> np.ndarray:
+        return rules.transfer_time(self.boundary_bytes, self.bandwidth)
+
+    def allreduce_prefix(self, replicas: int) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of the all-reduce seconds of each unit's parameters on
+        ``replicas`` workers (:func:`rules.allreduce_time`)."""
+        return rules.allreduce_time(self.param_prefix, replicas, self.bandwidth)
+
+    # ---- memory --------------------------------------------------------------------------
+    @cached_property
+    def in_flight(self) -> np.ndarray:
+        s = self.settings
+        return np.array(
+            [rules.in_flight(t, self.stages, gpipe=s.objective == "gpipe", microbatches=s.microbatches)
+             for t in range(self.stages)],
+            dtype=float,
+        )
+
+    @cached_property
+    def versions(self) -> np.ndarray:
+        return np.array([rules.weight_versions(k, self.settings.weight_stashing) for k in self.in_flight])
+
+    @cached_property
+    def mem_prefix(self) -> np.ndarray:
+        return rules.stage_memory(self.act_prefix[None, :], self.param_prefix[None, :],
+                                  self.in_flight[:, None], self.versions[:, None])
+
+    def memory(self, a, b, in_flight):
+        """Bytes units ``a..b-1`` need with ``in_flight`` microbatches (arrays broadcast)."""
+        versions = rules.weight_versions(in_flight, self.settings.weight_stashing)
+        return rules.stage_memory(self.act_prefix[b] - self.act_prefix[a],
+                                  self.param_prefix[b] - self.param_prefix[a], in_flight, versions)
+
+    def stage_memory(self, a, b, stage: int):
+        """Bytes stage ``stage`` of units ``a..b-1`` needs (arrays broadcast)."""
+        return self.mem_prefix[stage, b] - self.mem_prefix[stage, a]
+
+    @staticmethod
+    def fits(memory, capacity):
+        """:func:`rules.fits`: ``memory <= capacity`` up to the shared slack."""
+        return rules.fits(memory, capacity)
