@@ -292,7 +292,7 @@ def run(
         started = time.perf_counter()
         try:
             prob = cls(inst, **problem_options(cls, S, q, space))
-            res = spec.load()(prob, time_limit=time_limit, solver=solver, seed=seed)
+            res = spec.function(prob, time_limit=time_limit, solver=solver, seed=seed)
             row.update(
                 status=str(res.status),
                 objective=res.objective,

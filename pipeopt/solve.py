@@ -59,4 +59,4 @@ def solve(
     spec = registry.method(problem, method)
     cls = registry.problem_class(problem)
     prob = cls(instance, **options)
-    return spec.load()(prob, time_limit=time_limit, solver=solver, seed=seed)
+    return spec.function(prob, time_limit=time_limit, solver=solver, seed=seed)

@@ -1,11 +1,15 @@
 """The partition problem: its problem class, exact methods (DP, MILP, CP-SAT) and baselines.
 
-Every baseline is ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) -> Result``
-(see :mod:`pipeopt.registry`); its plan is scored by :func:`pipeopt.evaluate`, its status is
-``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory) and it proves no lower bound.
+:class:`PartitionProblem` poses the problem; :data:`METHODS` lists its methods, exact ones first
+(each ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, threads=2) -> Result``, see
+:class:`pipeopt.problems.method.Method`). Every plan is scored by :func:`pipeopt.evaluate`; a
+baseline's status is ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory) and it proves no
+lower bound.
+
+* :func:`solve_dp`, :func:`solve_milp`, :func:`solve_cpsat` -- exact.
 
 * :func:`binary_search` -- Duan & Wu, ICPADS 2022 (straight space); its greedy check,
-  bisection and completion to S stages are the generic core :mod:`.bisection`
+  bisection and completion to S stages are the generic core :mod:`pipeopt.backends.bisection`
   (:func:`greedy_starts`, :func:`bisect_limit`, :func:`complete_stages`), which the resource
   problems' :func:`pipeopt.problems.resource.duan_wu.bisection_partition` shares.
 * :func:`pipedream` -- PipeDream's planner in its own cost model (Narayanan et al., SOSP 2019;
@@ -15,9 +19,14 @@ Every baseline is ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, **kw) 
 * :func:`time_balanced` -- torchgpipe's ``balance_by_time`` (straight space).
 """
 
+from ..method import Method
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
-from ...backends.bisection import bisect_limit, complete_stages, greedy_starts
+from .cpsat import solve_cpsat
+from .dp import solve_dp
+from .mcmc import mcmc
+from .milp import solve_milp
 from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
+from .problem import PartitionProblem
 from .simple import (
     block_partition,
     block_parts,
@@ -28,15 +37,37 @@ from .simple import (
     uniform_parts,
 )
 
+PROBLEM = PartitionProblem
+
+METHODS = (
+    Method("partition", "dp", solve_dp, True, "auto", True,
+           "dynamic program; replicated space after Narayanan et al., PipeDream, SOSP 2019"),
+    Method("partition", "milp", solve_milp, True, "straight", True, "MILP (PuLP; CBC or HiGHS)"),
+    Method("partition", "cpsat", solve_cpsat, True, "straight", True, "CP-SAT (OR-Tools)"),
+    Method("partition", "binary_search", binary_search, False, "straight", True, "Duan & Wu, ICPADS 2022"),
+    Method("partition", "pipedream", pipedream, False, "replicated", True,
+           "Narayanan et al., PipeDream, SOSP 2019 (its own cost model)"),
+    Method("partition", "uniform", uniform, False, "straight", True, "equal layer counts (GPipe/DeepSpeed 'uniform')"),
+    Method("partition", "param_balanced", param_balanced, False, "straight", True,
+           "DeepSpeed partition_method='parameters'"),
+    Method("partition", "time_balanced", time_balanced, False, "straight", True,
+           "torchgpipe balance_by_time (Kim et al. 2020)"),
+    Method("partition", "mcmc", mcmc, False, "straight", True, "FlexFlow-style MCMC (Jia, Zaharia, Aiken, SysML 2019)"),
+)
+
 __all__ = [
+    "METHODS",
+    "PROBLEM",
+    "PartitionProblem",
     "PipeDreamPlan",
+    "mcmc",
+    "solve_cpsat",
+    "solve_dp",
+    "solve_milp",
     "binary_search",
-    "bisect_limit",
     "block_partition",
     "block_parts",
-    "complete_stages",
     "greedy_check",
-    "greedy_starts",
     "param_balanced",
     "pipedream",
     "pipedream_partition",

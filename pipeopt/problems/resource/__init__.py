@@ -4,10 +4,15 @@
 * :class:`JointProblem` - partition and split at once on identical multi-resource workers.
 * :class:`GroupProblem` - heterogeneous devices grouped into workers, with partition and split.
 * :func:`optimal_split` - a plan with the optimal forward share of every stage.
+
+:data:`METHODS` lists the methods of the three problems (exact ones first per problem, see
+:class:`pipeopt.problems.method.Method`).
 """
 
 from __future__ import annotations
 
+from ..method import Method
+from . import allocate, duan_wu, group, joint
 from .problem import AllocateProblem as AllocateProblem
 from .problem import GroupProblem as GroupProblem
 from .problem import JointProblem as JointProblem
@@ -17,3 +22,24 @@ from .problem import optimal_split as optimal_split
 from .split import best_split as best_split
 from .split import sequential_time as sequential_time
 from .split import theorem_split as theorem_split
+
+PROBLEMS = {"allocate": AllocateProblem, "joint": JointProblem, "group": GroupProblem}
+
+METHODS = (
+    Method("allocate", "lp", allocate.solve_lp, True, "split", True,
+           "allocation LP per stage (Duan & Wu, ICPADS 2022), closed form"),
+    Method("allocate", "theorem", allocate.theorem, False, "split", True, "beta = c/(c+1), Duan & Wu's theorem"),
+    Method("allocate", "sequential", allocate.sequential, False, "sequential", True,
+           "no split: forward then backward on all resources"),
+    Method("joint", "dp", joint.solve_dp, True, "split", True, "min-max DP with the LP split per stage"),
+    Method("joint", "milp", joint.solve_milp, True, "split", True, "MILP (PuLP) bisected on T"),
+    Method("joint", "cpsat", joint.solve_cpsat, True, "split", False, "CP-SAT on an integer relaxation"),
+    Method("joint", "two_step", duan_wu.two_step, False, "split", True,
+           "Duan & Wu, ICPADS 2022: binary-search partition, then the LP split"),
+    Method("group", "milp", group.solve_milp, True, "split", True, "MILP (PuLP) bisected on T"),
+    Method("group", "cpsat", group.solve_cpsat, True, "split", True, "CP-SAT on an integer relaxation"),
+    Method("group", "algorithm2", duan_wu.algorithm2, False, "split", True,
+           "Duan & Wu, ICPADS 2022, Algorithm 2, then binary search and the LP split"),
+    Method("group", "round_robin", duan_wu.round_robin, False, "split", True,
+           "devices by speed dealt round robin, then binary search and the LP split"),
+)

@@ -1,0 +1,49 @@
+"""What every method of every problem declares about itself: :class:`Method`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of one problem, referenced directly (no dispatch through strings).
+
+    Every method is a plain function ``function(problem, *, time_limit=60.0, solver="cbc",
+    seed=0, threads=2) -> Result``: ``time_limit`` is seconds or the
+    :class:`~pipeopt.backends.deadline.Deadline` that :func:`pipeopt.solve` created at entry;
+    ``solver`` the MILP backend (``"cbc"`` or ``"highs"``); ``threads`` the CP-SAT search
+    threads. A method that does not use an argument accepts and ignores it (a heuristic has
+    no solver).
+
+    Attributes
+    ----------
+    problem
+        Problem name (``"partition"``, ...).
+    name
+        Method name as typed on the command line.
+    function
+        The method function.
+    exact
+        True if the method proves optimality or a lower bound.
+    space
+        Search space it covers (gaps compare within one space): ``"straight"`` or
+        ``"replicated"`` for partition; ``"auto"`` follows the problem's option.
+    default
+        Part of the default ``pipeopt bench`` run.
+    source
+        Paper or framework it implements.
+    """
+
+    problem: str
+    name: str
+    function: Callable
+    exact: bool
+    space: str = "auto"
+    default: bool = True
+    source: str = ""
+
+    def __call__(self, problem, **kw):
+        """Run the method on a problem object."""
+        return self.function(problem, **kw)
