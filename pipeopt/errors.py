@@ -15,6 +15,12 @@ class InvalidClusterError(PipeoptError):
     """The cluster is malformed (no devices, a device without resources, bad bandwidth)."""
 
 
+class InvalidUnitError(InvalidClusterError):
+    """A bandwidth or memory size is written in no accepted form (``10G``: bits or bytes?)
+    or is not a positive finite amount; the message lists the accepted forms
+    (:mod:`pipeopt.units`)."""
+
+
 class InvalidPlanError(PipeoptError):
     """A plan does not describe a valid split (dropped or duplicated layer, empty stage,
     a backward edge between stages, unknown device, share outside [0, 1])."""
@@ -31,3 +37,10 @@ class InfeasibleError(PipeoptError):
 
 class ReadError(PipeoptError):
     """A file could not be read or is malformed; the message names the file and the line."""
+
+
+class ClaimError(RuntimeError):
+    """A method's result contradicts itself: a lower bound above the objective of its own plan,
+    or ``optimal`` / ``feasible`` with a plan that breaks memory. Raised by
+    :class:`pipeopt.Result` at construction, so that no false claim ever reaches a user; it is
+    a bug in pipeopt (not a :class:`PipeoptError`, which is about the input)."""

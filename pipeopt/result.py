@@ -8,7 +8,24 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .cost import Evaluation
+from .errors import ClaimError
 from .plan import Plan
+
+BOUND_TOLERANCE = 1e-9
+"""Relative tolerance of a lower bound above its own plan's objective (float rounding of
+the bound); within it the bound is taken as the objective, beyond it :class:`Result` raises
+:class:`~pipeopt.errors.ClaimError`."""
+
+
+def optimality_gap(objective: float, bound: float | None) -> float | None:
+    """The optimality gap ``(objective - bound) / objective`` (a fraction, >= 0), the one
+    definition used by :attr:`Result.gap`, the bench tables and the plots.
+
+    Returns ``None`` without a bound, or when the objective is not finite and positive.
+    """
+    if bound is None or not math.isfinite(objective) or objective <= 0 or math.isnan(bound):
+        return None
+    return max(0.0, (objective - bound) / objective)
 
 
 class Status(str, Enum):
@@ -58,6 +75,44 @@ class Result:
     space: str = "straight"
     info: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Enforce what a result may claim (the only place a bound is compared with its plan).
+
+        * ``optimal`` and ``feasible`` need a plan that fits (a heuristic's plan that breaks
+          memory is reported ``infeasible`` by :meth:`scored`);
+        * a lower bound is a number, at most the objective of the plan (up to
+          :data:`BOUND_TOLERANCE`, within which it is set to the objective);
+        * ``optimal`` without an explicit bound has the objective as its bound.
+
+        Raises
+        ------
+        ClaimError
+            If the method claims more than its plan shows (a bug in that method).
+        """
+        self.status = Status(self.status)
+        if self.status in (Status.OPTIMAL, Status.FEASIBLE):
+            if self.plan is None or self.evaluation is None:
+                raise ClaimError(f"{self.method}: status {self.status} without a plan")
+            if not self.evaluation.feasible:
+                raise ClaimError(
+                    f"{self.method}: status {self.status} with a plan that breaks the constraints: "
+                    + "; ".join(self.evaluation.violations)
+                )
+        if self.lower_bound is not None:
+            bound = float(self.lower_bound)
+            if math.isnan(bound):
+                raise ClaimError(f"{self.method}: lower bound is NaN")
+            obj = self.objective
+            if math.isfinite(obj) and bound > obj:
+                if bound > obj * (1 + BOUND_TOLERANCE) + 1e-300:
+                    raise ClaimError(
+                        f"{self.method}: lower bound {bound!r} s exceeds the objective {obj!r} s of its own plan"
+                    )
+                bound = obj
+            self.lower_bound = bound
+        elif self.status == Status.OPTIMAL:
+            self.lower_bound = self.objective
+
     @classmethod
     def scored(
         cls,
@@ -102,10 +157,9 @@ class Result:
 
     @property
     def gap(self) -> float | None:
-        """``(objective - lower_bound) / objective``, or ``None`` without a bound."""
-        if self.lower_bound is None or not math.isfinite(self.objective) or self.objective <= 0:
-            return None
-        return max(0.0, (self.objective - self.lower_bound) / self.objective)
+        """:func:`optimality_gap` of the objective and the method's own lower bound
+        (``None`` without a bound)."""
+        return optimality_gap(self.objective, self.lower_bound)
 
     def summary(self) -> str:
         """A few lines: method, status, objective, bound, gap, stages."""

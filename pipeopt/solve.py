@@ -1,10 +1,45 @@
-"""``solve``: one entry point for every problem and method."""
+"""``solve``: one entry point for every problem and method; the CLI and the bench call it."""
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
+
 from . import registry
+from .backends.deadline import Deadline
+from .errors import InvalidProblemError
 from .instance import Instance
 from .result import Result
+
+SOLVERS = ("cbc", "highs")
+"""MILP backends (PuLP's CBC, HiGHS through highspy)."""
+
+
+def _positive_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InvalidProblemError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_options(problem: str, options: dict) -> None:
+    """Raise :class:`InvalidProblemError` if ``options`` holds a name the problem does not take
+    (an option is never silently ignored).
+
+    Parameters
+    ----------
+    problem
+        Problem name (:data:`pipeopt.registry.PROBLEMS`).
+    options
+        ``dict[str, object]``: the problem options given, e.g. ``{"stages": 4}``.
+    """
+    cls = registry.problem_class(problem)
+    accepted = [f.name for f in dataclasses.fields(cls) if f.init and f.name != "instance"]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise InvalidProblemError(
+            f"the {problem} problem takes no option {', '.join(map(repr, unknown))}; "
+            f"its options are {accepted}"
+        )
 
 
 def solve(
@@ -12,12 +47,17 @@ def solve(
     *,
     problem: str = "partition",
     method: str = "dp",
-    time_limit: float = 60.0,
+    time_limit: float | None = 60.0,
     solver: str = "cbc",
     seed: int = 0,
+    threads: int = 2,
     **options,
 ) -> Result:
-    """Pose ``problem`` on ``instance`` and solve it with ``method``.
+    """Pose ``problem`` on ``instance`` and solve it with ``method``, under one clock.
+
+    The time limit starts here: a :class:`~pipeopt.backends.deadline.Deadline` is created at
+    entry and everything the method does (start heuristics, bounds, bisection steps, solver
+    calls) draws from it; ``Result.runtime`` is the wall time since entry.
 
     Parameters
     ----------
@@ -28,14 +68,18 @@ def solve(
     method
         A method of that problem (:func:`pipeopt.registry.methods`).
     time_limit
-        Seconds for an exact solver; at the limit it returns its incumbent and bound with
-        status ``time_limit``.
+        Seconds of wall time for the whole call (positive; ``None`` for no limit). An exact
+        method that reaches it returns its incumbent and its proven bound with status
+        ``time_limit``.
     solver
         MILP backend, ``"cbc"`` or ``"highs"``.
     seed
-        Seed of randomised methods.
+        Seed of randomised methods and solvers (an integer).
+    threads
+        Search threads of CP-SAT (a positive integer).
     **options
-        Problem options, e.g. ``stages=4, replication=True`` for partition.
+        Problem options, e.g. ``stages=4, replication=True`` for partition,
+        ``workers=3`` for group.
 
     Returns
     -------
@@ -44,19 +88,28 @@ def solve(
     Raises
     ------
     InvalidProblemError
-        Unknown problem, method or option, or a request the instance cannot meet.
+        Unknown problem, method, solver or option, a bad time limit, seed or thread count,
+        or a request the instance cannot meet.
     InfeasibleError
         An exact method proved that no plan fits.
 
     Examples
     --------
     >>> import pipeopt
-    >>> from pipeopt.io.pipedream import read_pipedream
-    >>> inst = read_pipedream("../shared/data/pipedream-profiles/vgg16.txt")  # doctest: +SKIP
+    >>> inst = pipeopt.read("../shared/data/pipedream-profiles/vgg16.txt")  # doctest: +SKIP
     >>> pipeopt.solve(inst, stages=4).status  # doctest: +SKIP
     <Status.OPTIMAL: 'optimal'>
     """
+    deadline = Deadline(time_limit)
+    if not isinstance(instance, Instance):
+        raise InvalidProblemError(f"solve needs a pipeopt.Instance, got {type(instance).__name__}")
+    if solver not in SOLVERS:
+        raise InvalidProblemError(f"unknown solver {solver!r}; choose from {list(SOLVERS)}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise InvalidProblemError(f"seed must be an integer, got {seed!r}")
+    threads = _positive_int(threads, "threads")
     spec = registry.method(problem, method)
-    cls = registry.problem_class(problem)
-    prob = cls(instance, **options)
-    return spec.function(prob, time_limit=time_limit, solver=solver, seed=seed)
+    check_options(problem, options)
+    prob = registry.problem_class(problem)(instance, **options)
+    # TRANSITION: pass the Deadline itself once every method reads it with Deadline.of
+    return spec.function(prob, time_limit=deadline.remaining(), solver=solver, seed=int(seed), threads=threads)
