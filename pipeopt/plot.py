@@ -30,7 +30,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from .cost import evaluate
+from .cost import evaluate, rules
 from .errors import InvalidProblemError
 
 COLOURS = {
@@ -248,7 +248,7 @@ def plot_plan(instance, plan, path=None, *, title: str | None = None) -> Figure:
 
     mem = np.array(ev.memory) / 2**30
     cap = np.array(ev.memory_capacity) / 2**30
-    ax3.bar(idx, mem, width=0.6, color=[COLOURS["capacity"] if m > c * (1 + 1e-12) else cmap[i]
+    ax3.bar(idx, mem, width=0.6, color=[COLOURS["capacity"] if not rules.fits(m, c) else cmap[i]
                                          for i, (m, c) in enumerate(zip(mem, cap, strict=True))])
     if np.isfinite(cap).any():
         ax3.scatter(idx[np.isfinite(cap)], cap[np.isfinite(cap)], marker="_", s=600, color="black", zorder=3,

@@ -114,7 +114,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .cost import Evaluation, evaluate
+from .cost import Evaluation, evaluate, rules
 from .errors import InvalidPlanError, InvalidProblemError
 from .plan import Plan
 
@@ -314,10 +314,6 @@ class _Pipeline:
         return len(self.replicas)
 
 
-def _is_bipartition(plan: Plan) -> bool:
-    return any(st.bwd_layers is not None and set(st.bwd_layers) != set(st.layers) for st in plan.stages)
-
-
 def _pipeline(instance, plan: Plan, split: bool, notes: list) -> tuple[_Pipeline, Evaluation]:
     if not split and any(st.beta is not None for st in plan.stages):
         plan = Plan(tuple(dataclasses.replace(st, beta=None) for st in plan.stages))
@@ -341,19 +337,9 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list) -> tuple[_Pipeline
             f_op.append(busy * (f / total) if total > 0 else 0.0)
             b_op.append(busy * (b / total) if total > 0 else busy)
     bw = instance.cluster.bandwidth
-    fwd_bytes = getattr(ev, "comm_bytes_forward", None)
-    bwd_bytes = getattr(ev, "comm_bytes_backward", None)
-    if fwd_bytes is None or bwd_bytes is None:
-        if _is_bipartition(plan):
-            raise InvalidPlanError(
-                "simulate cannot play a Bi-Partition plan (different forward and backward cuts): "
-                "evaluate() does not report the bytes each direction carries"
-            )
-        fwd_bytes = [c / 2.0 for c in ev.comm_bytes]  # activations forward, as many gradient bytes back
-        bwd_bytes = list(fwd_bytes)
     links = [min(reps[c], reps[c + 1]) for c in range(S - 1)]
     after = np.cumsum(reps[::-1])[::-1]
-    window = [math.ceil(int(after[i]) / reps[i]) for i in range(S)]
+    window = [rules.in_flight(i, S, workers_after=int(after[i]), replicas=reps[i]) for i in range(S)]
     graph = instance.graph
     act = [float(sum(graph.nodes[n]["act_bytes"] for n in st.backward_layers)) for st in plan.stages]
     params = [
@@ -375,8 +361,8 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list) -> tuple[_Pipeline
         replicas=reps,
         f_op=f_op,
         b_op=b_op,
-        fwd_xfer=[x / bw for x in fwd_bytes],
-        bwd_xfer=[x / bw for x in bwd_bytes],
+        fwd_xfer=[rules.transfer_time(x, bw) for x in ev.comm_bytes_forward],
+        bwd_xfer=[rules.transfer_time(x, bw) for x in ev.comm_bytes_backward],
         links=links,
         overlap=instance.settings.overlap,
         window=window,
@@ -596,9 +582,10 @@ def _memory(run: _Run, p: _Pipeline, stash: bool) -> tuple[list, list, list]:
             for t, dk in run.held[(i, r)]:
                 k += dk
                 peak_k[i] = max(peak_k[i], k)
-                versions = max(k, 1) if stash else 1
-                trace.append((i, r, t, k * p.act[i] + versions * p.params[i]))
-    peak = [k * p.act[i] + (max(k, 1) if stash else 1) * p.params[i] for i, k in enumerate(peak_k)]
+                versions = rules.weight_versions(max(k, 1), stash)
+                trace.append((i, r, t, rules.stage_memory(p.act[i], p.params[i], k, versions)))
+    peak = [rules.stage_memory(p.act[i], p.params[i], k, rules.weight_versions(max(k, 1), stash))
+            for i, k in enumerate(peak_k)]
     return peak, peak_k, trace
 
 
