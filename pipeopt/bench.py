@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import numbers
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ import pandas as pd
 from . import registry
 from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError
 from .instance import Instance
+from .units import MAX_DEVICES
 
 logger = logging.getLogger("pipeopt")
 
@@ -113,6 +115,61 @@ def load_instance(
     return inst
 
 
+def expand_paths(items: Iterable[Instance | str | Path]) -> Iterable[Instance | Path]:
+    """Instances and files as given, with every directory replaced by the instance files under
+    it (``**/*.json`` and ``**/*.txt``, sorted; licence and readme files left out).
+
+    Raises
+    ------
+    ReadError
+        If a path does not exist or a directory holds no instance file (before any work).
+    """
+    if isinstance(items, (str, Path, Instance)):
+        items = [items]
+    out: list = []
+    for item in items:
+        if isinstance(item, Instance):
+            out.append(item)
+            continue
+        if not isinstance(item, (str, Path)):
+            raise InvalidProblemError(f"an instance must be an Instance or a path, got {type(item).__name__} {item!r:.60}")
+        path = Path(item)
+        if path.is_dir():
+            files = sorted(
+                f for f in path.rglob("*")
+                if f.is_file() and f.suffix.lower() in (".json", ".txt")
+                and not f.name.upper().startswith(("LICENSE", "README", "COPYING"))
+            )
+            if not files:
+                raise ReadError(f"no instance file (.json or PipeDream .txt) in the directory {path}")
+            out.extend(files)
+        elif path.exists():
+            out.append(path)
+        else:
+            raise ReadError(f"no such file or directory: {path}")
+    return out
+
+
+def _counts(values, what: str) -> list[int] | None:
+    """``None``, or the given stage / worker counts, each an integer in 1 .. MAX_DEVICES."""
+    if values is None:
+        return None
+    if isinstance(values, (int, str)) or not hasattr(values, "__iter__"):
+        raise InvalidProblemError(f"{what} must be a list of integers (or None), got {values!r}")
+    values = list(values)
+    if not values:
+        raise InvalidProblemError(f"{what} is an empty list; give at least one count, or None for the default")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 1 <= v <= MAX_DEVICES:
+            raise InvalidProblemError(f"every count in {what} must be an integer in 1..{MAX_DEVICES}, got {v!r}")
+    return [int(v) for v in values]
+
+
+def _check_time_limit(limit) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or math.isnan(limit) or limit <= 0:
+        raise InvalidProblemError(f"time limit must be a positive number of seconds, got {limit!r}")
+
+
 def _accepts(cls, name: str) -> bool:
     return name in inspect.signature(cls).parameters
 
@@ -194,8 +251,10 @@ def run(
     Parameters
     ----------
     instances
-        Instances or paths (native JSON, PipeDream ``.txt``). A path that cannot be read
-        is skipped with a logged warning (so a shell glob that catches a LICENSE file is harmless).
+        Instances, files (native JSON, PipeDream ``.txt``) or directories (walked for
+        ``.json`` and ``.txt`` files, :func:`expand_paths`). A file that cannot be read is
+        skipped with a logged warning (so a shell glob that catches a LICENSE file is
+        harmless); a path that does not exist is an error.
     problem
         Problem name (:data:`pipeopt.registry.PROBLEMS`), or ``"auto"`` (default): each
         instance gets the problem it is made for (:func:`auto_problem`).
@@ -223,18 +282,39 @@ def run(
     -------
     pandas.DataFrame
         Columns :data:`COLUMNS`.
+
+    Raises
+    ------
+    ReadError
+        A path does not exist, a directory holds no instance file, or no instance could be
+        read at all.
+    InvalidProblemError
+        Unknown problem or method; a stage or worker count that is not an integer in
+        1 .. :data:`pipeopt.units.MAX_DEVICES`; a time limit that is not positive; an option
+        (``stages``, ``workers``, ``replication``) that the problem does not use (with
+        ``problem="auto"``: that no instance's problem uses; the others get a note).
     """
     if progress:
         from tqdm.auto import tqdm
     else:
         from tqdm import tqdm
 
+    stages = _counts(stages, "stages")
+    workers = _counts(workers, "workers")
+    _check_time_limit(time_limit)
+    if isinstance(methods, str):
+        raise InvalidProblemError(f"methods must be a list of method names, got the string {methods!r}")
+    if problem != "auto":
+        registry.problem_class(problem)  # unknown problem: say so before reading anything
+        for m in methods or ():
+            registry.method(problem, m)
     if methods is not None and problem == "auto":
         unknown = [m for m in methods if not any(spec.name == m for spec in registry.METHODS)]
         if unknown:
             raise InvalidProblemError(f"unknown method(s) {unknown}; known: {sorted({m.name for m in registry.METHODS})}")
+    items = list(expand_paths(instances))
     loaded: list[Instance] = []
-    for item in instances:
+    for item in items:
         if isinstance(item, Instance):
             loaded.append(item)
             continue
@@ -243,8 +323,31 @@ def run(
         except PipeoptError as exc:
             logger.warning("skipped %s: %s", item, exc)
             print(f"skipped {item}: {exc}")
+    if not loaded:
+        raise ReadError(f"no instance could be read from {[str(x) for x in items] if items else 'the paths given'}")
 
     tasks = []
+    unused: dict = {"stages": [], "workers": [], "replication": []}  # option -> (instance, problem) not using it
+    for inst in loaded:
+        name = auto_problem(inst) if problem == "auto" else problem
+        cls = registry.problem_class(name)
+        for option, given, used in (
+            ("stages", stages, sizes_of(cls, inst, stages, None)[0] != [None]),
+            ("workers", workers, sizes_of(cls, inst, None, workers)[1] != [None]),
+            ("replication", replication, "replication" in problem_options(cls, None, None, "replicated")),
+        ):
+            if given and not used:
+                unused[option].append((inst.name, name))
+    for option, where in unused.items():
+        if not where:
+            continue
+        problems = sorted({p for _, p in where})
+        if problem != "auto" or len(where) == len(loaded):
+            raise InvalidProblemError(
+                f"the {' and '.join(problems)} problem does not use {option}; pick the problem, or drop the option"
+            )
+        print(f"note: {option} not used by the {' and '.join(problems)} problem on {', '.join(i for i, _ in where)}")
+
     for inst in loaded:
         name = auto_problem(inst) if problem == "auto" else problem
         if methods is None:

@@ -5,34 +5,64 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
+import os
 import sys
+import traceback
 from pathlib import Path
 
-from . import registry
-from .errors import PipeoptError
-
-_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+from . import registry, units
+from .errors import InvalidProblemError, PipeoptError, WriteError
 
 
 def parse_bytes(text: str) -> float:
-    """``"16GiB"``, ``"80e9"``, ``"1.5 GB"`` -> bytes (float); ``"inf"`` for no limit."""
-    m = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?|inf)\s*([kmgt]i?b|b)?\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a byte amount: {text!r} (e.g. 16GiB, 80e9)")
-    return float(m[1]) * _UNITS[m[2] or ""]
+    """argparse type of ``--memory``: a size (:func:`pipeopt.units.parse_size`, ``"16GiB"``,
+    ``"40GB"``, ``"80e9"``) in bytes, or ``inf`` for no limit."""
+    try:
+        return units.parse_size(text, unlimited=True)
+    except PipeoptError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_rate(text: str) -> float:
-    """``"1.25e10"`` or ``"100Gbit"``/``"12.5GB"`` per second -> bytes/s."""
-    t = text.lower().removesuffix("/s").removesuffix("ps")
-    m = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?)\s*(gbit|mbit|gb|mb|b)?\s*", t)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a bandwidth: {text!r} (bytes/s, e.g. 1.25e10, 100Gbit, 12.5GB)")
-    scale = {"gbit": 1e9 / 8, "mbit": 1e6 / 8, "gb": 1e9, "mb": 1e6, "b": 1, None: 1}[m[2]]
-    value = float(m[1]) * scale
-    if value <= 0:
-        raise argparse.ArgumentTypeError("bandwidth must be > 0")
+    """argparse type of ``--bandwidth``: bytes/s (:func:`pipeopt.units.parse_bandwidth`,
+    ``"100Gbps"`` = 1.25e10, ``"12.5GB/s"``, ``"1.25e10"``)."""
+    try:
+        return units.parse_bandwidth(text)
+    except PipeoptError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _integer(what: str, low: int, high: int):
+    """argparse type: an integer in ``low .. high`` (``what`` names it in the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be in {low}..{high}, got {value}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+COUNT = _integer("a count", 1, units.MAX_DEVICES)
+"""argparse type of ``--stages`` and ``--workers``: 1 .. :data:`pipeopt.units.MAX_DEVICES`."""
+
+MICROBATCHES = _integer("microbatches", 1, units.MAX_MICROBATCHES)
+SEED = _integer("seed", 0, 2**31 - 1)
+
+
+def parse_seconds(text: str) -> float:
+    """argparse type of ``--time-limit``: positive, finite seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"time limit must be a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"time limit must be a positive finite number of seconds, got {text!r}")
     return value
 
 
@@ -44,12 +74,20 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="problem (default auto: partition on identical one-kind devices, joint on identical "
         "multi-kind devices, group on heterogeneous devices)",
     )
-    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact solve (default 60)")
+    p.add_argument("--time-limit", type=parse_seconds, default=60.0, help="seconds per exact solve (default 60)")
     p.add_argument("--solver", default="cbc", choices=["cbc", "highs"], help="MILP backend (default cbc)")
     p.add_argument("--replication", action="store_true", help="allow PipeDream stage replication (partition)")
-    p.add_argument("--bandwidth", type=parse_rate, help="bytes/s between workers (overrides the file)")
-    p.add_argument("--memory", type=parse_bytes, help="memory per device, e.g. 16GiB (overrides the file)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--bandwidth",
+        type=parse_rate,
+        help="between workers, overrides the file: bytes/s (1.25e10) or with a unit: 100Gbps or "
+        "100Gbit/s (bits), 12.5GB/s (bytes), 10GiB/s",
+    )
+    p.add_argument(
+        "--memory", type=parse_bytes, help="per device, overrides the file: bytes, 16GiB, 40GB, or inf (no limit)"
+    )
+    p.add_argument("--seed", type=SEED, default=0, help="seed of randomised methods (0..2**31-1)")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,9 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("bench", help="run methods on instances and print a table (default: shipped instances)")
-    b.add_argument("paths", nargs="*", help="instance files (.json) or PipeDream profiles (.txt)")
-    b.add_argument("--stages", type=int, nargs="+", help="pipeline depths S (default: the cluster size)")
-    b.add_argument("--workers", type=int, nargs="+", help="worker counts q (group problem)")
+    b.add_argument(
+        "paths", nargs="*", help="instance files (.json), PipeDream profiles (.txt), or directories of them"
+    )
+    b.add_argument("--stages", type=COUNT, nargs="+", help="pipeline depths S (default: the cluster size)")
+    b.add_argument("--workers", type=COUNT, nargs="+", help="worker counts q (group problem)")
     b.add_argument("--methods", nargs="+", help="methods (default: the problem's default set)")
     b.add_argument("--out", default="results/bench.csv", help="CSV (or .parquet) for the rows (default results/bench.csv)")
     b.add_argument("--full", action="store_true", help="full benchmark: every method, time limit 60 s")
@@ -69,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("solve", help="solve one instance and print the plan stage by stage")
     s.add_argument("path")
-    s.add_argument("--stages", type=int, help="S (default: the cluster size)")
-    s.add_argument("--workers", type=int, help="q (group problem)")
+    s.add_argument("--stages", type=COUNT, help="S (default: the cluster size)")
+    s.add_argument("--workers", type=COUNT, help="q (group problem)")
     s.add_argument("--method", help="method (default: the problem's first exact method)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--save-plan", help="write the plan as JSON (for simulate/show --plan)")
@@ -78,29 +118,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("simulate", help="simulate one training iteration of a plan")
     m.add_argument("path")
-    m.add_argument("--stages", type=int)
-    m.add_argument("--workers", type=int)
+    m.add_argument("--stages", type=COUNT)
+    m.add_argument("--workers", type=COUNT)
     m.add_argument("--method", help="method (default: the problem's first exact method)")
     m.add_argument("--plan", help="a plan JSON written by solve --save-plan (instead of solving)")
     m.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "async", "split"])
-    m.add_argument("--microbatches", type=int, default=8)
+    m.add_argument("--microbatches", type=MICROBATCHES, default=8)
     m.add_argument("--json", action="store_true")
     m.add_argument("--gantt", help="also write a Gantt chart PNG here")
     _common(m)
 
     w = sub.add_parser("show", help="draw a plan (per-stage loads) or its schedule to a PNG")
     w.add_argument("path")
-    w.add_argument("--stages", type=int)
-    w.add_argument("--workers", type=int)
+    w.add_argument("--stages", type=COUNT)
+    w.add_argument("--workers", type=COUNT)
     w.add_argument("--method", help="method (default: the problem's first exact method)")
     w.add_argument("--plan", help="a plan JSON written by solve --save-plan")
     w.add_argument("--out", default="plan.png")
     w.add_argument("--schedule", choices=["gpipe", "1f1b", "async", "split"], help="draw a Gantt chart of this schedule")
-    w.add_argument("--microbatches", type=int, default=8)
+    w.add_argument("--microbatches", type=MICROBATCHES, default=8)
     _common(w)
 
     z = sub.add_parser("zoo", help="regenerate the shipped instance files from the model zoo")
     z.add_argument("--out", default="instances")
+    z.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     return ap
 
 
@@ -118,22 +159,44 @@ def _solve(args, inst):
     problem = auto_problem(inst) if args.problem == "auto" else args.problem
     args.problem = problem
     cls = registry.problem_class(problem)
-    sizes, qs = sizes_of(cls, inst, [args.stages] if args.stages else None, [args.workers] if args.workers else None)
+    stages, workers = getattr(args, "stages", None), getattr(args, "workers", None)
+    sizes, qs = sizes_of(cls, inst, [stages] if stages is not None else None, [workers] if workers is not None else None)
+    _refuse_unused(cls, problem, stages is not None and sizes == [None], workers is not None and qs == [None],
+                   getattr(args, "replication", False))
     opts = problem_options(cls, sizes[0], qs[0], "replicated" if args.replication else "straight")
     method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
     args.method = method
     return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver, seed=args.seed, **opts)
 
 
+def _refuse_unused(cls, problem: str, stages: bool, workers: bool, replication: bool) -> None:
+    """An option the problem does not read is an error, never silently ignored."""
+    from .bench import problem_options
+
+    unused = [name for name, given in (("--stages", stages), ("--workers", workers)) if given]
+    if replication and "replication" not in problem_options(cls, None, None, "replicated"):
+        unused.append("--replication")
+    if unused:
+        raise InvalidProblemError(
+            f"the {problem} problem does not use {' or '.join(unused)}; pick the problem with --problem, or drop the option"
+        )
+
+
 def _plan(args, inst):
+    from .errors import ReadError
     from .plan import Plan
 
     if getattr(args, "plan", None):
         try:
             data = json.loads(Path(args.plan).read_text())
-        except (OSError, ValueError) as exc:
-            raise PipeoptError(f"cannot read plan {args.plan}: {exc}") from None
-        return Plan.from_dict(data.get("plan", data))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ReadError(f"cannot read plan {args.plan}: {exc}") from None
+        if isinstance(data, dict) and "plan" in data:  # a solve --json output
+            data = data["plan"]
+        try:
+            return Plan.from_dict(data)
+        except PipeoptError as exc:
+            raise ReadError(f"plan file {args.plan}: {exc}") from None
     res = _solve(args, inst)
     if res.plan is None:
         raise PipeoptError(f"{args.method} found no plan ({res.status})")
@@ -157,6 +220,7 @@ def cmd_bench(args) -> int:
     paths = args.paths or bench.default_instances()
     if not paths:
         raise PipeoptError("no instances given and none shipped in ./instances (run `pipeopt zoo`)")
+    _check_writable(args.out)
     df = bench.run(
         paths,
         problem=args.problem,
@@ -171,21 +235,27 @@ def cmd_bench(args) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
+    if df.empty:
+        raise InvalidProblemError("no rows: every instance or size was skipped (see the messages above)")
+    try:  # rows first: a reader that stops early (`| head`) must not lose them
+        out = bench.save_rows(df, args.out)
+    except OSError as exc:
+        raise WriteError(f"cannot write the rows to {args.out}: {exc}") from None
     print(bench.table(df))
-    if not df.empty:
-        print("\nper method (gaps to the best proven bound in the same space):")
-        print(bench.summary(df).to_string(index=False, na_rep="-"))
-    out = bench.save_rows(df, args.out)
+    print("\nper method (gaps to the best proven bound in the same space):")
+    print(bench.summary(df).to_string(index=False, na_rep="-"))
     print(f"\n{len(df)} rows written to {out}")
     return 0
 
 
 def cmd_solve(args) -> int:
     """``pipeopt solve``: solve one instance; print the plan stage by stage, or one JSON object."""
+    if args.save_plan:
+        _check_writable(args.save_plan)
     inst = _instance(args)
     res = _solve(args, inst)
     if args.save_plan and res.plan is not None:
-        Path(args.save_plan).write_text(json.dumps(res.plan.to_dict(), indent=1))
+        _write(args.save_plan, lambda path: path.write_text(json.dumps(res.plan.to_dict(), indent=1)))
     if args.json:
         d = res.to_dict()
         if res.evaluation is not None:
@@ -214,13 +284,15 @@ def cmd_simulate(args) -> int:
     """``pipeopt simulate``: simulate one iteration of a solved or saved plan; text or JSON."""
     from .simulate import simulate
 
+    if args.gantt:
+        _check_writable(args.gantt)
     inst = _instance(args)
     plan = _plan(args, inst)
     sim = simulate(inst, plan, schedule=args.schedule, microbatches=args.microbatches)
     if args.gantt:
         from .plot import plot_schedule
 
-        plot_schedule(sim, path=args.gantt)
+        _write(args.gantt, lambda path: plot_schedule(sim, path=path))
     if args.json:
         d = sim.to_dict()
         d.pop("events", None)
@@ -234,14 +306,16 @@ def cmd_show(args) -> int:
     """``pipeopt show``: draw a plan (per-stage loads) or the Gantt chart of its schedule to a PNG."""
     from . import plot
 
+    _check_writable(args.out)
     inst = _instance(args)
     plan = _plan(args, inst)
     if args.schedule:
         from .simulate import simulate
 
-        plot.plot_schedule(simulate(inst, plan, schedule=args.schedule, microbatches=args.microbatches), path=args.out)
+        sim = simulate(inst, plan, schedule=args.schedule, microbatches=args.microbatches)
+        _write(args.out, lambda path: plot.plot_schedule(sim, path=path))
     else:
-        plot.plot_plan(inst, plan, path=args.out)
+        _write(args.out, lambda path: plot.plot_plan(inst, plan, path=path))
     print(f"wrote {args.out}")
     return 0
 
@@ -250,19 +324,88 @@ def cmd_zoo(args) -> int:
     """``pipeopt zoo``: regenerate the shipped instance files from the model zoo."""
     from .zoo.__main__ import main as zoo_main
 
-    return zoo_main([args.out])
+    _check_writable(Path(args.out) / "README.md")
+    try:
+        return zoo_main([args.out])
+    except OSError as exc:
+        raise WriteError(f"cannot write the instances to {args.out}: {exc}") from None
+
+
+def _check_writable(path) -> Path:
+    """Fail before any work if ``path`` cannot be written (its folder is created if missing).
+
+    Raises
+    ------
+    WriteError
+        If the folder cannot be created, ``path`` is a folder, or either is read-only.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: cannot create its folder: {exc.strerror or exc}") from None
+    if path.is_dir():
+        raise WriteError(f"cannot write {path}: it is a folder")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise WriteError(f"cannot write {path}: permission denied")
+    return path
+
+
+def _write(path, write) -> None:
+    """Call ``write(path)``; an ``OSError`` becomes a :class:`WriteError` naming the file."""
+    try:
+        write(Path(path))
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``pipeopt`` console script; returns the exit code (2 on bad input)."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``pipeopt`` console script; returns the exit code.
+
+    Exit codes: 0 done (also when the reader of the output stops early, as ``| head`` does);
+    2 bad input or an impossible request (``pipeopt: error: <message>`` on stderr: a usage
+    error, or any :class:`~pipeopt.errors.PipeoptError`); 1 an unexpected exception, a bug in
+    pipeopt (one line naming it; ``--debug`` prints the traceback); 130 interrupted.
+    """
     try:
-        return {"bench": cmd_bench, "solve": cmd_solve, "simulate": cmd_simulate, "show": cmd_show, "zoo": cmd_zoo}[
-            args.command
-        ](args)
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: usage error (2) or --help (0)
+        return exc.code if isinstance(exc.code, int) else 2
+    debug = getattr(args, "debug", False)
+    handler = {"bench": cmd_bench, "solve": cmd_solve, "simulate": cmd_simulate, "show": cmd_show, "zoo": cmd_zoo}
+    try:
+        return handler[args.command](args)
     except PipeoptError as exc:
+        if debug:
+            traceback.print_exc()
         print(f"pipeopt: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        print("pipeopt: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for users
+        if debug:
+            traceback.print_exc()
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        print(
+            f"pipeopt: internal error (a bug in pipeopt; please report it with the output of --debug): "
+            f"{type(exc).__name__}: {first}",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so that the final flush at exit does
+    not raise again (Python's documented recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout replaced (tests) or already closed
+        pass
 
 
 if __name__ == "__main__":

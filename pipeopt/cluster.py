@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from .errors import InvalidClusterError
+from .units import MAX_BYTES, MAX_DEVICES, as_bandwidth, as_size
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,14 @@ class Device:
         ``dict[kind, float]``: amount of each resource kind, in units of that kind (a
         layer's ``fwd[kind]`` is the time on *one* unit; n units take 1/n of it).
     memory
-        Bytes of memory; ``inf`` (default) for no limit.
+        Bytes of memory, at most :data:`pipeopt.units.MAX_BYTES`, or a size string
+        (``"40GiB"``, :func:`pipeopt.units.parse_size`); ``inf`` (default) for no limit.
+
+    Raises
+    ------
+    InvalidClusterError
+        If the name is not a string, ``resources`` is not a dict of non-negative finite
+        amounts with at least one positive, or the memory is not a positive size.
     """
 
     name: str
@@ -28,13 +37,28 @@ class Device:
     memory: float = math.inf
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidClusterError(f"a device name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.resources, dict):
+            raise InvalidClusterError(
+                f"device {self.name!r}: resources must be a dict kind -> units, got {type(self.resources).__name__}"
+            )
+        for kind, v in self.resources.items():
+            if (isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v) or v < 0
+                    or math.isinf(v)):
+                raise InvalidClusterError(f"device {self.name!r} has an invalid amount {v!r} of {kind!r}")
         if not self.resources or all(v == 0 for v in self.resources.values()):
             raise InvalidClusterError(f"device {self.name!r} has no resources")
-        for kind, v in self.resources.items():
-            if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
-                raise InvalidClusterError(f"device {self.name!r} has an invalid amount {v!r} of {kind!r}")
-        if not isinstance(self.memory, (int, float)) or math.isnan(self.memory) or self.memory <= 0:
-            raise InvalidClusterError(f"device {self.name!r} has an invalid memory {self.memory!r} (bytes, > 0)")
+        try:
+            memory = as_size(self.memory, unlimited=True)
+        except InvalidClusterError as exc:
+            raise InvalidClusterError(f"device {self.name!r} has an invalid memory {self.memory!r}: {exc}") from None
+        if math.isfinite(memory) and memory > MAX_BYTES:
+            raise InvalidClusterError(
+                f"device {self.name!r} has memory {self.memory!r}, above the maximum {MAX_BYTES:g} bytes"
+                " (use inf for no limit)"
+            )
+        object.__setattr__(self, "memory", memory)
 
 
 @dataclass(frozen=True)
@@ -47,23 +71,36 @@ class Cluster:
         ``tuple[Device, ...]``, names unique.
     bandwidth
         Bytes per second on the link between two consecutive workers (one number for
-        every link), > 0.
+        every link), > 0 and finite; or a string with a unit (``"100Gbps"``, ``"12.5GB/s"``,
+        :func:`pipeopt.units.parse_bandwidth`).
+
+    Raises
+    ------
+    InvalidClusterError
+        If there is no device, more than :data:`pipeopt.units.MAX_DEVICES`, an entry is not
+        a :class:`Device`, two devices share a name, or the bandwidth is invalid.
     """
 
     devices: tuple
     bandwidth: float = 1.25e10
 
     def __post_init__(self) -> None:
+        if isinstance(self.devices, (str, bytes, dict)) or not hasattr(self.devices, "__iter__"):
+            raise InvalidClusterError(f"devices must be a sequence of Device, got {type(self.devices).__name__}")
         object.__setattr__(self, "devices", tuple(self.devices))
         if not self.devices:
             raise InvalidClusterError("cluster has no devices")
+        if len(self.devices) > MAX_DEVICES:
+            raise InvalidClusterError(f"cluster has {len(self.devices)} devices, more than the maximum {MAX_DEVICES}")
+        for d in self.devices:
+            if not isinstance(d, Device):
+                raise InvalidClusterError(f"devices must be Device objects, got {type(d).__name__} {d!r:.60}")
         names = [d.name for d in self.devices]
-        dup = {n for n in names if names.count(n) > 1}
+        seen: set = set()
+        dup = {n for n in names if n in seen or seen.add(n)}
         if dup:
             raise InvalidClusterError(f"duplicate device names: {sorted(dup)}")
-        b = self.bandwidth
-        if not isinstance(b, (int, float)) or math.isnan(b) or b <= 0:
-            raise InvalidClusterError(f"bandwidth must be > 0 bytes/s, got {b!r}")
+        object.__setattr__(self, "bandwidth", as_bandwidth(self.bandwidth))
 
     @classmethod
     def homogeneous(
@@ -76,9 +113,20 @@ class Cluster:
         bandwidth: float = 1.25e10,
         prefix: str = "gpu",
     ) -> Cluster:
-        """``n`` identical single-kind devices named ``{prefix}0 .. {prefix}{n-1}``."""
-        if n < 1:
-            raise InvalidClusterError(f"a cluster needs at least one device, got {n}")
+        """``n`` identical single-kind devices named ``{prefix}0 .. {prefix}{n-1}``.
+
+        ``memory`` and ``bandwidth`` take numbers (bytes, bytes/s) or unit strings
+        (``"40GiB"``, ``"100Gbps"``).
+
+        Raises
+        ------
+        InvalidClusterError
+            If ``n`` is not an integer in 1 .. :data:`pipeopt.units.MAX_DEVICES` (checked
+            before any device is built), or a device or the bandwidth is invalid.
+        """
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= MAX_DEVICES:
+            raise InvalidClusterError(f"a cluster needs an integer number of devices in 1..{MAX_DEVICES}, got {n!r}")
+        n = int(n)
         return cls(
             tuple(Device(f"{prefix}{i}", {kind: units}, memory) for i in range(n)),
             bandwidth,

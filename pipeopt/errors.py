@@ -39,6 +39,10 @@ class ReadError(PipeoptError):
     """A file could not be read or is malformed; the message names the file and the line."""
 
 
+class WriteError(PipeoptError):
+    """An output file cannot be written (missing or read-only folder); the message names it."""
+
+
 class ClaimError(RuntimeError):
     """A method's result contradicts itself: a lower bound above the objective of its own plan,
     or ``optimal`` / ``feasible`` with a plan that breaks memory. Raised by

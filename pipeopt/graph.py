@@ -22,6 +22,7 @@ Edge attribute ``bytes`` defaults to the tail's ``out_bytes``.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +31,7 @@ import networkx as nx
 import numpy as np
 
 from .errors import InvalidGraphError
+from .units import MAX_BYTES, MAX_SECONDS
 
 NODE_NUMBERS = ("out_bytes", "param_bytes", "act_bytes")
 
@@ -50,11 +52,13 @@ def validate_graph(graph: nx.DiGraph) -> None:
     Raises
     ------
     InvalidGraphError
-        If the graph is empty, not directed, has a cycle (named), a node misses an
-        attribute, or a time or size is negative or not a number, or a layer has no
-        resource kind that can run it, or its forward and backward kinds differ.
+        If the graph is empty, not directed, a multigraph, has a cycle (named), a node
+        misses an attribute, or a time or size is negative, not a number, or above its
+        documented maximum (:data:`pipeopt.units.MAX_SECONDS` per time value,
+        :data:`pipeopt.units.MAX_BYTES` per size and for all layers' bytes together), or a
+        layer has no resource kind that can run it, or its forward and backward kinds differ.
     """
-    if not isinstance(graph, nx.DiGraph):
+    if not isinstance(graph, nx.DiGraph) or graph.is_multigraph():
         raise InvalidGraphError(f"layer graph must be a networkx.DiGraph, got {type(graph).__name__}")
     if graph.number_of_nodes() == 0:
         raise InvalidGraphError("layer graph has no layers")
@@ -62,6 +66,7 @@ def validate_graph(graph: nx.DiGraph) -> None:
         cycle = nx.find_cycle(graph)
         path = " -> ".join(str(u) for u, _ in cycle) + f" -> {cycle[0][0]}"
         raise InvalidGraphError(f"layer graph has a cycle: {path}")
+    total_bytes = 0.0
     for node, attrs in graph.nodes(data=True):
         for key in ("fwd", "bwd"):
             if key not in attrs:
@@ -70,8 +75,13 @@ def validate_graph(graph: nx.DiGraph) -> None:
             if not isinstance(costs, dict):
                 raise InvalidGraphError(f"layer {node!r}: {key!r} must be a dict kind -> seconds, got {costs!r}")
             for kind, t in costs.items():
-                if not isinstance(t, (int, float)) or math.isnan(t) or t < 0:
+                if not _is_number(t) or math.isnan(t) or t < 0:
                     raise InvalidGraphError(f"layer {node!r} has a negative or invalid {key} time {t!r} on {kind!r}")
+                if math.isfinite(t) and t > MAX_SECONDS:
+                    raise InvalidGraphError(
+                        f"layer {node!r} has a {key} time of {t!r} s on {kind!r}, above the maximum"
+                        f" {MAX_SECONDS:g} s (times are seconds; inf = cannot run on the kind)"
+                    )
         fk = {k for k, t in attrs["fwd"].items() if math.isfinite(t)}
         bk = {k for k, t in attrs["bwd"].items() if math.isfinite(t)}
         if not fk:
@@ -84,12 +94,32 @@ def validate_graph(graph: nx.DiGraph) -> None:
             if key not in attrs:
                 raise InvalidGraphError(f"layer {node!r} has no {key!r} attribute (bytes)")
             v = attrs[key]
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if not _is_number(v) or not math.isfinite(v) or v < 0:
                 raise InvalidGraphError(f"layer {node!r} has a negative or invalid {key} {v!r}")
+            _check_bytes(v, f"layer {node!r} has {key}")
+            total_bytes += float(v) if key != "out_bytes" else 0.0
+    if total_bytes > MAX_BYTES:
+        raise InvalidGraphError(
+            f"the layers' param_bytes and act_bytes add up to {total_bytes:.4g} bytes, above the maximum"
+            f" {MAX_BYTES:g} (are the sizes in bytes?)"
+        )
     for u, v, attrs in graph.edges(data=True):
         b = attrs.get("bytes", graph.nodes[u]["out_bytes"])
-        if not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0:
+        if not _is_number(b) or not math.isfinite(b) or b < 0:
             raise InvalidGraphError(f"edge {u!r} -> {v!r} has a negative or invalid 'bytes' {b!r}")
+        _check_bytes(b, f"edge {u!r} -> {v!r} has bytes")
+
+
+def _is_number(x) -> bool:
+    """A real number that is not a bool (numpy scalars included)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_bytes(value, what: str) -> None:
+    if value > MAX_BYTES:
+        raise InvalidGraphError(
+            f"{what} {value!r}, above the maximum {MAX_BYTES:g} bytes (are the sizes in bytes?)"
+        )
 
 
 def edge_bytes(graph: nx.DiGraph, u, v) -> float:

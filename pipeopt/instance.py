@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import networkx as nx
+import numpy as np
 
 from .cluster import Cluster
 from .errors import InvalidClusterError, InvalidProblemError
 from .graph import Chain, validate_graph
+from .units import MAX_MICROBATCHES
 
 OBJECTIVES = ("bottleneck", "gpipe", "makespan")
 
@@ -29,10 +32,17 @@ class Settings:
     weight_stashing
         Stage i (0-based, S stages) keeps ``S - i`` weight versions (PipeDream) instead of one.
     microbatches
-        M, microbatches per iteration (used for the iteration-time estimates and the simulator).
+        M, microbatches per iteration (used for the iteration-time estimates and the
+        simulator), an integer in 1 .. :data:`pipeopt.units.MAX_MICROBATCHES`.
     objective
         ``"bottleneck"`` (steady-state time per microbatch, 1F1B / PipeDream; default),
         ``"gpipe"`` (``max_i F_i + max_i B_i``) or ``"makespan"`` (``sum_i t_i + (M-1) max_i t_i``).
+
+    Raises
+    ------
+    InvalidProblemError
+        If a flag is not a bool, the objective is unknown or ``microbatches`` is not an
+        integer in range.
     """
 
     overlap: bool = True
@@ -41,10 +51,18 @@ class Settings:
     objective: str = "bottleneck"
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
+        for name in ("overlap", "weight_stashing"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise InvalidProblemError(f"setting {name!r} must be True or False, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        if not isinstance(self.objective, str) or self.objective not in OBJECTIVES:
             raise InvalidProblemError(f"unknown objective {self.objective!r}; choose from {OBJECTIVES}")
-        if not isinstance(self.microbatches, int) or self.microbatches < 1:
-            raise InvalidProblemError(f"microbatches must be a positive integer, got {self.microbatches!r}")
+        m = self.microbatches
+        if isinstance(m, (bool, np.bool_)) or not isinstance(m, numbers.Integral) or not 1 <= m <= MAX_MICROBATCHES:
+            raise InvalidProblemError(
+                f"microbatches must be an integer in 1..{MAX_MICROBATCHES}, got {self.microbatches!r}"
+            )
+        object.__setattr__(self, "microbatches", int(m))
 
 
 @dataclass(frozen=True)
@@ -71,7 +89,11 @@ class Instance:
     InvalidGraphError
         If the graph is invalid (see :func:`pipeopt.graph.validate_graph`).
     InvalidClusterError
-        If some layer can run on no resource kind the cluster has.
+        If ``cluster`` is not a :class:`Cluster`, or some layer can run on no resource kind
+        the cluster has.
+    InvalidProblemError
+        If ``settings`` is not a :class:`Settings`, or ``name`` or ``assumptions`` are not
+        strings.
     """
 
     graph: nx.DiGraph
@@ -82,6 +104,14 @@ class Instance:
 
     def __post_init__(self) -> None:
         validate_graph(self.graph)
+        if not isinstance(self.cluster, Cluster):
+            raise InvalidClusterError(f"cluster must be a pipeopt.Cluster, got {type(self.cluster).__name__}")
+        if not isinstance(self.settings, Settings):
+            raise InvalidProblemError(f"settings must be a pipeopt.Settings, got {type(self.settings).__name__}")
+        if not isinstance(self.name, str):
+            raise InvalidProblemError(f"instance name must be a string, got {self.name!r}")
+        if isinstance(self.assumptions, str) or not all(isinstance(a, str) for a in self.assumptions):
+            raise InvalidProblemError(f"assumptions must be a sequence of strings, got {self.assumptions!r}")
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
         have = set(self.cluster.kinds)
         for node, fwd in self.graph.nodes(data="fwd"):
@@ -101,9 +131,32 @@ class Instance:
         return self.graph.number_of_nodes()
 
     def replace(self, **changes) -> Instance:
-        """A copy with some fields replaced (``settings=...``, ``cluster=...``, ...)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields replaced (``settings=...``, ``cluster=...``, ...).
+
+        Raises
+        ------
+        InvalidProblemError
+            If a field name is unknown (and the errors of the constructor).
+        """
+        return _replace(self, changes)
 
     def with_settings(self, **changes) -> Instance:
-        """A copy whose settings have some fields replaced."""
-        return self.replace(settings=dataclasses.replace(self.settings, **changes))
+        """A copy whose settings have some fields replaced (``microbatches=16``, ...).
+
+        Raises
+        ------
+        InvalidProblemError
+            If a setting name is unknown or a value invalid.
+        """
+        return self.replace(settings=_replace(self.settings, changes))
+
+
+def _replace(obj, changes: dict):
+    """``dataclasses.replace`` that names an unknown field in an :class:`InvalidProblemError`."""
+    known = {f.name for f in dataclasses.fields(obj)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise InvalidProblemError(
+            f"{type(obj).__name__} has no field(s) {unknown}; its fields are {sorted(known)}"
+        )
+    return dataclasses.replace(obj, **changes)

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
+
+from .errors import InvalidPlanError
+
+
+def _names(value, what: str) -> tuple:
+    """``value`` as a tuple of names; a string or a non-iterable is refused (``"abc"`` is not
+    three layers)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InvalidPlanError(f"{what} must be a list of names, got {type(value).__name__} {value!r:.60}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -23,6 +34,14 @@ class Stage:
         Wu); ``None`` runs forward and backward one after the other on all resources.
     bwd_layers
         Layers whose **backward** pass this stage runs (Bi-Partition); ``None`` = ``layers``.
+
+    Raises
+    ------
+    InvalidPlanError
+        If ``layers``, ``devices`` or ``bwd_layers`` is not a list of names, ``replicas`` is
+        not a positive integer, or ``beta`` is not a dict of numbers. (Whether the names
+        exist and the shares lie in [0, 1] is checked against an instance by
+        :func:`pipeopt.cost.check_plan`.)
     """
 
     layers: tuple
@@ -32,10 +51,18 @@ class Stage:
     bwd_layers: tuple | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", tuple(self.layers))
-        object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "layers", _names(self.layers, "a stage's layers"))
+        object.__setattr__(self, "devices", _names(self.devices, "a stage's devices"))
         if self.bwd_layers is not None:
-            object.__setattr__(self, "bwd_layers", tuple(self.bwd_layers))
+            object.__setattr__(self, "bwd_layers", _names(self.bwd_layers, "a stage's bwd_layers"))
+        r = self.replicas
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 1:
+            raise InvalidPlanError(f"a stage's replicas must be a positive integer, got {r!r}")
+        if self.beta is not None and (
+            not isinstance(self.beta, dict)
+            or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in self.beta.values())
+        ):
+            raise InvalidPlanError(f"a stage's beta must be a dict kind -> forward share, got {self.beta!r:.60}")
 
     @property
     def backward_layers(self) -> tuple:
@@ -53,13 +80,27 @@ class Stage:
 
     @classmethod
     def from_dict(cls, d: dict) -> Stage:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        InvalidPlanError
+            If ``d`` is not a dict, lacks ``layers``, has an unknown field, or a field of
+            the wrong type (the message names it).
+        """
+        if not isinstance(d, dict):
+            raise InvalidPlanError(f"a plan stage must be a JSON object with 'layers', got {type(d).__name__} {d!r:.60}")
+        if "layers" not in d:
+            raise InvalidPlanError(f"a plan stage has no 'layers' field: {d!r:.80}")
+        unknown = sorted(set(d) - {"layers", "devices", "replicas", "beta", "bwd_layers"})
+        if unknown:
+            raise InvalidPlanError(f"a plan stage has unknown field(s) {unknown}")
         return cls(
-            layers=tuple(d["layers"]),
-            devices=tuple(d.get("devices", ())),
-            replicas=int(d.get("replicas", 1)),
-            beta=dict(d["beta"]) if d.get("beta") is not None else None,
-            bwd_layers=tuple(d["bwd_layers"]) if d.get("bwd_layers") is not None else None,
+            layers=d["layers"],
+            devices=d.get("devices", ()),
+            replicas=d.get("replicas", 1),
+            beta=d.get("beta"),
+            bwd_layers=d.get("bwd_layers"),
         )
 
 
@@ -76,7 +117,10 @@ class Plan:
     stages: tuple = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "stages", _names(self.stages, "a plan's stages"))
+        for st in self.stages:
+            if not isinstance(st, Stage):
+                raise InvalidPlanError(f"a plan's stages must be Stage objects, got {type(st).__name__} {st!r:.60}")
 
     @property
     def num_stages(self) -> int:
@@ -98,5 +142,22 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: dict) -> Plan:
-        """Inverse of :meth:`to_dict`."""
-        return cls(tuple(Stage.from_dict(s) for s in d["stages"]))
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        InvalidPlanError
+            If ``d`` is not a dict with a ``stages`` list, or a stage is malformed
+            (:meth:`Stage.from_dict`; the message names the stage).
+        """
+        if not isinstance(d, dict) or not isinstance(d.get("stages"), list):
+            raise InvalidPlanError(
+                f"a plan must be a JSON object with a 'stages' list, got {type(d).__name__} {d!r:.60}"
+            )
+        stages = []
+        for i, s in enumerate(d["stages"]):
+            try:
+                stages.append(Stage.from_dict(s))
+            except InvalidPlanError as exc:
+                raise InvalidPlanError(f"stage {i}: {exc}") from None
+        return cls(tuple(stages))

@@ -75,7 +75,7 @@ def test_rows_round_trip_parquet(tmp_path):
 def test_unit_parsers():
     assert parse_bytes("16GiB") == 16 * 2**30
     assert parse_bytes("80e9") == 80e9
-    assert parse_rate("100Gbit") == 12.5e9
+    assert parse_rate("100Gbit/s") == parse_rate("100Gbps") == 12.5e9
     assert parse_rate("1.25e10") == 1.25e10
 
 

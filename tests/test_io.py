@@ -88,7 +88,7 @@ def _tiny(**node_extra) -> Instance:
         "a",
         fwd={"gpu": 1e-300, "npu": 0.25},
         bwd={"gpu": 0.1 + 0.2, "npu": 1 / 3},
-        out_bytes=1e18,
+        out_bytes=1e15,  # the largest byte amount accepted (pipeopt.units.MAX_BYTES)
         act_bytes=0.0,
         param_bytes=7,
         pin_first=True,
@@ -155,7 +155,7 @@ def test_invalid_json(tmp_path):
     with pytest.raises(ReadError, match="invalid JSON"):
         read(path)
     d = native.to_dict(_tiny())
-    text = json.dumps(d).replace("1e+18", "Infinity")
+    text = json.dumps(d).replace("1000000000000000.0", "Infinity")
     with pytest.raises(ReadError, match="Infinity"):
         native.read_instance(_write(tmp_path, text))
 

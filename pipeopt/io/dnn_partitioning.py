@@ -45,9 +45,16 @@ import networkx as nx
 from ..cluster import Cluster, Device
 from ..errors import ReadError
 from ..instance import Instance, Settings
+from ..units import MAX_DEVICES
 
 _NODE_FIELDS = ("id", "cpuLatency", "fpgaLatency", "supportedOnFpga", "isBackwardNode", "size")
 _EDGE_FIELDS = ("sourceId", "destId", "cost", "size")
+
+
+def _count(value, path: Path, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DEVICES:
+        raise ReadError(f"{path}: {where} must be an integer in 0..{MAX_DEVICES}, got {value!r}")
+    return value
 
 
 def _num(value, path: Path, where: str) -> float:
@@ -111,6 +118,8 @@ def read_dnn_partitioning(
             if not isinstance(n, dict) or key not in n:
                 raise ReadError(f"{path}: missing field 'nodes[{i}].{key}'")
         nid = n["id"]
+        if isinstance(nid, bool) or not isinstance(nid, (int, str)):
+            raise ReadError(f"{path}: field 'nodes[{i}].id' must be an integer or a string, got {nid!r:.40}")
         if nid in byid:
             raise ReadError(f"{path}: node id {nid!r} declared twice")
         byid[nid] = n
@@ -149,7 +158,7 @@ def read_dnn_partitioning(
                 raise ReadError(f"{path}: missing field 'edges[{i}].{key}'")
         u, v = e["sourceId"], e["destId"]
         for x in (u, v):
-            if x not in byid:
+            if isinstance(x, (list, dict)) or x not in byid:
                 raise ReadError(f"{path}: edges[{i}] names undeclared node {x!r}")
         size = _num(e["size"], path, f"edges[{i}].size")
         cost = _num(e["cost"], path, f"edges[{i}].cost")
@@ -183,8 +192,10 @@ def read_dnn_partitioning(
     g.graph["name"] = path.stem
     g.graph["source"] = "dnn-partitioning workload (Tarnawski et al., NeurIPS 2020)"
 
-    k = int(d["maxFPGAs"]) if accelerators is None else accelerators
-    l_ = int(d["maxCPUs"]) if cpus is None else cpus
+    k = _count(d["maxFPGAs"] if accelerators is None else accelerators, path, "maxFPGAs (accelerators)")
+    l_ = _count(d["maxCPUs"] if cpus is None else cpus, path, "maxCPUs (cpus)")
+    if k + l_ > MAX_DEVICES:
+        raise ReadError(f"{path}: {k} accelerators and {l_} CPUs, more than {MAX_DEVICES} devices")
     mem = _num(d["maxSizePerFPGA"], path, "maxSizePerFPGA")
     devices = [Device(f"fpga{i}", {"fpga": 1.0}, mem) for i in range(k)]
     devices += [Device(f"cpu{i}", {"cpu": 1.0}) for i in range(l_)]

@@ -21,11 +21,14 @@ A JSON object with these fields (units as in DESIGN.md: seconds, bytes, bytes/s)
         "objective": "bottleneck"          #   "bottleneck" | "gpipe" | "makespan"
       },
       "cluster": {                         # required
-        "bandwidth": 2.5e10,               # required: bytes/s between consecutive workers
+        "bandwidth": 2.5e10,               # required: bytes/s between consecutive workers,
+                                           #   or a unit string read (never written) as in
+                                           #   pipeopt.units: "200Gbps", "25GB/s"
         "devices": [                       # required, non-empty, in cluster order
           {"name": "gpu0",                 # required, unique
            "resources": {"gpu": 156.0},    # required: units of each resource kind
-           "memory": 4.0e10}               # required: bytes; null = no limit (infinite)
+           "memory": 4.0e10}               # required: bytes; null = no limit (infinite);
+                                           #   or a unit string ("40GB", "40GiB")
         ]
       },
       "graph": {                           # required: the layer graph (node-link style)
@@ -74,8 +77,9 @@ import networkx as nx
 import numpy as np
 
 from ..cluster import Cluster, Device
-from ..errors import InvalidGraphError, ReadError
+from ..errors import InvalidGraphError, InvalidUnitError, ReadError
 from ..instance import Instance, Settings
+from ..units import parse_bandwidth, parse_size
 
 FORMAT = "pipeopt-instance"
 """Value of the ``"format"`` header field."""
@@ -228,6 +232,16 @@ def _field(obj, key: str, source: str, where: str, types, *, required: bool = Tr
     return value
 
 
+def _unit(value, parse, source: str, name: str):
+    """A unit string (``"100Gbps"``, ``"40GiB"``) read by ``parse``; other values unchanged."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse(value) if parse is parse_bandwidth else parse(value, unlimited=True)
+    except InvalidUnitError as exc:
+        raise InvalidUnitError(f"{source}: field {name!r}: {exc}") from None
+
+
 def _as_tuple(types) -> tuple:
     return types if isinstance(types, tuple) else (types,)
 
@@ -278,15 +292,19 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
     settings = Settings(**raw_settings)
 
     raw_cluster = _field(d, "cluster", source, "", dict)
-    bandwidth = _decode(_field(raw_cluster, "bandwidth", source, "cluster", (int, float, dict)))
+    bandwidth = _unit(
+        _decode(_field(raw_cluster, "bandwidth", source, "cluster", (int, float, dict, str))),
+        parse_bandwidth, source, "cluster.bandwidth",
+    )
     raw_devices = _field(raw_cluster, "devices", source, "cluster", list)
     devices = []
     for i, rd in enumerate(raw_devices):
         where = f"cluster.devices[{i}]"
         dname = _field(rd, "name", source, where, str)
         resources = _field(rd, "resources", source, where, dict)
-        memory = _field(rd, "memory", source, where, (int, float, dict, type(None)))
-        devices.append(Device(dname, _decode(resources), math.inf if memory is None else _decode(memory)))
+        memory = _field(rd, "memory", source, where, (int, float, dict, str, type(None)))
+        memory = math.inf if memory is None else _unit(_decode(memory), parse_size, source, f"{where}.memory")
+        devices.append(Device(dname, _decode(resources), memory))
     cluster = Cluster(tuple(devices), bandwidth)
 
     raw_graph = _field(d, "graph", source, "", dict)

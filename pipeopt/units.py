@@ -1,0 +1,217 @@
+"""Bandwidths and memory sizes written with units that cannot be misread.
+
+pipeopt computes in bytes and bytes per second (DESIGN.md). People write network links in
+*bits* per second (``100Gbps``, ``10Gbit/s``) and memory in bytes (``16GiB``); a parser that
+reads ``10Gbps`` as 10 GB/s is off by a factor of 8 without a word. Here the letter case of
+the unit carries the meaning, as in the SI/IEC conventions, and every form that could be
+read two ways is refused:
+
+Bandwidth (:func:`parse_bandwidth`), result in **bytes per second**:
+
+====================  ==========================================  ===================
+form                  meaning                                     ``"10<unit>"`` =
+====================  ==========================================  ===================
+a bare number         bytes per second                            ``10.0``
+``bps``, ``bit/s``    bits per second (``Kbps`` .. ``Pbps``,      ``1.25e9`` (Gbps)
+                      ``Gbit/s``; ``Gibit/s`` binary)
+``B/s``               bytes per second (``kB/s`` .. ``PB/s``)     ``1e10`` (GB/s)
+``iB/s``              binary bytes per second (``KiB/s`` ..)      ``10 * 2**30``
+====================  ==========================================  ===================
+
+Memory size (:func:`parse_size`), result in **bytes**: a bare number, or a number with
+``B``, ``kB``/``KB`` .. ``PB`` (powers of 1000) or ``KiB`` .. ``PiB`` (powers of 1024).
+
+Refused, with a :class:`~pipeopt.errors.InvalidUnitError` that lists the accepted forms: a
+prefix without a unit (``10G``), bits for a memory size (``16Gb``), ``Bps``/``b/s`` (one
+letter's case away from the other meaning), a lower-case ``b`` in a size (``16gib``), any
+other word (``10 gigs``), and values that are zero, negative, not a number or infinite
+(:func:`parse_size` takes ``inf`` only when asked, as "no limit").
+
+Prefixes are SI and decimal: ``GB`` is 10**9 bytes, ``GiB`` is 2**30 (a "16 GB" GPU usually
+has 16 GiB: write what you mean). Decimal prefixes (k = 1e3, M = 1e6, G = 1e9, T = 1e12, P = 1e15) and case-insensitive
+(``mB/s`` is MB/s: milli-bytes make no sense here); ``Ki``, ``Mi``, ... are binary (2**10,
+2**20, ...). A space between the number and the unit is allowed.
+
+Examples
+--------
+>>> parse_bandwidth("10Gbps"), parse_bandwidth("10GB/s"), parse_bandwidth("1.25e9")
+(1250000000.0, 10000000000.0, 1250000000.0)
+>>> parse_size("16GiB") == 16 * 2**30, parse_size("1.5e9")
+(True, 1500000000.0)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+from .errors import InvalidUnitError
+
+__all__ = [
+    "BANDWIDTH_FORMS",
+    "SIZE_FORMS",
+    "as_bandwidth",
+    "as_size",
+    "parse_bandwidth",
+    "parse_size",
+]
+
+BANDWIDTH_FORMS = (
+    "a number of bytes per second (1.25e10), or a number with a unit: bits per second "
+    "(100Gbps, 100Gbit/s, 25Gibit/s), bytes per second (12.5GB/s) or binary bytes per "
+    "second (10GiB/s); prefixes k, M, G, T, P"
+)
+"""The accepted bandwidth forms, as quoted in error messages."""
+
+SIZE_FORMS = (
+    "a number of bytes (1.5e9), or a number with a unit: B, kB/KB, MB, GB, TB, PB "
+    "(powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024), e.g. 16GiB, 40GB"
+)
+"""The accepted memory-size forms, as quoted in error messages."""
+
+_DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+_BINARY = {"k": 2.0**10, "m": 2.0**20, "g": 2.0**30, "t": 2.0**40, "p": 2.0**50}
+
+_NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?i:inf|infinity|nan))"
+_PREFIX = r"(?P<prefix>[kKmMgGtTpP]?)(?P<binary>i?)"
+# bits: "bps" (lower-case b) or "bit/s" (any case); bytes: "B/s" (upper-case B)
+_RATE = re.compile(rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>bps|(?i:bit)/s|B/s))?\s*")
+_SIZE = re.compile(rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>B))?\s*")
+_UNLIMITED = ("inf", "infinity", "unlimited", "none")
+
+
+def _scale(m: re.Match) -> float | None:
+    """The factor of the prefix of a unit match (``None`` for ``"iB"`` without a prefix)."""
+    prefix = (m["prefix"] or "").lower()
+    if m["binary"]:
+        return _BINARY.get(prefix)
+    return _DECIMAL[prefix]
+
+
+def _check_value(value: float, text, what: str, forms: str) -> float:
+    if math.isnan(value) or math.isinf(value) or value <= 0:
+        raise InvalidUnitError(f"{what} must be a positive finite amount, got {text!r}; write {forms}")
+    return value
+
+
+def parse_bandwidth(text: str | float) -> float:
+    """Read a bandwidth as bytes per second.
+
+    Parameters
+    ----------
+    text
+        A string in one of the forms of the module docstring (``"100Gbps"``,
+        ``"12.5GB/s"``, ``"1.25e10"``), or a number (bytes per second).
+
+    Returns
+    -------
+    float
+        Bytes per second, positive and finite.
+
+    Raises
+    ------
+    InvalidUnitError
+        If the text is in no accepted form (``"10G"``, ``"10 gigs"``, ``"10GBps"``,
+        ``"10Gb/s"``) or the value is zero, negative, not a number or infinite; the message
+        lists the accepted forms.
+    """
+    if not isinstance(text, str):
+        return as_bandwidth(text)
+    m = _RATE.fullmatch(text)
+    scale = _scale(m) if m is not None and m["unit"] else 1.0
+    if m is None or scale is None:
+        raise InvalidUnitError(f"not a bandwidth: {text!r}; write {BANDWIDTH_FORMS}")
+    if m["unit"] and m["unit"] != "B/s":  # bits
+        scale /= 8.0
+    return _check_value(float(m["num"]) * scale, text, "bandwidth", BANDWIDTH_FORMS)
+
+
+def parse_size(text: str | float, *, unlimited: bool = False) -> float:
+    """Read a memory size as bytes.
+
+    Parameters
+    ----------
+    text
+        A string in one of the forms of the module docstring (``"16GiB"``, ``"40GB"``,
+        ``"1.5e9"``), or a number (bytes).
+    unlimited
+        Also accept ``"inf"``, ``"infinity"``, ``"unlimited"`` and ``"none"`` (any case),
+        and the number ``math.inf``, meaning "no limit" (returned as ``math.inf``).
+
+    Returns
+    -------
+    float
+        Bytes, positive (finite unless ``unlimited``).
+
+    Raises
+    ------
+    InvalidUnitError
+        If the text is in no accepted form (``"16G"``, ``"16Gb"``, ``"16gib"``) or the value
+        is zero, negative, not a number, or infinite without ``unlimited``; the message
+        lists the accepted forms.
+    """
+    if not isinstance(text, str):
+        return as_size(text, unlimited=unlimited)
+    if unlimited and text.strip().lower() in _UNLIMITED:
+        return math.inf
+    m = _SIZE.fullmatch(text)
+    scale = _scale(m) if m is not None and m["unit"] else 1.0
+    if m is None or scale is None:
+        raise InvalidUnitError(f"not a memory size: {text!r}; write {SIZE_FORMS}")
+    forms = SIZE_FORMS + (", or inf for no limit" if unlimited else "")
+    return _check_value(float(m["num"]) * scale, text, "memory size", forms)
+
+
+def _as_number(value, what: str, forms: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidUnitError(f"{what} must be a number or a string with a unit, got {type(value).__name__} {value!r}; write {forms}")
+    return float(value)
+
+
+def as_bandwidth(value) -> float:
+    """A bandwidth given as a number of bytes per second or a unit string, as bytes/s.
+
+    Raises
+    ------
+    InvalidUnitError
+        Wrong type, or a value that is not positive and finite (see :func:`parse_bandwidth`).
+    """
+    if isinstance(value, str):
+        return parse_bandwidth(value)
+    return _check_value(_as_number(value, "bandwidth", BANDWIDTH_FORMS), value, "bandwidth", BANDWIDTH_FORMS)
+
+
+def as_size(value, *, unlimited: bool = False) -> float:
+    """A memory size given as a number of bytes or a unit string, as bytes.
+
+    ``unlimited`` lets ``math.inf`` (or ``"inf"``) through as "no limit".
+
+    Raises
+    ------
+    InvalidUnitError
+        Wrong type, or a value that is not positive (and finite, unless ``unlimited``).
+    """
+    if isinstance(value, str):
+        return parse_size(value, unlimited=unlimited)
+    number = _as_number(value, "memory size", SIZE_FORMS)
+    if unlimited and number == math.inf:
+        return number
+    return _check_value(number, value, "memory size", SIZE_FORMS)
+
+
+# ---- magnitudes the data model accepts -----------------------------------------------------
+MAX_BYTES = 1e15
+"""Largest byte amount pipeopt accepts (one petabyte): any one layer's or edge's bytes, the
+layers' bytes added up, and a device's finite memory. Larger values are almost surely not
+bytes (bits, or a unit mix-up), and the exact methods count bytes in 64-bit integers."""
+
+MAX_SECONDS = 1e9
+"""Largest time value pipeopt accepts for a layer (about 32 years on one resource unit):
+larger values are a unit mix-up, and sums of them must stay finite."""
+
+MAX_DEVICES = 100_000
+"""Largest number of devices in a cluster (and of stages or workers asked for)."""
+
+MAX_MICROBATCHES = 100_000
+"""Largest number of microbatches per iteration (the simulator plays every one of them)."""
