@@ -192,6 +192,12 @@ def stage_memory(act_bytes, param_bytes, in_flight_count, versions):
     return in_flight_count * act_bytes + versions * param_bytes
 
 
+def memory_limit(capacity):
+    """The most bytes that fit ``capacity``: ``fits(m, c)`` is ``m <= memory_limit(c)``
+    (:data:`MEMORY_SLACK` included; a linear model's memory row uses it as its right-hand side)."""
+    return capacity * (1 + MEMORY_SLACK)
+
+
 def fits(memory, capacity):
     """True where ``memory <= capacity`` up to :data:`MEMORY_SLACK` (``inf`` capacity: always)."""
-    return memory <= capacity * (1 + MEMORY_SLACK)
+    return memory <= memory_limit(capacity)
