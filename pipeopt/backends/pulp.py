@@ -271,8 +271,10 @@ def solve_pulp(
     workdir = tempfile.mkdtemp(prefix=f"pipeopt_{solver}_")
     try:
         mps = os.path.join(workdir, "model.mps")
+        own = [v.name for v in prob.variables()]  # before PuLP adds a dummy to an empty objective
         vs, var_names, _, _ = prob.writeMPS(mps, mpsSense=pulp.LpMinimize, rename=True)
         columns = [var_names[v.name] for v in vs]  # MPS column order
+        var_names = {name: var_names[name] for name in own}
         start = _start_columns(warm_start, var_names)
         mip = prob.isMIP()
         if deadline.expired():
@@ -314,7 +316,10 @@ def _start_columns(warm_start: dict | None, var_names: dict[str, str]) -> dict[s
     for key, value in warm_start.items():
         name = key if isinstance(key, str) else key.name
         if name not in var_names:
-            raise ValueError(f"warm start names {name!r}, which is not a variable of the problem")
+            raise ValueError(
+                f"warm start names {name!r}, which is not a variable of the problem (PuLP replaces "
+                "the characters '-+[] ->/' in names by '_': key the start by the variable or var.name)"
+            )
         if value is None:
             continue
         out[var_names[name]] = float(value)

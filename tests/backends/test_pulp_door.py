@@ -136,6 +136,18 @@ def test_unbounded_lp(solver):
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
+def test_model_without_objective_and_with_odd_names(solver):
+    prob = pulp.LpProblem("find")
+    x = pulp.LpVariable("x-y[1]", 0, 3, cat=pulp.LpInteger)  # PuLP names it x_y_1_
+    prob += x >= 2
+    out = solve_pulp(prob, solver=solver, deadline=Deadline(30), warm_start={x: 3})
+    assert out.status == "optimal"
+    assert set(out.values) == {x.name}  # no PuLP dummy column
+    assert 2 <= out.value(x) <= 3
+    assert out.objective == 0.0
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_expired_deadline_runs_no_solver(solver):
     prob, _, _ = knapsack()
     d = Deadline(0.001)
