@@ -1,10 +1,20 @@
-"""Duan & Wu's binary-search partition: one generic core for every stage time.
+"""The one bisection on the bottleneck limit T, and Duan & Wu's greedy chain probe.
 
-A bottleneck limit T is easy to check greedily: walk the units left to right and let each
-stage end at the farthest unit that keeps its stage time <= T (:func:`greedy_starts`).
-Bisection on T then finds the smallest limit the greedy accepts (:func:`bisect_limit`), and
-a plan with fewer stages than workers gets its missing cuts where they cost least
-(:func:`complete_stages`). The problems only supply their **stage time**:
+**The bisection** (:func:`bisect`): a bracket ``[lower, upper]`` on T and a *probe* that
+answers, for one T, whether some plan has bottleneck <= T (:class:`Probe`: feasible with a
+plan, infeasible, or unknown). Every bisection on T in pipeopt is this one function:
+
+* exact probes (a MILP or CP-SAT model at fixed T, the resource problems'
+  :mod:`pipeopt.problems.resource.search`): an infeasible answer is a proof, so ``lower`` is a
+  valid lower bound and a closed bracket certifies the plan within ``rel_tol``; an unknown
+  answer (the probe's share of the time ran out) is searched around;
+* greedy checks (:func:`bisect_limit`, Duan & Wu's partition heuristic): accept or reject.
+
+**The greedy chain probe.** A bottleneck limit T is easy to check greedily: walk the units
+left to right and let each stage end at the farthest unit that keeps its stage time <= T
+(:func:`greedy_starts`). Bisection on T then finds the smallest limit the greedy accepts
+(:func:`bisect_limit`), and a plan with fewer stages than workers gets its missing cuts where
+they cost least (:func:`complete_stages`). The problems only supply their **stage time**:
 
 ``stage_time(stage, a, b) -> ndarray``
     Seconds per microbatch of stage ``stage`` (0-based position in the pipeline, which
@@ -34,11 +44,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import InvalidProblemError
+from .deadline import Deadline
 
 StageTime = Callable[[int, "int | np.ndarray", "int | np.ndarray"], np.ndarray]
 """``stage_time(stage, a, b) -> ndarray`` seconds (see the module docstring)."""
@@ -228,8 +240,221 @@ def complete_stages(
     return starts
 
 
-class Bisection(NamedTuple):
-    """Outcome of :func:`bisect_limit`."""
+# ---- the one bisection on T --------------------------------------------------------------------
+
+FEASIBLE = "feasible"
+"""Probe outcome: a plan with bottleneck <= T was found (a greedy check: T is accepted)."""
+INFEASIBLE = "infeasible"
+"""Probe outcome: no plan has bottleneck <= T (an exact probe: proven; a greedy check: rejected)."""
+UNKNOWN = "unknown"
+"""Probe outcome: undecided (the probe ran out of time, or it could not certify its plan)."""
+
+
+class Probe(NamedTuple):
+    """What one check of a bottleneck limit T found: the answer of ``probe(T, deadline)``.
+
+    Attributes
+    ----------
+    outcome
+        :data:`FEASIBLE`, :data:`INFEASIBLE` or :data:`UNKNOWN`.
+    plan
+        With :data:`FEASIBLE`: the plan found (any object the caller understands).
+    value
+        The plan's exact bottleneck in seconds, or ``None`` if the plan is only known to pass
+        T (a greedy check whose plan is completed later); then T itself becomes the upper end.
+    """
+
+    outcome: str
+    plan: object = None
+    value: float | None = None
+
+
+@dataclass
+class Bisection:
+    """Outcome of :func:`bisect`.
+
+    Attributes
+    ----------
+    plan
+        The plan kept (``None`` if no probe found one and no start was given).
+    value
+        Its score (by default its bottleneck, or the limit it passed), seconds; ``inf`` without
+        a plan.
+    upper
+        The bracket's upper end: the smallest limit some plan is known to pass (the kept plan's
+        bottleneck for exact probes), seconds.
+    lower
+        The bracket's lower end: the largest limit rejected (for exact probes, proven: a valid
+        lower bound on the optimum), or the given lower bound.
+    closed
+        ``upper - lower <= rel_tol * lower``: the bracket is closed (exact probes: the plan is
+        optimal within ``rel_tol``). Without a plan, ``closed`` means that no plan passes the
+        given upper limit (exact probes: proven).
+    steps
+        ``list[(T, outcome)]`` of every probe, in order.
+    iterations
+        Probes at bracket midpoints (the probes at ``lower`` and at ``upper`` not counted).
+    """
+
+    plan: object
+    value: float
+    upper: float
+    lower: float
+    closed: bool
+    steps: list = field(default_factory=list)
+    iterations: int = 0
+
+
+def bisect(
+    probe: Callable[[float, Deadline | None], Probe],
+    lower: float,
+    upper: float,
+    *,
+    start: object = None,
+    start_value: float | None = None,
+    rel_tol: float = 1e-9,
+    deadline: Deadline | None = None,
+    step_share: float | None = None,
+    min_step: float = 1.0,
+    max_iter: int = 200,
+    probe_lower: bool = False,
+    score: Callable[[object], float] | None = None,
+) -> Bisection:
+    """The one bisection on the bottleneck limit T, for greedy checks and exact probes alike.
+
+    Keeps a bracket ``[lower, upper]`` on T and probes its midpoint: a plan found moves the
+    upper end (to the plan's bottleneck, or to T if the probe gives none), a rejection moves
+    the lower end to T. A probe that cannot decide (:data:`UNKNOWN`, e.g. its solver ran out
+    of its share of the time) marks its T as *hard*: the search continues below it, where
+    proofs are easier, and retries above it with all the time left once the bracket below is
+    closed. Stops when the bracket is closed (``upper - lower <= rel_tol * lower``), at the
+    deadline, after ``max_iter`` midpoints, when a hard T stays undecided with all the time
+    left, or when floats cannot split the bracket.
+
+    Parameters
+    ----------
+    probe
+        ``probe(T, deadline) -> Probe``: is there a plan with bottleneck <= T seconds?
+        ``deadline`` is the probe's share of the time (a
+        :class:`~pipeopt.backends.deadline.Deadline` on the caller's clock, or ``None``).
+        An exact probe answers :data:`INFEASIBLE` only with a proof; then ``lower`` is a
+        valid lower bound.
+    lower
+        A lower end: a valid lower bound on the optimum (exact probes) or a limit no plan
+        passes, seconds (>= 0).
+    upper
+        An upper end, seconds: the bottleneck of ``start``, or, without a start, a limit that
+        every plan passes if any plan exists at all (then it is probed first, with all the time).
+    start
+        A plan known to pass ``upper`` (the incumbent), or ``None``.
+    start_value
+        Score of ``start`` (default ``score(start)`` if ``score`` is given, else ``upper``).
+    rel_tol
+        Relative width at which the bracket is closed. Relative to ``lower``, so that a closed
+        bracket means ``upper <= (1 + rel_tol) * lower <= (1 + rel_tol) * optimum``.
+    deadline
+        The caller's :class:`~pipeopt.backends.deadline.Deadline` (``None``: no limit). No
+        probe starts after it has passed.
+    step_share
+        If given, each midpoint probe gets at most this share of the time left (at least
+        ``min_step`` seconds, never beyond the deadline); a retry above a hard T gets all of it.
+        ``None``: every probe gets all the time left.
+    min_step
+        Seconds: the smallest share a probe is given (see ``step_share``).
+    max_iter
+        Most midpoint probes (guards against a bracket that floats cannot narrow).
+    probe_lower
+        Probe ``lower`` itself first (a greedy check that may accept its lower bound).
+    score
+        ``score(plan) -> float``: the plan kept is the one of least score (ties: the
+        earlier), e.g. the bottleneck after :func:`complete_stages`. Default: the plan's
+        :attr:`Probe.value`, else the limit it passed.
+
+    Returns
+    -------
+    Bisection
+
+    References
+    ----------
+    Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029 (partition by binary search on
+    the bottleneck).
+    """
+    lower, upper = float(lower), float(upper)
+    steps: list = []
+    best, best_key = None, math.inf
+    if start is not None:
+        best = start
+        best_key = score(start) if score is not None else (upper if start_value is None else float(start_value))
+
+    def expired() -> bool:
+        return deadline is not None and deadline.expired()
+
+    def closed() -> bool:
+        return upper - lower <= rel_tol * lower
+
+    def take(out: Probe, T: float) -> bool:
+        """Move the upper end to a plan found at T; False if it does not improve the upper end."""
+        nonlocal best, best_key, upper
+        reach = T if out.value is None else float(out.value)
+        if not reach < upper:
+            return False
+        upper = reach
+        key = score(out.plan) if score is not None else reach
+        if key < best_key:
+            best, best_key = out.plan, key
+        return True
+
+    def result(is_closed: bool, iterations: int) -> Bisection:
+        return Bisection(best, best_key, upper, lower, is_closed, steps, iterations)
+
+    if start is None:  # no plan known: does any plan pass the top at all?
+        if expired():
+            return result(False, 0)
+        out = probe(upper, deadline)
+        steps.append((upper, out.outcome))
+        if out.outcome == INFEASIBLE:
+            lower = upper
+            return result(True, 0)
+        if out.outcome != FEASIBLE or out.plan is None:
+            return result(False, 0)
+        reach = upper if out.value is None else float(out.value)
+        best, upper = out.plan, min(upper, reach)
+        best_key = score(best) if score is not None else reach
+    if probe_lower and not expired():
+        out = probe(lower, deadline)
+        steps.append((lower, out.outcome))
+        if out.outcome == FEASIBLE:
+            take(out, lower)
+    iterations = 0
+    hard = None  # smallest T a probe could not decide: search below it first
+    while not closed() and iterations < max_iter and not expired():
+        top = upper if hard is None or hard - lower <= rel_tol * lower else hard
+        T = 0.5 * (lower + top)
+        if not lower < T < top:
+            break  # floats cannot split the bracket
+        retry = hard is not None and top == upper
+        step = deadline
+        if deadline is not None and deadline.bounded and step_share is not None and not retry:
+            step = deadline.sub(seconds=max(min_step, step_share * deadline.remaining()))
+        out = probe(T, step)
+        iterations += 1
+        steps.append((T, out.outcome))
+        if out.outcome == FEASIBLE and take(out, T):
+            if hard is not None and hard >= upper:
+                hard = None
+            continue
+        if out.outcome == INFEASIBLE:
+            lower = T
+            continue
+        # undecided (or a plan that does not improve on the incumbent)
+        if retry:
+            break  # even with all the time left the probe could not decide
+        hard = T if hard is None else min(hard, T)
+    return result(closed(), iterations)
+
+
+class LimitSearch(NamedTuple):
+    """Outcome of :func:`bisect_limit` (a greedy check bisected by :func:`bisect`)."""
 
     starts: list
     """Stage starts of the kept plan (as the check returned them)."""
@@ -239,6 +464,13 @@ class Bisection(NamedTuple):
     """Checks made at bracket midpoints."""
 
 
+def _as_deadline(deadline: Deadline | float | None) -> Deadline | None:
+    """A :class:`Deadline` from a deadline, a ``time.perf_counter()`` end, or ``None``."""
+    if deadline is None or isinstance(deadline, Deadline):
+        return deadline
+    return Deadline(max(float(deadline) - time.perf_counter(), 1e-12))
+
+
 def bisect_limit(
     check: Callable[[float], list[int] | None],
     lo: float,
@@ -246,16 +478,16 @@ def bisect_limit(
     starts: list[int],
     *,
     rel_tol: float = 1e-9,
-    deadline: float | None = None,
+    deadline: Deadline | float | None = None,
     max_iter: int = 200,
     score: Callable[[list[int]], float] | None = None,
-) -> Bisection:
-    """Bisection on the bottleneck limit T between a lower and an upper bound.
+) -> LimitSearch:
+    """Duan & Wu's bisection of a greedy check between a lower and an upper bound on T.
 
-    First ``check(lo)``: if it accepts, the bracket closes at ``lo``. Otherwise the midpoint
-    of ``[lo, hi]`` is checked repeatedly; an accepted midpoint becomes ``hi`` (its plan is
-    kept), a rejected one ``lo``. Stops when ``hi - lo <= rel_tol * hi``, after ``max_iter``
-    midpoints, or at ``deadline``.
+    :func:`bisect` with the check as a probe that accepts or rejects: first ``check(lo)``
+    (if it accepts, the bracket closes at ``lo``), then midpoints; an accepted midpoint
+    becomes ``hi`` (its plan is kept), a rejected one ``lo``. Stops when
+    ``hi - lo <= rel_tol * lo``, after ``max_iter`` midpoints, or at ``deadline``.
 
     Parameters
     ----------
@@ -269,10 +501,10 @@ def bisect_limit(
     rel_tol
         Relative width of the bracket at which the bisection stops.
     deadline
-        ``time.perf_counter()`` value after which no further midpoint is checked (None:
-        no deadline).
+        A :class:`~pipeopt.backends.deadline.Deadline`, or a ``time.perf_counter()`` value,
+        after which no further check is made (None: no deadline).
     max_iter
-        Most midpoints checked (guards against a bracket that floats cannot narrow).
+        Most midpoints checked.
     score
         If given, ``score(starts) -> seconds`` of a plan; every accepted plan is scored and
         the best-scoring one is kept (ties: the earlier), e.g. the bottleneck after
@@ -281,7 +513,7 @@ def bisect_limit(
 
     Returns
     -------
-    Bisection
+    LimitSearch
         ``(starts, limit, iterations)``: the kept plan's starts, the final ``hi``, and the
         number of midpoints checked.
 
@@ -289,32 +521,11 @@ def bisect_limit(
     ----------
     Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
     """
-    best = starts
-    best_score = score(starts) if score is not None else None
 
-    def keep(st):
-        nonlocal best, best_score
-        if score is None:
-            best = st
-            return
-        v = score(st)
-        if v < best_score:
-            best, best_score = st, v
+    def probe(T: float, _deadline) -> Probe:
+        st = check(T)
+        return Probe(INFEASIBLE) if st is None else Probe(FEASIBLE, st)
 
-    iterations = 0
-    first = check(lo)
-    if first is not None:
-        keep(first)
-        return Bisection(best, lo, 0)
-    while iterations < max_iter and hi - lo > rel_tol * hi:
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
-        mid = 0.5 * (lo + hi)
-        iterations += 1
-        st = check(mid)
-        if st is None:
-            lo = mid
-        else:
-            keep(st)
-            hi = mid
-    return Bisection(best, hi, iterations)
+    found = bisect(probe, lo, hi, start=starts, rel_tol=rel_tol, deadline=_as_deadline(deadline),
+                   max_iter=max_iter, probe_lower=True, score=score)
+    return LimitSearch(found.plan, found.upper, found.iterations)

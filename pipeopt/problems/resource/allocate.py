@@ -1,7 +1,7 @@
 """The allocate problem's methods: the LP split, the paper's closed form, no split.
 
-All three keep the same partition (:attr:`pipeopt.problems.resource.AllocateProblem.base`) so that
-their objectives compare directly.
+All three keep the same partition (:func:`base_partition`) so that their objectives compare
+directly.
 
 * :func:`solve_lp` - the optimal forward share per worker and kind: the allocation LP
   ``max r s.t. sum_k beta_k R_k/F_k >= r, sum_k (1-beta_k) R_k/B_k >= r, 0 <= beta <= 1``
@@ -19,31 +19,69 @@ DNN Training*, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
 
 from __future__ import annotations
 
-import time
+import math
 
-from .problem import AllocateProblem
+from ...backends.deadline import Deadline
+from ...errors import InfeasibleError
 from ...result import Result, Status
+from .duan_wu import bisection_partition
+from .problem import AllocateProblem
 
 
-def _run(problem: AllocateProblem, method: str, mode: str, status: Status, space: str) -> Result:
-    started = time.perf_counter()
-    starts, groups = problem.base
+def base_partition(problem: AllocateProblem, deadline: Deadline | None = None) -> tuple[list[int], list[tuple]]:
+    """``(starts, groups)`` of the fixed partition every allocate method uses.
+
+    The given plan's stages and workers, or (``stages=S``) Duan & Wu's binary-search partition
+    (:func:`pipeopt.problems.resource.duan_wu.bisection_partition`, balancing the sequential
+    stage time) of the chain on the first S devices, stage s on device s. Deterministic: every
+    method gets the same partition.
+
+    Parameters
+    ----------
+    problem
+        :class:`~pipeopt.problems.resource.AllocateProblem`.
+    deadline
+        Bounds the bisection (its plan at the deadline is kept).
+    """
+    if problem.plan_given is not None:
+        return problem.starts_of(problem.plan_given), [tuple(s.devices) for s in problem.plan_given.stages]
+    groups = [(d.name,) for d in problem.instance.cluster.devices[: problem.num_stages]]
+    starts, _ = bisection_partition(problem, groups, mode="sequential", deadline=deadline)
+    return starts, groups
+
+
+def _run(problem: AllocateProblem, method: str, mode: str, time_limit) -> Result:
+    deadline = Deadline.of(time_limit)
+    starts, groups = base_partition(problem, deadline)
     plan = problem.plan(starts, groups, mode)
     seq = problem.plan_value(starts, groups, "sequential")
-    res = problem.result(method, plan, status, started=started, space=space,
-                         info={"sequential_objective": seq})
+    info = {"sequential_objective": seq}
+    if mode == "split":  # the optimum of the fixed partition: its own bound
+        value = problem.plan_value(starts, groups, "split")
+        if not math.isfinite(value):  # the shares change neither memory nor which kinds can run a layer
+            raise InfeasibleError(f"allocate on {problem.instance.name}: a stage of the partition breaks memory or "
+                                  "holds a layer its worker cannot run, whatever the split")
+        res = problem.result(method, plan, Status.OPTIMAL, lower_bound=value, started=deadline.started,
+                             space="split", info=info)
+    else:
+        res = problem.result(method, plan, Status.FEASIBLE, started=deadline.started,
+                             space="sequential" if mode == "sequential" else "split", info=info)
     res.info["gain_over_sequential"] = seq / res.objective if res.objective > 0 else None
     return res
 
 
-def solve_lp(problem: AllocateProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def solve_lp(problem: AllocateProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+             threads: int = 2) -> Result:
     """The optimal split of the fixed partition (one LP per stage, closed form).
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.AllocateProblem`.
-    time_limit, solver, seed
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline` (bounds the
+        partition's bisection when the problem gives ``stages``).
+    solver, seed, threads
         Unused; accepted for the common signature.
 
     Returns
@@ -52,17 +90,23 @@ def solve_lp(problem: AllocateProblem, *, time_limit: float = 60.0, solver: str 
         Status ``OPTIMAL`` in the split space of the fixed partition (``lower_bound`` =
         objective); ``info["sequential_objective"]`` is the same plan without the split and
         ``info["gain_over_sequential"]`` their ratio.
+
+    Raises
+    ------
+    InfeasibleError
+        If a stage of the partition breaks memory or holds a layer its worker cannot run (the
+        shares change neither: no split fits).
     """
-    res = _run(problem, "lp", "split", Status.OPTIMAL, "split")
-    res.lower_bound = res.objective
-    return res
+    return _run(problem, "lp", "split", time_limit)
 
 
-def theorem(problem: AllocateProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def theorem(problem: AllocateProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+            threads: int = 2) -> Result:
     """Duan & Wu's closed-form split beta_k = c/(c+1) on the fixed partition (FEASIBLE, space ``"split"``)."""
-    return _run(problem, "theorem", "theorem", Status.FEASIBLE, "split")
+    return _run(problem, "theorem", "theorem", time_limit)
 
 
-def sequential(problem: AllocateProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def sequential(problem: AllocateProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+               threads: int = 2) -> Result:
     """The fixed partition without the split (FEASIBLE, space ``"sequential"``)."""
-    return _run(problem, "sequential", "sequential", Status.FEASIBLE, "sequential")
+    return _run(problem, "sequential", "sequential", time_limit)

@@ -3,7 +3,7 @@
 * :func:`bisection_partition` - the paper's partition step: binary search on the bottleneck
   T; a limit T is checked greedily (each stage takes as many units as fit under T on its
   worker and ends at a cut whose transfer also fits); a plan with fewer stages than workers
-  gets its missing cuts where they cost least (:func:`split_to_stages`). The same generic
+  gets its missing cuts where they cost least (:func:`complete_plan`). The same generic
   core (:mod:`pipeopt.backends.bisection`) as
   :func:`pipeopt.problems.partition.binary_search.binary_search` (single-kind identical workers),
   with this problem's stage time: multi-kind, split or sequential, any workers. The greedy
@@ -25,53 +25,19 @@ DNN Training*, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
 from __future__ import annotations
 
 import math
-import time
 
-import numpy as np
-
-from .problem import GroupProblem, JointProblem, ResourceProblem
-from .split import best_split, sequential_time
-from ...result import Result, Status
 from ...backends.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
+from ...backends.deadline import Deadline
+from ...result import Result, Status
+from .problem import GroupProblem, JointProblem, ResourceProblem, WorkerStages
+from .split import best_split, sequential_time
 
 
-class _WorkerStages:
-    """A resource problem's stage time on fixed workers, in the form of the generic core
-    (:mod:`pipeopt.backends.bisection`), with the compute-and-memory part cached.
-
-    Stage t (0-based position) runs on worker ``groups[t]`` with S - t microbatches in
-    flight; its time is ``max(fit, cut[a], cut[b])`` (overlapped transfers), the same float as
-    :meth:`~pipeopt.problems.resource.problem.ResourceProblem.stage_time`.
-    """
-
-    def __init__(self, problem: ResourceProblem, groups: list, mode: str):
-        self.problem, self.groups, self.mode = problem, groups, mode
-        self.cut = problem.cut_time
-        self._fit: dict = {}
-
-    def _fit1(self, t: int, a: int, b: int) -> float:
-        key = (t, a, b)
-        v = self._fit.get(key)
-        if v is None:
-            v = self._fit[key] = self.problem.fit_time(a, b, self.groups[t], t, self.mode)
-        return v
-
-    def fit(self, t: int, a, b) -> np.ndarray:
-        """Compute time of stage t = units ``a..b-1`` on its worker, ``inf`` if it does not
-        fit in memory (seconds; ``a``, ``b`` broadcast; non-decreasing in ``b``)."""
-        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
-        out = np.empty(a.shape)
-        for i in np.ndindex(a.shape):
-            out[i] = self._fit1(t, int(a[i]), int(b[i]))
-        return out
-
-    def time(self, t: int, a, b) -> np.ndarray:
-        """Stage time of stage t = units ``a..b-1``: compute and its two cuts (seconds)."""
-        return np.maximum(self.fit(t, a, b), np.maximum(self.cut[a], self.cut[b]))
+_WorkerStages = WorkerStages  # the name tests/problems/partition/test_baselines.py imports
 
 
-def split_to_stages(problem: ResourceProblem, groups: list, starts: list[int], mode: str) -> list[int]:
-    """Add cuts until the plan has ``len(groups)`` stages.
+def complete_plan(problem: ResourceProblem, groups: list, starts: list[int], mode: str) -> list[int]:
+    """Add cuts to a plan over fixed workers until it has one stage per worker.
 
     Each time the cut (over every stage and position; ties: the leftmost) whose plan has the
     smallest bottleneck under ``mode``; the stages after the cut move to the next worker
@@ -97,12 +63,12 @@ def split_to_stages(problem: ResourceProblem, groups: list, starts: list[int], m
     ----------
     Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
     """
-    return complete_stages(problem.n, len(groups), _WorkerStages(problem, groups, mode).time, starts,
+    return complete_stages(problem.n, len(groups), WorkerStages(problem, groups, mode).time, starts,
                            insert="shift")
 
 
 def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "sequential",
-                        rel_tol: float = 1e-9) -> tuple[list[int], float]:
+                        rel_tol: float = 1e-9, deadline: Deadline | None = None) -> tuple[list[int], float]:
     """Duan & Wu's binary-search partition of the chain over fixed workers.
 
     The generic core (:mod:`pipeopt.backends.bisection`) with this problem's stage time:
@@ -123,6 +89,9 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
         any allocation) or ``"split"`` (optimal split per stage).
     rel_tol
         Stop when the bracket ``[lo, hi]`` on T is this narrow (relative).
+    deadline
+        No bisection step starts after it (:class:`~pipeopt.backends.deadline.Deadline`); the
+        best plan accepted so far is kept.
 
     Returns
     -------
@@ -136,7 +105,7 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
     Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
     """
     n, S = problem.n, len(groups)
-    stages = _WorkerStages(problem, groups, mode)
+    stages = WorkerStages(problem, groups, mode)
 
     def check(T):
         return greedy_starts(n, S, stages.time, T, bound=stages.fit)
@@ -157,34 +126,37 @@ def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "seq
     hi = complete(starts)[1]
     if not math.isfinite(hi):
         return complete(starts)
-    found = bisect_limit(check, 0.0, hi, starts, rel_tol=rel_tol, score=lambda st: complete(st)[1])
+    found = bisect_limit(check, 0.0, hi, starts, rel_tol=rel_tol, deadline=deadline, score=lambda st: complete(st)[1])
     return complete(found.starts)
 
 
-def _two_step_result(problem: ResourceProblem, method: str, groups: list, started: float, info: dict) -> Result:
-    starts, value = bisection_partition(problem, groups, mode="sequential")
+def _two_step_result(problem: ResourceProblem, method: str, groups: list, deadline: Deadline) -> Result:
+    starts, value = bisection_partition(problem, groups, mode="sequential", deadline=deadline)
     plan = problem.plan(starts, groups, "split")
-    info = {"partition_bottleneck_sequential": value, **info}
-    return problem.result(method, plan, Status.FEASIBLE, started=started, space="split", info=info)
+    info = {"partition_bottleneck_sequential": value}
+    return problem.result(method, plan, Status.FEASIBLE, started=deadline.started, space="split", info=info)
 
 
-def two_step(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def two_step(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+             threads: int = 2) -> Result:
     """Duan & Wu's two steps on identical workers: binary-search partition, then the LP split.
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.JointProblem`.
-    time_limit, solver, seed
-        Unused (a fast heuristic); accepted for the common method signature.
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: the bisection
+        stops at it (a fast heuristic; it rarely matters).
+    solver, seed, threads
+        Unused; accepted for the common method signature.
 
     Returns
     -------
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory), space ``"split"``.
     """
-    started = time.perf_counter()
-    return _two_step_result(problem, "two_step", problem.groups, started, {})
+    return _two_step_result(problem, "two_step", problem.groups, Deadline.of(time_limit))
 
 
 def _model_load(problem: ResourceProblem) -> tuple[dict, dict]:
@@ -252,14 +224,18 @@ def round_robin_groups(problem: GroupProblem) -> list[tuple]:
     return [tuple(d.name for d in devices[w::q]) for w in range(q)]
 
 
-def algorithm2(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def algorithm2(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+               threads: int = 2) -> Result:
     """Duan & Wu's Algorithm 2 grouping, then the binary-search partition and the LP split.
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.GroupProblem`.
-    time_limit, solver, seed
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline` (bounds the
+        partition's bisection).
+    solver, seed, threads
         Unused; accepted for the common method signature.
 
     Returns
@@ -267,12 +243,14 @@ def algorithm2(problem: GroupProblem, *, time_limit: float = 60.0, solver: str =
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory), space ``"split"``.
     """
-    started = time.perf_counter()
-    return _two_step_result(problem, "algorithm2", algorithm2_groups(problem), started, {})
+    deadline = Deadline.of(time_limit)
+    return _two_step_result(problem, "algorithm2", algorithm2_groups(problem), deadline)
 
 
-def round_robin(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def round_robin(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+                threads: int = 2) -> Result:
     """Devices dealt round robin by speed (:func:`round_robin_groups`), then the binary-search
-    partition and the LP split. Status ``FEASIBLE``, space ``"split"``."""
-    started = time.perf_counter()
-    return _two_step_result(problem, "round_robin", round_robin_groups(problem), started, {})
+    partition and the LP split. Status ``FEASIBLE``, space ``"split"``; arguments as
+    :func:`algorithm2`."""
+    deadline = Deadline.of(time_limit)
+    return _two_step_result(problem, "round_robin", round_robin_groups(problem), deadline)

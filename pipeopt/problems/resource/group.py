@@ -1,19 +1,20 @@
 """Exact grouping of heterogeneous devices into workers, with the partition and the split.
 
-Two exact methods for :class:`~pipeopt.problems.resource.GroupProblem`, sharing the formulation of
-:mod:`pipeopt.problems.resource.formulation` (device-to-worker binaries ``g``, unit-to-stage binaries
-``x``, per-stage work fractions per resource kind, products linearised exactly; identical
-devices ordered to break their symmetry; worker s runs stage s, so workers are not
-interchangeable):
+Two exact methods for :class:`~pipeopt.problems.resource.GroupProblem`, both a model at a fixed
+bottleneck limit T bisected on T (:mod:`pipeopt.problems.resource.search`); identical devices
+are ordered to break their symmetry; worker s runs stage s, so workers are not
+interchangeable:
 
-* :func:`solve_milp` - PuLP (CBC or HiGHS) at fixed T, bisected on T. Bound: the largest T
-  proven infeasible.
-* :func:`solve_cpsat` - CP-SAT at fixed T over stage intervals, whose split feasibility on
-  the worker's devices is linear by LP duality
-  (:func:`pipeopt.problems.resource.formulation.interval_cover_coefficients`), bisected on T with the
-  same driver. Bound: the largest T proven infeasible.
+* :func:`solve_milp` - the MILP of :mod:`pipeopt.problems.resource.formulation`
+  (device-to-worker binaries ``g``, unit-to-stage binaries ``x``, per-stage work fractions
+  per resource kind, products linearised exactly), PuLP door (CBC or HiGHS).
+* :func:`solve_cpsat` - CP-SAT over stage intervals, whose split feasibility on the worker's
+  devices is linear by LP duality (:mod:`pipeopt.problems.resource.intervals`).
 
-Both start from the better of Algorithm 2 and round-robin (upper bound and hint).
+Both start from the better of Algorithm 2 and round-robin when one of them fits memory, and
+otherwise from a limit every plan that fits passes (no feasible start needed). Bound: the
+largest T proven infeasible. ``OPTIMAL`` means optimal *within a relative gap of 1e-4*
+(:data:`pipeopt.problems.resource.search.MIN_REL_GAP`).
 
 References
 ----------
@@ -23,68 +24,65 @@ DNN Training*, ICPADS 2022 (the problem; Algorithm 2 is their heuristic).
 
 from __future__ import annotations
 
-import math
-
-from .duan_wu import algorithm2_groups, bisection_partition, round_robin_groups
-from ...errors import InfeasibleError
-from .formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
-from .problem import GroupProblem
+from ...backends.deadline import Deadline
 from ...result import Result
+from .duan_wu import algorithm2_groups, bisection_partition, round_robin_groups
+from .formulation import MilpProbe
+from .intervals import IntervalProbe
+from .problem import GroupProblem
+from .search import exact_search
 
 
-def _start(problem: GroupProblem) -> tuple:
-    best = None
-    for groups in (algorithm2_groups(problem), round_robin_groups(problem)):
-        starts, value = bisection_partition(problem, groups, mode="split")
-        if best is None or value < best[2]:
-            best = (starts, groups, value)
-    if not math.isfinite(best[2]):
-        raise InfeasibleError(
-            f"neither Algorithm 2 nor round-robin found a plan of {problem.instance.name} that fits in memory;"
-            " the exact group methods need a feasible start"
-        )
-    return best[0], best[1]
+def _starts(problem: GroupProblem):
+    """The exact methods' heuristic starts: Algorithm 2's and round-robin's groupings, each with
+    the binary-search partition on the split time."""
+
+    def starts(deadline: Deadline) -> list[tuple]:
+        out = []
+        for groups in (algorithm2_groups(problem), round_robin_groups(problem)):
+            found, _ = bisection_partition(problem, groups, mode="split", deadline=deadline)
+            out.append((found, groups))
+        return out
+
+    return starts
 
 
-def _lower(problem: GroupProblem) -> float:
-    total = problem.pooled(problem.device_names)
-    return max(unit_lower_bound(problem, total), work_lower_bound(problem, total))
-
-
-def solve_milp(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-               rel_gap: float = MIN_REL_GAP, **_kw) -> Result:
-    """Exact grouping + partition + split by MILP bisected on T.
+def solve_milp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+               threads: int = 2) -> Result:
+    """Exact grouping + partition + split by MILP at fixed T, bisected on T.
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.GroupProblem`.
     time_limit
-        Seconds for the whole bisection.
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`, for everything
+        (bounds, starts, every bisection step).
     solver
         ``"cbc"`` or ``"highs"``.
     seed
-        Unused.
-    rel_gap
-        Stop (OPTIMAL) when (objective - bound) <= rel_gap * objective.
+        Solver seed.
+    threads
+        Unused (the MILP solver runs one thread).
 
     Returns
     -------
     Result
-        ``OPTIMAL`` (within ``rel_gap``) or ``TIME_LIMIT`` with incumbent and bound; each
-        stage's devices and forward shares in the plan.
+        ``OPTIMAL`` (within a relative gap of 1e-4) or ``TIME_LIMIT`` with the incumbent (or
+        none) and the proven bound; each stage's devices and forward shares in the plan.
 
     Raises
     ------
     InfeasibleError
-        If no heuristic start fits memory.
+        If the MILP proved that no plan fits memory.
     """
-    return run_milp(problem, method="milp", fixed_groups=None, start=_start(problem), lower=_lower(problem),
-                    time_limit=time_limit, solver=solver, rel_gap=rel_gap)
+    deadline = Deadline.of(time_limit)
+    return exact_search(problem, "milp", MilpProbe(problem, solver=solver, seed=seed), deadline, _starts(problem),
+                        {"solver": solver, "bound": "largest T the MILP proved infeasible"})
 
 
-def solve_cpsat(problem: GroupProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-                workers: int = 2, rel_gap: float = MIN_REL_GAP, **_kw) -> Result:
+def solve_cpsat(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+                threads: int = 2) -> Result:
     """Exact grouping + partition + split by CP-SAT over stage intervals, bisected on T.
 
     Parameters
@@ -92,20 +90,25 @@ def solve_cpsat(problem: GroupProblem, *, time_limit: float = 60.0, solver: str 
     problem
         :class:`~pipeopt.problems.resource.GroupProblem`.
     time_limit
-        Seconds for CP-SAT.
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`.
     solver
         Unused.
     seed
         CP-SAT's random seed.
-    workers
-        CP-SAT search workers.
-    rel_gap
-        Stop (OPTIMAL) when (objective - bound) <= rel_gap * objective.
+    threads
+        CP-SAT search threads.
 
     Returns
     -------
     Result
-        ``OPTIMAL`` (within ``rel_gap``) or ``TIME_LIMIT`` with the incumbent and the bound.
+        ``OPTIMAL`` (within a relative gap of 1e-4) or ``TIME_LIMIT`` with the incumbent (or
+        none) and the proven bound.
+
+    Raises
+    ------
+    InfeasibleError
+        If CP-SAT proved that no plan fits memory.
     """
-    return run_cpsat(problem, method="cpsat", fixed_groups=None, start=_start(problem), lower=_lower(problem),
-                     time_limit=time_limit, seed=seed, workers=workers, rel_gap=rel_gap)
+    deadline = Deadline.of(time_limit)
+    return exact_search(problem, "cpsat", IntervalProbe(problem, threads=threads, seed=seed), deadline,
+                        _starts(problem), {"solver": "cp-sat", "bound": "largest T CP-SAT proved infeasible"})

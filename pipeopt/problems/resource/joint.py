@@ -6,10 +6,13 @@ Three exact methods for :class:`~pipeopt.problems.resource.JointProblem`:
   range is a closed-form LP (:func:`pipeopt.problems.resource.best_split`), so the min-max DP over
   cut positions is exact: O(S n^2) stage evaluations. Status OPTIMAL, bound = objective.
 * :func:`solve_milp` - the MILP of :mod:`pipeopt.problems.resource.formulation` (products of a
-  share and a binary assignment linearised exactly) at fixed T, bisected on T. Bound: the
-  largest T the solver proved infeasible.
+  share and a binary assignment linearised exactly) at fixed T, bisected on T
+  (:mod:`pipeopt.problems.resource.search`). Bound: the largest T the solver proved infeasible.
 * :func:`solve_cpsat` - CP-SAT at fixed T over stage intervals (each interval's split time
-  checked exactly beforehand), bisected on T. Bound: the largest T proven infeasible.
+  checked exactly beforehand; :mod:`pipeopt.problems.resource.intervals`), bisected on T.
+
+The MILP and CP-SAT report ``OPTIMAL`` *within a relative gap of 1e-4*
+(:data:`pipeopt.problems.resource.search.MIN_REL_GAP`); the DP is exact.
 
 References
 ----------
@@ -20,108 +23,134 @@ DNN Training*, ICPADS 2022 (the model; they solve it in two heuristic steps).
 from __future__ import annotations
 
 import math
-import time
 
-from .duan_wu import bisection_partition
+from ...backends.deadline import Deadline, DeadlineReached
 from ...errors import InfeasibleError
-from .formulation import MIN_REL_GAP, run_cpsat, run_milp, unit_lower_bound, work_lower_bound
-from .problem import JointProblem, minmax_chain_dp
 from ...result import Result, Status
+from .bounds import strongest_worker, unit_bound
+from .duan_wu import bisection_partition
+from .formulation import MilpProbe
+from .intervals import IntervalProbe
+from .problem import JointProblem, minmax_chain_dp
+from .search import exact_search
 
 
-def _start(problem: JointProblem) -> tuple:
-    starts, value = bisection_partition(problem, problem.groups, mode="split")
-    if not math.isfinite(value):  # the greedy found no plan that fits memory: ask the DP
-        starts, value = minmax_chain_dp(problem, problem.groups, "split")
-        if not math.isfinite(value):
-            raise InfeasibleError(f"no split of {problem.instance.name} into {problem.stages} stages fits in memory")
-    return starts, problem.groups
+def _starts(problem: JointProblem):
+    """The exact methods' heuristic start: Duan & Wu's binary-search partition on the split time."""
+
+    def starts(deadline: Deadline) -> list[tuple]:
+        found, _ = bisection_partition(problem, problem.groups, mode="split", deadline=deadline)
+        return [(found, problem.groups)]
+
+    return starts
 
 
-def _lower(problem: JointProblem) -> float:
-    total = problem.pooled([d for g in problem.groups for d in g])
-    return max(unit_lower_bound(problem, problem.pooled(problem.groups[0])), work_lower_bound(problem, total))
-
-
-def solve_dp(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **_kw) -> Result:
+def solve_dp(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+             threads: int = 2) -> Result:
     """Exact joint optimum by the min-max DP over cut positions with the LP split per stage.
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.JointProblem`.
-    time_limit, solver, seed
-        Unused (the DP always finishes); accepted for the common signature.
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`; the DP checks it
+        once per table row.
+    solver, seed, threads
+        Unused; accepted for the common signature.
 
     Returns
     -------
     Result
-        Status ``OPTIMAL``, ``lower_bound`` = objective, space ``"split"``.
+        Status ``OPTIMAL``, ``lower_bound`` = objective, space ``"split"``; at the deadline
+        ``TIME_LIMIT`` with the binary-search plan (if it fits) and the lower bound of
+        :func:`pipeopt.problems.resource.bounds.unit_bound`.
 
     Raises
     ------
     InfeasibleError
-        If no split fits the workers' memory.
+        If no split fits the workers' memory (the DP enumerates every split).
     """
-    started = time.perf_counter()
-    starts, value = minmax_chain_dp(problem, problem.groups, "split")
+    deadline = Deadline.of(time_limit)
+    try:
+        starts, value = minmax_chain_dp(problem, problem.groups, "split", deadline)
+    except DeadlineReached:  # the binary-search plan, in a short extra time, and the unit bound
+        extra = Deadline(min(1.0, 0.05 * deadline.limit))
+        fallback, fvalue = bisection_partition(problem, problem.groups, mode="split", deadline=extra)
+        plan = problem.plan(fallback, problem.groups, "split") if math.isfinite(fvalue) else None
+        bound = unit_bound(problem, strongest_worker(problem)[0])
+        return problem.result("dp", plan, Status.TIME_LIMIT, lower_bound=bound, started=deadline.started,
+                              space="split", info={"incumbent": "binary-search partition (the DP did not finish)"})
     if not math.isfinite(value):
-        raise InfeasibleError(f"no split of {problem.instance.name} into {problem.stages} stages fits in memory")
+        raise InfeasibleError(f"no split of {problem.instance.name} into {problem.stages} stages fits in memory "
+                              "(the DP enumerated every split)")
     plan = problem.plan(starts, problem.groups, "split")
-    res = problem.result("dp", plan, Status.OPTIMAL, started=started, space="split", info={"dp_value": value})
-    res.lower_bound = min(value, res.objective)
-    return res
+    return problem.result("dp", plan, Status.OPTIMAL, lower_bound=value, started=deadline.started, space="split",
+                          info={"dp_value": value})
 
 
-def solve_milp(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-               rel_gap: float = MIN_REL_GAP, **_kw) -> Result:
-    """Exact joint optimum by MILP (PuLP; ``solver`` ``"cbc"`` or ``"highs"``) bisected on T.
+def solve_milp(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+               threads: int = 2) -> Result:
+    """Exact joint optimum by MILP at fixed T (PuLP door: CBC or HiGHS), bisected on T.
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.JointProblem`.
     time_limit
-        Seconds for the whole bisection.
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`, for everything
+        (bounds, start, every bisection step).
     solver
         ``"cbc"`` or ``"highs"``.
     seed
-        Unused.
-    rel_gap
-        Stop (OPTIMAL) when (objective - bound) <= rel_gap * objective.
+        Solver seed.
+    threads
+        Unused (the MILP solver runs one thread).
 
     Returns
     -------
     Result
-        ``OPTIMAL`` (within ``rel_gap``) or ``TIME_LIMIT`` with the incumbent and the bound.
+        ``OPTIMAL`` (within a relative gap of 1e-4) or ``TIME_LIMIT`` with the incumbent (or
+        none) and the proven bound.
+
+    Raises
+    ------
+    InfeasibleError
+        If the MILP proved that no split fits memory.
     """
-    return run_milp(problem, method="milp", fixed_groups=problem.groups, start=_start(problem),
-                    lower=_lower(problem), time_limit=time_limit, solver=solver, rel_gap=rel_gap)
+    deadline = Deadline.of(time_limit)
+    return exact_search(problem, "milp", MilpProbe(problem, solver=solver, seed=seed), deadline, _starts(problem),
+                        {"solver": solver, "bound": "largest T the MILP proved infeasible"})
 
 
-def solve_cpsat(problem: JointProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-                workers: int = 2, rel_gap: float = MIN_REL_GAP, **_kw) -> Result:
-    """Exact joint optimum by CP-SAT over stage intervals, bisected on T (:func:`pipeopt.problems.resource.formulation.run_cpsat`).
+def solve_cpsat(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+                threads: int = 2) -> Result:
+    """Exact joint optimum by CP-SAT over stage intervals at fixed T, bisected on T.
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.JointProblem`.
     time_limit
-        Seconds for CP-SAT.
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`.
     solver
         Unused.
     seed
         CP-SAT's random seed.
-    workers
-        CP-SAT search workers.
-    rel_gap
-        Stop (OPTIMAL) when (objective - bound) <= rel_gap * objective.
+    threads
+        CP-SAT search threads.
 
     Returns
     -------
     Result
-        ``OPTIMAL`` (within ``rel_gap``) or ``TIME_LIMIT`` with the incumbent and the bound.
+        ``OPTIMAL`` (within a relative gap of 1e-4) or ``TIME_LIMIT`` with the incumbent (or
+        none) and the proven bound.
+
+    Raises
+    ------
+    InfeasibleError
+        If CP-SAT proved that no split fits memory.
     """
-    return run_cpsat(problem, method="cpsat", fixed_groups=problem.groups, start=_start(problem),
-                     lower=_lower(problem), time_limit=time_limit, seed=seed, workers=workers, rel_gap=rel_gap)
+    deadline = Deadline.of(time_limit)
+    return exact_search(problem, "cpsat", IntervalProbe(problem, threads=threads, seed=seed), deadline,
+                        _starts(problem), {"solver": "cp-sat", "bound": "largest T CP-SAT proved infeasible"})

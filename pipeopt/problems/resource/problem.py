@@ -24,13 +24,14 @@ from functools import cached_property
 
 import numpy as np
 
+from ...backends.deadline import Deadline
 from ...cost import CostTable, check_plan, rules, stage_compute
 from ...errors import InvalidProblemError
 from ...instance import Instance
 from ..partition.problem import check_stage_count
 from ...plan import Plan, Stage
 from ...result import Result
-from .split import best_split, sequential_time, theorem_split
+from .split import best_split, theorem_split
 
 SPLIT_MODES = ("split", "sequential", "theorem")
 
@@ -101,8 +102,8 @@ class ResourceProblem:
         return self.table.cut_time
 
     def in_flight(self, stage: int) -> int:
-        """Microbatches stage ``stage`` (0-based) keeps under 1F1B: S - stage."""
-        return rules.in_flight(stage, self.num_stages)
+        """Microbatches stage ``stage`` (0-based) keeps under 1F1B (:attr:`CostTable.in_flight`)."""
+        return int(self.table.in_flight[stage])
 
     def stage_memory(self, a: int, b: int, stage: int) -> float:
         """Bytes that units ``a..b-1`` need as stage ``stage`` (activations in flight + parameters)."""
@@ -121,32 +122,54 @@ class ResourceProblem:
         """Bytes of memory of the worker made of ``devices``."""
         return float(sum(self.instance.cluster.device(d).memory for d in devices))
 
-    def compute_time(self, a: int, b: int, res: dict, mode: str = "split") -> float:
-        """Compute time per microbatch of units ``a..b-1`` on resources ``res``.
+    @staticmethod
+    def share(res: dict, F: dict, B: dict, mode: str = "split") -> dict | None:
+        """The forward share per kind a stage with loads ``F``, ``B`` gets on resources ``res``.
 
-        ``mode``: ``"split"`` (optimal forward share, :func:`best_split`), ``"sequential"``
-        or ``"theorem"`` (beta = c / (c + 1)).
+        ``mode``: ``"split"`` (optimal, :func:`best_split`), ``"theorem"`` (beta = c / (c + 1),
+        :func:`theorem_split`) or ``"sequential"`` (``None``: no split).
+
+        Raises
+        ------
+        InvalidProblemError
+            If ``mode`` is unknown.
         """
-        F, B = self.load(a, b)
         if mode == "split":
-            return best_split(res, F, B)[1]
-        if mode == "sequential":
-            return sequential_time(res, F, B)
+            return best_split(res, F, B)[0]
         if mode == "theorem":
-            return stage_compute(res, F, B, theorem_split(res, F, B))[2]
+            return theorem_split(res, F, B)
+        if mode == "sequential":
+            return None
         raise InvalidProblemError(f"unknown split mode {mode!r}; choose from {SPLIT_MODES}")
+
+    def compute_time(self, a: int, b: int, res: dict, mode: str = "split") -> float:
+        """Compute time per microbatch (seconds) of units ``a..b-1`` on resources ``res`` with the
+        share of ``mode`` (:meth:`share`): :func:`pipeopt.cost.stage_compute`, the rule
+        :func:`pipeopt.evaluate` applies to the plan."""
+        F, B = self.load(a, b)
+        return stage_compute(res, F, B, self.share(res, F, B, mode))[2]
 
     def stage_time(self, a: int, b: int, devices, stage: int, mode: str = "split") -> float:
         """Time per microbatch of stage ``stage`` = units ``a..b-1`` on the worker ``devices``,
         with its two cuts (overlap) and ``inf`` if it does not fit in memory."""
         return max(self.fit_time(a, b, devices, stage, mode), float(self.cut_time[a]), float(self.cut_time[b]))
 
+    @cached_property
+    def _fit_cache(self) -> dict:
+        return {}
+
     def fit_time(self, a: int, b: int, devices, stage: int, mode: str = "split") -> float:
         """Compute time of stage ``stage`` = units ``a..b-1`` on worker ``devices``, ``inf`` if
-        it does not fit in memory (non-decreasing in b, non-increasing in a)."""
-        if not rules.fits(self.stage_memory(a, b, stage), self.capacity(devices)):
-            return math.inf
-        return self.compute_time(a, b, self.pooled(devices), mode)
+        it does not fit in memory (non-decreasing in b, non-increasing in a). Cached."""
+        key = (a, b, tuple(devices), stage, mode)
+        v = self._fit_cache.get(key)
+        if v is None:
+            if not rules.fits(self.stage_memory(a, b, stage), self.capacity(devices)):
+                v = math.inf
+            else:
+                v = self.compute_time(a, b, self.pooled(devices), mode)
+            self._fit_cache[key] = v
+        return v
 
     def plan_value(self, starts, groups, mode: str = "split") -> float:
         """Bottleneck of the plan given by ``starts`` and ``groups`` as computed here (equals
@@ -175,11 +198,8 @@ class ResourceProblem:
         bounds = [0, *starts, self.n]
         stages = []
         for s, (layers, devs) in enumerate(zip(layer_sets, groups, strict=True)):
-            beta = None
-            if mode != "sequential":
-                res = self.pooled(devs)
-                F, B = self.load(bounds[s], bounds[s + 1])
-                beta = best_split(res, F, B)[0] if mode == "split" else theorem_split(res, F, B)
+            F, B = self.load(bounds[s], bounds[s + 1])
+            beta = self.share(self.pooled(devs), F, B, mode)
             stages.append(Stage(layers=layers, devices=tuple(devs), beta=beta))
         return Plan(tuple(stages))
 
@@ -193,6 +213,44 @@ class ResourceProblem:
         breaks memory gets ``INFEASIBLE``)."""
         return Result.scored(self.instance, method, plan, status, lower_bound=lower_bound, started=started,
                              space=space, info=info)
+
+
+class WorkerStages:
+    """A resource problem's stage time on fixed workers, in the form of the greedy chain probe
+    (:mod:`pipeopt.backends.bisection`): stage t (0-based position) runs on worker ``groups[t]``.
+
+    ``time(t, a, b)`` is :meth:`ResourceProblem.stage_time` and ``fit(t, a, b)``
+    :meth:`ResourceProblem.fit_time` (compute and memory, without the cuts: non-decreasing in
+    ``b``), element by element over ``a`` and ``b`` broadcast together; seconds.
+
+    Parameters
+    ----------
+    problem
+        A joint, group or allocate problem.
+    groups
+        ``list[tuple[str, ...]]``: device names of the worker of each stage, in pipeline order.
+    mode
+        ``"split"``, ``"sequential"`` or ``"theorem"`` (:meth:`ResourceProblem.share`).
+    """
+
+    def __init__(self, problem: ResourceProblem, groups: list, mode: str):
+        self.problem, self.groups, self.mode = problem, [tuple(g) for g in groups], mode
+
+    def _each(self, fn, t: int, a, b) -> np.ndarray:
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        out = np.empty(a.shape)
+        for i in np.ndindex(a.shape):
+            out[i] = fn(int(a[i]), int(b[i]), self.groups[t], t, self.mode)
+        return out
+
+    def fit(self, t: int, a, b) -> np.ndarray:
+        """Compute time of stage t = units ``a..b-1`` on its worker, ``inf`` if it does not fit
+        in memory (seconds)."""
+        return self._each(self.problem.fit_time, t, a, b)
+
+    def time(self, t: int, a, b) -> np.ndarray:
+        """Stage time of stage t = units ``a..b-1``: compute and its two cuts (seconds)."""
+        return self._each(self.problem.stage_time, t, a, b)
 
 
 @dataclass(frozen=True)
@@ -302,7 +360,7 @@ class AllocateProblem(ResourceProblem):
         The instance.
     stages
         S: without ``plan``, the partition is the binary-search partition of Duan & Wu on S
-        identical workers (stage s on device s; :func:`pipeopt.problems.resource.duan_wu.bisection_partition`
+        identical workers (stage s on device s; :func:`pipeopt.problems.resource.allocate.base_partition`
         balancing the sequential stage time), the same for every method.
     plan
         A given plan (its layers and devices are kept, its shares replaced); checked with
@@ -342,16 +400,6 @@ class AllocateProblem(ResourceProblem):
         """S."""
         return self.plan_given.num_stages if self.plan_given is not None else int(self.stages)
 
-    @cached_property
-    def base(self) -> tuple[list[int], list[tuple]]:
-        """``(starts, groups)`` of the fixed partition every allocate method uses."""
-        if self.plan_given is not None:
-            return self.starts_of(self.plan_given), [tuple(s.devices) for s in self.plan_given.stages]
-        from .duan_wu import bisection_partition
-
-        groups = [(d.name,) for d in self.instance.cluster.devices[: self.num_stages]]
-        starts, _ = bisection_partition(self, groups, mode="sequential")
-        return starts, groups
 
 
 def optimal_split(instance: Instance, plan: Plan) -> Plan:
@@ -390,16 +438,33 @@ def optimal_split(instance: Instance, plan: Plan) -> Plan:
 
 # ---- exact references for tiny instances --------------------------------------------------
 
-def minmax_chain_dp(problem: ResourceProblem, groups: list, mode: str = "split") -> tuple[list[int], float]:
+def minmax_chain_dp(problem: ResourceProblem, groups: list, mode: str = "split",
+                    deadline: Deadline | None = None) -> tuple[list[int], float]:
     """Best contiguous split of the chain over the fixed workers ``groups`` (stage s on groups[s]).
 
     ``best[s][j] = min_i max(best[s-1][i], stage_time(i, j, groups[s-1], s-1))``: exact for
     any stage time (it enumerates every cut through the DP), O(S n^2) stage-time calls.
 
+    Parameters
+    ----------
+    problem
+        A resource problem.
+    groups
+        ``list[tuple[str, ...]]``: the worker of each stage.
+    mode
+        Stage time: ``"split"``, ``"sequential"`` or ``"theorem"``.
+    deadline
+        Checked once per table row (:class:`~pipeopt.backends.deadline.Deadline`, or ``None``).
+
     Returns
     -------
     (starts, value)
         Cut positions and the bottleneck (``inf`` if nothing fits memory).
+
+    Raises
+    ------
+    DeadlineReached
+        If ``deadline`` passes before the table is complete.
     """
     n, S = problem.n, len(groups)
     best = np.full(n + 1, np.inf)
@@ -410,6 +475,8 @@ def minmax_chain_dp(problem: ResourceProblem, groups: list, mode: str = "split")
         arg = np.zeros(n + 1, dtype=int)
         lo_j, hi_j = s + 1, n - (S - 1 - s)
         for j in range(lo_j, hi_j + 1):
+            if deadline is not None:
+                deadline.check(f"the min-max DP (stage {s}, unit {j})")
             for i in range(s, j):
                 if not math.isfinite(best[i]) or best[i] >= new[j]:
                     continue

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 
+from ...cost.rules import stage_compute
+
 EPS_SHARE = 1e-9
 """Share given to a kind whose load in one pass is zero (its rate there is infinite for any
 positive share): the supremum of the LP is not attained, ``EPS_SHARE`` gets within a factor
@@ -102,17 +104,12 @@ def best_split(res: dict, fwd: dict, bwd: dict) -> tuple[dict, float]:
 
 
 def sequential_time(res: dict, fwd: dict, bwd: dict) -> float:
-    """Stage time without the split: ``1 / sum_k R_k / (F_k + B_k)`` (seconds).
+    """Stage time without the split, ``1 / sum_k R_k / (F_k + B_k)`` seconds: the rule
+    :func:`pipeopt.cost.stage_compute` with ``beta=None``.
 
     Parameters and units as in :func:`best_split`.
     """
-    rate = 0.0
-    for k in _usable(res, fwd, bwd):
-        t = fwd[k] + bwd[k]
-        if t == 0:
-            return 0.0
-        rate += res[k] / t
-    return 1.0 / rate if rate > 0 else math.inf
+    return stage_compute(res, fwd, bwd, None)[2]
 
 
 def theorem_split(res: dict, fwd: dict, bwd: dict) -> dict:

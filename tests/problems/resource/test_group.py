@@ -60,7 +60,7 @@ CASES = [  # layers, devices, workers, seed, bandwidth, memory
 def test_cpsat_equals_brute_force(layers, devices, q, seed, bandwidth, memory):
     p = _problem(layers, devices, q, seed=seed, bandwidth=bandwidth, memory=memory)
     _, _, best = brute_force(p)
-    r = group.solve_cpsat(p, time_limit=40, workers=1)
+    r = group.solve_cpsat(p, time_limit=40, threads=1)
     _check_result(p, r)
     assert r.lower_bound <= best * (1 + 1e-6)
     assert r.status == pipeopt.Status.OPTIMAL
@@ -79,14 +79,14 @@ def test_milp_agrees_with_brute_force_and_cpsat(layers, devices, q, seed, bandwi
     assert m.lower_bound <= best * (1 + 1e-6)
     if m.status == pipeopt.Status.OPTIMAL:
         assert math.isclose(m.objective, best, rel_tol=REL)
-        c = group.solve_cpsat(p, time_limit=40, workers=1)
+        c = group.solve_cpsat(p, time_limit=40, threads=1)
         assert c.status == pipeopt.Status.OPTIMAL and math.isclose(m.objective, c.objective, rel_tol=REL)
 
 
 def test_exact_no_worse_than_baselines_on_a_larger_instance():
     devices = soc_devices(8, seed=11)
     p = _problem(24, devices, 3, seed=5, bandwidth=5e7)
-    r = group.solve_cpsat(p, time_limit=30, workers=1)
+    r = group.solve_cpsat(p, time_limit=30, threads=1)
     _check_result(p, r)
     for base in (algorithm2(p), round_robin(p)):
         _check_result(p, base)
@@ -155,7 +155,7 @@ def test_memory_with_an_unlimited_device():
     _, _, best = brute_force(p)
     unlimited = _problem(7, tuple(pipeopt.Device(d.name, d.resources) for d in devices), 3, seed=6)
     assert best > brute_force(unlimited)[2] * 1.01  # the memory limits bind
-    r = group.solve_cpsat(p, time_limit=40, workers=1)
+    r = group.solve_cpsat(p, time_limit=40, threads=1)
     _check_result(p, r)
     assert r.evaluation.feasible
     assert r.status == pipeopt.Status.OPTIMAL and math.isclose(r.objective, best, rel_tol=REL)

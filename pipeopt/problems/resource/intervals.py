@@ -1,0 +1,237 @@
+"""The CP-SAT model of the joint and group problems at a fixed bottleneck limit T: stage intervals.
+
+Booleans ``y[a, b, s]`` (stage s covers units ``a..b-1``) form a path from unit 0 to n through
+S stages. An interval is offered only if its cut transfers pass T and it passes T on the
+strongest conceivable worker (:func:`pipeopt.problems.resource.bounds.strongest_worker`).
+
+* Fixed workers (joint): each interval's stage time on its worker is checked exactly
+  beforehand (:meth:`~pipeopt.problems.resource.ResourceProblem.fit_time`), so the model is
+  exact: a path problem.
+* Grouping: ``g[d, s]`` (device d in worker s; identical devices ordered). By LP duality the
+  split feasibility of an interval on a worker is *linear in the worker's devices*
+  (:func:`interval_cover_coefficients`); ``y`` enforces those rows and the interval's memory
+  on the worker's devices. Coefficients are scaled to integers and rounded in the relaxing
+  direction (:data:`COVER_SCALE`, :data:`MEMORY_SCALE`), so an infeasible answer is a proof;
+  plans are certified under the cost model afterwards
+  (:func:`pipeopt.problems.resource.search.certify`).
+
+Solved through :func:`pipeopt.backends.cpsat.solve_cpsat`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ortools.sat.python import cp_model
+
+from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe
+from ...backends.cpsat import solve_cpsat
+from ...backends.deadline import Deadline, DeadlineReached
+from ...cost import rules
+from .bounds import strongest_worker
+from .problem import GroupProblem, ResourceProblem
+from .search import certify
+
+COVER_SCALE = 10**6
+"""Right-hand side of the integer split-feasibility rows (coefficients rounded up, in the
+relaxing direction). With 1e9 CP-SAT 9.15's presolve wrongly reported a feasible model
+infeasible; 1e6 passes the cross-checks."""
+
+MEMORY_SCALE = 10**6
+"""The largest device capacity in integer memory units (capacities rounded up, needs down)."""
+
+
+def interval_cover_coefficients(F: dict, B: dict, kinds: tuple) -> list[dict]:
+    """Rows ``c(lambda)`` of the split-feasibility test of one stage load.
+
+    By LP duality the best split's rate is ``min over lambda in [0, 1] of
+    sum_k R_k max(lambda / F_k, (1 - lambda) / B_k)``, a convex piecewise-linear function
+    whose kinks ``F_k / (F_k + B_k)`` do not depend on R. So a stage with loads F, B runs
+    within T on resources R iff ``sum_k R_k c_k(lambda) >= 1 / T`` for every lambda in
+    {0, 1, F_k / (F_k + B_k)}: constraints *linear in R*, hence in the device assignment.
+    Only kinds that run the whole load (finite F_k and B_k) count, as in
+    :func:`pipeopt.problems.resource.best_split`.
+
+    Returns
+    -------
+    list[dict[kind, float]]
+        One row per lambda (``inf`` where a pass has no work on a kind).
+    """
+    usable = [k for k in kinds if math.isfinite(F[k]) and math.isfinite(B[k])]
+    lams = {0.0, 1.0}
+    for k in usable:
+        if F[k] + B[k] > 0:
+            lams.add(F[k] / (F[k] + B[k]))
+
+    def ratio(x, y):
+        return 0.0 if x == 0 else (math.inf if y == 0 else x / y)
+
+    return [{k: max(ratio(lam, F[k]), ratio(1 - lam, B[k])) for k in usable} for lam in sorted(lams)]
+
+
+class IntervalProbe:
+    """``probe(T, deadline)`` for :func:`pipeopt.backends.bisection.bisect`: the interval model at T.
+
+    Parameters
+    ----------
+    problem
+        A joint or group problem.
+    threads
+        CP-SAT search threads.
+    seed
+        CP-SAT's random seed.
+    """
+
+    def __init__(self, problem: ResourceProblem, *, threads: int = 2, seed: int = 0):
+        self.problem, self.threads, self.seed = problem, int(threads), int(seed)
+        self.group = isinstance(problem, GroupProblem)
+        self.strong_res, self.strong_mem = strongest_worker(problem)
+        self._strong_time: dict = {}
+        self._cover: dict = {}
+        if self.group:
+            devices = problem.instance.cluster.devices
+            demand = float(problem.table.mem_prefix[:, -1].max()) + 1.0  # more than any stage can need
+            limits = [min(float(rules.memory_limit(d.memory)), demand) for d in devices]
+            self.memory_limited = any(math.isfinite(d.memory) for d in devices)
+            self.mem_scale = MEMORY_SCALE / max(max(limits), 1e-300)
+            self.mem_coef = [math.ceil(c * self.mem_scale) for c in limits]
+
+    def __call__(self, T: float, deadline: Deadline | None) -> Probe:
+        """Is there a plan with bottleneck <= T seconds? (:class:`~pipeopt.backends.bisection.Probe`)."""
+        try:
+            model = self.build(T, deadline)
+        except DeadlineReached:
+            return Probe(UNKNOWN)
+        if model is None:
+            return Probe(INFEASIBLE)
+        return certify(self.problem, T, lambda: self.solve(model, deadline), lambda *st: self.forbid(model, *st))
+
+    # ---- cached, T-independent pieces -------------------------------------------------------------
+    def _strong(self, a: int, b: int) -> float:
+        v = self._strong_time.get((a, b))
+        if v is None:
+            v = self._strong_time[a, b] = self.problem.compute_time(a, b, self.strong_res)
+        return v
+
+    def _cover_rows(self, a: int, b: int) -> list[list[float]]:
+        """Per lambda row, each device's ``sum_k r_dk c_k(lambda)`` (T-independent)."""
+        rows = self._cover.get((a, b))
+        if rows is None:
+            p = self.problem
+            F, B = p.load(a, b)
+            rows = []
+            for row in interval_cover_coefficients(F, B, p.kinds):
+                rows.append([sum(dv.resources.get(k, 0.0) * c for k, c in row.items() if dv.resources.get(k, 0.0) > 0)
+                             for dv in p.instance.cluster.devices])
+            self._cover[a, b] = rows
+        return rows
+
+    def _offered(self, a: int, b: int, s: int, T: float) -> bool | None:
+        """Does interval ``a..b-1`` at stage s pass T (on its worker, or on the strongest one)?
+        ``None``: no, and no longer interval starting at a does either (compute and memory grow with b)."""
+        p = self.problem
+        if self.group:
+            if self._strong(a, b) > T or not rules.fits(p.stage_memory(a, b, s), self.strong_mem):
+                return None
+        elif p.fit_time(a, b, p.groups[s], s) > T:
+            return None
+        return p.cut_time[b] <= T
+
+    # ---- the model at T ---------------------------------------------------------------------------
+    def build(self, T: float, deadline: Deadline | None = None) -> dict | None:
+        """The CP-SAT model at limit T: ``{"model", "y", "g"}``, or ``None`` if no interval
+        can start the chain.
+
+        Raises
+        ------
+        DeadlineReached
+            If ``deadline`` passes while the model is written.
+        """
+        p = self.problem
+        n, S = p.n, p.num_stages
+        devices = p.instance.cluster.devices
+        model = cp_model.CpModel()
+        y, out_of, into = {}, {}, {}
+        g = None
+        if self.group:
+            g = {(d, s): model.new_bool_var(f"g_{d}_{s}") for d in range(len(devices)) for s in range(S)}
+            for d in range(len(devices)):
+                model.add_exactly_one(g[d, s] for s in range(S))
+            for s in range(S):
+                model.add_bool_or([g[d, s] for d in range(len(devices))])
+            for cls in p.device_classes:
+                for d, e in itertools.pairwise(cls):
+                    model.add(sum(s * g[d, s] for s in range(1, S)) <= sum(s * g[e, s] for s in range(1, S)))
+        for s in range(S):
+            if deadline is not None:
+                deadline.check(f"building the CP-SAT interval model (stage {s})")
+            for a in ([0] if s == 0 else range(s, n - (S - 1 - s))):
+                if p.cut_time[a] > T:
+                    continue
+                for b in range(a + 1, n - (S - 1 - s) + 1):
+                    if s == S - 1 and b != n:
+                        continue
+                    ok = self._offered(a, b, s, T)
+                    if ok is None:
+                        if s < S - 1:
+                            break
+                        continue
+                    if not ok:
+                        continue
+                    v = model.new_bool_var(f"y_{a}_{b}_{s}")
+                    y[a, b, s] = v
+                    out_of.setdefault((a, s), []).append(v)
+                    into.setdefault((b, s), []).append(v)
+                    if self.group:
+                        self._enforce(model, g, v, a, b, s, T)
+        if not out_of.get((0, 0)):
+            return None
+        model.add_exactly_one(out_of[(0, 0)])
+        for s in range(S - 1):
+            for c in range(1, n):
+                ins, outs = into.get((c, s), []), out_of.get((c, s + 1), [])
+                if ins or outs:
+                    model.add(sum(ins) == sum(outs))
+        model.add_exactly_one(into.get((n, S - 1), []) or [model.new_constant(0)])
+        return {"model": model, "y": y, "g": g}
+
+    def _enforce(self, model, g, v, a: int, b: int, s: int, T: float) -> None:
+        """Interval ``a..b-1`` at stage s (literal ``v``) on the devices of worker s: the cover rows
+        at T and the memory, in integers rounded in the relaxing direction."""
+        scale = COVER_SCALE * T
+        for row in self._cover_rows(a, b):
+            # an infinite rate (a pass with no work on a kind the device has) meets the row alone
+            coef = [COVER_SCALE if e * scale >= COVER_SCALE else math.ceil(e * scale) for e in row]
+            model.add(sum(c * g[d, s] for d, c in enumerate(coef) if c) >= COVER_SCALE).only_enforce_if(v)
+        need = float(self.problem.stage_memory(a, b, s))
+        if self.memory_limited and need > 0:
+            model.add(sum(c * g[d, s] for d, c in enumerate(self.mem_coef))
+                      >= math.floor(need * self.mem_scale)).only_enforce_if(v)
+
+    def solve(self, model: dict, deadline: Deadline | None) -> Probe:
+        """One solve through :func:`pipeopt.backends.cpsat.solve_cpsat`: a plan ``(starts, groups)``,
+        infeasible (proven) or unknown."""
+        out = solve_cpsat(model["model"], deadline=deadline, threads=self.threads, seed=self.seed)
+        if out.status == "infeasible":
+            return Probe(INFEASIBLE)
+        if not out.has_solution:
+            return Probe(UNKNOWN)
+        p = self.problem
+        chosen = sorted((s, a) for (a, b, s), v in model["y"].items() if out.boolean_value(v))
+        starts = [a for _, a in chosen[1:]]
+        if model["g"] is None:
+            groups = [tuple(grp) for grp in p.groups]
+        else:
+            names = p.device_names
+            groups = [tuple(names[d] for d in range(len(names)) if out.boolean_value(model["g"][d, s]))
+                      for s in range(p.num_stages)]
+        return Probe(FEASIBLE, (starts, groups))
+
+    def forbid(self, model: dict, s: int, a: int, b: int, group: tuple) -> None:
+        """Cut off interval ``a..b-1`` at stage s on a subset of ``group`` (it exceeds T there)."""
+        clause = [model["y"][a, b, s].Not()]
+        if model["g"] is not None:
+            names = self.problem.device_names
+            clause += [model["g"][d, s] for d in range(len(names)) if names[d] not in group]
+        model["model"].add_bool_or(clause)

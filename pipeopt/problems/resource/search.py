@@ -1,0 +1,152 @@
+"""The exact joint and group methods' common search: bounds, a start, the bisection on T.
+
+Every exact method of the two problems is a *probe* - a model at a fixed bottleneck limit T
+(the MILP of :mod:`.formulation`, the CP-SAT interval model of :mod:`.intervals`) - bisected
+on T by the one bisection :func:`pipeopt.backends.bisection.bisect`:
+
+1. ``deadline = Deadline.of(time_limit)``: the bounds, the heuristic starts, every probe and
+   every solver call draw from it.
+2. Lower end: :func:`pipeopt.problems.resource.bounds.lower_bound`. Upper end: the best
+   heuristic plan that fits memory, or - when none fits - :func:`~.bounds.top_limit`, a limit
+   every plan that fits memory passes, probed first: the exact methods never need a feasible
+   start, and :class:`~pipeopt.errors.InfeasibleError` is raised only when that probe *proves*
+   that no plan fits.
+3. Each probe's plan is certified exactly (:func:`certify`): a stage whose time under the cost
+   model (:meth:`~pipeopt.problems.resource.ResourceProblem.fit_time`) exceeds T - possible
+   only through the solver's tolerances or the CP-SAT model's rounding, which is always in the
+   relaxing direction - is cut off with a no-good and the model solved again. So a feasible
+   answer is a plan whose exact bottleneck is <= T, and an infeasible answer is a proof.
+
+Status ``OPTIMAL`` means *optimal within a relative gap of* :data:`MIN_REL_GAP`: the bracket
+closed, ``objective <= (1 + 1e-4) * lower_bound``, and the lower bound is the largest T proven
+infeasible (never above the optimum). ``info["rel_gap_target"]`` states the tolerance.
+
+References
+----------
+Duan, Y. and Wu, J., *Optimizing Resource Allocation in Pipeline Parallelism for Distributed
+DNN Training*, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ...backends.bisection import FEASIBLE, UNKNOWN, Probe, bisect
+from ...backends.deadline import Deadline
+from ...errors import InfeasibleError
+from ...result import Result, Status
+from .bounds import lower_bound, top_limit
+from .problem import ResourceProblem
+
+MIN_REL_GAP = 1e-4
+"""Relative gap at which the bisection stops and the method reports ``OPTIMAL``: the plan's
+bottleneck is within ``(1 + 1e-4)`` of the proven lower bound, hence of the optimum."""
+
+STEP_SHARE = 0.34
+"""Share of the time left each bisection probe may use (at least 1 s)."""
+
+MAX_REPAIRS = 25
+"""Most no-good cuts one probe adds before it gives up (answers unknown)."""
+
+
+def stages_over(problem: ResourceProblem, starts: list[int], groups: list, T: float) -> list[tuple]:
+    """Stages of a plan whose compute-and-memory time exceeds T: ``[(s, a, b, group), ...]``."""
+    bounds = [0, *starts, problem.n]
+    return [(s, bounds[s], bounds[s + 1], tuple(groups[s])) for s in range(len(groups))
+            if problem.fit_time(bounds[s], bounds[s + 1], groups[s], s) > T]
+
+
+def certify(problem: ResourceProblem, T: float, solve_once: Callable[[], Probe],
+            forbid: Callable[[int, int, int, tuple], None]) -> Probe:
+    """Solve a model at limit T until its plan passes T under the cost model.
+
+    Parameters
+    ----------
+    problem
+        The joint or group problem.
+    T
+        The limit, seconds.
+    solve_once
+        ``solve_once() -> Probe`` with plan ``(starts, groups)``: one solve of the model.
+    forbid
+        ``forbid(s, a, b, group)``: cut off stage s = units ``a..b-1`` on ``group`` (and any
+        stage that contains those units on a subset of the devices) from the model.
+
+    Returns
+    -------
+    Probe
+        Feasible with the plan ``(starts, groups)`` and its exact bottleneck (<= T), or the
+        model's infeasible / unknown answer; unknown after :data:`MAX_REPAIRS` cuts.
+    """
+    for _ in range(MAX_REPAIRS):
+        out = solve_once()
+        if out.outcome != FEASIBLE:
+            return out
+        starts, groups = out.plan
+        value = problem.plan_value(starts, groups)
+        if value <= T:
+            return Probe(FEASIBLE, (starts, groups), value)
+        over = stages_over(problem, starts, groups, T)
+        if not over:  # over T through a cut: the models exclude those exactly, so this is no plan at T
+            return Probe(UNKNOWN)
+        for stage in over:
+            forbid(*stage)
+    return Probe(UNKNOWN)
+
+
+def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, Deadline], Probe],
+                 deadline: Deadline, starts: Callable[[Deadline], list[tuple]], info: dict) -> Result:
+    """Bound, start and bisect: the body of every exact joint and group method.
+
+    Parameters
+    ----------
+    problem
+        The joint or group problem.
+    method
+        Method name for the result.
+    probe
+        ``probe(T, deadline) -> Probe`` at a fixed limit (plans are ``(starts, groups)``).
+    deadline
+        The method's clock.
+    starts
+        ``starts(deadline) -> [(starts, groups), ...]``: heuristic plans; the best one that
+        fits memory is the incumbent.
+    info
+        Details for ``Result.info`` (solver, ...).
+
+    Returns
+    -------
+    Result
+        ``OPTIMAL`` (within :data:`MIN_REL_GAP`) or ``TIME_LIMIT`` with the incumbent (or no
+        plan if none was found) and the proven bound.
+
+    Raises
+    ------
+    InfeasibleError
+        If the probe at :func:`~.bounds.top_limit` proved that no plan fits.
+    """
+    lower = lower_bound(problem, deadline)
+    best = None
+    for cand in starts(deadline):
+        value = problem.plan_value(*cand)
+        if math.isfinite(value) and (best is None or value < best[1]):
+            best = (cand, value)
+    top = best[1] if best is not None else top_limit(problem)
+    found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
+                   start_value=None if best is None else best[1], rel_tol=MIN_REL_GAP, deadline=deadline,
+                   step_share=STEP_SHARE)
+    info = {**info, "rel_gap_target": MIN_REL_GAP, "start": "heuristic" if best is not None else "none fits",
+            "bisection_steps": len(found.steps), "step_outcomes": [o for _, o in found.steps]}
+    if found.plan is None:
+        if found.closed:
+            raise InfeasibleError(
+                f"{problem.instance.name}: no plan into {problem.num_stages} stages fits in memory "
+                f"({method} proved it at the limit {top:.6g} s, which every plan that fits passes)"
+            )
+        return problem.result(method, None, Status.TIME_LIMIT, lower_bound=found.lower, started=deadline.started,
+                              space="split", info={**info, "incumbent": "none found within the time limit"})
+    plan = problem.plan(*found.plan, "split")
+    status = Status.OPTIMAL if found.closed else Status.TIME_LIMIT
+    return problem.result(method, plan, status, lower_bound=found.lower, started=deadline.started, space="split",
+                          info=info)
