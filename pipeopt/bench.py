@@ -24,6 +24,7 @@ import pandas as pd
 from . import registry
 from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError
 from .instance import Instance
+from .solve import SOLVERS
 from .units import MAX_DEVICES
 
 logger = logging.getLogger("pipeopt")
@@ -126,6 +127,8 @@ def expand_paths(items: Iterable[Instance | str | Path]) -> Iterable[Instance | 
     """
     if isinstance(items, (str, Path, Instance)):
         items = [items]
+    if items is None or not hasattr(items, "__iter__"):
+        raise InvalidProblemError(f"instances must be a list of Instances or paths, got {items!r:.60}")
     out: list = []
     for item in items:
         if isinstance(item, Instance):
@@ -302,6 +305,10 @@ def run(
     stages = _counts(stages, "stages")
     workers = _counts(workers, "workers")
     _check_time_limit(time_limit)
+    if solver not in SOLVERS:
+        raise InvalidProblemError(f"unknown solver {solver!r}; choose from {list(SOLVERS)}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise InvalidProblemError(f"seed must be an integer, got {seed!r}")
     if isinstance(methods, str):
         raise InvalidProblemError(f"methods must be a list of method names, got the string {methods!r}")
     if problem != "auto":

@@ -138,11 +138,20 @@ class Cluster:
         return tuple(sorted({k for d in self.devices for k in d.resources}))
 
     def device(self, name: str) -> Device:
-        """The device called ``name`` (``KeyError`` if absent)."""
+        """The device called ``name``.
+
+        Raises
+        ------
+        InvalidClusterError
+            If no device has that name (the message lists a few names).
+        """
         for d in self.devices:
             if d.name == name:
                 return d
-        raise KeyError(name)
+        names = [d.name for d in self.devices]
+        raise InvalidClusterError(
+            f"no device named {name!r} in the cluster (devices: {names[:8]}{' ...' if len(names) > 8 else ''})"
+        )
 
     @property
     def is_homogeneous(self) -> bool:

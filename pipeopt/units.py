@@ -28,9 +28,9 @@ other word (``10 gigs``), and values that are zero, negative, not a number or in
 (:func:`parse_size` takes ``inf`` only when asked, as "no limit").
 
 Prefixes are SI and decimal: ``GB`` is 10**9 bytes, ``GiB`` is 2**30 (a "16 GB" GPU usually
-has 16 GiB: write what you mean). Decimal prefixes (k = 1e3, M = 1e6, G = 1e9, T = 1e12, P = 1e15) and case-insensitive
-(``mB/s`` is MB/s: milli-bytes make no sense here); ``Ki``, ``Mi``, ... are binary (2**10,
-2**20, ...). A space between the number and the unit is allowed.
+has 16 GiB: write what you mean). Decimal prefixes (k = 1e3, M = 1e6, G = 1e9, T = 1e12,
+P = 1e15) are case-insensitive (``mB/s`` is MB/s: milli-bytes make no sense here); ``Ki``,
+``Mi``, ... are binary (2**10, 2**20, ...). A space between the number and the unit is allowed.
 
 Examples
 --------
@@ -165,7 +165,9 @@ def parse_size(text: str | float, *, unlimited: bool = False) -> float:
 
 def _as_number(value, what: str, forms: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidUnitError(f"{what} must be a number or a string with a unit, got {type(value).__name__} {value!r}; write {forms}")
+        raise InvalidUnitError(
+            f"{what} must be a number or a string with a unit, got {type(value).__name__} {value!r}; write {forms}"
+        )
     return float(value)
 
 

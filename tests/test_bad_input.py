@@ -28,9 +28,11 @@ from pipeopt.errors import (
     ReadError,
 )
 from pipeopt.io import from_dict, native, read, read_pipedream
+from pipeopt.io.dnn_partitioning import read_dnn_partitioning
 from pipeopt.units import MAX_BYTES, MAX_SECONDS
 
 ALEXNET = PROFILE_DIR / "alexnet.txt"
+DNN = PROFILE_DIR.parent / "dnn-partitioning" / "latency-inputs" / "OperatorGraphs" / "bert_l-3_inference.json"
 
 
 # ---- small instances ------------------------------------------------------------------------
@@ -405,6 +407,16 @@ API_CASES = {
     "from_dict a list": (lambda: from_dict([1]), ReadError, "JSON object"),
     "read_pipedream 1e9 devices": (lambda: read_pipedream(ALEXNET, devices=10**9), InvalidClusterError, "devices"),
     "read_pipedream bandwidth 10G": (lambda: read_pipedream(ALEXNET, bandwidth="10G"), InvalidUnitError, "10G"),
+    "read_pipedream memory 16G": (lambda: read_pipedream(ALEXNET, memory="16G"), InvalidUnitError, "16G"),
+    "read_pipedream path None": (lambda: read_pipedream(None), ReadError, "None"),
+    "read path None": (lambda: read(None), ReadError, "None"),
+    "read path an int": (lambda: read(3), ReadError, "int"),
+    "read a directory": (lambda: read(PROFILE_DIR), ReadError, "cannot read"),
+    "read option of another format": (lambda: read(ALEXNET, accelerators=2), ReadError, "accelerators"),
+    "dnn accelerators negative": (lambda: read_dnn_partitioning(DNN, accelerators=-1), ReadError, "accelerators"),
+    "dnn cpus absurd": (lambda: read_dnn_partitioning(DNN, cpus=10**9), ReadError, "cpus"),
+    "dnn no devices": (lambda: read_dnn_partitioning(DNN, accelerators=0, cpus=0), InvalidClusterError, "no devices"),
+    "cluster.device unknown": (lambda: I.cluster.device("zz"), InvalidClusterError, "'zz'"),
     # bench
     "bench stages [0]": (lambda: bench.run([I], stages=[0], progress=False), InvalidProblemError, "stages"),
     "bench stages an int": (lambda: bench.run([I], stages=2, progress=False), InvalidProblemError, "list"),
@@ -416,6 +428,13 @@ API_CASES = {
     "bench group with stages": (lambda: bench.run([I], problem="group", stages=[2], progress=False),
                                 InvalidProblemError, "stages"),
     "bench time limit 0": (lambda: bench.run([I], time_limit=0, progress=False), InvalidProblemError, "time limit"),
+    "bench instances None": (lambda: bench.run(None, progress=False), InvalidProblemError, "None"),
+    "bench instance an int": (lambda: bench.run([3], progress=False), InvalidProblemError, "int"),
+    "bench methods a string": (lambda: bench.run([I], methods="dp", progress=False), InvalidProblemError, "'dp'"),
+    "bench solver unknown": (lambda: bench.run([I], solver="gurobi", progress=False), InvalidProblemError, "gurobi"),
+    "bench seed a string": (lambda: bench.run([I], seed="x", progress=False), InvalidProblemError, "seed"),
+    "bench bandwidth 10G": (lambda: bench.load_instance(ALEXNET, bandwidth="10G"), InvalidUnitError, "10G"),
+    "bench devices absurd": (lambda: bench.load_instance(ALEXNET, devices=10**9), InvalidClusterError, "devices"),
     # simulator
     "simulate microbatches 0": (lambda: pipeopt.simulate.simulate(I, solve(I, stages=2).plan, microbatches=0),
                                 InvalidProblemError, "microbatches"),
@@ -434,4 +453,4 @@ def test_api_rejects(case):
 
 def test_counts():
     """The number of bad inputs this file checks (quoted in the issue's closing note)."""
-    assert len(CLI_CASES) >= 70 and len(API_CASES) >= 100
+    assert len(CLI_CASES) >= 70 and len(API_CASES) >= 115

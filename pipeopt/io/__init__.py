@@ -52,6 +52,8 @@ def read(path: str | Path, **options) -> Instance:
     InvalidGraphError, InvalidClusterError, InvalidProblemError
         If the content is well-formed but invalid.
     """
+    if not isinstance(path, (str, Path)):
+        raise ReadError(f"a file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     path = Path(path)
     try:
         text = path.read_text()

@@ -94,6 +94,8 @@ def read_dnn_partitioning(
         If the file is missing, not JSON, misses a field, has a negative number, an edge to
         an undeclared node, or classes whose forward edges form a cycle.
     """
+    if not isinstance(path, (str, Path)):
+        raise ReadError(f"a workload path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     path = Path(path)
     try:
         d = json.loads(path.read_text())

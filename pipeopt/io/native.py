@@ -387,6 +387,8 @@ def read_instance(path: str | Path) -> Instance:
     InvalidGraphError, InvalidClusterError, InvalidProblemError
         If its content is invalid.
     """
+    if not isinstance(path, (str, Path)):
+        raise ReadError(f"an instance file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     path = Path(path)
     try:
         text = path.read_text()

@@ -19,6 +19,7 @@ import networkx as nx
 from ..cluster import Cluster
 from ..errors import ReadError
 from ..instance import Instance, Settings
+from ..units import as_size
 
 _NODE = re.compile(
     r"^(?P<name>\S+) -- (?P<desc>.*) -- forward_compute_time=(?P<f>[^,]+), "
@@ -70,6 +71,8 @@ def read_pipedream_graph(path: str | Path, *, count_input_time: bool = False, ki
         If the file is missing or unreadable, a line is malformed, a number is invalid, or an
         edge names an undeclared node.
     """
+    if not isinstance(path, (str, Path)):
+        raise ReadError(f"a PipeDream profile path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     path = Path(path)
     try:
         text = path.read_text()
@@ -143,11 +146,12 @@ def read_pipedream(
         Number of identical GPUs in the cluster (each one unit of ``"gpu"``, the device the
         profile was measured on).
     bandwidth
-        Bytes/s between workers; ``None`` assumes :data:`DEFAULT_BANDWIDTH` and records the
-        assumption in ``Instance.assumptions`` (a lower bandwidth makes cuts dearer and
-        pushes the optimum towards cuts with small activations).
+        Bytes/s between workers, or a unit string (``"100Gbps"``, ``"12.5GB/s"``,
+        :func:`pipeopt.units.parse_bandwidth`); ``None`` assumes :data:`DEFAULT_BANDWIDTH`
+        and records the assumption in ``Instance.assumptions`` (a lower bandwidth makes cuts
+        dearer and pushes the optimum towards cuts with small activations).
     memory
-        Bytes per GPU (``inf``: no memory limit).
+        Bytes per GPU, or a size string (``"16GiB"``); ``inf``: no memory limit.
     count_input_time
         See :func:`read_pipedream_graph`.
     settings
@@ -157,8 +161,12 @@ def read_pipedream(
     ------
     ReadError
         See :func:`read_pipedream_graph`.
+    InvalidClusterError
+        If ``devices`` is not an integer in 1 .. :data:`pipeopt.units.MAX_DEVICES`, or the
+        bandwidth or memory is invalid (:class:`~pipeopt.errors.InvalidUnitError`).
     """
     graph = read_pipedream_graph(path, count_input_time=count_input_time)
+    memory = as_size(memory, unlimited=True)
     assumptions = []
     if bandwidth is None:
         bandwidth = DEFAULT_BANDWIDTH
