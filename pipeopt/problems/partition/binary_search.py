@@ -26,21 +26,17 @@ Training. ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
 
 from __future__ import annotations
 
-import time
-
-from .problem import PartitionProblem
-from ...result import Result, Status
 from ...backends.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
+from ...backends.deadline import Deadline
+from ...result import Result, Status
+from .problem import PartitionProblem
 
 
 def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: bool = True):
-    """Time per microbatch of a one-worker stage of units ``a .. b-1`` at position ``stage``.
-
-    The same stage time as :func:`pipeopt.evaluate` for a straight plan: the compute
-    ``work[a:b]`` and the transfers of the cuts before unit ``a`` and before unit ``b``
-    (``2 bytes / bandwidth`` each; with overlap the max of compute and the cuts, without it
-    compute plus the bytes the stage sends, ``(in + out) / bandwidth``). The bottleneck of a
-    straight plan is the max of this over its stages.
+    """Time per microbatch of a one-worker stage of units ``a .. b-1`` at position ``stage``:
+    :meth:`PartitionProblem.stage_time` with one replica and the stage's 1F1B in-flight count
+    (:meth:`PartitionProblem.in_flight`). The bottleneck of a straight plan is the max of
+    this over its stages (:func:`plan_time`).
 
     Parameters
     ----------
@@ -60,7 +56,7 @@ def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: 
     ndarray
         Seconds, shaped like ``a`` and ``b`` broadcast.
     """
-    return problem.stage_time(a, b, in_flight=problem.stages - stage, memory=memory)
+    return problem.stage_time(a, b, in_flight=problem.in_flight(stage), memory=memory)
 
 
 def plan_time(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> float:
@@ -90,7 +86,8 @@ def _stage_time(problem: PartitionProblem, memory: bool):
 
 
 def split_to_stages(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> list[int]:
-    """Add cuts until the plan has exactly ``problem.stages`` non-empty stages.
+    """Add cuts to a straight partition plan until it has exactly ``problem.stages`` non-empty
+    stages (the partition problem's adapter of :func:`pipeopt.backends.bisection.complete_stages`).
 
     Each added cut splits one stage into two; among all stages and cut positions it takes the
     one whose two halves have the smallest time (:func:`straight_stage_time`; ties: the
@@ -154,11 +151,11 @@ def greedy_check(problem: PartitionProblem, limit: float, *, memory: bool = True
 def binary_search(
     problem: PartitionProblem,
     *,
-    time_limit: float = 60.0,
+    time_limit: float | Deadline = 60.0,
     solver: str = "cbc",
     seed: int = 0,
     rel_tol: float = 1e-9,
-    **kw,
+    **_ignored,
 ) -> Result:
     """Duan & Wu's binary-search partition into exactly S straight stages (a heuristic).
 
@@ -174,7 +171,8 @@ def binary_search(
     problem
         The partition problem (straight space; ``replication`` is ignored).
     time_limit
-        Seconds; the bisection stops (with its best plan so far) when it is exceeded.
+        Seconds, or the solve's :class:`~pipeopt.backends.deadline.Deadline`; the bisection
+        stops (with its best plan so far) when it passes.
     solver, seed
         Unused.
     rel_tol
@@ -191,21 +189,21 @@ def binary_search(
     ----------
     Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
     """
-    started = time.perf_counter()
-    bw = problem.bandwidth
-    lo = float(max(problem.work_prefix[-1] / problem.stages, problem.work.max()))
-    hi = float(problem.work_prefix[-1] + 2.0 * problem.boundary_bytes.max() / bw) * (1 + 1e-12)
+    deadline = Deadline.of(time_limit)
+    lo = problem.simple_lower_bound()
+    # a stage time is at most its compute plus its two cuts: never above all the work plus the dearest cut
+    hi = float(problem.work_prefix[-1] + problem.table.cut_time.max()) * (1 + 1e-12)
     memory = True
     best = greedy_check(problem, hi, memory=True)
     if best is None:  # even the loosest limit fails: the greedy cannot meet the memory limit
         memory = False
         best = greedy_check(problem, hi, memory=False)
     found = bisect_limit(lambda T: greedy_check(problem, T, memory=memory), lo, hi, best,
-                         rel_tol=rel_tol, deadline=started + time_limit)
+                         rel_tol=rel_tol, deadline=deadline)
     best, hi, iterations = found
     greedy_stages = len(best) + 1
     starts = split_to_stages(problem, best, memory=memory)
     plan = problem.plan(starts)
     info = {"limit": hi, "iterations": iterations, "greedy_stages": greedy_stages, "memory_fit": memory}
-    return problem.result("binary_search", plan, Status.FEASIBLE, started=started, space="straight",
+    return problem.result("binary_search", plan, Status.FEASIBLE, started=deadline.started, space="straight",
                           info=info)

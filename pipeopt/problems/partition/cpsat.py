@@ -1,53 +1,62 @@
 """CP-SAT (OR-Tools) model of the partition problem in the straight space.
 
 The decision is the start unit ``p_t`` of each stage (integer variables over the stage
-windows ``t .. n-S+t``, ``p_0 = 0``, ``p_S = n``, ``p_t < p_{t+1}``); every cost is a prefix
-array read at a start through an element constraint (arrays and windows from
-:mod:`pipeopt.problems.partition.model`):
+windows ``t .. n-S+t``, ``p_0 = 0``, ``p_S = n``, ``p_t < p_{t+1}``); every cost is an array
+read at a start through an element constraint (arrays and windows from
+:mod:`pipeopt.problems.partition.model`, read off the cost table):
 
     minimise T  s.t.
       end[p_{t+1}] - begin[p_t] <= T        (stage time, every stage)
       cut[p_t] <= T                         (overlapped communication, t >= 1)
-      M_t[p_{t+1}] - M_t[p_t] <= capacity   (1F1B memory, if it can bind)
+      p_{t+1} <= reach_t[p_t]               (memory: the last end at which stage t fits)
 
-Element constraints on monotone prefix arrays propagate like the classic "probe" of
-chains-on-chains partitioning: once T is bounded, each p_t's domain shrinks to the
-positions a stage of time <= T can reach, which is how CP-SAT proves optimality.
+Element constraints on monotone arrays propagate like the classic "probe" of
+chains-on-chains partitioning: once T is bounded, each p_t's domain shrinks to the positions
+a stage of time <= T can reach, which is how CP-SAT proves optimality.
 
-Integer time scale: CP-SAT needs integers, so times are rounded to ticks of
-:attr:`StraightModel.tick` seconds (the largest time value is about 1e9 ticks). The
-model's value of any split is within one tick of its true bottleneck, so a split optimal
-for the integer model is within **two ticks** (:attr:`StraightModel.tolerance`, about
-2e-9 of the single-stage time) of the true optimum, and the reported lower bound is the
-solver's bound minus one tick. Memory is modelled in whole bytes (exact for integral byte
-counts, as in PipeDream profiles).
+**Memory is exact**: ``reach_t`` (:func:`~pipeopt.problems.partition.model.memory_reach`) holds
+unit indices decided by the cost model's own ``fits``; no byte count enters the model, so
+nothing is rounded and nothing can overflow CP-SAT's 64-bit integers whatever the sizes.
+
+**Integer time scale**: CP-SAT needs integers, so times are counted in ticks of
+:attr:`StraightModel.tick` seconds (the largest time value is about 1e9 ticks), rounded in
+the relaxing direction: ``end`` and cut times down, ``begin`` up. The integer value of every
+split is then at most its true bottleneck (so CP-SAT's bound, in ticks, is a valid lower
+bound on the true optimum) and at least the true value less two ticks (so a split optimal in
+ticks is within :attr:`StraightModel.tolerance`, three ticks, of the true optimum).
 """
 
 from __future__ import annotations
 
 import math
-import time
 
 from ortools.sat.python import cp_model
 
-from .problem import PartitionProblem
+from ...backends.cpsat import solve_cpsat as solve_cpsat_model
+from ...backends.deadline import Deadline
 from ...result import Result
-from .model import StraightModel, finish, heuristic_split, infeasible_memory
+from .model import Attempt, StraightModel, solve_exact
+from .problem import PartitionProblem
+
+__all__ = ["build_cpsat", "solve_cpsat"]
 
 
 def build_cpsat(
-    model: StraightModel, upper: float | None = None
+    model: StraightModel, upper: float | None = None, deadline: Deadline | None = None
 ) -> tuple[cp_model.CpModel, cp_model.IntVar, list]:
     """Build the CP-SAT model of the straight partition problem.
 
     Parameters
     ----------
     model
-        Arrays of the problem.
+        Arrays of the problem (its ``reach`` gives the memory constraints).
     upper
-        Seconds: the bottleneck of a known memory-feasible split, or ``None``. If given, T's
-        domain ends one tick above it (only splits at least as good remain; that split's
-        integer value is within one tick of ``upper``, so it stays feasible).
+        Seconds: the bottleneck of a split known to fit, or ``None``. If given, T's domain
+        ends one tick above it (only splits at least as good remain; that split's integer
+        value is at most its true value, so it stays feasible).
+    deadline
+        The method's clock: building stops with
+        :class:`~pipeopt.backends.deadline.DeadlineReached` when it passes.
 
     Returns
     -------
@@ -55,13 +64,14 @@ def build_cpsat(
         The model, the bottleneck in ticks and the start variables ``p[1..S-1]`` (``p[0]``
         and ``p[S]`` are the constants 0 and n).
     """
+    deadline = Deadline(None) if deadline is None else deadline
     n, S = model.n, model.S
     cp = cp_model.CpModel()
-    begin, end, cut = model.ticks(model.begin), model.ticks(model.end), model.ticks(model.cut_time)
-    top = max(max(end) - min(begin), max(cut))
+    begin, end, cut = model.ticks_up(model.begin), model.ticks_down(model.end), model.ticks_down(model.cut)
+    top = max(max(end) - min(begin), max(cut), 0)
     if upper is not None:
         top = min(top, math.ceil(upper / model.tick) + 1)
-    lb = max(0, math.floor(model.lower_bound / model.tick) - 1)  # valid for the rounded model
+    lb = max(0, math.floor(model.lower_bound / model.tick) - 1)
     T = cp.new_int_var(min(lb, top), top, "bottleneck")
     p: list = [0]
     for t in range(1, S):
@@ -79,19 +89,16 @@ def build_cpsat(
         cp.add_element(p[t], array, v)
         return v
 
-    begins = [at(begin, t, "begin") for t in range(S)]
-    ends = [None] + [at(end, t, "end") if not model.overlap else begins[t] for t in range(1, S)] + [end[n]]
     for t in range(S):
-        cp.add(ends[t + 1] - begins[t] <= T)
-    if model.overlap:
-        for t in range(1, S):
+        deadline.check("building the CP-SAT model")
+        cp.add(at(end, t + 1, "end") - at(begin, t, "begin") <= T)
+        if 0 < t and max(cut) > 0:
             cp.add(at(cut, t, "cut") <= T)
-    units = model.memory_units()
-    if units is not None:
-        mem, cap = units
+    if model.memory_binding:
         for t in range(S):
-            arr = [int(x) for x in mem[t]]
-            cp.add(at(arr, t + 1, f"mem{t}_end") - at(arr, t, f"mem{t}_begin") <= cap)
+            deadline.check("building the CP-SAT model")
+            reach = [int(x) for x in model.reach[t]]
+            cp.add(p[t + 1] <= at(reach, t, "reach"))
     cp.minimize(T)
     return cp, T, p
 
@@ -99,10 +106,10 @@ def build_cpsat(
 def solve_cpsat(
     problem: PartitionProblem,
     *,
-    time_limit: float = 60.0,
+    time_limit: float | Deadline = 60.0,
     solver: str = "cbc",
     seed: int = 0,
-    num_workers: int = 2,
+    threads: int = 2,
     warm_start: bool = True,
     **_ignored,
 ) -> Result:
@@ -113,13 +120,16 @@ def solve_cpsat(
     problem
         The partition problem (``replication=False``).
     time_limit
-        Seconds (CP-SAT's ``max_time_in_seconds``).
+        Seconds, or the solve's :class:`~pipeopt.backends.deadline.Deadline`: one clock for
+        the warm start heuristic (at most a quarter of it), model building and CP-SAT, which
+        gets what is left through :func:`pipeopt.backends.cpsat.solve_cpsat` (a watchdog stops
+        it shortly after the deadline, presolve included).
     solver
         Ignored (the MILP backend choice of the common method signature).
     seed
         CP-SAT's ``random_seed``.
-    num_workers
-        CP-SAT's ``num_workers`` (parallel search threads).
+    threads
+        CP-SAT's parallel search threads (``num_workers``).
     warm_start
         Hint a heuristic split (:func:`~pipeopt.problems.partition.model.heuristic_split`)
         and, if it fits in memory, cap T's domain at its value (``False``: bare model).
@@ -127,64 +137,55 @@ def solve_cpsat(
     Returns
     -------
     Result
-        Method ``"cpsat"``. Status ``OPTIMAL`` if CP-SAT proved its integer-scaled model
-        optimal: the plan is then within ``info["tolerance_s"]`` (two ticks, see the module
-        docstring) of the true straight optimum; ``TIME_LIMIT`` otherwise, with the
-        incumbent. ``lower_bound`` (seconds) = (CP-SAT's objective bound - 1 tick) x tick,
-        a true bound on the straight optimum, and at least
-        :meth:`PartitionProblem.simple_lower_bound`. ``info["solver_objective"]`` is the
-        integer objective converted to seconds (within ``info["rounding_error_s"]`` of the
-        plan's evaluation).
+        Method ``"cpsat"``.
+
+        * ``OPTIMAL``: CP-SAT proved its integer model optimal, and the plan's objective by
+          :func:`pipeopt.evaluate` is within ``info["tolerance_s"]`` seconds (three ticks,
+          about 3e-9 of the single-stage time; see the module docstring) of the lower bound.
+          S = 1 and S = n have one split only: it is scored directly.
+        * ``TIME_LIMIT``: the deadline passed; the plan is the best one found that fits (CP-SAT's
+          incumbent or the warm start), or ``None`` if none fits.
+        * ``FEASIBLE``: CP-SAT stopped without a proof before the deadline.
+
+        ``lower_bound`` (seconds) = CP-SAT's objective bound x tick (valid: the integer value
+        of every split is at most its true value), and at least
+        :meth:`PartitionProblem.simple_lower_bound`. Memory is exact, so a plan CP-SAT returns
+        fits (checked by :func:`pipeopt.evaluate`; one that does not is removed and the model
+        solved again). ``info["solver_objective"]`` and ``info["solver_bound"]`` are CP-SAT's
+        integer objective and bound in seconds (the objective is within the tolerance below
+        the plan's evaluation), ``info["solver_objective_ticks"]`` and
+        ``info["solver_bound_ticks"]`` the integers.
 
     Raises
     ------
     InvalidProblemError
-        If ``problem.replication`` is set (replication is solved by the DP only).
+        If ``problem.replication`` is set (replication is solved by the DP only), or
+        ``threads`` / ``seed`` is out of range.
     InfeasibleError
-        If CP-SAT proves that no split fits in memory.
+        Only when proven: the only split (S = 1 or S = n) breaks memory, or CP-SAT proves that
+        no split fits in memory.
 
     References
     ----------
     Perron & Didier, CP-SAT, OR-Tools (Google); Pinar & Aykanat, JPDC 2004 (chains-on-chains
     partitioning); Narayanan et al., PipeDream, SOSP 2019 (1F1B memory).
     """
-    started = time.perf_counter()
-    model = StraightModel.of(problem, "cpsat")
-    hint = heuristic_split(model)
-    upper = model.bottleneck(hint) if (warm_start and model.fits(hint)) else None
-    cp, _T, p = build_cpsat(model, upper)
-    if warm_start:
-        for t in range(1, model.S):
-            cp.add_hint(p[t], hint[t - 1])
-    sat = cp_model.CpSolver()
-    sat.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
-    sat.parameters.num_workers = max(int(num_workers), 1)
-    sat.parameters.random_seed = int(seed)
-    status = sat.solve(cp)
-    info: dict = {
-        "solver": "cp-sat",
-        "solver_status": sat.status_name(status),
-        "tick_s": model.tick,
-        "tolerance_s": model.tolerance,
-        "rounding_error_s": model.rounding_error,
-        "warm_start": hint,
-        "warm_start_value": model.bottleneck(hint),
-        "num_workers": int(num_workers),
-        "branches": int(sat.num_branches),
-    }
-    if status == cp_model.INFEASIBLE:
-        if not model.fits(hint):
-            raise infeasible_memory(problem, "cpsat")
-        # a split that fits is known: the integer model must have lost it (a modelling bug)
-        info["solver_note"] = "CP-SAT claimed infeasibility although a split that fits is known (ignored)"
-    if status == cp_model.MODEL_INVALID:  # a bug in the model, not in the input
-        raise RuntimeError(f"CP-SAT rejected the partition model: {cp.validate()}")
-    starts = None
-    bound = None
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        starts = [int(sat.value(p[t])) for t in range(1, model.S)]
-        info["solver_objective"] = sat.objective_value * model.tick
-        bound = (sat.best_objective_bound - 1) * model.tick
-    elif math.isfinite(sat.best_objective_bound):
-        bound = (sat.best_objective_bound - 1) * model.tick
-    return finish(model, "cpsat", starts, status == cp_model.OPTIMAL, bound, started, info)
+    deadline = Deadline.of(time_limit)
+
+    def run(model: StraightModel, hint: list[int], upper: float | None, dl: Deadline) -> Attempt:
+        cp, _T, p = build_cpsat(model, upper if warm_start else None, dl)
+        out = solve_cpsat_model(cp, deadline=dl, threads=int(threads), seed=int(seed),
+                                hint={p[t]: hint[t - 1] for t in range(1, model.S)} if hint else None)
+        info = {**out.info(), "tick_s": model.tick, "threads": int(threads)}
+        info["solver_objective_ticks"], info["solver_bound_ticks"] = out.objective, out.bound
+        starts = None
+        bound = out.bound * model.tick if out.bound is not None else None
+        info["solver_bound"] = bound
+        info["solver_objective"] = None
+        if out.has_solution:
+            starts = [int(out.value(p[t])) for t in range(1, model.S)]
+            info["solver_objective"] = out.objective * model.tick
+        return Attempt(out.status, starts, bound, info)
+
+    return solve_exact(problem, "cpsat", deadline, run, rel_tol=0.0, abs_tol=lambda model: model.tolerance,
+                       warm_start=warm_start, info={"solver": "cp-sat"})

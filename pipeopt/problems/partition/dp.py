@@ -18,17 +18,19 @@ Both are exact in pipeopt's cost model; the result's bound equals its objective.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
+from ...backends.deadline import Deadline, DeadlineReached
+from ...cost import rules
 from ...errors import InfeasibleError
-from .problem import PartitionProblem
 from ...result import Result, Status
+from .problem import PartitionProblem
 
 
 def _cost_matrix(p: PartitionProblem, m: int, in_flight: int) -> np.ndarray:
-    """``cost[i, j]``: time of a stage of units i..j-1 on m replicas (inf if i >= j or no fit)."""
+    """``cost[i, j]``: time of a stage of units i..j-1 on m replicas (inf if i >= j or no fit),
+    :meth:`PartitionProblem.stage_time`."""
     i = np.arange(p.n + 1)[:, None]
     j = np.arange(p.n + 1)[None, :]
     cost = p.stage_time(i, j, in_flight=in_flight, replicas=m)
@@ -43,43 +45,57 @@ def _infeasible(p: PartitionProblem) -> InfeasibleError:
     )
 
 
-def solve_dp(problem: PartitionProblem, **_ignored) -> Result:
+def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, **_ignored) -> Result:
     """Solve the partition problem exactly by dynamic programming.
 
     Parameters
     ----------
     problem
         The partition problem; ``problem.replication`` selects the search space.
+    time_limit
+        Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve. The DP
+        checks it between stages (straight) or worker counts (replicated); if it passes, the
+        result has status ``TIME_LIMIT``, no plan (the DP has no incumbent before its last
+        step) and :meth:`PartitionProblem.simple_lower_bound` as its bound.
+    **_ignored
+        ``solver``, ``seed``, ``threads``: unused.
 
     Returns
     -------
     Result
-        Status ``OPTIMAL``, ``lower_bound`` = objective (exact up to float rounding).
+        Status ``OPTIMAL``, ``lower_bound`` = objective: the DP minimises over every split
+        with the stage times :func:`pipeopt.evaluate` gives (:meth:`PartitionProblem.stage_time`,
+        memory by :func:`pipeopt.cost.rules.fits`), so its optimum is exact up to float
+        rounding (about 1e-15 relative); ``info["dp_value"]`` is its own value.
 
     Raises
     ------
     InfeasibleError
-        If no split fits the workers' memory.
+        If no split fits the workers' memory (proven: every split was priced).
     """
-    started = time.perf_counter()
-    if problem.replication:
-        starts, reps, value = _replicated(problem)
-    else:
-        starts, value = _straight(problem)
-        reps = None
+    deadline = Deadline.of(time_limit)
+    try:
+        if problem.replication:
+            starts, reps, value = _replicated(problem, deadline)
+        else:
+            starts, value = _straight(problem, deadline)
+            reps = None
+    except DeadlineReached as stop:
+        return problem.result("dp", None, Status.TIME_LIMIT, lower_bound=problem.simple_lower_bound(),
+                              started=deadline.started, info={"stopped": str(stop)})
     plan = problem.plan(starts, reps)
-    res = problem.result("dp", plan, Status.OPTIMAL, started=started, info={"dp_value": value})
-    res.lower_bound = res.objective
+    res = problem.result("dp", plan, Status.OPTIMAL, started=deadline.started, info={"dp_value": value})
     return res
 
 
-def _straight(p: PartitionProblem) -> tuple[list[int], float]:
+def _straight(p: PartitionProblem, deadline: Deadline) -> tuple[list[int], float]:
     n, S = p.n, p.stages
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
     args = []
     for s in range(S):
-        cost = _cost_matrix(p, 1, S - s)
+        deadline.check(f"DP stage {s}")
+        cost = _cost_matrix(p, 1, p.in_flight(s))
         cand = np.maximum(best[:, None], cost)  # (i, j)
         arg = np.argmin(cand, axis=0)
         best = cand[arg, np.arange(n + 1)]
@@ -94,7 +110,7 @@ def _straight(p: PartitionProblem) -> tuple[list[int], float]:
     return starts[::-1], value
 
 
-def _replicated(p: PartitionProblem) -> tuple[list[int], list[int], float]:
+def _replicated(p: PartitionProblem, deadline: Deadline) -> tuple[list[int], list[int], float]:
     n, S = p.n, p.stages
     best = np.full((S + 1, n + 1), np.inf)
     best[0, 0] = 0.0
@@ -105,7 +121,9 @@ def _replicated(p: PartitionProblem) -> tuple[list[int], list[int], float]:
     cand = np.empty((n + 1, n + 1))
     for w in range(1, S + 1):
         for m in range(1, w + 1):
-            in_flight = math.ceil((S - (w - m)) / m)
+            deadline.check(f"DP on {w} workers")
+            # the stage uses workers w-m+1..w of S: the workers from it to the end are S-(w-m)
+            in_flight = rules.in_flight(w - m, S, workers_after=S - (w - m), replicas=m)
             key = (m, in_flight if math.isfinite(p.memory) else 0)
             if key not in cache:
                 cache[key] = _cost_matrix(p, m, in_flight)

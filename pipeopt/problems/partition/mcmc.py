@@ -21,10 +21,11 @@ a contiguous split of the partition problem's layer chain:
   probability ``exp(-d / temperature)``.
 
 Scoring. ``score="model"`` (default) scores with the cost model every exact method
-optimises, :func:`pipeopt.evaluate`'s bottleneck: in the straight space through the prefix
-arrays the MILP and CP-SAT models share (:class:`pipeopt.problems.partition.model.StraightModel`,
-microseconds per plan, equal to ``evaluate`` up to float rounding), in the replicated space
-by calling :func:`pipeopt.evaluate` (milliseconds per plan). ``score="evaluate"`` always calls
+optimises, :func:`pipeopt.evaluate`'s bottleneck: in the straight space through the problem's
+stage time on its cost table (:func:`pipeopt.problems.partition.binary_search.plan_time` and
+:meth:`pipeopt.cost.CostTable.stage_memory`, tens of microseconds per plan, equal to
+``evaluate`` up to float rounding), in the replicated space by calling
+:func:`pipeopt.evaluate` (milliseconds per plan). ``score="evaluate"`` always calls
 :func:`pipeopt.evaluate`. ``score="simulate"`` scores with the discrete-event simulator
 (:func:`pipeopt.simulate.simulate`, steady state of ``schedule``), as FlexFlow does; it is
 slower still and optimises what the simulator measures, which can differ from the analytic
@@ -40,12 +41,13 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
+from ...backends.deadline import Deadline
 from ...cost import evaluate
 from ...errors import InvalidProblemError
-from .problem import PartitionProblem
 from ...result import Result, Status
+from .binary_search import plan_time
+from .problem import PartitionProblem
 from .simple import uniform_parts
 
 SCORES = ("model", "evaluate", "simulate")
@@ -64,28 +66,22 @@ class _Scorer:
     def __init__(self, problem: PartitionProblem, score: str, schedule: str):
         self.problem, self.score, self.schedule = problem, score, schedule
         self.cache: dict = {}
-        self.model = None
-        if score == "model" and not problem.replication:
-            from .model import StraightModel
-
-            self.model = StraightModel.of(problem, "mcmc")
+        self.fast = score == "model" and not problem.replication
 
     def _model(self, starts: tuple) -> tuple[float, float]:
-        m = self.model
-        t = m.bottleneck(starts)
+        p = self.problem
+        t = plan_time(p, list(starts), memory=False)
         pen = 0.0
-        if math.isfinite(m.capacity):
-            p = [0, *starts, m.n]
-            pen = sum(
-                max(0.0, (m.mem_prefix[s, p[s + 1]] - m.mem_prefix[s, p[s]]) / m.capacity - 1.0) for s in range(m.S)
-            )
+        if math.isfinite(p.memory):
+            b = [0, *starts, p.n]
+            pen = sum(max(0.0, p.table.stage_memory(b[s], b[s + 1], s) / p.memory - 1.0) for s in range(p.stages))
         return t, pen
 
     def __call__(self, state: tuple) -> tuple[float, float]:
         """(energy, penalty) of a state."""
         if state not in self.cache:
             starts, reps = state
-            if self.model is not None:
+            if self.fast:
                 t, pen = self._model(starts)
             else:
                 plan = self.problem.plan(list(starts), list(reps))
@@ -150,7 +146,7 @@ def _neighbour(rng: random.Random, n: int, starts: list, reps: list, replication
 def mcmc(
     problem: PartitionProblem,
     *,
-    time_limit: float = 60.0,
+    time_limit: float | Deadline = 60.0,
     solver: str = "cbc",
     seed: int = 0,
     iterations: int = 20000,
@@ -167,7 +163,8 @@ def mcmc(
     problem
         The partition problem (S workers; ``problem.replication`` enables the replica moves).
     time_limit
-        Seconds; the search returns its best plan when they run out.
+        Seconds, or the solve's :class:`~pipeopt.backends.deadline.Deadline`; the search
+        returns its best plan when it passes.
     solver
         Ignored (no MILP inside); accepted for the common method signature.
     seed
@@ -205,7 +202,7 @@ def mcmc(
     Jia, Zaharia & Aiken, Beyond Data and Model Parallelism for Deep Neural Networks
     (FlexFlow), SysML 2019, section 5 (execution optimizer: MCMC with a simulator).
     """
-    started = time.perf_counter()
+    deadline = Deadline.of(time_limit)
     if not isinstance(iterations, int) or iterations < 0:
         raise InvalidProblemError(f"mcmc needs iterations >= 0, got {iterations!r}")
     if not temperature > 0:
@@ -222,7 +219,7 @@ def mcmc(
     best, best_key, best_at = current, (pen_cur > 0, e_cur), 0
     accepted = done = 0
     for it in range(1, iterations + 1):
-        if time.perf_counter() - started > time_limit:
+        if deadline.expired():
             break
         done = it
         cand = _neighbour(rng, n, current[0], current[1], problem.replication, jump)
@@ -252,4 +249,4 @@ def mcmc(
     }
     if score == "simulate":
         info["schedule"] = schedule
-    return problem.result("mcmc", plan, Status.FEASIBLE, started=started, info=info)
+    return problem.result("mcmc", plan, Status.FEASIBLE, started=deadline.started, info=info)

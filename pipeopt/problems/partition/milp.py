@@ -1,9 +1,9 @@
 """MILP (PuLP; CBC or HiGHS) for the partition problem in the straight space.
 
-Formulation (pieces shared with CP-SAT in :mod:`pipeopt.problems.partition.model`). Binary
-*cumulative* start variables ``y[t, c] = 1`` iff stage t (t = 1..S-1) has started by unit c,
-i.e. ``p_t <= c``, over its window ``c = t .. n-S+t-1`` (``y[t, c] = 1`` beyond it). A prefix
-array F taken at the start of stage t is then linear:
+Formulation (arrays from :mod:`pipeopt.problems.partition.model`, read off the cost table).
+Binary *cumulative* start variables ``y[t, c] = 1`` iff stage t (t = 1..S-1) has started by
+unit c, i.e. ``p_t <= c``, over its window ``c = t .. n-S+t-1`` (``y[t, c] = 1`` beyond it). A
+prefix array F taken at the start of stage t is then linear:
 
     F[p_t] = F[n-S+t] - sum_c (F[c+1] - F[c]) * y[t, c]
 
@@ -14,88 +14,85 @@ and the model is
       y[t+1, c] <= y[t, c-1]                    (stage t non-empty: p_t < p_{t+1})
       end[p_{t+1}] - begin[p_t] <= T            (stage time, every stage t)
       cut[p_t] <= T                             (overlapped communication, t >= 1)
-      (M_t[p_{t+1}] - M_t[p_t]) / capacity <= 1 (1F1B memory, if it can bind)
+      y[t, a] <= y[t+1, R_t(a)]                 (reach: memory, and the incumbent's value)
       T >= simple_lower_bound
+
+The **reach rows** say that a stage t that starts by unit a ends by ``R_t(a)``: the last end
+at which it fits in memory (:func:`~pipeopt.problems.partition.model.memory_reach`, decided
+by the cost model's own ``fits``) and, when a split that fits is known, the last end at which
+its time stays within that split's value U (they only remove splits worse than a known one
+and tighten the LP relaxation). They are 0/1 rows: memory is exact in this model, with no
+byte count scaled or compared with a solver tolerance.
 
 Cumulative variables leave no symmetry between stages, and branching on ``y[t, c]`` splits
 the position of one cut into "before c" / "after c", which is what proves bottleneck
-optimality quickly. Times are expressed in units of 1/100 of the simple lower bound (so T
-is about 100-1000 in the solver, away from its absolute tolerances), memory rows divided by
-the capacity. The gap tolerance is :data:`MILP_REL_GAP` relative, so "optimal" means
-optimal to about 1e-9 relative (plus the solver's 1e-7..1e-6 feasibility tolerances on
-these scaled rows). A heuristic split (:func:`~pipeopt.problems.partition.model.heuristic_split`)
-is given as MIP start and, if it fits in memory, its value U adds the *reach* rows
-``y[t, a] <= y[t+1, R_U(a)]`` (a stage that starts by unit a and takes at most U ends by
-R_U(a)): they only cut off splits worse than a known one and tighten the LP relaxation.
+optimality quickly. Times are expressed in units of 1/100 of the simple lower bound (so T is
+about 100-1000 in the solver, away from its absolute tolerances).
+
+Solving goes through the one PuLP door, :func:`pipeopt.backends.pulp.solve_pulp`: **CBC runs
+in a child process that is ended at the deadline** (plus a short grace) if it has not stopped
+itself, so a limit holds even inside CBC's preprocessing; HiGHS runs in a child process too.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import os
-import tempfile
-import time
 
 import pulp
 
+from ...backends.deadline import Deadline
+from ...backends.pulp import SOLVERS, solve_pulp
 from ...errors import InvalidProblemError
-from .problem import PartitionProblem
 from ...result import Result
-from .model import (
-    StraightModel,
-    finish,
-    heuristic_split,
-    infeasible_memory,
-    reach,
-    starts_from_cumulative,
-)
+from .model import Attempt, StraightModel, solve_exact
+from .problem import PartitionProblem
+
+__all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_milp"]
 
 MILP_REL_GAP = 1e-9
 """Relative optimality gap at which the MILP solvers stop (about zero)."""
 
-BOUND_SLACK = 1e-7
-"""Relative amount taken off a MILP solver's dual bound before quoting it as a proven bound
-(covers the solver's feasibility and integrality tolerances)."""
-
 MILP_ABS_GAP = 1e-9
 """Absolute gap, in the MILP's time units (1/100 of the simple lower bound)."""
 
-SOLVERS = ("cbc", "highs")
+BOUND_SLACK = 1e-7
+"""Relative amount taken off a MILP solver's dual bound before quoting it as a proven bound
+(covers the solver's feasibility and integrality tolerances, about 1e-9 relative on these
+scaled rows)."""
 
-CBC_INTERRUPTED = (
-    "The LP relaxation is infeasible or too expensive",
-    "Pre-processing says infeasible",
-    "Cut generators found to be infeasible",
-)
-"""CBC's log lines when its time limit interrupts preprocessing or the root LP; its status
-is then meaningless (seen with the CBC 2.10.3 bundled with PuLP)."""
+MILP_TOLERANCE = 1e-6
+"""Relative tolerance of an ``optimal`` claim: the evaluated objective of the plan is within
+it of the method's valid lower bound (the gap, :data:`BOUND_SLACK` and the tolerances)."""
 
 
 def build_milp(
-    model: StraightModel, time_unit: float, upper: float | None = None
+    model: StraightModel, time_unit: float, upper: float | None = None, deadline: Deadline | None = None
 ) -> tuple[pulp.LpProblem, pulp.LpVariable, dict]:
     """Build the PuLP model of the straight partition problem.
 
     Parameters
     ----------
     model
-        Arrays of the problem (:class:`~pipeopt.problems.partition.model.StraightModel`).
+        Arrays of the problem (:class:`~pipeopt.problems.partition.model.StraightModel`); its
+        ``reach`` gives the memory rows.
     time_unit
         Seconds per unit of the solver's time values.
     upper
-        Seconds: the bottleneck of a known memory-feasible split, or ``None``. If given, the
-        *reach* rows ``y[t, a] <= y[t+1, R(a)]`` (:func:`~pipeopt.problems.partition.model.reach`:
-        a stage starting by unit a must end by R(a) to take at most ``upper``) are added.
-        They only remove splits worse than the known one, so the optimum and every bound
-        stay valid, and they make the LP relaxation much tighter.
+        Seconds: the bottleneck of a split known to fit, or ``None``. If given, the time reach
+        (:meth:`StraightModel.time_reach`) joins the memory reach in the reach rows.
+    deadline
+        The method's clock: building stops with
+        :class:`~pipeopt.backends.deadline.DeadlineReached` when it passes.
 
     Returns
     -------
     (lp, T, y)
-        The PuLP problem, the bottleneck variable (in ``time_unit``) and ``y[t][c]``, the
-        cumulative start variables (dict of dicts; stages 1..S-1).
+        The PuLP problem (``None`` if a reach row is false on constants: a stage cannot reach
+        the window of the next one at all, so no split fits; without ``upper`` that is a
+        proof), the bottleneck variable (in ``time_unit``) and ``y[t][c]``, the cumulative
+        start variables (dict of dicts; stages 1..S-1).
     """
+    deadline = Deadline(None) if deadline is None else deadline
     n, S = model.n, model.S
     lp = pulp.LpProblem("partition_straight", pulp.LpMinimize)
     T = lp.add_variable("bottleneck", lowBound=model.lower_bound / time_unit)
@@ -107,12 +104,12 @@ def build_milp(
 
     def started(t, c):
         """``1[p_t <= c]``: a variable inside stage t's window, else the constant 0 or 1."""
-        if t == 0:
-            return 1
-        if t == S:
-            return int(c >= n)
         win = model.window(t)
-        return int(c >= win[-1]) if c not in y[t] else y[t][c]
+        if c >= win[-1]:
+            return 1
+        if c < win[0]:
+            return 0
+        return y[t][c]
 
     def at_start(F, t, scale=1.0):
         """Linear expression of ``F[p_t] * scale``."""
@@ -124,6 +121,7 @@ def build_milp(
         return F[hi] * scale - pulp.lpSum((F[c + 1] - F[c]) * scale * y[t][c] for c in y[t])
 
     for t in range(1, S):
+        deadline.check("building the MILP")
         cs = list(y[t])
         for a, b in itertools.pairwise(cs):
             lp += y[t][a] <= y[t][b], f"monotone_{t}_{a}"
@@ -132,83 +130,45 @@ def build_milp(
                 lp += y[t + 1][c] <= y[t][c - 1], f"nonempty_{t}_{c}"
     u = 1.0 / time_unit
     for t in range(S):
+        deadline.check("building the MILP")
         lp += at_start(model.end, t + 1, u) - at_start(model.begin, t, u) <= T, f"stage_time_{t}"
-    if model.overlap:
-        for t in range(1, S):
-            lp += at_start(model.cut_time, t, u) <= T, f"cut_time_{t}"
-    if model.memory_binding:
-        m = 1.0 / model.capacity
-        for t in range(S):
-            F = model.mem_prefix[t]
-            lp += at_start(F, t + 1, m) - at_start(F, t, m) <= 1.0 + 1e-12, f"memory_{t}"
-    if upper is not None:
-        R = reach(model, upper)
-        for t in range(S):
-            for a in model.window(t):
-                lhs, rhs = started(t, a), started(t + 1, int(R[a]))
-                if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
-                    continue
-                if isinstance(lhs, int) and isinstance(rhs, int):  # 1 <= 0: upper is not feasible
-                    raise RuntimeError(f"reach rows contradict the split of value {upper} s")  # noqa: TRY004
-                lp += lhs <= rhs, f"reach_{t}_{a}"
+    for t in range(1, S):
+        if model.cut[model.window(t)].max(initial=0.0) > 0:
+            lp += at_start(model.cut, t, u) <= T, f"cut_time_{t}"
+    time_reach = model.time_reach(upper) if upper is not None else None
+    for t in range(S):
+        deadline.check("building the MILP")
+        R = model.reach[t] if time_reach is None else model.reach[t].clip(max=time_reach)
+        win = list(model.window(t))
+        for i, a in enumerate(win):
+            if i + 1 < len(win) and R[win[i + 1]] == R[a]:
+                continue  # implied by the row of a + 1 (y[t] is monotone)
+            lhs, rhs = started(t, a), started(t + 1, int(R[a]))
+            if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
+                continue
+            if isinstance(lhs, int) and isinstance(rhs, int):  # 1 <= 0 on constants
+                return None, T, y
+            lp += lhs <= rhs, f"reach_{t}_{a}"
     return lp, T, y
 
 
-class _HiGHSWarm(pulp.HiGHS):
-    """PuLP's HiGHS API interface, plus a MIP start passed to highspy before the solve."""
-
-    def __init__(self, start: dict | None = None, **kw):
-        super().__init__(**kw)
-        self._start = start or {}
-
-    def callSolver(self, lp):
-        if self._start:
-            import highspy
-
-            sol = highspy.HighsSolution()
-            values = [0.0] * lp.solverModel.getNumCol()
-            for var in lp.variables():
-                values[var.index] = self._start.get(var.name, 0.0)
-            sol.col_value = values
-            sol.value_valid = True
-            lp.solverModel.setSolution(sol)
-        lp.solverModel.run()
-
-
-def _start_values(model: StraightModel, starts: list[int], time_unit: float) -> dict:
+def _start_values(model: StraightModel, starts: list[int], value: float, time_unit: float) -> dict:
     vals = {
         f"started_{t}_by_{c}": float(c >= starts[t - 1])
         for t in range(1, model.S)
         for c in model.window(t)[:-1]
     }
-    vals["bottleneck"] = max(model.bottleneck(starts), model.lower_bound) / time_unit
+    vals["bottleneck"] = max(value, model.lower_bound) / time_unit
     return vals
-
-
-def _cbc_bound(log: str) -> float | None:
-    """CBC's final dual bound from its log ("Lower bound:", or "Objective value:" when it
-    proved optimality), or ``None``."""
-    found = {}
-    for line in log.splitlines():
-        for key in ("Lower bound:", "Objective value:"):
-            if line.strip().startswith(key):
-                try:
-                    found[key] = float(line.split(":", 1)[1].split()[0])
-                except (ValueError, IndexError):
-                    pass
-    if "Lower bound:" in found:
-        return found["Lower bound:"]
-    if "Result - Optimal solution found" in log and "Objective value:" in found:
-        return found["Objective value:"]
-    return None
 
 
 def solve_milp(
     problem: PartitionProblem,
     *,
-    time_limit: float = 60.0,
+    time_limit: float | Deadline = 60.0,
     solver: str = "cbc",
     seed: int = 0,
+    threads: int = 1,
     warm_start: bool = True,
     **_ignored,
 ) -> Result:
@@ -219,29 +179,44 @@ def solve_milp(
     problem
         The partition problem (``replication=False``).
     time_limit
-        Seconds of wall time, model building included (the solver gets what is left).
-        CBC checks its limit only between phases: on a large model its preprocessing can
-        overrun it (NASNet-A Large, S = 16: about 20 s for a 5 s limit here); the result
-        then says ``time_limit`` and carries no proof. HiGHS honours the limit closely.
+        Seconds, or the solve's :class:`~pipeopt.backends.deadline.Deadline`: one clock for
+        the warm start heuristic (at most a quarter of it), model building and the solver,
+        which gets what is left through :func:`pipeopt.backends.pulp.solve_pulp`. CBC runs in
+        a child process that the door ends at the deadline (plus
+        :func:`~pipeopt.backends.pulp.kill_grace`, 0.3 s + 2 % of the limit) if it has not
+        stopped itself, so the method returns within about that.
     solver
-        ``"cbc"`` (PuLP's bundled CBC) or ``"highs"`` (HiGHS through highspy, via PuLP's
-        HiGHS API interface).
+        ``"cbc"`` (PuLP's bundled CBC) or ``"highs"`` (HiGHS through highspy).
     seed
         Solver random seed.
+    threads
+        Solver threads.
     warm_start
-        Give the solver a heuristic split as MIP start and add the reach rows of its value
+        Give the solver a heuristic split as MIP start and add the time reach rows of its value
         (see the module docstring); ``False`` solves the bare formulation.
 
     Returns
     -------
     Result
-        Method ``"milp"``. Status ``OPTIMAL`` if the solver proved optimality (gap
-        :data:`MILP_REL_GAP`), else ``TIME_LIMIT`` with the incumbent. ``lower_bound``
-        (seconds) is the solver's dual bound reduced by :data:`BOUND_SLACK` (relative) -
-        HiGHS reports it through its API, CBC's is read from its log - or, if none can be
-        read, :meth:`PartitionProblem.simple_lower_bound` (total work / S, largest unit), a
-        bound that holds without any solver. ``info`` holds the solver, its status, its own
-        objective (seconds) and the bound's source.
+        Method ``"milp"``.
+
+        * ``OPTIMAL``: the solver proved optimality (gap :data:`MILP_REL_GAP`) and the plan's
+          objective by :func:`pipeopt.evaluate` is within :data:`MILP_TOLERANCE` (relative,
+          ``info["rel_gap_target"]``) of the lower bound. S = 1 and S = n have one split only:
+          it is scored directly.
+        * ``TIME_LIMIT``: the deadline passed; the plan is the best one found that fits (the
+          solver's incumbent or the warm start), or ``None`` if none fits.
+        * ``FEASIBLE``: the solver stopped without a proof before the deadline.
+
+        ``info["solver_objective"]`` and ``info["solver_bound"]`` are the solver's objective
+        and (slackened) bound in seconds.
+
+        ``lower_bound`` (seconds) is valid for the true straight optimum: the largest of
+        :meth:`PartitionProblem.simple_lower_bound` (total work / S, largest unit) and the
+        solver's dual bound less :data:`BOUND_SLACK` (relative). Memory is exact (0/1 reach
+        rows), so every plan that fits is in the model and a plan the solver returns fits
+        (checked by :func:`pipeopt.evaluate`; one that does not is removed and the model
+        solved again).
 
     Raises
     ------
@@ -249,107 +224,68 @@ def solve_milp(
         If ``problem.replication`` is set (replication is solved by the DP only), or the
         solver is unknown.
     InfeasibleError
-        If the solver proves that no split fits in memory.
+        Only when proven: the only split (S = 1 or S = n) breaks memory, the reach rows
+        contradict each other on constants, or the solver proves that no split fits.
 
     References
     ----------
     Pinar & Aykanat, JPDC 2004 (1D chains-on-chains partitioning); Narayanan et al.,
     PipeDream, SOSP 2019 (1F1B memory, weight stashing).
     """
-    started = time.perf_counter()
+    deadline = Deadline.of(time_limit)
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {SOLVERS}")
-    model = StraightModel.of(problem, "milp")
-    unit = model.time_unit
-    hint = heuristic_split(model)
-    upper = model.bottleneck(hint) if (warm_start and model.fits(hint)) else None
-    lp, T, y = build_milp(model, unit, upper)
-    start = _start_values(model, hint, unit) if warm_start else {}
-    info: dict = {
-        "solver": solver,
-        "warm_start": hint,
-        "warm_start_value": model.bottleneck(hint),
-        "time_unit": unit,
-        "rel_gap": MILP_REL_GAP,
-        "binaries": sum(len(v) for v in y.values()),
-        "constraints": lp.numConstraints(),
-    }
-    tl = max(float(time_limit) - (time.perf_counter() - started), 0.01)  # model building counts
-    if solver == "cbc":
-        for var in lp.variables():
-            if var.name in start:
-                var.setInitialValue(start[var.name])
-        fd, log_path = tempfile.mkstemp(prefix="pipeopt_cbc_", suffix=".log")
-        os.close(fd)
-        try:
-            cmd = pulp.PULP_CBC_CMD(
-                msg=False,
-                timeLimit=tl,
-                gapRel=MILP_REL_GAP,
-                gapAbs=MILP_ABS_GAP,
-                warmStart=bool(start),
-                timeMode="elapsed",  # wall clock, not CPU time
-                logPath=log_path,
-                options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"],
-            )
-            t0 = time.perf_counter()
-            lp.solve(cmd)
-            cbc_wall = time.perf_counter() - t0
-            with open(log_path) as fh:
-                log = fh.read()
-        finally:
-            os.unlink(log_path)
-        raw = _cbc_bound(log)
-        proven = lp.sol_status == pulp.LpSolutionOptimal
-        infeasible = lp.status == pulp.LpStatusInfeasible
-        if any(sign in log for sign in CBC_INTERRUPTED) and cbc_wall >= 0.9 * tl:
-            # CBC's time limit interrupted its preprocessing or root LP; it then reports
-            # "optimal" (the MIP start) or "infeasible": neither is a proof
-            proven = infeasible = False
-            raw = None
-            info["solver_note"] = "CBC stopped in preprocessing / the root LP at its time limit (no proof)"
-        has_sol = lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
-        info["solver_status"] = pulp.LpStatus[lp.status]
-        info["bound_source"] = "CBC log" if raw is not None else "simple_lower_bound (CBC bound not readable)"
-    else:
-        cmd = _HiGHSWarm(
-            start=start,
-            msg=False,
-            timeLimit=tl,
-            gapRel=MILP_REL_GAP,
-            gapAbs=MILP_ABS_GAP,
-            random_seed=int(seed),
-        )
-        lp.solve(cmd)
-        import highspy
 
-        h = lp.solverModel
-        st = h.getModelStatus()
-        hinfo = h.getInfo()
-        proven = st == highspy.HighsModelStatus.kOptimal
-        infeasible = st == highspy.HighsModelStatus.kInfeasible
-        has_sol = hinfo.primal_solution_status == 2  # kSolutionStatusFeasible
-        raw = hinfo.mip_dual_bound if math.isfinite(hinfo.mip_dual_bound) else None
-        info["solver_status"] = h.modelStatusToString(st)
-        info["nodes"] = int(hinfo.mip_node_count)
-        info["bound_source"] = "HiGHS mip_dual_bound" if raw is not None else "simple_lower_bound"
-    if infeasible and model.fits(hint):  # a split that fits is known: not a proof
-        infeasible = False
-        info["solver_note"] = "solver claimed infeasibility although a split that fits is known (ignored)"
-    if infeasible:
-        raise infeasible_memory(problem, "milp")
-    starts = None
-    if has_sol:
-        values = {t: {c: y[t][c].varValue for c in y[t]} for t in y}
-        starts = starts_from_cumulative(values, model)
-        info["solver_objective"] = T.varValue * unit
-    if proven and starts is not None:
-        # optimal within the gap: the solver's value less the gap bounds the optimum (HiGHS
-        # may leave mip_dual_bound stale when presolve solves the model)
-        proof = T.varValue * (1 - MILP_REL_GAP) - MILP_ABS_GAP
-        if raw is None or proof > raw:
-            raw = proof
-            info["bound_source"] = "solver objective less the gap (proven optimal)"
-    # CBC prints 8 decimals: take 1e-8 units and BOUND_SLACK (relative) off the dual bound
-    bound = (raw - 1e-8) * unit * (1 - BOUND_SLACK) if raw is not None else None
-    return finish(model, "milp", starts, proven and starts is not None, bound, started, info)
+    def run(model: StraightModel, hint: list[int], upper: float | None, dl: Deadline) -> Attempt:
+        unit = model.time_unit
+        lp, T, y = build_milp(model, unit, upper if warm_start else None, dl)
+        info = {"solver": solver, "time_unit": unit, "rel_gap": MILP_REL_GAP,
+                "binaries": sum(len(v) for v in y.values())}
+        if lp is None:
+            return Attempt("infeasible", info={**info, "solver": "reach rows (memory) on constants"})
+        info["constraints"] = lp.numConstraints()
+        start = _start_values(model, hint, upper or model.bottleneck(hint), unit) if hint else None
+        out = solve_pulp(lp, solver=solver, deadline=dl, rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP,
+                         threads=int(threads), seed=int(seed), warm_start=start)
+        info.update(out.info())
+        starts = None
+        # the door's bound (the solver's dual bound, or its objective less the gap when it
+        # proved optimality), less the tolerances the solver works with
+        bound = out.bound * unit * (1 - BOUND_SLACK) if out.bound is not None else None
+        info["solver_bound"] = bound
+        info["solver_objective"] = None
+        if out.has_solution:
+            values = {t: {c: out.value(y[t][c]) for c in y[t]} for t in y}
+            starts = starts_from_cumulative(values, model)
+            info["solver_objective"] = out.objective * unit
+        return Attempt(out.status if out.status != "unbounded" else "no_solution", starts, bound, info)
+
+    return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
+                       warm_start=warm_start, info={"solver": solver})
+
+
+def starts_from_cumulative(values, model: StraightModel) -> list[int]:
+    """Starts of stages 1..S-1 from cumulative indicators ``values[t][c]`` ("stage t has
+    started by unit c", t = 1..S-1, c over the window), read with a 0.5 threshold.
+
+    A value ``None`` reads as 0.
+
+    Raises
+    ------
+    RuntimeError
+        If the values do not describe S non-empty contiguous stages (a modelling bug).
+    """
+    starts = []
+    for t in range(1, model.S):
+        win = model.window(t)
+        start = win[-1]
+        for c in win[:-1]:
+            v = values[t].get(c)
+            if v is not None and v > 0.5:
+                start = c
+                break
+        starts.append(start)
+    if any(a >= b for a, b in zip([0, *starts], [*starts, model.n], strict=True)):
+        raise RuntimeError(f"solver values do not give {model.S} non-empty stages: starts {starts}")
+    return starts
+

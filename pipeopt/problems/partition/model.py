@@ -1,25 +1,35 @@
-"""Solver-neutral pieces of the MILP and CP-SAT models of the (straight) partition problem.
+"""What the MILP and CP-SAT models of the (straight) partition problem share.
 
 Both models decide the start positions ``0 = p_0 < p_1 < ... < p_{S-1} < p_S = n`` of the S
 stages over the chain's n units (stage t holds units ``p_t .. p_{t+1}-1``) and minimise the
-bottleneck T. Everything a stage costs is a *difference of prefix arrays taken at two start
-positions*, which is what makes both formulations compact:
+bottleneck T. Every array here is read off the problem's cost table
+(:attr:`PartitionProblem.table`, :class:`pipeopt.cost.CostTable`) through
+:meth:`PartitionProblem.stage_time` and :attr:`PartitionProblem.cut_terms`; no rule of the
+cost model is written in this module.
 
-* stage time (straight space, one worker per stage; see :mod:`pipeopt.problems.partition.dp` and
-  :func:`pipeopt.evaluate`): ``end[p_{t+1}] - begin[p_t]`` with ``end[c] = W[c] + q[c]`` and
-  ``begin[c] = W[c] - q[c]``, ``W`` the prefix sum of work (forward + backward seconds) and
-  ``q[c] = bytes crossing the boundary before unit c / bandwidth`` without overlap (the
-  stage sends its activations forward and its input gradients back), ``q = 0`` with overlap;
-* with overlap each cut also bounds T from below: ``T >= 2 bytes[p_t] / bandwidth``;
-* memory of stage t (1F1B, ``k_t = S - t`` microbatches in flight, ``v_t = k_t`` weight
-  versions with weight stashing, else 1): ``M_t[p_{t+1}] - M_t[p_t] <= capacity`` with
-  ``M_t[c] = k_t A[c] + v_t P[c]`` (A, P prefix sums of activation and parameter bytes).
+* **Stage time** (one worker per stage, :meth:`PartitionProblem.stage_time` with m = 1):
+  ``max(W[b] - W[a] + added[a] + added[b], bound[a], bound[b])`` for units ``a..b-1``, W the
+  work prefix. The models write it linearly as ``end[p_{t+1}] - begin[p_t] <= T`` with
+  ``end = W + added``, ``begin = W - added``, and ``cut[p_t] <= T`` with ``cut = bound`` (the
+  busy time of a cut with overlap, zero without).
+* **Memory** is exact and has no byte in it: stage t of units ``a..b-1`` fits
+  (:func:`pipeopt.cost.rules.fits`, the shared :data:`~pipeopt.cost.rules.MEMORY_SLACK`) iff
+  ``b <= reach_t[a]``, the last end that fits (:func:`memory_reach`; memory only grows as a
+  stage gains units, so the ends that fit are an interval). The models state
+  ``p_{t+1} <= reach_t[p_t]`` (MILP: 0/1 rows; CP-SAT: an element constraint), so no byte
+  count is rounded, scaled or compared with a solver tolerance, whatever the sizes
+  (fractional bytes, 1e19-byte capacities).
+* Every plan a solver returns is scored by :func:`pipeopt.evaluate`; a stage that the table
+  says fits but ``evaluate`` says does not (float summation order, about 1e-16 relative) is
+  removed from the model (:meth:`StraightModel.forbid`) and the solver runs again
+  (:func:`solve_exact`): the method never returns a plan that breaks memory as optimal.
 
-This module computes these arrays once (:class:`StraightModel`), the stage windows (stage t
-can only start at units ``t .. n-S+t``: every stage is non-empty), the integer time scale
-of the CP-SAT model and its tolerance, a cheap warm start (:func:`balanced_split`, *not* the
-DP: the solvers must stay independent checks of it) and the helpers that turn a solver's
-outcome into a :class:`~pipeopt.result.Result`.
+This module also holds the stage windows (stage t can only start at units ``t .. n-S+t``:
+every stage is non-empty), the integer time scale of CP-SAT, a heuristic warm start
+(:func:`heuristic_split`: Duan & Wu's greedy check bisected with
+:func:`pipeopt.backends.bisection.bisect_limit`, *not* the DP, so that the solvers stay
+independent checks of it) and the driver :func:`solve_exact` that turns the solvers'
+outcomes into a :class:`~pipeopt.result.Result` whose every claim is checked.
 
 References
 ----------
@@ -32,22 +42,30 @@ on prefix sums).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
+from ...backends.bisection import bisect_limit
+from ...backends.deadline import Deadline, DeadlineReached
+from ...cost import evaluate
 from ...errors import InfeasibleError, InvalidProblemError
-from .problem import PartitionProblem
 from ...result import Result, Status
-
-MEMORY_SLACK = 1e-12
-"""Relative slack on the memory capacity, the same as :mod:`pipeopt.problems.partition.dp` and
-:func:`pipeopt.evaluate` use (``memory <= capacity * (1 + 1e-12)``)."""
+from .binary_search import greedy_check, plan_time, split_to_stages
+from .problem import PartitionProblem
 
 TIME_TICKS = 10**9
-"""CP-SAT's integer time scale: the largest time value of the model (the whole chain's
-stage time, or the dearest cut) is mapped to about ``TIME_TICKS`` integer ticks."""
+"""CP-SAT's integer time scale: :attr:`StraightModel.top`, a bound on every time value of the
+model, is about ``TIME_TICKS`` integer ticks."""
+
+_TICK_GUARD = 1e-5
+"""Ticks: how far a time value is pushed (down for ``end`` and cuts, up for ``begin``) before
+it is rounded, so that float error in ``seconds / tick`` cannot round it the wrong way."""
+
+HEURISTIC_SHARE = 0.25
+"""At most this share of the time limit goes to the warm start heuristic."""
 
 
 def require_straight(problem: PartitionProblem, method: str) -> None:
@@ -71,40 +89,68 @@ def require_straight(problem: PartitionProblem, method: str) -> None:
         )
 
 
-def infeasible_memory(problem: PartitionProblem, method: str) -> InfeasibleError:
-    """The error an exact method raises when its solver proves that no split fits in memory."""
+def infeasible_memory(problem: PartitionProblem, method: str, why: str) -> InfeasibleError:
+    """The error an exact method raises when it has proved that no split fits in memory."""
     return InfeasibleError(
         f"{method}: no split of {problem.instance.name} into {problem.stages} stages fits in "
-        f"{problem.memory / 2**30:.3f} GiB of memory per worker (proven infeasible by the solver)"
+        f"{problem.memory / 2**30:.3f} GiB of memory per worker ({why})"
     )
 
 
-@dataclass(frozen=True)
-class StraightModel:
-    """The arrays both formulations read, in seconds and bytes (shapes ``(n+1,)`` over
-    boundary positions ``c = 0..n``, position c being "before unit c").
+def memory_reach(problem: PartitionProblem) -> np.ndarray:
+    """``reach[t, a]``: the last end ``b`` such that stage t of units ``a..b-1`` fits in memory.
 
-    Build with :meth:`of`. Attributes: ``n``, ``S`` (stages), ``overlap``, ``begin`` and
-    ``end`` (seconds, see the module docstring), ``cut_time`` (seconds, ``2 bytes[c] /
-    bandwidth``, the overlapped communication bound of a cut at c; zeros without overlap),
-    ``mem_prefix`` (``(S, n+1)`` bytes, ``M_t``), ``capacity`` (bytes per worker, ``inf`` if
-    unlimited), ``lower_bound`` (seconds, :meth:`PartitionProblem.simple_lower_bound`).
+    Decided by the cost model's own test (:meth:`PartitionProblem.fits` of
+    :meth:`CostTable.stage_memory`), by bisection on ``b`` for every ``a`` at once (the memory
+    of a stage does not decrease as it gains units). ``reach[t, a] == a``: stage t cannot
+    start at a (not even one unit fits). Made non-decreasing in ``a`` (a stage that starts
+    later holds fewer units), so ``p_t <= a`` implies ``p_{t+1} <= reach[t, a]``.
+
+    Returns
+    -------
+    ndarray (S, n+1) of int
+    """
+    n, S = problem.n, problem.stages
+    a = np.arange(n + 1)
+    if not math.isfinite(problem.memory):
+        return np.full((S, n + 1), n, dtype=np.int64)
+    tab = problem.table
+    out = np.empty((S, n + 1), dtype=np.int64)
+    for t in range(S):
+        lo, hi = a.copy(), np.full(n + 1, n + 1)  # lo: an end that fits (the empty stage); hi: none
+        while np.any(hi - lo > 1):
+            mid = (lo + hi) // 2
+            ok = problem.fits(tab.stage_memory(a, mid, t))
+            lo = np.where(ok, mid, lo)
+            hi = np.where(ok, hi, mid)
+        out[t] = np.maximum.accumulate(lo)
+    return out
+
+
+@dataclass
+class StraightModel:
+    """The arrays both formulations read (shapes ``(n+1,)`` over boundary positions
+    ``c = 0..n``, position c being "before unit c"; seconds).
+
+    Build with :meth:`of`. ``begin``, ``end``, ``cut`` are the linear form of
+    :meth:`PartitionProblem.stage_time` (module docstring); ``reach`` is
+    :func:`memory_reach`, ``(S, n+1)``, tightened by :meth:`forbid`; ``lower_bound`` is
+    :meth:`PartitionProblem.simple_lower_bound` (seconds, a valid bound without any solver).
     """
 
     problem: PartitionProblem
     n: int
     S: int
-    overlap: bool
     begin: np.ndarray
     end: np.ndarray
-    cut_time: np.ndarray
-    mem_prefix: np.ndarray
-    capacity: float
+    cut: np.ndarray
+    reach: np.ndarray
     lower_bound: float
+    forbidden: list = field(default_factory=list)
 
     @classmethod
     def of(cls, problem: PartitionProblem, method: str = "exact") -> StraightModel:
-        """Precompute the model arrays of a straight partition problem.
+        """Read the model arrays of a straight partition problem off its cost table.
 
         Raises
         ------
@@ -112,66 +158,72 @@ class StraightModel:
             If ``problem.replication`` is set (see :func:`require_straight`).
         """
         require_straight(problem, method)
-        n, S = problem.n, problem.stages
-        overlap = bool(problem.instance.settings.overlap)
         W = np.asarray(problem.work_prefix, dtype=float)
-        q = np.asarray(problem.boundary_bytes, dtype=float) / problem.bandwidth
-        if overlap:
-            begin, end, cut = W.copy(), W.copy(), 2.0 * q
-        else:
-            begin, end, cut = W - q, W + q, np.zeros(n + 1)
-        k = np.array([problem.in_flight(t) for t in range(S)], dtype=float)
-        v = k if problem.instance.settings.weight_stashing else np.ones(S)
-        mem = k[:, None] * problem.act_prefix[None, :] + v[:, None] * problem.param_prefix[None, :]
-        return cls(
-            problem,
-            n,
-            S,
-            overlap,
-            begin,
-            end,
-            cut,
-            mem,
-            float(problem.memory),
-            float(problem.simple_lower_bound()),
-        )
+        added, bound = problem.cut_terms
+        return cls(problem, problem.n, problem.stages, W - added, W + added, np.asarray(bound, dtype=float),
+                   memory_reach(problem), float(problem.simple_lower_bound()))
 
     # ---- structure ----------------------------------------------------------------------
     def window(self, t: int) -> range:
-        """Units where stage ``t`` (0-based) can start: ``t .. n-S+t`` (``0`` for stage 0)."""
+        """Units where stage ``t`` (0-based) can start: ``t .. n-S+t`` (``0`` for stage 0,
+        ``n`` for the end of the last stage, t = S)."""
         if t == 0:
             return range(1)
+        if t == self.S:
+            return range(self.n, self.n + 1)
         return range(t, self.n - self.S + t + 1)
 
-    @cached_property
+    @property
+    def single_split(self) -> list[int] | None:
+        """The starts of the only split there is (S = 1, or S = n), else ``None``."""
+        if self.S == 1 or self.S == self.n:
+            return list(range(1, self.S))
+        return None
+
+    @property
     def memory_binding(self) -> bool:
-        """True if some split could exceed the capacity (else the memory rows are omitted)."""
-        if not math.isfinite(self.capacity):
-            return False
-        worst = max(self.mem_prefix[t, -1] - self.mem_prefix[t, 0] for t in range(self.S))
-        return bool(worst > self.capacity * (1 + MEMORY_SLACK))
+        """True if memory rules out some stage."""
+        return bool(np.any(self.reach[:, :-1] < self.n))
+
+    def forbid(self, t: int, a: int, b: int) -> None:
+        """Remove stage t of units ``a..b-1`` (and, memory growing with the units, every stage t
+        that starts at or before ``a`` and ends at or after ``b``) from the model: evaluate
+        found it over memory although the table's test let it through."""
+        self.reach[t, : a + 1] = np.minimum(self.reach[t, : a + 1], b - 1)
+        self.forbidden.append((t, a, b))
 
     # ---- evaluating a split the way the models do ---------------------------------------
     def bottleneck(self, starts) -> float:
-        """Model value (seconds) of the split whose stages 1..S-1 start at ``starts``."""
-        p = [0, *starts, self.n]
-        t = max(self.end[p[i + 1]] - self.begin[p[i]] for i in range(self.S))
-        return float(max([t, *(self.cut_time[c] for c in starts)]))
+        """Bottleneck (seconds) of the split whose stages 1..S-1 start at ``starts``, memory
+        ignored (:func:`pipeopt.problems.partition.binary_search.plan_time`)."""
+        return plan_time(self.problem, list(starts), memory=False)
 
     def fits(self, starts) -> bool:
-        """True if every stage of the split fits in memory (same slack as the DP)."""
-        if not math.isfinite(self.capacity):
-            return True
+        """True if every stage of the split fits in memory (the model's reach arrays)."""
         p = [0, *starts, self.n]
-        cap = self.capacity * (1 + MEMORY_SLACK)
-        return all(self.mem_prefix[t, p[t + 1]] - self.mem_prefix[t, p[t]] <= cap for t in range(self.S))
+        return all(p[t + 1] <= self.reach[t, p[t]] for t in range(self.S))
+
+    def value(self, starts) -> float:
+        """Bottleneck of the split if it fits, else ``inf``."""
+        return self.bottleneck(starts) if self.fits(starts) else math.inf
+
+    def time_reach(self, upper: float) -> np.ndarray:
+        """``R[a]``: the last position a stage starting at or before unit ``a`` can end at with
+        ``end[b] - begin[a] <= upper`` seconds (so ``p_t <= a`` implies ``p_{t+1} <= R[a]`` in
+        every split of bottleneck <= upper). ``ndarray (n+1,)`` of ints, ``R[a] >= a``."""
+        # largest b with end[b] <= x: search the suffix minimum of end (nondecreasing)
+        suffix_min = np.minimum.accumulate(self.end[::-1])[::-1]
+        x = self.begin + upper * (1 + 1e-12) + 1e-300
+        r = np.searchsorted(suffix_min, x, side="right") - 1
+        r = np.maximum(r, np.arange(self.n + 1))
+        return np.maximum.accumulate(r)
 
     # ---- integer scale of the CP-SAT model ----------------------------------------------
     @cached_property
     def top(self) -> float:
         """Seconds: an upper bound on every time value of the model (``max(end) - min(begin)``
         or the dearest cut); ``0.0`` only if every time is zero."""
-        return float(max(self.end.max() - self.begin.min(), self.cut_time.max(initial=0.0), 0.0))
+        return float(max(self.end.max() - self.begin.min(), self.cut.max(initial=0.0), 0.0))
 
     @property
     def time_unit(self) -> float:
@@ -182,119 +234,32 @@ class StraightModel:
 
     @cached_property
     def tick(self) -> float:
-        """Seconds per integer time tick of the CP-SAT model.
-
-        :attr:`top`, a bound on every time value, is :data:`TIME_TICKS` ticks. ``begin``, ``end`` and ``cut_time`` are rounded to the
-        nearest tick, so the model's stage time of any split differs from the true one by
-        at most one tick and a cut's time by at most half a tick: see :attr:`tolerance`.
-        """
+        """Seconds per integer time tick of the CP-SAT model (:attr:`top` is
+        :data:`TIME_TICKS` ticks)."""
         return self.top / TIME_TICKS if self.top > 0 else 1.0
 
-    def ticks(self, seconds: np.ndarray) -> list[int]:
-        """``seconds`` rounded to integer ticks (see :attr:`tick`)."""
-        return [int(x) for x in np.rint(np.asarray(seconds) / self.tick)]
+    def ticks_down(self, seconds: np.ndarray) -> list[int]:
+        """``seconds`` in ticks, rounded down (never above the true value)."""
+        return [int(x) for x in np.floor(np.asarray(seconds) / self.tick - _TICK_GUARD)]
 
-    @property
-    def rounding_error(self) -> float:
-        """Seconds: ``|tick * T_int(split) - T(split)| <= rounding_error`` for every split."""
-        return self.tick
+    def ticks_up(self, seconds: np.ndarray) -> list[int]:
+        """``seconds`` in ticks, rounded up (never below the true value)."""
+        return [int(x) for x in np.ceil(np.asarray(seconds) / self.tick + _TICK_GUARD)]
 
     @property
     def tolerance(self) -> float:
-        """Seconds: a split optimal in ticks is within this of the true optimum (2 ticks)."""
-        return 2.0 * self.tick
-
-    def memory_units(self) -> tuple[np.ndarray, int] | None:
-        """Memory prefixes ``M_t`` in whole bytes (rounded) and the capacity floored, or
-        ``None`` if memory cannot bind. Exact for integral byte counts (PipeDream profiles);
-        otherwise each stage's memory is modelled to within one byte."""
-        if not self.memory_binding:
-            return None
-        return np.rint(self.mem_prefix).astype(np.int64), math.floor(self.capacity * (1 + MEMORY_SLACK))
+        """Seconds: with ``end`` and cuts rounded down and ``begin`` up, the integer value of
+        every split is at most its true value and at least the true value less 2 ticks (plus
+        the guards): a split optimal in ticks is within 3 ticks of the true optimum."""
+        return 3.0 * self.tick
 
 
-# ---- a cheap warm start ------------------------------------------------------------------
-def greedy_probe(model: StraightModel, limit: float) -> list[int] | None:
-    """Greedy split with every stage and cut time at most ``limit`` seconds, or ``None``.
-
-    Each stage extends as far as it can (leaving one unit for each later stage) while its
-    time, the time of the cut it ends at and its memory stay within bounds - the "probe" of
-    chains-on-chains partitioning (Pinar & Aykanat 2004) and of Duan & Wu's binary search.
-    A heuristic here: with memory limits or without overlap, farthest is not always best.
-    """
-    n, S = model.n, model.S
-    cap = model.capacity * (1 + MEMORY_SLACK)
-    starts, a = [], 0
-    for t in range(S - 1):
-        b = np.arange(a + 1, n - S + t + 2)  # stage t = units a..b-1, leaving a unit per later stage
-        ok = (model.end[b] - model.begin[a] <= limit) & (model.cut_time[b] <= limit)
-        if math.isfinite(cap):
-            ok &= model.mem_prefix[t, b] - model.mem_prefix[t, a] <= cap
-        if not ok.any():
-            return None
-        a = int(b[np.flatnonzero(ok)[-1]])
-        starts.append(a)
-    t = S - 1
-    if model.end[n] - model.begin[a] > limit or model.mem_prefix[t, n] - model.mem_prefix[t, a] > cap:
-        return None
-    return starts
-
-
-def heuristic_split(model: StraightModel, iterations: int = 40) -> list[int]:
-    """A heuristic split for the solvers' warm start / hint: the best of
-    :func:`balanced_split` and a bisection over :func:`greedy_probe` limits between the
-    simple lower bound and the balanced split's value (or :attr:`StraightModel.top` if the
-    balanced split breaks memory).
-
-    O(iterations * S * n) at worst. Not the DP (the solvers stay independent checks of
-    it); neither optimal nor memory-feasible in general.
-
-    Returns
-    -------
-    list[int]
-        Starts of stages 1..S-1.
-    """
-    best = balanced_split(model)
-    best_val = model.bottleneck(best) if model.fits(best) else math.inf
-    # search up to the balanced split's value, or up to any split's value if it breaks memory
-    lo, hi = model.lower_bound, best_val if math.isfinite(best_val) else model.top * (1 + 1e-9)
-    for _ in range(iterations):
-        if hi - lo <= 1e-12 * max(hi, 1e-300):
-            break
-        mid = 0.5 * (lo + hi)
-        found = greedy_probe(model, mid)
-        if found is None:
-            lo = mid
-        else:
-            hi = mid
-            val = model.bottleneck(found)
-            if val < best_val:
-                best, best_val = found, val
-    return best
-
-
-def reach(model: StraightModel, upper: float) -> np.ndarray:
-    """``R[a]``: the last position a stage starting at or before unit ``a`` can end at with
-    stage time <= ``upper`` seconds (so ``p_t <= a`` implies ``p_{t+1} <= R[a]`` in every
-    split of bottleneck <= upper). ``ndarray (n+1,)`` of ints, ``R[a] >= a`` (``R[a] == a``:
-    no stage can start by a)."""
-    # largest b with end[b] <= x: search the suffix minimum of end (nondecreasing)
-    suffix_min = np.minimum.accumulate(model.end[::-1])[::-1]
-    x = model.begin + upper * (1 + 1e-12) + 1e-300
-    r = np.searchsorted(suffix_min, x, side="right") - 1
-    r = np.maximum(r, np.arange(model.n + 1))
-    return np.maximum.accumulate(r)
-
-
+# ---- a warm start ------------------------------------------------------------------------
 def balanced_split(model: StraightModel) -> list[int]:
-    """A quick split to warm-start the solvers: cut where the work prefix crosses t/S of the
-    total, then repair towards memory feasibility.
+    """Cut where the work prefix crosses t/S of the total (a quick split, any memory).
 
-    Stage t (t >= 1) starts at the unit of its window whose start value ``begin[c]`` is
-    closest to ``t * total / S`` (ties: the earlier unit). If the split breaks memory, cuts
-    are shifted one unit at a time towards the overloaded stage's neighbours while that
-    helps (a few passes). This is a hint, not a method: it may be far from optimal or break
-    memory, and the solvers treat it as such.
+    Stage t (t >= 1) starts at the unit of its window whose work prefix is closest to
+    ``t * total / S`` (ties: the earlier unit).
 
     Returns
     -------
@@ -315,115 +280,212 @@ def balanced_split(model: StraightModel) -> list[int]:
         c = min(cands, key=lambda x: (abs(W[x] - target), x)) if cands else min(max(c, lo), hi)
         starts.append(c)
         prev = c
-    if model.memory_binding:
-        starts = _repair_memory(model, starts)
     return starts
 
 
-def _repair_memory(model: StraightModel, starts: list[int], passes: int = 4) -> list[int]:
-    """Shift cuts to shrink stages that exceed memory (greedy, bounded number of moves)."""
-    cap = model.capacity * (1 + MEMORY_SLACK)
-    p = [0, *starts, model.n]
-    for _ in range(passes * model.n):
-        over = [t for t in range(model.S) if model.mem_prefix[t, p[t + 1]] - model.mem_prefix[t, p[t]] > cap]
-        if not over:
-            break
-        t = over[0]
-        moved = False
-        # give the stage's last unit to the next stage, or its first unit to the previous one
-        if t + 1 < model.S and p[t + 1] - 1 > p[t]:
-            p[t + 1] -= 1
-            moved = True
-        elif t > 0 and p[t] + 1 < p[t + 1]:
-            p[t] += 1
-            moved = True
-        if not moved:
-            break
-    return p[1:-1]
+def heuristic_split(model: StraightModel, deadline: Deadline | None = None) -> list[int]:
+    """A heuristic split for the solvers' warm start / hint: the best (fitting, then fastest)
+    of :func:`balanced_split` and Duan & Wu's greedy check
+    (:func:`~pipeopt.problems.partition.binary_search.greedy_check`, completed to S stages by
+    :func:`~pipeopt.problems.partition.binary_search.split_to_stages`) bisected on the
+    bottleneck limit by :func:`pipeopt.backends.bisection.bisect_limit`.
 
-
-# ---- outcome -> Result -------------------------------------------------------------------
-def finish(
-    model: StraightModel,
-    method: str,
-    starts: list[int] | None,
-    proven_optimal: bool,
-    bound: float | None,
-    started: float,
-    info: dict,
-) -> Result:
-    """Turn a solver outcome into a :class:`Result` scored by :func:`pipeopt.evaluate`.
+    Not the DP (the solvers stay independent checks of it); neither optimal nor
+    memory-feasible in general.
 
     Parameters
     ----------
     model
         The model arrays.
+    deadline
+        The method's clock; the heuristic stops its bisection at it.
+
+    Returns
+    -------
+    list[int]
+        Starts of stages 1..S-1.
+    """
+    problem = model.problem
+    best = balanced_split(model)
+
+    def check(T: float) -> list[int] | None:
+        found = greedy_check(problem, T)
+        return None if found is None else split_to_stages(problem, found)
+
+    lo = model.lower_bound
+    hi = float(problem.work_prefix[-1] + model.top) * (1 + 1e-9)  # every stage time is below it
+    found = bisect_limit(check, lo, hi, best, rel_tol=1e-9, deadline=deadline, max_iter=60, score=model.value)
+    return list(found.starts)
+
+
+# ---- the driver ------------------------------------------------------------------------------
+@dataclass
+class Attempt:
+    """What one solver run on the current model gave.
+
+    Attributes
+    ----------
+    status
+        ``"optimal"`` (proven for the model), ``"feasible"`` (a solution, no proof),
+        ``"infeasible"`` (proven for the model) or ``"no_solution"``.
+    starts
+        Starts of stages 1..S-1 of the solver's solution, or ``None``.
+    bound
+        Seconds: a valid lower bound on the straight optimum from this run, or ``None``.
+    info
+        Solver details for ``Result.info``.
+    """
+
+    status: str
+    starts: list[int] | None = None
+    bound: float | None = None
+    info: dict = field(default_factory=dict)
+
+
+Solve = Callable[[StraightModel, list, "float | None", Deadline], Attempt]
+"""``solve(model, hint, upper, deadline) -> Attempt``: build the model (with ``model.reach``
+as it is now) and solve it once. ``hint``: starts to warm-start from (or ``[]`` for none);
+``upper``: the bottleneck of a split known to fit, or ``None``."""
+
+
+def _violations(problem: PartitionProblem, starts: list[int]) -> tuple[float, bool, list[tuple[int, int, int]]]:
+    """``evaluate``'s objective of the split, whether it fits, and the stages ``(t, a, b)`` it
+    finds over memory."""
+    ev = evaluate(problem.instance, problem.plan(starts))
+    if ev.feasible:
+        return ev.objective, True, []
+    p = [0, *starts, problem.n]
+    over = [(t, p[t], p[t + 1]) for t in range(problem.stages) if not problem.fits(ev.memory[t])]
+    return ev.objective, False, over
+
+
+def solve_exact(
+    problem: PartitionProblem,
+    method: str,
+    deadline: Deadline,
+    solve: Solve,
+    *,
+    rel_tol: float,
+    abs_tol: float | Callable[[StraightModel], float],
+    warm_start: bool = True,
+    info: dict | None = None,
+) -> Result:
+    """Run an exact straight-space method and turn what it proves into a :class:`Result`.
+
+    1. The only split (S = 1 or S = n) is scored directly: ``OPTIMAL`` if it fits, else
+       :class:`InfeasibleError` (proven: there is no other split).
+    2. A warm start (:func:`heuristic_split`, at most :data:`HEURISTIC_SHARE` of the time
+       left) is the incumbent if it fits.
+    3. ``solve`` runs on the model; its plan is scored by :func:`pipeopt.evaluate`. A plan
+       that breaks memory is never returned: its offending stages are removed from the model
+       (:meth:`StraightModel.forbid`) and ``solve`` runs again while time is left.
+    4. Status ``OPTIMAL`` only if the solver proved its model optimal, the plan fits and its
+       evaluated objective is within ``max(abs_tol, rel_tol * objective)`` of the bound;
+       ``TIME_LIMIT`` if the deadline passed (with the best fitting plan seen, if any, and the
+       bound); ``FEASIBLE`` if the solver stopped without a proof before the deadline.
+       :class:`InfeasibleError` only when the solver proved the model infeasible and no
+       fitting split is known (the model is a relaxation of the problem: only stages that do
+       not fit and splits worse than a fitting one are removed from it).
+
+    The bound is the largest of :meth:`PartitionProblem.simple_lower_bound` and the solver
+    bounds of every run (each run's model keeps every split that fits and is no worse than
+    the incumbent, so its bound is a bound on the true optimum).
+
+    Parameters
+    ----------
+    problem
+        The (straight) partition problem.
     method
         ``"milp"`` or ``"cpsat"``.
-    starts
-        Incumbent starts of stages 1..S-1 (``None``: no incumbent; the warm start is used
-        if it fits in memory, else the result has no plan).
-    proven_optimal
-        The solver proved its incumbent optimal (within its stated tolerance).
-    bound
-        A proven lower bound on the straight optimum in seconds, or ``None``; the result's
-        bound is the larger of it and :meth:`PartitionProblem.simple_lower_bound`, never
-        above the objective of a proven-optimal plan.
-    started
-        ``time.perf_counter()`` at the start of the method.
+    deadline
+        The method's clock.
+    solve
+        One solver run (:data:`Solve`).
+    rel_tol, abs_tol
+        The tolerance of an ``optimal`` claim, relative and in seconds (recorded in ``info``
+        as ``rel_gap_target`` and ``tolerance_s``); ``abs_tol`` may be a function of the
+        model (CP-SAT's tick).
+    warm_start
+        Use the heuristic split as warm start and its value as an upper limit.
     info
-        Solver details to record.
+        Method details to record.
 
     Returns
     -------
     Result
-        Status ``OPTIMAL`` or ``TIME_LIMIT``.
-    """
-    problem = model.problem
-    info = dict(info)
-    if starts is None:
-        hint = info.get("warm_start")
-        if hint is not None and model.fits(hint):
-            starts = list(hint)
-            info["incumbent"] = "warm start (the solver found none within its time limit)"
-    plan = problem.plan(starts) if starts is not None else None
-    lb = model.lower_bound if bound is None else max(model.lower_bound, bound)
-    status = Status.OPTIMAL if (proven_optimal and plan is not None) else Status.TIME_LIMIT
-    res = problem.result(method, plan, status, lower_bound=lb, started=started, info=info)
-    if res.evaluation is not None and not res.evaluation.feasible:
-        # the solver accepted a split that breaks memory within its own feasibility tolerance
-        res.status = Status.INFEASIBLE
-        res.info["warning"] = "solver's plan breaks memory within the solver's tolerance: " + "; ".join(
-            res.evaluation.violations
-        )
-    if plan is not None and res.lower_bound is not None and res.lower_bound > res.objective:
-        # only rounding can put a proven bound above a feasible plan's value
-        res.lower_bound = res.objective
-    return res
-
-
-def starts_from_cumulative(values, model: StraightModel) -> list[int]:
-    """Starts of stages 1..S-1 from cumulative indicators ``values[t][c]`` ("stage t has
-    started by unit c", t = 1..S-1, c over the window), read with a 0.5 threshold.
-
-    A value ``None`` (a variable the solver dropped because no row uses it, so either value
-    gives the same model value) reads as 0.
 
     Raises
     ------
-    RuntimeError
-        If the values do not describe S non-empty contiguous stages (a modelling bug).
+    InfeasibleError
+        When proven (see above).
     """
-    starts = []
-    for t in range(1, model.S):
-        win = model.window(t)
-        start = win[-1]
-        for c in win[:-1]:
-            v = values[t].get(c)
-            if v is not None and v > 0.5:
-                start = c
-                break
-        starts.append(start)
-    if any(a >= b for a, b in zip([0, *starts], [*starts, model.n])):
-        raise RuntimeError(f"solver values do not give {model.S} non-empty stages: starts {starts}")
-    return starts
+    model = StraightModel.of(problem, method)
+    if callable(abs_tol):
+        abs_tol = abs_tol(model)
+    info = dict(info or {})
+    info.update(rel_gap_target=rel_tol, tolerance_s=abs_tol)
+    only = model.single_split
+    if only is not None:
+        value, fits, _ = _violations(problem, only)
+        if not fits:
+            raise infeasible_memory(problem, method, "the only split there is breaks memory")
+        info["solver"] = "none (S = 1 or S = n: one split only, scored by evaluate)"
+        return problem.result(method, problem.plan(only), Status.OPTIMAL, lower_bound=value,
+                              started=deadline.started, info=info)
+    incumbent, inc_value = None, math.inf
+    hint: list[int] = []
+    if warm_start:
+        hint = heuristic_split(model, deadline.sub(fraction=HEURISTIC_SHARE))
+        value, fits, _ = _violations(problem, hint)
+        info.update(warm_start=hint, warm_start_value=value, warm_start_fits=fits)
+        if fits:
+            incumbent, inc_value = hint, value
+    bound = model.lower_bound
+    proven = False
+    runs = 0
+    notes: list[str] = []
+    while True:
+        runs += 1
+        try:
+            att = solve(model, hint, inc_value if math.isfinite(inc_value) else None, deadline)
+        except DeadlineReached as stop:
+            att = Attempt("no_solution", info={"stopped": str(stop)})
+        info.update(att.info)
+        if att.bound is not None:
+            bound = max(bound, att.bound)
+        if att.status == "infeasible":
+            if incumbent is None:
+                raise infeasible_memory(problem, method, f"proven infeasible by {info.get('solver', 'the solver')}")
+            notes.append("the solver said infeasible although a split that fits is known: no proof, ignored")
+            break
+        if att.starts is None:
+            break
+        value, fits, over = _violations(problem, att.starts)
+        if fits:
+            if value < inc_value:
+                incumbent, inc_value = att.starts, value
+            proven = att.status == "optimal"
+            break
+        if not over or deadline.expired():
+            notes.append(f"solver plan {att.starts} breaks memory by evaluate; not returned")
+            break
+        for t, a, b in over:
+            model.forbid(t, a, b)
+        notes.append(f"solver plan {att.starts} breaks memory by evaluate: stages {over} removed, solved again")
+    info["solver_runs"] = runs
+    if proven and inc_value - bound <= max(abs_tol, rel_tol * inc_value):
+        status = Status.OPTIMAL
+    elif deadline.expired() or incumbent is None:
+        status = Status.TIME_LIMIT
+        if not deadline.expired():
+            notes.append("the solver stopped without a plan or a proof before the time limit")
+    else:
+        status = Status.FEASIBLE
+        notes.append("the solver stopped without a proof before the time limit" if not proven else
+                     "the solver's optimum is not confirmed by the valid bound within the tolerance")
+    if notes:
+        info["notes"] = notes
+    if incumbent is not None and incumbent != att.starts:
+        info["incumbent"] = "warm start" if incumbent == hint else "an earlier solver run"
+    plan = problem.plan(incumbent) if incumbent is not None else None
+    return problem.result(method, plan, status, lower_bound=bound, started=deadline.started, info=info)

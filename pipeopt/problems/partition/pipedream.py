@@ -67,18 +67,18 @@ doi 10.1145/3341301.3359646. Released optimizer: github.com/msr-fiddle/pipedream
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
 
+from ...backends.deadline import Deadline
 from ...errors import InvalidProblemError
 from ...graph import layer_order
-from .problem import PartitionProblem
 from ...plan import Plan, Stage
 from ...result import Result, Status
+from .problem import PartitionProblem
 
 PIPEDREAM_BANDWIDTH = 1e9
 """PipeDream's default bandwidth, bytes/s (its ``--network_bandwidths`` default)."""
@@ -466,12 +466,12 @@ def _is_contiguous(problem: PartitionProblem, layer_sets: list[list]) -> bool:
 def pipedream(
     problem: PartitionProblem,
     *,
-    time_limit: float = 60.0,
+    time_limit: float | Deadline = 60.0,
     solver: str = "cbc",
     seed: int = 0,
     compression_ratio: float | None = 1.0,
     max_states: int = MAX_STATES,
-    **kw,
+    **_ignored,
 ) -> Result:
     """PipeDream's plan for ``problem.stages`` workers, scored in pipeopt's cost model.
 
@@ -485,8 +485,11 @@ def pipedream(
     problem
         The partition problem (its ``replication`` flag is ignored: PipeDream always may
         replicate).
-    time_limit, solver, seed
-        Unused (the DP is deterministic and polynomial in the number of states).
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock of
+        ``runtime`` (PipeDream's DP is deterministic and polynomial in the number of states).
+    solver, seed
+        Unused.
     compression_ratio
         PipeDream's activation compression ratio (1: count communication; ``None``: drop it).
     max_states
@@ -509,7 +512,7 @@ def pipedream(
     Narayanan et al., PipeDream: Generalized Pipeline Parallelism for DNN Training, SOSP 2019,
     doi 10.1145/3341301.3359646.
     """
-    started = time.perf_counter()
+    started = Deadline.of(time_limit).started
     graph = problem.instance.graph
     speed = problem.instance.cluster.devices[0].resources[problem.kind]
     memory = problem.memory if math.isfinite(problem.memory) else None

@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from ...cost import CostTable, rules
-from ...errors import InvalidProblemError
+from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance
 from ...plan import Plan, Stage
 from ...result import Result, Status
@@ -80,6 +80,24 @@ class PartitionProblem:
                 f"the partition methods minimise the bottleneck; objective {inst.settings.objective!r} is not supported"
             )
         _ = self.kind
+        self._check_times()
+
+    def _check_times(self) -> None:
+        """Every unit must run on the kind, and the times must not overflow."""
+        chain = self.instance.chain
+        bad = np.flatnonzero(~np.isfinite(chain.fwd[self.kind]) | ~np.isfinite(chain.bwd[self.kind]))
+        if bad.size:
+            names = [str(x) for i in bad[:5] for x in chain.units[i]]
+            raise InfeasibleError(
+                f"{self.instance.name}: layer(s) {', '.join(names)} cannot run on {self.kind!r} "
+                "(no forward or backward time for it): no plan can place them"
+            )
+        if not (math.isfinite(self.work_prefix[-1]) and np.isfinite(self.table.cut_time).all()):
+            raise InvalidProblemError(
+                f"{self.instance.name}: the layers' total time ({self.work_prefix[-1]!r} s) or a cut's "
+                f"transfer time ({float(self.table.cut_time.max())!r} s) overflows a float; check the "
+                "layer times, byte counts and bandwidth"
+            )
 
     # ---- data every method reads -------------------------------------------------------
     @cached_property
@@ -147,22 +165,53 @@ class PartitionProblem:
 
     # ---- the cost of one stage, as the exact methods see it ----------------------------
     def in_flight(self, stage: int) -> int:
-        """Microbatches stage ``stage`` (0-based) keeps under 1F1B without replication: S - stage."""
-        return rules.in_flight(stage, self.stages)
+        """Microbatches stage ``stage`` (0-based) keeps under 1F1B without replication
+        (:attr:`CostTable.in_flight`: S - stage)."""
+        return int(self.table.in_flight[stage])
 
     def stage_memory(self, a, b, in_flight):
-        """Bytes a stage of units ``a..b-1`` needs with ``in_flight`` microbatches (arrays broadcast)."""
+        """Bytes a stage of units ``a..b-1`` needs with ``in_flight`` microbatches
+        (:meth:`CostTable.memory`; arrays broadcast)."""
         return self.table.memory(a, b, in_flight)
+
+    def fits(self, memory):
+        """True where ``memory`` bytes fit in a worker (:func:`pipeopt.cost.rules.fits`)."""
+        return self.table.fits(memory, self.memory)
+
+    @cached_property
+    def cut_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """How the cut at each boundary enters the stage time: ``(added, bound)``.
+
+        ``ndarray (n+1,)`` each, seconds on one link. ``added[c]`` is what a stage whose
+        first unit or end is boundary c pays on top of its compute (the transfer it sends,
+        :attr:`CostTable.send_time`, without overlap; 0 with overlap); ``bound[c]`` is the
+        time the stage cannot go below because of the cut (the cut's busy time,
+        :attr:`CostTable.cut_time`, with overlap; 0 without). A stage of units ``a..b-1`` on
+        m replicas takes ``max(compute + (added[a] + added[b]) / m, max(bound[a],
+        bound[b]) / m)`` (:meth:`stage_time`), the linear form the MILP and CP-SAT models
+        read (:mod:`pipeopt.problems.partition.model`).
+        """
+        tab = self.table
+        zero = np.zeros_like(tab.cut_time)
+        if self.instance.settings.overlap:
+            return zero, tab.cut_time
+        return tab.send_time, zero
 
     def stage_time(self, a, b, *, in_flight, replicas: int = 1, memory: bool = True):
         """Time per microbatch of a stage of units ``a .. b-1`` on ``replicas`` workers, as
         :func:`pipeopt.evaluate` scores it (vectorised: ``a``, ``b`` broadcast).
 
-        Compute ``(work + 2 (m-1)/m params / bandwidth) / m``; the cuts before unit ``a`` and
-        before unit ``b`` cost ``2 bytes / (bandwidth m)`` each. With overlap the stage time
-        is the max of compute and its cuts (so the bottleneck, a max over stages, counts the
-        cut between stages with m and m' replicas at ``2 bytes / (bandwidth min(m, m'))``);
-        without overlap the stage pays what it sends, ``(in + out bytes) / (bandwidth m)``.
+        Compute :func:`pipeopt.cost.rules.replicated_time` (``(work + all-reduce) / m``) and
+        the cuts before unit ``a`` and before unit ``b`` as :attr:`cut_terms` says: with
+        overlap the stage time is the max of compute and its cuts' busy times over m links
+        (so the bottleneck, a max over stages, counts the cut between stages with m and m'
+        replicas over ``min(m, m')`` links); without overlap the stage pays what it sends,
+        over its m replicas.
+
+        This is the one stage time of the partition problem: the DP's cost matrix, the
+        baselines (:func:`pipeopt.problems.partition.binary_search.straight_stage_time`) and
+        the MILP / CP-SAT arrays (:class:`pipeopt.problems.partition.model.StraightModel`)
+        read it or its :attr:`cut_terms`.
 
         Parameters
         ----------
@@ -173,7 +222,7 @@ class PartitionProblem:
         replicas
             m >= 1.
         memory
-            If True, a stage that exceeds the worker's memory costs ``inf``.
+            If True, a stage that exceeds the worker's memory (:meth:`fits`) costs ``inf``.
 
         Returns
         -------
@@ -181,15 +230,13 @@ class PartitionProblem:
             Seconds, shaped like ``a`` and ``b`` broadcast.
         """
         a, b = np.asarray(a), np.asarray(b)
-        m, bw, tab = replicas, self.bandwidth, self.table
+        m = replicas
         comp = rules.replicated_time(self.work_prefix[b] - self.work_prefix[a],
-                                     self.param_prefix[b] - self.param_prefix[a], m, bw)
-        if self.instance.settings.overlap:
-            t = np.maximum(comp, np.maximum(tab.cut_time[a], tab.cut_time[b]) / m)
-        else:
-            t = comp + (tab.send_time[a] + tab.send_time[b]) / m
+                                     self.param_prefix[b] - self.param_prefix[a], m, self.bandwidth)
+        added, bound = self.cut_terms
+        t = np.maximum(comp + (added[a] + added[b]) / m, np.maximum(bound[a], bound[b]) / m)
         if memory and math.isfinite(self.memory):
-            t = np.where(rules.fits(self.stage_memory(a, b, in_flight), self.memory), t, np.inf)
+            t = np.where(self.fits(self.stage_memory(a, b, in_flight)), t, np.inf)
         return t
 
     # ---- plans and results -------------------------------------------------------------

@@ -27,14 +27,13 @@ arXiv:1308.2452.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
+from ...backends.deadline import Deadline
 from ...errors import InvalidProblemError
-from .problem import PartitionProblem
 from ...result import Result, Status
 from .binary_search import split_to_stages
+from .problem import PartitionProblem
 
 
 # ---------------------------------------------------------------------------------------
@@ -214,7 +213,8 @@ def _result(problem: PartitionProblem, name: str, bounds: list[int], started: fl
 
 
 def uniform(
-    problem: PartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **kw
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    **_ignored,
 ) -> Result:
     """Equal unit counts per stage (DeepSpeed ``partition_method="uniform"``).
 
@@ -222,7 +222,10 @@ def uniform(
     ----------
     problem
         The partition problem (S stages over its n units).
-    time_limit, solver, seed
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock
+        of ``runtime`` (the split takes no time worth limiting).
+    solver, seed
         Unused.
 
     Returns
@@ -235,13 +238,14 @@ def uniform(
     ----------
     DeepSpeed ``deepspeed/runtime/utils.py``, ``partition_uniform``.
     """
-    started = time.perf_counter()
+    started = Deadline.of(time_limit).started
     bounds = uniform_parts(problem.n, problem.stages)
     return _result(problem, "uniform", bounds, started, {"units_per_stage": list(np.diff(bounds).tolist())})
 
 
 def param_balanced(
-    problem: PartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0, **kw
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    **_ignored,
 ) -> Result:
     """Parameter-balanced stages (DeepSpeed ``partition_method="parameters"``).
 
@@ -252,7 +256,10 @@ def param_balanced(
     ----------
     problem
         The partition problem.
-    time_limit, solver, seed
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock
+        of ``runtime`` (the split takes no time worth limiting).
+    solver, seed
         Unused.
 
     Returns
@@ -266,7 +273,7 @@ def param_balanced(
     DeepSpeed ``deepspeed/runtime/pipe/module.py`` (``_partition_layers``, method
     ``"parameters"``) and ``deepspeed/runtime/utils.py`` (``partition_balanced``).
     """
-    started = time.perf_counter()
+    started = Deadline.of(time_limit).started
     bounds = spread_balanced_parts(problem.instance.chain.param, problem.stages)
     sums = np.diff(problem.param_prefix[bounds]).tolist()
     return _result(problem, "param_balanced", bounds, started, {"stage_param_bytes": sums})
@@ -275,11 +282,11 @@ def param_balanced(
 def time_balanced(
     problem: PartitionProblem,
     *,
-    time_limit: float = 60.0,
+    time_limit: float | Deadline = 60.0,
     solver: str = "cbc",
     seed: int = 0,
     times: str = "work",
-    **kw,
+    **_ignored,
 ) -> Result:
     """Time-balanced stages (torchgpipe ``balance_by_time``).
 
@@ -292,7 +299,10 @@ def time_balanced(
     ----------
     problem
         The partition problem.
-    time_limit, solver, seed
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock
+        of ``runtime`` (the split takes no time worth limiting).
+    solver, seed
         Unused.
     times
         ``"work"`` (default: forward + backward seconds per unit on one worker) or
@@ -317,7 +327,7 @@ def time_balanced(
     Kim et al., torchgpipe, arXiv:2004.09910; ``torchgpipe/balance/blockpartition.py``;
     Barany & Grinberg, Block Partitions of Sequences, arXiv:1308.2452.
     """
-    started = time.perf_counter()
+    started = Deadline.of(time_limit).started
     if times == "work":
         weights = problem.work
     elif times == "forward":

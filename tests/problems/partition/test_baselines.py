@@ -8,11 +8,11 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import pytest
+from conftest import PROFILE_DIR
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +40,7 @@ from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
 from pipeopt.problems.partition.problem import PartitionProblem
 from pipeopt.result import Status
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
+DATA = PROFILE_DIR
 PROFILES = sorted(p for p in DATA.glob("*.txt") if p.name != "LICENSE.txt")
 STRAIGHT = (binary_search, uniform, param_balanced, time_balanced)
 REL = 1e-9
