@@ -96,6 +96,13 @@ class CostTable:
         the first unit that cannot run on the kind."""
         return _prefix((self.chain.fwd[kind] + self.chain.bwd[kind]) / units)
 
+    def pass_prefix(self, which: str, kind: str, units: float = 1.0) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of the forward (``which="fwd"``) or backward
+        (``"bwd"``) seconds of the units on ``units`` units of ``kind``, each pass alone (a
+        Bi-Partition stage runs the two passes of different unit ranges; their sum over one
+        range is :meth:`work_prefix`)."""
+        return _prefix((self.chain.fwd if which == "fwd" else self.chain.bwd)[kind] / units)
+
     # ---- bytes and communication ---------------------------------------------------------
     @cached_property
     def act_prefix(self) -> np.ndarray:

@@ -24,19 +24,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import numpy as np
 
-from .problem import BipartitionProblem, Score
+from ...backends.deadline import Deadline, DeadlineReached
 from ...cluster import Cluster
 from ...errors import InfeasibleError, InvalidProblemError
+from ...result import Result, Status
 from ..partition.dp import solve_dp
 from ..partition.problem import PartitionProblem
-from ...result import Result, Status
+from .problem import BipartitionProblem, Score
 
 
-def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False) -> list[int] | None:
+def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False,
+                  deadline: Deadline | None = None) -> list[int] | None:
     """Cut positions of the best same-cut plan (exact partition DP), or ``None`` if none fits memory.
 
     Parameters
@@ -45,52 +46,71 @@ def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False) -
         The Bi-Partition problem.
     ignore_memory
         Solve the DP with unlimited memory (a starting point when no same-cut plan fits).
+    deadline
+        The solve's :class:`~pipeopt.backends.deadline.Deadline` (``None``: no limit); the DP
+        checks it between stages.
 
     Returns
     -------
     list[int] | None
-        ``S - 1`` unit indices.
+        ``S - 1`` unit indices; ``None`` only when the DP proved that no same-cut plan fits.
+
+    Raises
+    ------
+    DeadlineReached
+        If the deadline stopped the DP before it had a plan.
     """
     base = problem.same_cut_problem()
     if ignore_memory:
         cl = problem.instance.cluster
         free = Cluster(tuple(dataclasses.replace(d, memory=math.inf) for d in cl.devices), cl.bandwidth)
         base = PartitionProblem(problem.instance.replace(cluster=free), problem.stages)
+    dl = Deadline(None) if deadline is None else deadline
     try:
-        res = solve_dp(base)
+        res = solve_dp(base, time_limit=dl)
     except InfeasibleError:
         return None
+    if res.plan is None:
+        raise DeadlineReached("the same-cut DP", dl.elapsed())
     return base.starts_of(res.plan)
 
 
-def same_cut(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-             **_kw) -> Result:
+def same_cut(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
+             seed: int = 0, threads: int = 2) -> Result:
     """The best plan whose forward and backward cuts coincide (a_i = b_i).
 
     Parameters
     ----------
     problem
         The Bi-Partition problem.
-    time_limit, solver, seed
+    time_limit
+        Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve (the DP
+        checks it between stages).
+    solver, seed, threads
         Unused (the DP is exact and fast); accepted for the common method signature.
 
     Returns
     -------
     Result
         Status ``FEASIBLE`` (optimal among same-cut plans, ``info["same_cut_optimal"]``, but
-        not proven optimal for Bi-Partition; no lower bound), or ``INFEASIBLE`` without a plan
-        if no same-cut plan fits memory.
+        not proven optimal for Bi-Partition; no lower bound), ``INFEASIBLE`` without a plan
+        if no same-cut plan fits memory, or ``TIME_LIMIT`` without a plan if the deadline
+        stopped the DP.
 
     References
     ----------
     The exact partition DP (:mod:`pipeopt.problems.partition.dp`).
     """
-    started = time.perf_counter()
-    cuts = best_same_cut(problem)
+    deadline = Deadline.of(time_limit)
+    try:
+        cuts = best_same_cut(problem, deadline=deadline)
+    except DeadlineReached as stop:
+        return problem.result("same_cut", None, Status.TIME_LIMIT, started=deadline.started,
+                              info={"stopped": str(stop)})
     if cuts is None:
-        return problem.result("same_cut", None, Status.INFEASIBLE, started=started,
+        return problem.result("same_cut", None, Status.INFEASIBLE, started=deadline.started,
                               info={"reason": "no same-cut plan fits the workers' memory"})
-    return problem.result("same_cut", problem.plan(cuts, cuts), Status.FEASIBLE, started=started,
+    return problem.result("same_cut", problem.plan(cuts, cuts), Status.FEASIBLE, started=deadline.started,
                           info={"same_cut_optimal": True, "cuts": cuts})
 
 
@@ -107,8 +127,8 @@ def _better(new: tuple, old: tuple, rel: float = 1e-12) -> bool:
     return False
 
 
-def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-           move: str = "backward", **_kw) -> Result:
+def greedy(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
+           seed: int = 0, threads: int = 2, move: str = "backward") -> Result:
     """Greedy Bi-Partition: move backward cuts of the best same-cut plan while loads even out.
 
     Parameters
@@ -116,8 +136,9 @@ def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str
     problem
         The Bi-Partition problem.
     time_limit
-        Seconds; the search stops after the round in progress.
-    solver, seed
+        Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve: the
+        same-cut start draws from it and the search stops after the round in progress.
+    solver, seed, threads
         Unused (deterministic); accepted for the common method signature.
     move
         ``"backward"`` (default, the Bi-Partition idea: forward cuts stay where the same-cut
@@ -126,8 +147,9 @@ def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str
     Returns
     -------
     Result
-        Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory); no lower bound.
-        ``info``: ``moves`` applied, ``move``, ``start`` (same-cut cuts), ``fwd_cuts``, ``bwd_cuts``.
+        Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory; ``TIME_LIMIT`` without
+        a plan if the deadline stopped the same-cut start); no lower bound. ``info``:
+        ``moves`` applied, ``move``, ``start`` (same-cut cuts), ``fwd_cuts``, ``bwd_cuts``.
 
     Raises
     ------
@@ -138,18 +160,22 @@ def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str
     ----------
     Cui et al., *Bi-Partition*, J. Cloud Computing (module docstring).
     """
-    started = time.perf_counter()
+    deadline = Deadline.of(time_limit)
     if move not in ("backward", "both"):
         raise InvalidProblemError(f"greedy: move must be 'backward' or 'both', got {move!r}")
     S, n = problem.stages, problem.n
-    start = best_same_cut(problem)
-    if start is None:
-        start = best_same_cut(problem, ignore_memory=True)
+    try:
+        start = best_same_cut(problem, deadline=deadline)
+        if start is None:
+            start = best_same_cut(problem, ignore_memory=True, deadline=deadline)
+    except DeadlineReached as stop:
+        return problem.result("greedy", None, Status.TIME_LIMIT, started=deadline.started,
+                              info={"stopped": str(stop)})
     cuts = {"fwd": list(start), "bwd": list(start)}
     passes = ("bwd",) if move == "backward" else ("bwd", "fwd")
     key = _key(problem, problem.score(cuts["fwd"], cuts["bwd"]))
     moves = 0
-    while time.perf_counter() - started < time_limit:
+    while not deadline.expired():
         best = None
         for which in passes:
             mine, other = cuts[which], cuts["fwd" if which == "bwd" else "bwd"]
@@ -172,6 +198,6 @@ def greedy(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str
         moves += 1
     a, b = cuts["fwd"], cuts["bwd"]
     plan = problem.plan(a, b)
-    return problem.result("greedy", plan, Status.FEASIBLE, started=started,
+    return problem.result("greedy", plan, Status.FEASIBLE, started=deadline.started,
                           info={"moves": moves, "move": move, "start": list(start),
                                 "fwd_cuts": a, "bwd_cuts": b})

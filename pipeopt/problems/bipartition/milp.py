@@ -1,7 +1,13 @@
-"""Exact MILP for the Bi-Partition problem (separate forward and backward cuts), with PuLP.
+"""Exact methods of the Bi-Partition problem: a MILP (PuLP) and the memory relaxation by bisection.
 
-Formulation (the model of :mod:`pipeopt.problems.bipartition.problem`; stages i = 0..S-1, cuts c = 0..S-2,
-units u = 0..n-1):
+Both methods read the model of :mod:`pipeopt.problems.bipartition.problem` from the problem
+object (its :class:`~pipeopt.cost.CostTable` and :mod:`pipeopt.cost.rules`), draw every step
+from one :class:`~pipeopt.backends.deadline.Deadline` created at entry, and report a status
+that is proven (see *Claims* below).
+
+The MILP (:func:`solve_milp`, :func:`build_model`)
+--------------------------------------------------
+Stages i = 0..S-1, cuts c = 0..S-2, units u = 0..n-1:
 
 * ``p[c, u] = 1`` iff unit u runs its forward pass on a stage <= c (a staircase:
   ``p[c, u] >= p[c, u+1]``, ``p[c, u] <= p[c+1, u]``); the forward cut is
@@ -9,32 +15,61 @@ units u = 0..n-1):
   is the same for the backward pass. Stage i holds unit u in the forward pass iff
   ``p[i, u] - p[i-1, u] = 1`` (``p[-1] = 0``, ``p[S-1] = 1``), so loads are linear:
   ``load_i = sum_u fwd_u (p[i,u] - p[i-1,u]) + bwd_u (q[i,u] - q[i-1,u])``.
-* Bytes of the edges crossing the forward split at cut c:
-  ``sum_j bytes_j (p[c, j-1] - p[c, j])`` (the indicator of ``a_c = j``); the same with q.
-* Migrations at cut c: the units between the two cuts are those with ``p[c,u] != q[c,u]``,
-  one interval, so ``sum_u act_u |p - q| = |sum_u act_u (p - q)|``; four non-negative
-  variables bound the positive and negative parts of ``sum act (p - q)`` and
-  ``sum param/M (p - q)`` from below (exact at the optimum, since they only raise T).
-* Overlap: ``T >= load_i`` and ``T >= (forward + backward bytes at c) / bandwidth``; without
-  overlap ``T >= load_i + sends_i / bandwidth``.
-* Memory (finite capacity only): ``h[u, i] >= `` forward and backward indicators (the union),
-  ``k_i * sum act_u (q[i,u] - q[i-1,u]) + v_i * sum param_u h[u, i] <= capacity``.
+* Seconds of the edges crossing the forward split at cut c:
+  ``sum_j transfer(boundary_bytes_j) (p[c, j-1] - p[c, j])`` (the indicator of ``a_c = j``);
+  the same with q.
+* Migrations at cut c (:func:`pipeopt.cost.rules.migration_bytes`): the units between the two
+  cuts are those with ``p[c,u] != q[c,u]``, one interval, so
+  ``sum_u act_u |p - q| = |sum_u act_u (p - q)|``; four non-negative variables bound the
+  positive and negative parts of ``sum act (p - q)`` and ``sum param/M (p - q)`` from below
+  (exact at the optimum, since they only raise T).
+* Overlap: ``T >= load_i`` and ``T >= cut time at c``; without overlap
+  ``T >= load_i + sends_i``.
+* Memory (finite capacity only): ``h[u, i] >=`` the forward and backward indicators (the
+  union), :func:`rules.stage_memory` of the backward activations and the union's weights
+  (scaled so that the capacity is :data:`MODEL_UNIT`) <= :func:`rules.memory_limit` (the
+  slack of :func:`rules.fits`: the model relaxes memory, never tightens it; the plan is
+  re-checked by :func:`pipeopt.evaluate`).
 * ``max_shift``: ``|sum_u p[c,u] - sum_u q[c,u]| <= max_shift``.
 
-Times are divided by a reference (the simple lower bound) for the solver's tolerances. The
-best same-cut plan (exact DP) caps T from above and is kept as the incumbent if the solver
-finds nothing better in time (or only a tie: then the plan without migrations is returned); the
-status is ``OPTIMAL`` only if the solver proved it, and the
-reported lower bound is the solver's proven dual bound (never above the returned objective).
+Times are scaled so that the incumbent's bottleneck is :data:`MODEL_UNIT` (1000), memory so
+that the capacity is 1000: the solvers' absolute tolerances are then negligible. The model is capped by the incumbent (``T <= U (1 + 1e-6)``) and floored by the
+best bound known (``T >= L (1 - 1e-6)``); with ``dp_bound`` the cut positions are also
+restricted to the states the memory relaxation can reach and complete at ``T <= U``
+(:meth:`_Relaxation.windows`): every plan with a bottleneck <= U lies inside them, so the
+model keeps the optimum. The incumbent is handed to the solver as a MIP start. The solve goes
+through :func:`pipeopt.backends.pulp.solve_pulp` (CBC in a child process ended at the
+deadline, or HiGHS).
 
-**Memory relaxation by bisection** (:func:`relaxation_optimum`, method
-:func:`solve_bisection`). Without the memory limit the problem has an exact O(S n^2)
-feasibility test for a given T: a stage from states ``(a, b)`` to ``(a', b')`` fits iff
-``G(a', b') <= T + H(a, b)`` with G and H depending on one end each (loads are differences of
-prefix sums, and each cut's transfers depend on its own two positions only), so the reachable
-states follow from a 2-D prefix maximum. Bisection on T gives the relaxation's optimum; if its
-plan fits in memory it is optimal for the problem, and in any case its value is a lower bound
-that :func:`solve_milp` uses (``dp_bound=True``) to bound T from below and to cap it from above.
+The memory relaxation (:func:`relaxation_optimum`, method :func:`solve_bisection`)
+-------------------------------------------------------------------------------
+Without the memory limit the problem has an exact O(S n^2) feasibility test for a given T:
+a stage from states ``(a, b)`` to ``(a', b')`` fits iff ``G(a', b') <= T + H(a, b)`` with G
+and H depending on one end each (loads are differences of prefix sums, and each cut's
+transfers depend on its own two positions only), so the reachable states follow from a 2-D
+prefix maximum. The one bisection on T (:func:`pipeopt.backends.bisection.bisect`) over that
+exact probe gives the relaxation's optimum; if its plan fits in memory it is optimal for the
+problem, and in any case its lower end bounds the problem from below.
+
+Claims
+------
+* ``InfeasibleError`` only when no same-cut plan fits (the exact partition DP proves it): the
+  backward split fixes the activation memory and ``a = b`` needs the fewest weights, so then
+  no plan fits at all.
+* ``lower_bound`` (seconds) is at most the true optimum: the simple bound, the largest T the
+  relaxation probe rejected (the probe accepts a relative 1e-12 and a few float roundings of
+  the prefix sums above T, so a rejection is a proof), and the solver's proven dual bound of
+  the capped model (less a relative 1e-9 for its tolerances).
+* Status ``OPTIMAL`` iff the returned plan fits and its objective is within the relative
+  tolerance ``gap`` of that bound (``info["gap_tolerance"]``); otherwise ``TIME_LIMIT`` if the
+  deadline passed, else ``FEASIBLE`` (e.g. the relaxation's plan breaks memory and no MILP was
+  run, or the solver's plan broke memory by its tolerance).
+* At the time limit every step stops where it is (the DP between stages, the bisection
+  inside a probe, the model building between rows, the solver by the door's kill): the result
+  has the best plan found, which is at worst the best same-cut plan, and the best bound. A
+  method returns within ``max(limit + 1 s, 1.1 limit)`` (CBC is ended
+  :func:`~pipeopt.backends.pulp.kill_grace` after the deadline; writing the model for the
+  solver is skipped when too little time is left for it).
 
 References
 ----------
@@ -44,48 +79,281 @@ Cui et al., *Bi-Partition*, Journal of Cloud Computing (Springer) -- the problem
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pulp
 
-from .greedy import best_same_cut
-from .problem import BipartitionProblem
+from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe, bisect
+from ...backends.deadline import Deadline, DeadlineReached
+from ...backends.pulp import SOLVERS, solve_pulp
+from ...cost import rules
 from ...errors import InfeasibleError, InvalidPlanError, InvalidProblemError
 from ...result import Result, Status
-from ..partition.milp import CBC_INTERRUPTED, _cbc_bound
+from .greedy import best_same_cut
+from .problem import BipartitionProblem
 
-SOLVERS = ("cbc", "highs")
+MILP_GAP = 1e-6
+"""Default relative tolerance of the MILP's optimality claim (above the solvers' feasibility
+tolerances; the solver itself is asked for a tenth of it)."""
+BISECTION_GAP = 1e-9
+"""Default relative tolerance of the bisection's optimality claim (the bracket is closed to a
+tenth of it)."""
+CAP_MARGIN = 1e-6
+"""Relative margin of the model's caps on T around the incumbent and the bound (a window as
+narrow as the solvers' tolerances makes them report the model infeasible)."""
+MODEL_UNIT = 1e3
+"""The model's T of the incumbent, and a memory row's capacity: the solvers' absolute
+tolerances (1e-9 to 1e-6) are then at most 1e-9 of them (at T about 1, HiGHS's presolve fixed
+T within 1e-6 of its cap and quoted that as the optimum)."""
+SOLVER_SLACK = 1e-8
+"""Relative amount taken off the solver's dual bound before it is quoted (its tolerances)."""
+_EPS = np.finfo(float).eps
 
 
-def _make_solver(solver: str, time_limit: float, gap: float, log_path: str, seed: int):
-    if solver == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit))), gapRel=gap,
-                                 gapAbs=0.0,
-                                 threads=1, logPath=log_path,
-                                 options=[f"randomSeed {int(seed) + 1}", f"randomCbcSeed {int(seed) + 1}"])
-    if solver == "highs":
-        return pulp.HiGHS(msg=False, timeLimit=float(time_limit), gapRel=gap, gapAbs=0.0, threads=1,
-                          random_seed=int(seed))
-    raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
+def _check_gap(gap: float) -> float:
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 < gap < 1:
+        raise InvalidProblemError(f"bipartition: gap must be a number in (0, 1), got {gap!r}")
+    return float(gap)
 
 
-def _dual_bound(prob: pulp.LpProblem, solver: str, log: str) -> float | None:
-    """The solver's proven lower bound on the (scaled) objective, or ``None`` if unknown.
+# ---- the memory relaxation, solved exactly by bisection on T ------------------------------------
 
-    HiGHS reports it through highspy; CBC's is read from its log by the partition MILP's
-    reader (:func:`pipeopt.problems.partition.milp._cbc_bound`).
+
+class _Relaxation:
+    """Feasibility of a bottleneck T for the Bi-Partition problem without its memory limit.
+
+    A state ``(a, b)`` is the start of a stage in the forward and the backward pass. Stage i
+    from ``(a, b)`` to ``(a', b')`` (``a < a'``, ``b < b'``) fits in T iff
+    ``G_i(a', b') <= T + H_i(a, b)`` with ``G_i = Fp[a'] + Bp[b'] (+ forward sends at the cut
+    after, without overlap)`` and ``H_i = Fp[a] + Bp[b] (- backward sends at the cut before)``,
+    and the cut ``(a', b')`` takes at most T (overlap) and respects ``max_shift``. So the
+    states reachable after i + 1 stages follow from a 2-D prefix maximum of ``H_i`` over the
+    states reachable after i stages: O(S n^2) per value of T (:meth:`forward`);
+    :meth:`backward` is the same from the end.
+
+    The float test is made at ``T + slack(T)`` (:meth:`relaxed`): a relative 1e-12 plus a few
+    roundings of the prefix sums, so that a plan whose evaluated bottleneck is <= T is never
+    rejected.
     """
-    if solver == "highs":
-        v = float(prob.solverModel.getInfo().mip_dual_bound)
-        return v if math.isfinite(v) else None
-    return _cbc_bound(log)
+
+    def __init__(self, problem: BipartitionProblem):
+        self.p = problem
+        n, S, bw = problem.n, problem.stages, problem.bandwidth
+        x = np.arange(n + 1)
+        fwd_b, bwd_b = problem.cut_bytes(x[:, None], x[None, :])
+        base = problem.fwd_prefix[:, None] + problem.bwd_prefix[None, :]
+        if problem.overlap:
+            self.G_mid = self.G_last = self.H_first = self.H_mid = base
+            self.comm = rules.cut_time(fwd_b, bwd_b, bw)
+        else:  # a stage pays its forward sends at the cut after it, its backward sends at the cut before
+            self.G_mid, self.G_last = base + rules.transfer_time(fwd_b, bw), base
+            self.H_first, self.H_mid = base, base - rules.transfer_time(bwd_b, bw)
+            self.comm = None
+        self.mask = None
+        if problem.max_shift is not None:
+            self.mask = np.abs(x[:, None] - x[None, :]) <= problem.max_shift
+        finite = [np.abs(g[np.isfinite(g)]).max(initial=0.0) for g in (self.G_mid, self.H_mid)]
+        self.scale = max(finite)  # size of the prefix sums, for the rounding slack
+
+    def G(self, i: int) -> np.ndarray:
+        return self.G_last if i == self.p.stages - 1 else self.G_mid
+
+    def H(self, i: int) -> np.ndarray:
+        return self.H_first if i == 0 else self.H_mid
+
+    def relaxed(self, T: float) -> float:
+        """The limit the float test uses for T: ``T (1 + 1e-12) + 64 eps scale`` (see the class)."""
+        return T * (1 + 1e-12) + 64 * _EPS * self.scale
+
+    def _cut_ok(self, T: float) -> np.ndarray:
+        n = self.p.n
+        ok = np.ones((n + 1, n + 1), dtype=bool) if self.mask is None else self.mask.copy()
+        if self.comm is not None:
+            ok &= self.comm <= T
+        ok[n, :] = False
+        ok[:, n] = False
+        return ok
+
+    def forward(self, T: float, deadline: Deadline | None = None) -> list[np.ndarray] | None:
+        """States reachable at each stage boundary with every stage and cut <= T (float test
+        at :meth:`relaxed` ``(T)``), or ``None`` if the end ``(n, n)`` is not reachable.
+
+        Raises
+        ------
+        DeadlineReached
+            If ``deadline`` passes (checked before each stage).
+        """
+        n, S = self.p.n, self.p.stages
+        Tr = self.relaxed(T)
+        cut_ok = self._cut_ok(Tr) if S > 1 else None
+        R = np.zeros((n + 1, n + 1), dtype=bool)
+        R[0, 0] = True
+        out = [R]
+        best = np.full((n + 1, n + 1), -np.inf)
+        for i in range(S):
+            if deadline is not None:
+                deadline.check(f"relaxation stage {i}")
+            V = np.where(R, self.H(i), -np.inf)
+            np.maximum.accumulate(V, axis=0, out=V)
+            np.maximum.accumulate(V, axis=1, out=V)
+            best[1:, 1:] = V[:-1, :-1]  # strictly earlier in both passes
+            R = self.G(i) <= Tr + best
+            if i < S - 1:
+                R &= cut_ok
+            out.append(R)
+        return out if out[-1][n, n] else None
+
+    def backward(self, T: float, deadline: Deadline | None = None) -> list[np.ndarray]:
+        """States from which the end can be reached in the remaining stages with every stage
+        and cut <= T (the same float test as :meth:`forward`); entry i is boundary i.
+
+        Raises
+        ------
+        DeadlineReached
+            If ``deadline`` passes (checked before each stage).
+        """
+        n, S = self.p.n, self.p.stages
+        Tr = self.relaxed(T)
+        cut_ok = self._cut_ok(Tr) if S > 1 else None
+        R = np.zeros((n + 1, n + 1), dtype=bool)
+        R[n, n] = True
+        out = [R]
+        best = np.full((n + 1, n + 1), np.inf)
+        for i in range(S - 1, -1, -1):
+            if deadline is not None:
+                deadline.check(f"relaxation stage {i} (backward)")
+            W = np.where(R, self.G(i), np.inf)
+            W = np.minimum.accumulate(W[::-1, :], axis=0)[::-1, :]
+            W = np.minimum.accumulate(W[:, ::-1], axis=1)[:, ::-1]
+            best[:-1, :-1] = W[1:, 1:]  # strictly later in both passes
+            R = best <= Tr + self.H(i)
+            if i > 0:
+                R &= cut_ok
+            out.append(R)
+        return out[::-1]
+
+    def cuts(self, T: float, reach: list[np.ndarray]) -> tuple[list[int], list[int]]:
+        """Backtrack a plan whose stages and cuts pass the float test at ``T`` from :meth:`forward`."""
+        n, S = self.p.n, self.p.stages
+        Tr = self.relaxed(T)
+        a2, b2 = n, n
+        fa, fb = [], []
+        for i in range(S - 1, 0, -1):
+            ok = reach[i].copy()
+            ok[a2:, :] = False
+            ok[:, b2:] = False
+            ok &= self.G(i)[a2, b2] <= Tr + self.H(i)
+            cand = np.where(ok, self.H(i), -np.inf)
+            a2, b2 = (int(v) for v in np.unravel_index(np.argmax(cand), cand.shape))
+            fa.append(a2)
+            fb.append(b2)
+        return fa[::-1], fb[::-1]
+
+    def windows(self, T: float, deadline: Deadline | None = None) -> list[tuple[int, int, int, int]] | None:
+        """Per cut c, ``(a_lo, a_hi, b_lo, b_hi)``: the range of forward and backward cut
+        positions of every plan whose stages and cuts are <= T, memory ignored (so of every plan
+        of the problem with bottleneck <= T); ``None`` if no plan passes T.
+
+        Raises
+        ------
+        DeadlineReached
+            If ``deadline`` passes.
+        """
+        fwd = self.forward(T, deadline)
+        if fwd is None:
+            return None
+        bwd = self.backward(T, deadline)
+        out = []
+        for c in range(self.p.stages - 1):
+            both = fwd[c + 1] & bwd[c + 1]
+            rows, cols = np.flatnonzero(both.any(axis=1)), np.flatnonzero(both.any(axis=0))
+            if rows.size == 0:  # pragma: no cover - the end is reachable, so every boundary is
+                return None
+            out.append((int(rows[0]), int(rows[-1]), int(cols[0]), int(cols[-1])))
+        return out
+
+
+class Relaxed(NamedTuple):
+    """Outcome of :func:`relaxation_optimum` (seconds)."""
+
+    lower: float
+    """A valid lower bound on the problem's optimum (memory or not): the bracket's lower end."""
+    fwd_cuts: list
+    """Forward cuts of the best plan of the relaxation found (the start if none better)."""
+    bwd_cuts: list
+    """Backward cuts of that plan."""
+    value: float
+    """Its bottleneck (memory ignored)."""
+    closed: bool
+    """The bracket closed: ``value <= (1 + rel_tol) lower`` (up to float rounding)."""
+    probes: int
+    """Probes made (one O(S n^2) feasibility test each)."""
+
+
+def relaxation_optimum(problem: BipartitionProblem, *, deadline: Deadline | float | None = None,
+                       start: list[int] | None = None, rel_tol: float = BISECTION_GAP / 10,
+                       relaxation: _Relaxation | None = None) -> Relaxed:
+    """The optimum of the Bi-Partition problem with its memory limit ignored, by bisection on T.
+
+    Parameters
+    ----------
+    problem
+        The Bi-Partition problem (its memory capacity is ignored).
+    deadline
+        A :class:`~pipeopt.backends.deadline.Deadline`, seconds or ``None`` (no limit). The
+        bisection stops at it (a probe is cut short inside; its T stays undecided).
+    start
+        Cut positions of a same-cut plan (the bracket's upper end); default the best same-cut
+        plan with memory ignored (exact partition DP).
+    rel_tol
+        The bisection closes when ``upper - lower <= rel_tol * lower``.
+    relaxation
+        Internal: a :class:`_Relaxation` of ``problem`` already built.
+
+    Returns
+    -------
+    Relaxed
+        ``lower`` is a valid bound (every T at or below it was proven infeasible for every
+        plan, or it is the simple bound); the plan is the relaxation's best (its bottleneck
+        within ``rel_tol`` of ``lower`` if ``closed``). If that plan fits in memory it is
+        optimal for the problem.
+
+    Notes
+    -----
+    One probe costs O(S n^2) with numpy (0.3 s for n = 1250, S = 16); about 30 probes close
+    the bracket from the simple bound and the same-cut plan.
+    """
+    deadline = Deadline.of(deadline)
+    if start is None:
+        start = best_same_cut(problem, ignore_memory=True)
+    relax = _Relaxation(problem) if relaxation is None else relaxation
+
+    def probe(T: float, dl: Deadline | None) -> Probe:
+        try:
+            reach = relax.forward(T, dl)
+        except DeadlineReached:
+            return Probe(UNKNOWN)
+        return Probe(INFEASIBLE) if reach is None else Probe(FEASIBLE, ("reach", T, reach))
+
+    upper = problem.score(start, start).bottleneck
+    lower = problem.simple_lower_bound()
+    out = bisect(probe, min(lower, upper), upper, start=("cuts", start), start_value=upper,
+                 rel_tol=rel_tol, deadline=deadline)
+    if out.plan[0] == "reach":
+        a, b = relax.cuts(out.plan[1], out.plan[2])
+    else:
+        a, b = list(start), list(start)
+    return Relaxed(out.lower, a, b, problem.score(a, b).bottleneck, out.closed, len(out.steps))
+
+
+# ---- the MILP ------------------------------------------------------------------------------------
 
 
 def build_model(problem: BipartitionProblem, scale: float, upper: float | None = None,
-                lower: float | None = None):
+                lower: float | None = None, windows: list | None = None,
+                deadline: Deadline | None = None):
     """Build the PuLP model (module docstring).
 
     Parameters
@@ -93,49 +361,78 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
     problem
         The Bi-Partition problem.
     scale
-        Seconds per model time unit (times are divided by it).
+        Seconds per model time unit (times are divided by it; > 0).
     upper, lower
         Optional bounds on the bottleneck, seconds (``lower`` defaults to the simple bound).
+    windows
+        Optional per cut ``(a_lo, a_hi, b_lo, b_hi)``: ranges of the forward and backward cut
+        positions (:meth:`_Relaxation.windows`); the staircase variables outside are constants.
+    deadline
+        Checked between the rows of the model.
 
     Returns
     -------
     (prob, T, p, q)
-        The model, its objective variable and the staircase variables ``p[c][u]``, ``q[c][u]``.
+        The model, its objective variable and the staircase rows ``p[c][u]``, ``q[c][u]``
+        (``pulp.LpVariable`` or the constants 0 / 1).
+
+    Raises
+    ------
+    DeadlineReached
+        If ``deadline`` passes while the model is built.
     """
-    S, n = problem.stages, problem.n
+    S, n, bw = problem.stages, problem.n, problem.bandwidth
+    dl = Deadline(None) if deadline is None else deadline
     fwd, bwd = problem.fwd / scale, problem.bwd / scale
-    tb = problem.boundary_bytes / (problem.bandwidth * scale)  # seconds of edge bytes per split position
-    ta = problem.act / (problem.bandwidth * scale)
-    tp = problem.param / (problem.microbatches * problem.bandwidth * scale)
+    tb = rules.transfer_time(problem.boundary_bytes, bw) / scale  # per split position
+    act, par = rules.migration_bytes(problem.act, problem.param, problem.microbatches)
+    ta, tp = rules.transfer_time(act, bw) / scale, rules.transfer_time(par, bw) / scale
     prob = pulp.LpProblem("bipartition", pulp.LpMinimize)
     T = pulp.LpVariable("T", lowBound=(problem.simple_lower_bound() if lower is None else lower) / scale,
                         upBound=None if upper is None else upper / scale)
     prob += T
 
-    def staircase(name: str) -> list[list]:
+    def is_var(x) -> bool:
+        return not isinstance(x, int)
+
+    def add(expr_terms, constraint) -> None:
+        if any(is_var(x) for x in expr_terms):
+            prob.addConstraint(constraint)
+
+    # cut c's position range: default every position that leaves the stages non-empty
+    ranges = []
+    for which in (0, 1):
+        lo = [c + 1 for c in range(S - 1)]
+        hi = [n - (S - 1 - c) for c in range(S - 1)]
+        if windows is not None:
+            lo = [max(lo[c], windows[c][2 * which]) for c in range(S - 1)]
+            hi = [min(hi[c], windows[c][2 * which + 1]) for c in range(S - 1)]
+        for c in range(1, S - 1):  # cuts increase strictly
+            lo[c] = max(lo[c], lo[c - 1] + 1)
+        for c in range(S - 3, -1, -1):
+            hi[c] = min(hi[c], hi[c + 1] - 1)
+        ranges.append((lo, hi))
+
+    def staircase(name: str, lo: list[int], hi: list[int]) -> list[list]:
         rows = []
         for c in range(S - 1):
-            row = []
-            for u in range(n):
-                if u <= c:  # stages 0..c are non-empty: unit c is in a stage <= c
-                    row.append(1)
-                elif u >= n - (S - 1 - c):  # stages c+1..S-1 are non-empty
-                    row.append(0)
-                else:
-                    row.append(pulp.LpVariable(f"{name}_{c}_{u}", cat="Binary"))
-            rows.append(row)
+            dl.check("building the MILP")
+            # p[c][u] = 1 iff u < a_c, with lo[c] <= a_c <= hi[c]
+            rows.append([1 if u < lo[c] else 0 if u >= hi[c] else pulp.LpVariable(f"{name}_{c}_{u}", cat="Binary")
+                         for u in range(n)])
         for c in range(S - 1):
+            dl.check("building the MILP")
+            row = rows[c]
             for u in range(n - 1):
-                if isinstance(rows[c][u + 1], pulp.LpVariable) or isinstance(rows[c][u], pulp.LpVariable):
-                    prob.addConstraint(rows[c][u] - rows[c][u + 1] >= 0)
+                add((row[u], row[u + 1]), row[u] - row[u + 1] >= 0)
             if c < S - 2:
-                prob.addConstraint(pulp.lpSum(rows[c + 1]) - pulp.lpSum(rows[c]) >= 1)
+                nxt = rows[c + 1]
+                add(row + nxt, pulp.lpSum(nxt) - pulp.lpSum(row) >= 1)
                 for u in range(n):
-                    if isinstance(rows[c][u], pulp.LpVariable) or isinstance(rows[c + 1][u], pulp.LpVariable):
-                        prob.addConstraint(rows[c + 1][u] - rows[c][u] >= 0)
+                    add((row[u], nxt[u]), nxt[u] - row[u] >= 0)
         return rows
 
-    p, q = staircase("p"), staircase("q")
+    p, q = staircase("p", *ranges[0]), staircase("q", *ranges[1])
     ones, zeros = [1] * n, [0] * n
 
     def member(x, i):  # indicator rows of stage i: x[i] - x[i-1]
@@ -143,29 +440,33 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
         lo = x[i - 1] if i > 0 else zeros
         return [hi[u] - lo[u] for u in range(n)]
 
-    def split_bytes(row):  # seconds of edge bytes crossing the split described by staircase row
+    def split_time(row):  # seconds of edge bytes crossing the split described by staircase row
         return pulp.lpSum(tb[j] * (row[j - 1] - row[j]) for j in range(1, n))
 
     fwd_send, bwd_send = [], []
     for c in range(S - 1):
+        dl.check("building the MILP")
         diff = [p[c][u] - q[c][u] for u in range(n)]
         act_pos, act_neg, par_pos, par_neg = (pulp.LpVariable(f"{nm}_{c}", lowBound=0)
                                               for nm in ("act_pos", "act_neg", "par_pos", "par_neg"))
-        prob.addConstraint(act_pos - pulp.lpSum(ta[u] * diff[u] for u in range(n)) >= 0)
-        prob.addConstraint(act_neg + pulp.lpSum(ta[u] * diff[u] for u in range(n)) >= 0)
-        prob.addConstraint(par_pos - pulp.lpSum(tp[u] * diff[u] for u in range(n)) >= 0)
-        prob.addConstraint(par_neg + pulp.lpSum(tp[u] * diff[u] for u in range(n)) >= 0)
-        # p > q: forward on <= c, backward on > c: activation forward, weights backward
-        fwd_send.append(split_bytes(p[c]) + act_pos + par_neg)
-        bwd_send.append(split_bytes(q[c]) + act_neg + par_pos)
+        moved_act = pulp.lpSum(ta[u] * diff[u] for u in range(n))
+        moved_par = pulp.lpSum(tp[u] * diff[u] for u in range(n))
+        prob.addConstraint(act_pos - moved_act >= 0)
+        prob.addConstraint(act_neg + moved_act >= 0)
+        prob.addConstraint(par_pos - moved_par >= 0)
+        prob.addConstraint(par_neg + moved_par >= 0)
+        # p > q (forward on <= c, backward on > c): the activation goes forward, the weights back
+        fwd_send.append(split_time(p[c]) + act_pos + par_neg)
+        bwd_send.append(split_time(q[c]) + act_neg + par_pos)
         if problem.overlap:
             prob.addConstraint(T - fwd_send[c] - bwd_send[c] >= 0, f"cut_{c}")
         if problem.max_shift is not None:
-            prob.addConstraint(pulp.lpSum(p[c]) - pulp.lpSum(q[c]) <= problem.max_shift)
-            prob.addConstraint(pulp.lpSum(q[c]) - pulp.lpSum(p[c]) <= problem.max_shift)
+            add(p[c] + q[c], pulp.lpSum(p[c]) - pulp.lpSum(q[c]) <= problem.max_shift)
+            add(p[c] + q[c], pulp.lpSum(q[c]) - pulp.lpSum(p[c]) <= problem.max_shift)
 
     cap = problem.memory
     for i in range(S):
+        dl.check("building the MILP")
         f, g = member(p, i), member(q, i)
         load = pulp.lpSum(fwd[u] * f[u] + bwd[u] * g[u] for u in range(n))
         if not problem.overlap:
@@ -177,146 +478,32 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
         if math.isfinite(cap):
             h = []
             for u in range(n):
-                hu = pulp.LpVariable(f"h_{i}_{u}", lowBound=0, upBound=1)
-                prob.addConstraint(hu - f[u] >= 0)
-                prob.addConstraint(hu - g[u] >= 0)
+                if is_var(f[u]) or is_var(g[u]):
+                    hu = pulp.LpVariable(f"h_{i}_{u}", lowBound=0, upBound=1)
+                    add((f[u],), hu - f[u] >= 0)
+                    add((g[u],), hu - g[u] >= 0)
+                else:
+                    hu = max(f[u], g[u])
                 h.append(hu)
-            k, v = problem.in_flight(i), problem.versions(i)
-            # bytes scaled to GiB for the solver's tolerances
-            prob.addConstraint(
-                pulp.lpSum(k * problem.act[u] / 2**30 * g[u] + v * problem.param[u] / 2**30 * h[u]
-                           for u in range(n))
-                <= cap / 2**30, f"memory_{i}")
+            acts = pulp.lpSum(problem.act[u] * (MODEL_UNIT / cap) * g[u] for u in range(n))
+            params = pulp.lpSum(problem.param[u] * (MODEL_UNIT / cap) * h[u] for u in range(n))
+            mem = rules.stage_memory(acts, params, float(problem.in_flight[i]), float(problem.versions[i]))
+            prob.addConstraint(mem <= rules.memory_limit(MODEL_UNIT), f"memory_{i}")  # MODEL_UNIT = the capacity
     return prob, T, p, q
 
 
-# ---- the memory relaxation, solved exactly by bisection on T ------------------------------------
-
-
-def _cut_bytes(problem: BipartitionProblem):
-    """``(fwd, bwd)``, ``ndarray (n+1, n+1)``: bytes per microbatch sent forward / backward across a
-    cut whose forward split is at x and backward split at y (index ``[x, y]``)."""
-    n, M = problem.n, problem.microbatches
-    x = np.arange(n + 1)[:, None]
-    y = np.arange(n + 1)[None, :]
-    d_act = problem.act_prefix[y] - problem.act_prefix[x]
-    d_par = (problem.param_prefix[y] - problem.param_prefix[x]) / M
-    bb = problem.boundary_bytes
-    fwd = bb[x] + np.maximum(-d_act, 0.0) + np.maximum(d_par, 0.0)
-    bwd = bb[y] + np.maximum(d_act, 0.0) + np.maximum(-d_par, 0.0)
-    return fwd, bwd
-
-
-class _Relaxation:
-    """Feasibility of a bottleneck T for the Bi-Partition problem without its memory limit.
-
-    A state ``(a, b)`` is the start of a stage in the forward and the backward pass. Stage i
-    from ``(a, b)`` to ``(a', b')`` (``a < a'``, ``b < b'``) fits in T iff
-    ``G_i(a', b') <= T + H_i(a, b)`` with ``G_i = Fp[a'] + Bp[b'] (+ sends forward / bandwidth
-    without overlap)`` and ``H_i = Fp[a] + Bp[b] (- sends backward at the cut before)``, and the
-    cut ``(a', b')`` takes at most T (overlap) and respects ``max_shift``. So the stages
-    reachable after i + 1 stages follow from a 2-D prefix maximum of ``H_i`` over the states
-    reachable after i stages: O(S n^2) per value of T.
-    """
-
-    def __init__(self, problem: BipartitionProblem):
-        self.p = problem
-        n, S, bw = problem.n, problem.stages, problem.bandwidth
-        fb, bk = _cut_bytes(problem)
-        base = problem.fwd_prefix[:, None] + problem.bwd_prefix[None, :]
-        over = problem.overlap
-        self.G = [base + (fb / bw if (not over and i < S - 1) else 0.0) for i in range(S)]
-        self.H = [base - (bk / bw if (not over and i > 0) else 0.0) for i in range(S)]
-        self.comm = (fb + bk) / bw if over else np.zeros_like(fb)
-        mask = np.ones((n + 1, n + 1), dtype=bool)
-        if problem.max_shift is not None:
-            x = np.arange(n + 1)
-            mask = np.abs(x[:, None] - x[None, :]) <= problem.max_shift
-        self.mask = mask
-
-    def reach(self, T: float) -> list[np.ndarray] | None:
-        """Reachable states per stage boundary if T is feasible, else ``None``."""
-        n, S = self.p.n, self.p.stages
-        R = np.zeros((n + 1, n + 1), dtype=bool)
-        R[0, 0] = True
-        out = [R]
-        for i in range(S):
-            V = np.where(R, self.H[i], -np.inf)
-            V = np.maximum.accumulate(np.maximum.accumulate(V, axis=0), axis=1)
-            best = np.full((n + 1, n + 1), -np.inf)
-            best[1:, 1:] = V[:-1, :-1]  # strictly earlier in both passes
-            R = self.G[i] <= T + best
-            if i < S - 1:
-                R &= self.mask & (self.comm <= T)
-                R[n, :] = False
-                R[:, n] = False
-            out.append(R)
-        return out if out[-1][n, n] else None
-
-    def cuts(self, T: float, reach: list[np.ndarray]) -> tuple[list[int], list[int]]:
-        """Backtrack a plan of bottleneck <= T from the reachable sets."""
-        n, S = self.p.n, self.p.stages
-        a2, b2 = n, n
-        fa, fb = [], []
-        for i in range(S - 1, 0, -1):
-            ok = reach[i].copy()
-            ok[a2:, :] = False
-            ok[:, b2:] = False
-            ok &= self.G[i][a2, b2] <= T + self.H[i]
-            cand = np.where(ok, self.H[i], -np.inf)
-            a2, b2 = (int(v) for v in np.unravel_index(np.argmax(cand), cand.shape))
-            fa.append(a2)
-            fb.append(b2)
-        return fa[::-1], fb[::-1]
-
-
-def relaxation_optimum(problem: BipartitionProblem, rel_tol: float = 1e-12):
-    """The optimum of the Bi-Partition problem with its memory limit ignored, by bisection on T.
-
-    Parameters
-    ----------
-    problem
-        The Bi-Partition problem (its memory capacity is ignored).
-    rel_tol
-        Bisection stops when ``hi - lo <= rel_tol * hi``.
-
-    Returns
-    -------
-    (lower, fwd_cuts, bwd_cuts)
-        ``lower`` (seconds): a value proven infeasible (or the simple bound, if feasible), less
-        a relative 1e-12 for rounding, so every plan -- memory or not -- has a bottleneck
-        above it; the cuts of an optimal plan of the relaxation (bottleneck within ``rel_tol``
-        of ``lower``). If that plan fits in memory it is optimal for the problem.
-
-    Notes
-    -----
-    Exact feasibility test per T (class ``_Relaxation``): O(S n^2) with numpy; about 40
-    bisection steps.
-    """
-    relax = _Relaxation(problem)
-    start = best_same_cut(problem, ignore_memory=True)
-    hi = problem.score(start, start).bottleneck
-    lo = problem.simple_lower_bound()
-    T_best = hi * (1 + 1e-9)
-    best = relax.reach(T_best)
-    if best is None:  # pragma: no cover - the same-cut plan is feasible: float trouble only
-        return lo * (1 - 1e-12), list(start), list(start)
-    if relax.reach(lo) is not None:
-        best, T_best, hi = relax.reach(lo), lo, lo
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        r = relax.reach(mid)
-        if r is None:
-            lo = mid
-        else:
-            hi, best, T_best = mid, r, mid
-    a, b = relax.cuts(T_best, best)
-    return lo * (1 - 1e-12), a, b  # the margin covers the rounding of the feasibility test
-
-
-def _cuts(rows) -> list[int]:
-    return [int(round(sum(pulp.value(x) if isinstance(x, pulp.LpVariable) else x for x in row)))
+def _cuts(rows, values: dict) -> list[int]:
+    return [int(round(sum(values.get(x.name, 0.0) if isinstance(x, pulp.LpVariable) else x for x in row)))
             for row in rows]
+
+
+def _start(rows, cuts) -> dict:
+    """MIP start of the staircase rows for cut positions ``cuts``."""
+    return {x.name: float(u < a) for row, a in zip(rows, cuts, strict=True)
+            for u, x in enumerate(row) if isinstance(x, pulp.LpVariable)}
+
+
+# ---- shared by both methods ----------------------------------------------------------------------
 
 
 def _infeasible(problem: BipartitionProblem) -> InfeasibleError:
@@ -328,104 +515,182 @@ def _infeasible(problem: BipartitionProblem) -> InfeasibleError:
         "forward cuts away from the backward cuts only adds weight memory)")
 
 
-def _finish(problem: BipartitionProblem, method: str, candidates: list, proven: bool, lower: float,
-            started: float, info: dict) -> Result:
-    """The best memory-feasible candidate ``(label, fwd_cuts, bwd_cuts)`` (first wins ties) as a Result.
+class _Incumbent:
+    """The best plan that fits among the candidates offered (the first wins ties)."""
 
-    ``OPTIMAL`` if ``proven`` or if the bound ``lower`` meets the objective (rel. 1e-9); the
-    reported bound never exceeds the objective.
-    """
-    best = None
-    for label, a, b in candidates:
-        sc = problem.score(a, b)
-        if sc.excess > 0:
-            continue
-        if best is None or sc.bottleneck < best[0] * (1 - 1e-9):
-            best = (sc.bottleneck, label, a, b)
-    _, label, a, b = best
-    info.update(incumbent=label, fwd_cuts=list(a), bwd_cuts=list(b))
-    res = problem.result(method, problem.plan(a, b), Status.FEASIBLE, started=started, info=info)
-    lb = min(max(lower, problem.simple_lower_bound()), res.objective)
-    if not proven and lb >= res.objective * (1 - 1e-9):
-        proven = True
-        res.info["proof"] = "lower bound meets the objective"
-    res.status = Status.OPTIMAL if proven else (Status.TIME_LIMIT if method == "milp" else Status.FEASIBLE)
-    res.lower_bound = lb
-    return res
+    def __init__(self, problem: BipartitionProblem):
+        self.problem = problem
+        self.label: str | None = None
+        self.cuts: tuple[list[int], list[int]] | None = None
+        self.value = math.inf
+        self.rejected: dict[str, str] = {}
+
+    def offer(self, label: str, a, b) -> bool:
+        """Keep ``(a, b)`` if it fits and is better by more than a relative 1e-12; True if kept."""
+        sc = self.problem.score(a, b)
+        if not sc.fits:
+            self.rejected[label] = f"breaks memory by {sc.excess:.6g} bytes"
+            return False
+        if sc.bottleneck < self.value * (1 - 1e-12):
+            self.label, self.cuts, self.value = label, (list(a), list(b)), sc.bottleneck
+            return True
+        return False
 
 
-def solve_bisection(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc",
-                    seed: int = 0, **_kw) -> Result:
-    """Solve the Bi-Partition problem by bisection on T over the memory relaxation.
-
-    :func:`relaxation_optimum` finds the optimum with the memory limit ignored, exactly (up to
-    a relative 1e-12 bisection tolerance). If that plan fits in memory it is optimal;
-    otherwise the best same-cut plan is returned with the relaxation's value as lower bound.
-
-    Parameters
-    ----------
-    problem
-        The Bi-Partition problem.
-    time_limit, solver, seed
-        Unused (accepted for the common method signature).
-
-    Returns
-    -------
-    Result
-        ``OPTIMAL`` with ``lower_bound`` the largest value proven infeasible (clamped to the
-        objective), or ``FEASIBLE`` with that bound when memory binds.
+def _same_cut_start(problem: BipartitionProblem, deadline: Deadline) -> list[int] | None:
+    """Cut positions of the best same-cut plan; ``None`` if the deadline stopped the DP.
 
     Raises
     ------
     InfeasibleError
-        If no plan fits the workers' memory.
+        If no same-cut plan fits, hence no plan at all (:func:`_infeasible`).
     """
-    started = time.perf_counter()
-    start_cuts = best_same_cut(problem)
-    if start_cuts is None:
+    try:
+        cuts = best_same_cut(problem, deadline=deadline)
+    except DeadlineReached:
+        return None
+    if cuts is None:
         raise _infeasible(problem)
-    lo, a, b = relaxation_optimum(problem)
-    info = {"relaxation_bound": lo, "relaxed_plan_fits": problem.score(a, b).excess == 0}
-    cands = [("same_cut", start_cuts, start_cuts), ("bisection", a, b)]
-    return _finish(problem, "bisection", cands, False, lo, started, info)
+    return cuts
 
 
-def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver: str = "cbc", seed: int = 0,
-               gap: float = 1e-9, dp_bound: bool = True, **_kw) -> Result:
-    """Solve the Bi-Partition problem exactly with a MILP (module docstring).
+def _finish(problem: BipartitionProblem, method: str, best: _Incumbent, lower: float, gap: float,
+            deadline: Deadline, info: dict) -> Result:
+    """The incumbent as a Result: ``OPTIMAL`` iff its bottleneck <= ``lower (1 + gap)``, else
+    ``TIME_LIMIT`` if the deadline passed or stopped a step (``info["stopped"]``), else
+    ``FEASIBLE``; ``lower`` is quoted as it is."""
+    timed_out = deadline.expired() or "stopped" in info
+    info.update(gap_tolerance=gap, incumbent=best.label, time_limit_reached=timed_out)
+    if best.rejected:
+        info["rejected_candidates"] = dict(best.rejected)
+    if best.cuts is None:  # the deadline passed inside the same-cut DP: no plan yet
+        return problem.result(method, None, Status.TIME_LIMIT, lower_bound=lower, started=deadline.started,
+                              info=info)
+    a, b = best.cuts
+    info.update(fwd_cuts=a, bwd_cuts=b)
+    if best.value <= lower * (1 + gap):
+        status = Status.OPTIMAL
+    elif timed_out:
+        status = Status.TIME_LIMIT
+    else:
+        status = Status.FEASIBLE
+    return problem.result(method, problem.plan(a, b), status, lower_bound=lower, started=deadline.started,
+                          info=info)
+
+
+def _single_plan(problem: BipartitionProblem) -> bool:
+    """S = 1 or S = n: both splits are forced, the same-cut plan is the only plan."""
+    return problem.stages in (1, problem.n)
+
+
+# ---- the methods ---------------------------------------------------------------------------------
+
+
+def solve_bisection(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
+                    seed: int = 0, threads: int = 2, gap: float = BISECTION_GAP) -> Result:
+    """Solve the Bi-Partition problem by bisection on T over the memory relaxation.
+
+    :func:`relaxation_optimum` finds the optimum with the memory limit ignored, exactly (to a
+    tenth of ``gap``), starting from the best same-cut plan. If the relaxation's plan fits in
+    memory it is optimal; otherwise the best same-cut plan is returned with the relaxation's
+    value as lower bound.
 
     Parameters
     ----------
     problem
         The Bi-Partition problem.
     time_limit
-        Seconds for the MILP solver (CBC rounds up to whole seconds).
-    solver
-        ``"cbc"`` or ``"highs"`` (through PuLP), one thread.
-    seed
-        Solver random seed.
+        Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve: the same-cut
+        DP and every probe of the bisection draw from it.
+    solver, seed, threads
+        Unused (accepted for the common method signature).
     gap
-        Relative optimality tolerance passed to the solver.
-    dp_bound
-        First solve the memory relaxation by bisection (:func:`relaxation_optimum`): its value
-        bounds T from below in the model and its plan, if it fits in memory, caps T from above
-        and is a candidate incumbent. ``False`` gives the plain MILP (an independent check).
+        Relative tolerance of the optimality claim (default 1e-9).
 
     Returns
     -------
     Result
-        Status ``OPTIMAL`` (proven by the solver within ``gap``, or because the lower bound
-        meets the incumbent; ``info["proof"]`` says so) or ``TIME_LIMIT`` (incumbent -- at
-        worst the best same-cut plan -- and the best bound: the solver's, the relaxation's or
-        the simple bound). ``lower_bound`` in seconds; ``info["milp_objective"]`` is the
-        model's value of the solver's plan, seconds (equal to ``evaluate`` at optimality);
-        ``info["incumbent"]`` says which plan was returned (``"milp"``, ``"same_cut"`` on ties,
-        ``"bisection"``).
+        ``lower_bound``: the largest T proven infeasible for the relaxation (or the simple
+        bound), seconds, valid for every plan. Status ``OPTIMAL`` if the plan returned is within
+        ``gap`` of it; ``TIME_LIMIT`` if the deadline stopped the bisection first (the best
+        plan found and the bound reached); ``FEASIBLE`` if memory binds (the relaxation's plan
+        does not fit and the same-cut plan is not within ``gap``). ``info``:
+        ``relaxation_bound``, ``relaxed_plan_fits``, ``bisection_closed``, ``probes``,
+        ``incumbent`` (``"same_cut"`` or ``"bisection"``), ``fwd_cuts``, ``bwd_cuts``.
+
+    Raises
+    ------
+    InfeasibleError
+        If no plan fits the workers' memory (proven by the same-cut DP, module docstring).
+    InvalidProblemError
+        If ``gap`` is not in (0, 1) or ``time_limit`` is not a positive number.
+    """
+    deadline = Deadline.of(time_limit)
+    gap = _check_gap(gap)
+    best = _Incumbent(problem)
+    lower = problem.simple_lower_bound()
+    info: dict = {}
+    start = _same_cut_start(problem, deadline)
+    if start is not None:
+        best.offer("same_cut", start, start)
+        if _single_plan(problem):
+            info["proof"] = "the only plan (S = 1 or S = n)"
+            return _finish(problem, "bisection", best, best.value, gap, deadline, info)
+        rel = relaxation_optimum(problem, deadline=deadline, start=start, rel_tol=gap / 10)
+        best.offer("bisection", rel.fwd_cuts, rel.bwd_cuts)
+        lower = max(lower, rel.lower)
+        info.update(relaxation_bound=rel.lower, relaxed_plan_fits=problem.score(rel.fwd_cuts, rel.bwd_cuts).fits,
+                    bisection_closed=rel.closed, probes=rel.probes)
+    return _finish(problem, "bisection", best, lower, gap, deadline, info)
+
+
+def solve_milp(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
+               seed: int = 0, threads: int = 1, gap: float = MILP_GAP, dp_bound: bool = True) -> Result:
+    """Solve the Bi-Partition problem exactly with a MILP (module docstring).
+
+    Steps, all on one deadline: the best same-cut plan (exact partition DP; the incumbent and
+    the infeasibility proof); with ``dp_bound`` the memory relaxation by bisection (at most
+    half of the time when memory is limited, all of it otherwise), which proves the optimum
+    on its own when its plan fits; then the MILP, capped by the incumbent, restricted to the
+    relaxation's windows, warm-started, through :func:`pipeopt.backends.pulp.solve_pulp`.
+
+    Parameters
+    ----------
+    problem
+        The Bi-Partition problem.
+    time_limit
+        Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve.
+    solver
+        ``"cbc"`` or ``"highs"`` (through the PuLP door; CBC runs in a child process that is
+        ended at the deadline).
+    seed
+        Solver random seed (>= 0).
+    threads
+        Solver threads (>= 1; default 1, deterministic).
+    gap
+        Relative tolerance of the optimality claim (default 1e-6); the solver is asked for a
+        tenth of it.
+    dp_bound
+        Run the memory relaxation first (above). ``False`` gives the plain MILP with only the
+        same-cut plan as start and cap (an independent check).
+
+    Returns
+    -------
+    Result
+        Status ``OPTIMAL`` (the plan is within ``gap`` of the bound: proven by the solver, the
+        relaxation or, for S = 1 or S = n, by enumeration; ``info["proof"]`` when not the
+        solver), ``TIME_LIMIT`` (the deadline passed: the best plan found, at worst the best
+        same-cut plan, and the best bound: the solver's, the relaxation's or the simple bound),
+        or ``FEASIBLE`` (finished without proof, e.g. the solver's plan broke memory within its
+        tolerance; ``info["rejected_candidates"]``). ``lower_bound`` in seconds;
+        ``info["milp_objective"]`` is the model's value of the solver's plan, seconds (equal to
+        ``evaluate`` up to the solver's tolerances); ``info["incumbent"]`` says which plan was
+        returned (``"same_cut"``, ``"bisection"`` or ``"milp"``; ties keep the earlier).
 
     Raises
     ------
     InvalidProblemError
-        Unknown solver.
+        Unknown solver, bad ``gap`` / ``seed`` / ``threads`` / ``time_limit``.
     InfeasibleError
         If no plan fits the workers' memory (then no same-cut plan fits either: the
         backward split fixes the activation memory and ``a = b`` minimises the weights).
@@ -434,65 +699,86 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float = 60.0, solver:
     ----------
     Cui et al., *Bi-Partition*, Journal of Cloud Computing (the problem).
     """
-    started = time.perf_counter()
+    deadline = Deadline.of(time_limit)
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
-    start_cuts = best_same_cut(problem)
-    if start_cuts is None:
-        raise _infeasible(problem)
-    cands = [("same_cut", start_cuts, start_cuts)]
-    upper = problem.score(start_cuts, start_cuts).bottleneck
+    gap = _check_gap(gap)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InvalidProblemError(f"threads must be an integer >= 1, got {threads!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidProblemError(f"seed must be an integer >= 0, got {seed!r}")
+    best = _Incumbent(problem)
     lower = problem.simple_lower_bound()
-    info: dict = {"solver": solver, "seed": seed, "gap_tolerance": gap, "dp_bound": dp_bound,
-                  "same_cut": {"cuts": start_cuts, "bottleneck": upper}}
-    if dp_bound:
-        lo, a, b = relaxation_optimum(problem)
-        lower = max(lower, lo)
-        info["relaxation_bound"] = lo
-        sc = problem.score(a, b)
-        if sc.excess == 0:
-            cands.append(("bisection", a, b))
-            upper = min(upper, sc.bottleneck)
-    scale = problem.simple_lower_bound() or 1.0
-    # the caps keep a relative margin of 1e-6: a window as narrow as the solvers' tolerances
-    # makes them report the model infeasible
-    prob, T, p, q = build_model(problem, scale, upper * (1 + 1e-6), lower * (1 - 1e-6))
-    fd, log_path = tempfile.mkstemp(prefix="pipeopt_cbc_", suffix=".log")
-    os.close(fd)
+    info: dict = {"solver": solver, "seed": seed, "threads": threads, "dp_bound": dp_bound}
+    start = _same_cut_start(problem, deadline)
+    if start is None:
+        return _finish(problem, "milp", best, lower, gap, deadline, info)
+    best.offer("same_cut", start, start)
+    info["same_cut"] = {"cuts": start, "bottleneck": best.value}
+    if _single_plan(problem):
+        info["proof"] = "the only plan (S = 1 or S = n)"
+        return _finish(problem, "milp", best, best.value, gap, deadline, info)
     try:
-        remaining = max(1.0, time_limit - (time.perf_counter() - started))
-        t0 = time.perf_counter()
-        prob.solve(_make_solver(solver, remaining, gap, log_path, seed))
-        wall = time.perf_counter() - t0
-        with open(log_path) as fh:
-            log = fh.read()
-    finally:
-        os.unlink(log_path)
-    bound = _dual_bound(prob, solver, log)
-    info.update(binaries=sum(v.cat == "Integer" for v in prob.variables()),
-                solver_status=pulp.LpStatus[prob.status])
-    has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
-    proven = prob.sol_status == pulp.LpSolutionOptimal
-    if solver == "cbc" and any(sign in log for sign in CBC_INTERRUPTED) and wall >= 0.9 * remaining:
-        # CBC's time limit interrupted its preprocessing or root LP: its status is no proof
-        # (the same guard as the partition MILP's)
-        proven, has_solution, bound = False, False, None
-        info["solver_note"] = "CBC stopped in preprocessing / the root LP at its time limit (no proof)"
-    if has_solution:
-        a, b = _cuts(p), _cuts(q)
+        windows = None
+        if dp_bound:
+            relax = _Relaxation(problem)
+            share = deadline if not math.isfinite(problem.memory) else deadline.sub(fraction=0.5)
+            rel = relaxation_optimum(problem, deadline=share, start=start, rel_tol=gap / 10, relaxation=relax)
+            lower = max(lower, rel.lower)
+            info.update(relaxation_bound=rel.lower, bisection_closed=rel.closed)
+            best.offer("bisection", rel.fwd_cuts, rel.bwd_cuts)
+            if best.value <= lower * (1 + gap):
+                info["proof"] = "the relaxation's plan fits: memory does not bind"
+                return _finish(problem, "milp", best, lower, gap, deadline, info)
+            windows = relax.windows(best.value * (1 + 2 * CAP_MARGIN), deadline)
+        if best.value <= lower * (1 + gap):
+            return _finish(problem, "milp", best, lower, gap, deadline, info)
+        lower = _milp(problem, best, lower, windows, deadline, solver, gap, seed, threads, info)
+    except DeadlineReached as stop:
+        info["stopped"] = str(stop)
+    return _finish(problem, "milp", best, lower, gap, deadline, info)
+
+
+def _milp(problem: BipartitionProblem, best: _Incumbent, lower: float, windows, deadline: Deadline,
+          solver: str, gap: float, seed: int, threads: int, info: dict) -> float:
+    """Build and solve the capped MILP; offer its plan to ``best``; return the new lower bound.
+
+    Raises
+    ------
+    DeadlineReached
+        If the deadline passes while the model is built.
+    """
+    scale = best.value / MODEL_UNIT if best.value > 0 else 1.0
+    t0 = time.perf_counter()
+    prob, T, p, q = build_model(problem, scale, best.value * (1 + CAP_MARGIN), lower * (1 - CAP_MARGIN),
+                                windows, deadline)
+    built = time.perf_counter() - t0
+    info.update(binaries=sum(v.cat == pulp.LpInteger for v in prob.variables()), build_seconds=built)
+    if deadline.remaining() < 0.5 * built:  # writing the model for the solver takes about 0.35x its build
+        raise DeadlineReached("handing the model to the solver", deadline.elapsed())
+    a0, b0 = best.cuts
+    warm = {**_start(p, a0), **_start(q, b0)}
+    rel_gap, abs_gap = gap / 10, MODEL_UNIT * gap / 100  # the model's T is about MODEL_UNIT
+    out = solve_pulp(prob, solver=solver, deadline=deadline, rel_gap=rel_gap, abs_gap=abs_gap, threads=threads,
+                     seed=seed, warm_start=warm)
+    info.update(out.info())
+    if out.has_solution:
+        a, b = _cuts(p, out.values), _cuts(q, out.values)
         try:
             problem.check_cuts(a, b)
         except InvalidPlanError:  # pragma: no cover - a solver returning garbage
-            has_solution = proven = False
             info["solver_note"] = f"solver returned invalid cuts {a}, {b}"
-    if has_solution:
-        claimed = float(pulp.value(T)) * scale
-        info["milp_objective"] = claimed
-        if proven and claimed < problem.score(a, b).bottleneck * (1 - 1e-6):  # pragma: no cover
-            proven = False  # the model's value must be the plan's: a solver slip is no proof
-            info["solver_note"] = "solver's objective below the plan's evaluation: not trusted"
-        cands.insert(1, ("milp", a, b))  # after same_cut: a tie keeps the plan without migrations
-    if bound is not None:
-        lower = max(lower, bound * scale)
-    # a solver's optimality proof holds under the caps: the best candidate is then optimal
-    return _finish(problem, "milp", cands, proven and has_solution, lower, started, info)
+        else:
+            info["milp_objective"] = out.value(T) * scale
+            best.offer("milp", a, b)
+    bound = out.bound
+    if out.status == "optimal" and out.objective is not None:
+        # a solver that stops at its gap may quote its incumbent's value as the bound (HiGHS's
+        # dual bound, CBC's final objective): only the incumbent less the allowed gap is proven
+        proof = out.objective - max(abs_gap, rel_gap * max(abs(out.objective), 1.0)) * (1 + 1e-9)
+        bound = proof if bound is None else min(bound, proof)
+    if out.status == "infeasible":  # pragma: no cover - the incumbent lies inside the caps
+        info["solver_note"] = "the solver called the capped model infeasible (its tolerances): no proof"
+    elif bound is not None:
+        lower = max(lower, bound * scale * (1 - SOLVER_SLACK))
+    return lower

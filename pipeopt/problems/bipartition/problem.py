@@ -68,24 +68,24 @@ Narayanan et al., *PipeDream*, SOSP 2019 (1F1B, weight stashing, the profiles).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
 
+from ...cost import CostTable, rules
 from ...errors import InvalidPlanError, InvalidProblemError
 from ...instance import Instance
-from ..partition.problem import PartitionProblem
 from ...plan import Plan, Stage
 from ...result import Result, Status
+from ..partition.problem import PartitionProblem
 
 SPACE = "bipartition"
 
 
 class Score(NamedTuple):
-    """The cost model of :mod:`pipeopt.problems.bipartition.problem` on cut positions (times in seconds).
+    """A Bi-Partition plan scored on its cut positions (times in seconds, sizes in bytes).
 
     Attributes
     ----------
@@ -98,7 +98,8 @@ class Score(NamedTuple):
     memory
         ``ndarray (S,)``: bytes per stage.
     excess
-        Total bytes above the memory capacity (0 if the plan fits).
+        Bytes above the capacity, summed over the stages that do not fit
+        (:func:`pipeopt.cost.rules.fits`); 0 if the plan fits.
     """
 
     bottleneck: float
@@ -106,6 +107,11 @@ class Score(NamedTuple):
     comm_time: np.ndarray
     memory: np.ndarray
     excess: float
+
+    @property
+    def fits(self) -> bool:
+        """Every stage fits in its worker's memory."""
+        return self.excess == 0
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,9 @@ class BipartitionProblem:
     Parameters
     ----------
     instance
-        The instance; the same requirements as :class:`~pipeopt.problems.partition.problem.PartitionProblem`
-        (identical devices, one usable resource kind, objective ``"bottleneck"``).
+        The instance; the same requirements as
+        :class:`~pipeopt.problems.partition.problem.PartitionProblem` (identical devices, one
+        usable resource kind, objective ``"bottleneck"``).
     stages
         S, the number of workers and of stages (each stage non-empty in both passes).
     max_shift
@@ -125,14 +132,16 @@ class BipartitionProblem:
     Raises
     ------
     InvalidProblemError
-        As :class:`~pipeopt.problems.partition.problem.PartitionProblem` (S < 1, more stages than units or
-        devices, heterogeneous devices, several kinds, another objective), or if
+        As :class:`~pipeopt.problems.partition.problem.PartitionProblem` (S < 1, more stages
+        than units or devices, heterogeneous devices, several kinds, another objective), or if
         ``max_shift`` is not ``None`` or a non-negative integer.
 
     Notes
     -----
-    The model is stated in the module docstring. Arrays are per unit of the chain, times in
-    seconds on one worker, sizes in bytes.
+    The model is stated in the module docstring; every rule it applies is read from
+    :mod:`pipeopt.cost.rules` and the problem's :class:`~pipeopt.cost.CostTable`
+    (:attr:`table`). Arrays are per unit of the chain, times in seconds on one worker, sizes
+    in bytes.
     """
 
     instance: Instance
@@ -157,17 +166,32 @@ class BipartitionProblem:
         """``"bipartition"``."""
         return SPACE
 
+    @property
+    def table(self) -> CostTable:
+        """The cost model tabulated over the chain for S stages (shared with :attr:`base`)."""
+        return self.base.table
+
+    @cached_property
+    def fwd_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of the forward seconds of the units on one worker."""
+        kind = self.base.kind
+        return self.table.pass_prefix("fwd", kind, self.instance.cluster.devices[0].resources[kind])
+
+    @cached_property
+    def bwd_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of the backward seconds of the units on one worker."""
+        kind = self.base.kind
+        return self.table.pass_prefix("bwd", kind, self.instance.cluster.devices[0].resources[kind])
+
     @cached_property
     def fwd(self) -> np.ndarray:
         """``ndarray (n,)``: forward seconds of each unit on one worker."""
-        b = self.base
-        return self.instance.chain.fwd[b.kind] / self.instance.cluster.devices[0].resources[b.kind]
+        return np.diff(self.fwd_prefix)
 
     @cached_property
     def bwd(self) -> np.ndarray:
         """``ndarray (n,)``: backward seconds of each unit on one worker."""
-        b = self.base
-        return self.instance.chain.bwd[b.kind] / self.instance.cluster.devices[0].resources[b.kind]
+        return np.diff(self.bwd_prefix)
 
     @cached_property
     def act(self) -> np.ndarray:
@@ -179,30 +203,31 @@ class BipartitionProblem:
         """``ndarray (n,)``: parameter bytes of each unit."""
         return np.asarray(self.instance.chain.param, dtype=float)
 
-    @cached_property
-    def fwd_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of :attr:`fwd`."""
-        return np.concatenate([[0.0], np.cumsum(self.fwd)])
-
-    @cached_property
-    def bwd_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of :attr:`bwd`."""
-        return np.concatenate([[0.0], np.cumsum(self.bwd)])
-
     @property
     def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of :attr:`act`."""
-        return self.base.act_prefix
+        """``ndarray (n+1,)``: prefix sums of the stashed activation bytes (:attr:`CostTable.act_prefix`)."""
+        return self.table.act_prefix
 
     @property
     def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of :attr:`param`."""
-        return self.base.param_prefix
+        """``ndarray (n+1,)``: prefix sums of the parameter bytes (:attr:`CostTable.param_prefix`)."""
+        return self.table.param_prefix
 
     @property
     def boundary_bytes(self) -> np.ndarray:
-        """``ndarray (n+1,)``: activation bytes crossing a split whose next stage starts at unit c."""
-        return self.base.boundary_bytes
+        """``ndarray (n+1,)``: activation bytes crossing a split whose next stage starts at unit c
+        (:attr:`CostTable.boundary_bytes`)."""
+        return self.table.boundary_bytes
+
+    @property
+    def in_flight(self) -> np.ndarray:
+        """``ndarray (S,)``: microbatches each stage keeps under 1F1B (:attr:`CostTable.in_flight`)."""
+        return self.table.in_flight
+
+    @property
+    def versions(self) -> np.ndarray:
+        """``ndarray (S,)``: weight versions each stage keeps (:attr:`CostTable.versions`)."""
+        return self.table.versions
 
     @property
     def microbatches(self) -> int:
@@ -212,7 +237,7 @@ class BipartitionProblem:
     @property
     def bandwidth(self) -> float:
         """Bytes/s between consecutive workers."""
-        return self.base.bandwidth
+        return self.table.bandwidth
 
     @property
     def memory(self) -> float:
@@ -224,13 +249,52 @@ class BipartitionProblem:
         """Communication overlaps compute (see :class:`pipeopt.Settings`)."""
         return self.instance.settings.overlap
 
-    def in_flight(self, stage: int) -> int:
-        """Microbatches stage ``stage`` (0-based) keeps under 1F1B: ``S - stage``."""
-        return self.stages - stage
+    # ---- the cost of a cut and of a stage ------------------------------------------------
+    def cut_bytes(self, x, y) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes per microbatch crossing a cut whose forward split is at unit ``x`` and whose
+        backward split is at unit ``y`` (arrays broadcast).
 
-    def versions(self, stage: int) -> int:
-        """Weight versions stage ``stage`` keeps: its in-flight count with weight stashing, else 1."""
-        return self.in_flight(stage) if self.instance.settings.weight_stashing else 1
+        Forward: the activations of the edges crossing the forward split, plus the weights of
+        the units ``y <= u < x`` (backward before the cut, forward after it:
+        :func:`rules.migration_bytes`); backward: the gradients of the edges crossing the
+        backward split, plus the stashed activations of the units ``x <= u < y``. The other
+        pair of migration terms is zero.
+
+        Returns
+        -------
+        (forward, backward)
+            ``ndarray``\\ s shaped like ``x`` and ``y`` broadcast.
+        """
+        x, y = np.asarray(x), np.asarray(y)
+        t = self.table
+        act, par = rules.migration_bytes(t.act_prefix[y] - t.act_prefix[x],
+                                         t.param_prefix[y] - t.param_prefix[x], self.microbatches)
+        # act, par > 0: units x..y-1 run their forward after the cut and their backward before it
+        bb = t.boundary_bytes
+        forward = bb[x] + np.maximum(-act, 0.0) + np.maximum(par, 0.0)
+        backward = bb[y] + np.maximum(act, 0.0) + np.maximum(-par, 0.0)
+        return forward, backward
+
+    def stage_memory(self, fwd_bounds, bwd_bounds) -> np.ndarray:
+        """Bytes each stage needs (:func:`rules.stage_memory`): its in-flight count times the
+        activations of its backward units, plus its weight versions times the parameters of the
+        union of its forward and backward units.
+
+        Parameters
+        ----------
+        fwd_bounds, bwd_bounds
+            ``ndarray (S+1,)``: ``[0, *cuts, n]`` of each pass.
+
+        Returns
+        -------
+        ndarray (S,)
+        """
+        A, B = np.asarray(fwd_bounds), np.asarray(bwd_bounds)
+        P = self.param_prefix
+        lo = np.maximum(A[:-1], B[:-1])
+        both = np.maximum(np.minimum(A[1:], B[1:]) - lo, 0)  # units in both ranges: lo .. lo+both-1
+        params = np.diff(P[A]) + np.diff(P[B]) - (P[lo + both] - P[lo])
+        return rules.stage_memory(np.diff(self.act_prefix[B]), params, self.in_flight, self.versions)
 
     # ---- cut positions -----------------------------------------------------------------
     def check_cuts(self, fwd_cuts, bwd_cuts) -> tuple[list[int], list[int]]:
@@ -272,8 +336,11 @@ class BipartitionProblem:
     def score(self, fwd_cuts, bwd_cuts) -> Score:
         """The cost model on cut positions (the module docstring), without building a plan.
 
-        Equal to :func:`pipeopt.evaluate` on :meth:`plan` ``(fwd_cuts, bwd_cuts)`` (a test);
-        the heuristics use it for speed.
+        Equal to :func:`pipeopt.evaluate` on :meth:`plan` ``(fwd_cuts, bwd_cuts)`` up to float
+        rounding (prefix differences instead of sums; a test checks a relative 1e-12). Reads
+        the loads from :attr:`fwd_prefix` / :attr:`bwd_prefix`, the cut bytes from
+        :meth:`cut_bytes`, transfers from :func:`rules.cut_time` / :func:`rules.transfer_time`,
+        memory from :meth:`stage_memory` and :func:`rules.fits`.
 
         Parameters
         ----------
@@ -284,30 +351,18 @@ class BipartitionProblem:
         -------
         Score
         """
-        S, bw, M = self.stages, self.bandwidth, self.microbatches
-        A = np.array([0, *fwd_cuts, self.n])
-        B = np.array([0, *bwd_cuts, self.n])
-        load = np.diff(self.fwd_prefix[A]) + np.diff(self.bwd_prefix[B])
-        a, b = A[1:-1], B[1:-1]
-        d_act = self.act_prefix[b] - self.act_prefix[a]  # > 0: units in [a, b) send act backward
-        d_par = (self.param_prefix[b] - self.param_prefix[a]) / M
-        bb = self.boundary_bytes
-        fwd_bytes = bb[a] + np.maximum(-d_act, 0.0) + np.maximum(d_par, 0.0)
-        bwd_bytes = bb[b] + np.maximum(d_act, 0.0) + np.maximum(-d_par, 0.0)
-        comm = (fwd_bytes + bwd_bytes) / bw
-        stage = load.copy()
-        if not self.overlap:
-            stage[:-1] += fwd_bytes / bw
-            stage[1:] += bwd_bytes / bw
-        k = np.array([self.in_flight(i) for i in range(S)], dtype=float)
-        v = np.array([self.versions(i) for i in range(S)], dtype=float)
-        P = self.param_prefix
-        both = np.maximum(np.minimum(A[1:], B[1:]) - np.maximum(A[:-1], B[:-1]), 0)
-        lo = np.maximum(A[:-1], B[:-1])
-        par_union = np.diff(P[A]) + np.diff(P[B]) - (P[lo + both] - P[lo])
-        mem = k * np.diff(self.act_prefix[B]) + v * par_union
+        S, bw = self.stages, self.bandwidth
+        A = np.array([0, *fwd_cuts, self.n], dtype=int)
+        B = np.array([0, *bwd_cuts, self.n], dtype=int)
+        stage = np.diff(self.fwd_prefix[A]) + np.diff(self.bwd_prefix[B])
+        forward, backward = self.cut_bytes(A[1:-1], B[1:-1])
+        comm = rules.cut_time(forward, backward, bw)
+        if not self.overlap:  # each stage pays what it sends
+            stage[:-1] += rules.transfer_time(forward, bw)
+            stage[1:] += rules.transfer_time(backward, bw)
+        mem = self.stage_memory(A, B)
         cap = self.memory
-        excess = float(np.maximum(mem - cap * (1 + 1e-12), 0.0).sum()) if math.isfinite(cap) else 0.0
+        excess = float(np.where(rules.fits(mem, cap), 0.0, mem - cap).sum())
         bott = float(max(stage.max(), comm.max() if (self.overlap and S > 1) else 0.0))
         return Score(bott, stage, comm, mem, excess)
 
@@ -353,9 +408,13 @@ class BipartitionProblem:
 
     # ---- bounds and results ------------------------------------------------------------
     def simple_lower_bound(self) -> float:
-        """``max(total work / S, largest forward, largest backward unit)``: valid for every plan, seconds."""
+        """``max(total work / S, largest forward, largest backward unit)``, seconds.
+
+        Valid for every plan: the stage loads add up to the total work, and each unit's forward
+        and backward run whole on some stage. Memory and transfers are ignored.
+        """
         total = self.fwd_prefix[-1] + self.bwd_prefix[-1]
-        return float(max(total / self.stages, self.fwd.max(), self.bwd.max()))
+        return float(max(total / self.stages, self.fwd.max(initial=0.0), self.bwd.max(initial=0.0)))
 
     def result(
         self,
@@ -369,8 +428,10 @@ class BipartitionProblem:
     ) -> Result:
         """Wrap a plan into a :class:`~pipeopt.result.Result` scored by :func:`pipeopt.evaluate`.
 
-        Delegates to :meth:`pipeopt.problems.partition.problem.PartitionProblem.result` (a heuristic whose plan
-        breaks memory becomes ``INFEASIBLE``); the space is ``"bipartition"``.
+        Delegates to :meth:`pipeopt.problems.partition.problem.PartitionProblem.result` (a
+        heuristic whose plan breaks memory becomes ``INFEASIBLE``); the space is
+        ``"bipartition"``. ``started`` is the ``time.perf_counter()`` origin of the runtime
+        (the method's :attr:`Deadline.started <pipeopt.backends.deadline.Deadline.started>`).
         """
         return self.base.result(method, plan, status, lower_bound=lower_bound, started=started,
                                 space=SPACE, info=info)

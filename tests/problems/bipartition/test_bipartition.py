@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import PROFILE_DIR
 from pipeopt import Cluster, Instance, Settings, evaluate
 from pipeopt.problems.bipartition.greedy import greedy, same_cut
 from pipeopt.problems.bipartition.problem import BipartitionProblem
@@ -21,7 +21,7 @@ from pipeopt.plan import Plan, Stage
 from pipeopt.registry import method, methods
 from pipeopt.result import Status
 
-PROFILES = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
+PROFILES = PROFILE_DIR
 MS = 1e-3
 MB = 2**20
 
@@ -187,9 +187,9 @@ def test_relaxation_equals_brute_force_without_memory(case):
     case.pop("memory", None)
     p = BipartitionProblem(chain_instance(**TINY, **case), case["stages"], max_shift=shift)
     best = brute_force(p)
-    lo, a, b = relaxation_optimum(p)
-    assert lo <= best and lo == pytest.approx(best, rel=1e-9)
-    assert evaluate(p.instance, p.plan(a, b)).objective == pytest.approx(best, rel=1e-9)
+    rel = relaxation_optimum(p)
+    assert rel.closed and rel.lower <= best and rel.lower == pytest.approx(best, rel=1e-9)
+    assert evaluate(p.instance, p.plan(rel.fwd_cuts, rel.bwd_cuts)).objective == pytest.approx(best, rel=1e-9)
 
 
 def test_max_shift_zero_is_the_partition_problem():
@@ -231,7 +231,8 @@ def test_random_chains_milp_equals_brute_force(p):
     r = solve_milp(p, time_limit=20, solver="highs", dp_bound=False)
     assert r.status == Status.OPTIMAL
     assert r.objective == pytest.approx(best, rel=1e-6)
-    assert r.info["milp_objective"] == pytest.approx(r.objective, rel=1e-6)
+    if "milp_objective" in r.info:  # the MILP ran (not for S = 1 or n, nor when a bound meets the start)
+        assert r.info["milp_objective"] == pytest.approx(r.objective, rel=1e-6)
     d = solve_bisection(p)
     assert d.lower_bound <= best * (1 + 1e-9)
     if d.status == Status.OPTIMAL:
