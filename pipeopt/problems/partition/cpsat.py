@@ -20,16 +20,19 @@ nothing is rounded and nothing can overflow CP-SAT's 64-bit integers whatever th
 
 **Integer time scale**: CP-SAT needs integers, so times are counted in ticks of
 :attr:`StraightModel.tick` seconds (the largest time value is about 1e9 ticks), rounded in
-the relaxing direction: ``end`` and cut times down, ``begin`` up. The integer value of every
-split is then at most its true bottleneck (so CP-SAT's bound, in ticks, is a valid lower
-bound on the true optimum) and at least the true value less two ticks (so a split optimal in
-ticks is within :attr:`StraightModel.tolerance`, three ticks, of the true optimum).
+the relaxing direction: every array is rounded down and a stage's value is
+``end[p_{t+1}] - begin[p_t] - 1`` (with overlap ``begin`` and ``end`` are one array, read by
+one element constraint per start). The integer value of every split is then at most its true
+bottleneck (so CP-SAT's bound, in ticks, is a valid lower bound on the true optimum) and at
+least the true value less two ticks (so a split optimal in ticks is within
+:attr:`StraightModel.tolerance`, three ticks, of the true optimum).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from ...backends.cpsat import solve_cpsat as solve_cpsat_model
@@ -67,8 +70,10 @@ def build_cpsat(
     deadline = Deadline(None) if deadline is None else deadline
     n, S = model.n, model.S
     cp = cp_model.CpModel()
-    begin, end, cut = model.ticks_up(model.begin), model.ticks_down(model.end), model.ticks_down(model.cut)
-    top = max(max(end) - min(begin), max(cut), 0)
+    end, cut = model.ticks(model.end), model.ticks(model.cut)
+    shared = bool(np.array_equal(model.begin, model.end))  # with overlap: one element per start
+    begin = end if shared else model.ticks(model.begin)
+    top = max(max(end) - min(begin) - 1, max(cut), 0)
     if upper is not None:
         top = min(top, math.ceil(upper / model.tick) + 1)
     lb = max(0, math.floor(model.lower_bound / model.tick) - 1)
@@ -81,17 +86,22 @@ def build_cpsat(
     for t in range(1, S - 1):
         cp.add(p[t] < p[t + 1])
 
+    elements: dict = {}
+
     def at(array, t, name):
         """Expression for ``array[p_t]`` (an element constraint unless p_t is constant)."""
         if t in (0, S):
             return int(array[p[t]])
-        v = cp.new_int_var(min(array), max(array), f"{name}_{t}")
-        cp.add_element(p[t], array, v)
-        return v
+        if (name, t) not in elements:
+            v = cp.new_int_var(min(array), max(array), f"{name}_{t}")
+            cp.add_element(p[t], array, v)
+            elements[name, t] = v
+        return elements[name, t]
 
     for t in range(S):
         deadline.check("building the CP-SAT model")
-        cp.add(at(end, t + 1, "end") - at(begin, t, "begin") <= T)
+        # floor(end) - floor(begin) - 1 < end - begin: the integer value never exceeds the true one
+        cp.add(at(end, t + 1, "end") - at(begin, t, "end" if shared else "begin") - 1 <= T)
         if 0 < t and max(cut) > 0:
             cp.add(at(cut, t, "cut") <= T)
     if model.memory_binding:
@@ -143,12 +153,16 @@ def solve_cpsat(
           :func:`pipeopt.evaluate` is within ``info["tolerance_s"]`` seconds (three ticks,
           about 3e-9 of the single-stage time; see the module docstring) of the lower bound.
           S = 1 and S = n have one split only: it is scored directly.
-        * ``TIME_LIMIT``: the deadline passed; the plan is the best one found that fits (CP-SAT's
-          incumbent or the warm start), or ``None`` if none fits.
-        * ``FEASIBLE``: CP-SAT stopped without a proof before the deadline.
+        * ``TIME_LIMIT``: the solver stopped at its time limit (what was left of the
+          deadline) or the deadline passed during the warm start or model building; the
+          plan is the best one found that fits (CP-SAT's incumbent or the warm start), or
+          ``None`` if none fits.
+        * ``FEASIBLE``: CP-SAT's answer could not be taken as a proof (it said infeasible
+          although a split that fits is known, or its optimum is not confirmed by the valid
+          bound); the best plan that fits and the bound.
 
-        ``lower_bound`` (seconds) = CP-SAT's objective bound x tick (valid: the integer value
-        of every split is at most its true value), and at least
+        ``lower_bound`` (seconds) = CP-SAT's objective bound x tick x (1 - 1e-12) (valid: the
+        integer value of every split is at most its true value), and at least
         :meth:`PartitionProblem.simple_lower_bound`. Memory is exact, so a plan CP-SAT returns
         fits (checked by :func:`pipeopt.evaluate`; one that does not is removed and the model
         solved again). ``info["solver_objective"]`` and ``info["solver_bound"]`` are CP-SAT's
@@ -179,7 +193,8 @@ def solve_cpsat(
         info = {**out.info(), "tick_s": model.tick, "threads": int(threads)}
         info["solver_objective_ticks"], info["solver_bound_ticks"] = out.objective, out.bound
         starts = None
-        bound = out.bound * model.tick if out.bound is not None else None
+        # 1e-12 relative covers the float error of seconds / tick (about 1e-16 of the values)
+        bound = out.bound * model.tick * (1 - 1e-12) if out.bound is not None else None
         info["solver_bound"] = bound
         info["solver_objective"] = None
         if out.has_solution:

@@ -28,13 +28,40 @@ from ...result import Result, Status
 from .problem import PartitionProblem
 
 
-def _cost_matrix(p: PartitionProblem, m: int, in_flight: int) -> np.ndarray:
-    """``cost[i, j]``: time of a stage of units i..j-1 on m replicas (inf if i >= j or no fit),
-    :meth:`PartitionProblem.stage_time`."""
-    i = np.arange(p.n + 1)[:, None]
-    j = np.arange(p.n + 1)[None, :]
-    cost = p.stage_time(i, j, in_flight=in_flight, replicas=m)
+def _time_matrix(p: PartitionProblem, m: int) -> np.ndarray:
+    """``cost[j, i]``: time of a stage of units i..j-1 on m replicas, memory aside (inf if
+    i >= j), :meth:`PartitionProblem.stage_time`. End-major, so that the minimum over starts
+    runs along contiguous memory."""
+    j = np.arange(p.n + 1)[:, None]
+    i = np.arange(p.n + 1)[None, :]
+    cost = p.stage_time(i, j, in_flight=1, replicas=m, memory=False)
     return np.where(j > i, cost, np.inf)
+
+
+def _step(p: PartitionProblem, best: np.ndarray, time: np.ndarray, in_flight, out: np.ndarray):
+    """One DP step: for every end j, the best ``max(best[i], stage i..j-1)`` over starts i.
+
+    The stage's memory enters through :meth:`PartitionProblem.memory_reach`: a stage i..j-1
+    with ``j > reach[i]`` does not fit.
+
+    Returns
+    -------
+    (value, arg) or None
+        ``ndarray (n+1,)`` each: the best value per end and the start achieving it (None if no
+        start is reachable).
+    """
+    rows = np.flatnonzero(np.isfinite(best))  # prefixes reachable so far
+    if rows.size == 0:
+        return None
+    lo, hi = int(rows[0]), int(rows[-1]) + 1  # unreachable starts in between have best = inf
+    sub = out[:, : hi - lo]
+    np.maximum(best[None, lo:hi], time[:, lo:hi], out=sub)
+    if math.isfinite(p.memory):
+        reach = p.memory_reach(in_flight)[lo:hi]
+        np.putmask(sub, np.arange(p.n + 1)[:, None] > reach[None, :], np.inf)
+    pick = np.argmin(sub, axis=1)
+    ends = np.arange(p.n + 1)
+    return sub[ends, pick], pick + lo
 
 
 def _infeasible(p: PartitionProblem) -> InfeasibleError:
@@ -93,12 +120,14 @@ def _straight(p: PartitionProblem, deadline: Deadline) -> tuple[list[int], float
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
     args = []
+    time = _time_matrix(p, 1)
+    work = np.empty((n + 1, n + 1))
     for s in range(S):
         deadline.check(f"DP stage {s}")
-        cost = _cost_matrix(p, 1, p.in_flight(s))
-        cand = np.maximum(best[:, None], cost)  # (i, j)
-        arg = np.argmin(cand, axis=0)
-        best = cand[arg, np.arange(n + 1)]
+        step = _step(p, best, time, p.in_flight(s), work)
+        if step is None:
+            raise _infeasible(p)
+        best, arg = step
         args.append(arg)
     value = float(best[n])
     if not math.isfinite(value):
@@ -116,25 +145,19 @@ def _replicated(p: PartitionProblem, deadline: Deadline) -> tuple[list[int], lis
     best[0, 0] = 0.0
     arg_i = np.zeros((S + 1, n + 1), dtype=int)
     arg_m = np.zeros((S + 1, n + 1), dtype=int)
-    cache: dict = {}
-    cols = np.arange(n + 1)
-    cand = np.empty((n + 1, n + 1))
+    times: dict = {}
+    work = np.empty((n + 1, n + 1))
     for w in range(1, S + 1):
         for m in range(1, w + 1):
             deadline.check(f"DP on {w} workers")
             # the stage uses workers w-m+1..w of S: the workers from it to the end are S-(w-m)
             in_flight = rules.in_flight(w - m, S, workers_after=S - (w - m), replicas=m)
-            key = (m, in_flight if math.isfinite(p.memory) else 0)
-            if key not in cache:
-                cache[key] = _cost_matrix(p, m, in_flight)
-            rows = np.flatnonzero(np.isfinite(best[w - m]))  # prefixes reachable on w - m workers
-            if rows.size == 0:
+            if m not in times:
+                times[m] = _time_matrix(p, m)
+            step = _step(p, best[w - m], times[m], in_flight, work)
+            if step is None:
                 continue
-            sub = cand[: len(rows)]
-            np.maximum(best[w - m][rows, None], cache[key][rows], out=sub)
-            pick = np.argmin(sub, axis=0)
-            arg = rows[pick]
-            val = sub[pick, cols]
+            val, arg = step
             better = val < best[w]
             best[w] = np.where(better, val, best[w])
             arg_i[w] = np.where(better, arg, arg_i[w])

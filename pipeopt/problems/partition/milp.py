@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pulp
 
 from ...backends.deadline import Deadline
@@ -102,6 +103,11 @@ def build_milp(
         win = model.window(t)
         y[t] = {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in win[:-1]}
 
+    def add(terms, constant: float, name: str) -> None:
+        """The row ``sum(coef * var) + constant <= 0`` (built directly: PuLP's operators are
+        slow on tens of thousands of rows)."""
+        lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms, constant), pulp.LpConstraintLE), name)
+
     def started(t, c):
         """``1[p_t <= c]``: a variable inside stage t's window, else the constant 0 or 1."""
         win = model.window(t)
@@ -111,34 +117,35 @@ def build_milp(
             return 0
         return y[t][c]
 
-    def at_start(F, t, scale=1.0):
-        """Linear expression of ``F[p_t] * scale``."""
-        if t == 0:
-            return F[0] * scale
-        if t == S:
-            return F[n] * scale
+    def at_start(F, t, scale):
+        """``F[p_t] * scale`` as (terms, constant)."""
+        if t == 0 or t == S:
+            return [], float(F[0 if t == 0 else n]) * scale
         hi = model.window(t)[-1]
-        return F[hi] * scale - pulp.lpSum((F[c + 1] - F[c]) * scale * y[t][c] for c in y[t])
+        return [(y[t][c], -float(F[c + 1] - F[c]) * scale) for c in y[t]], float(F[hi]) * scale
 
     for t in range(1, S):
         deadline.check("building the MILP")
         cs = list(y[t])
         for a, b in itertools.pairwise(cs):
-            lp += y[t][a] <= y[t][b], f"monotone_{t}_{a}"
+            add([(y[t][a], 1.0), (y[t][b], -1.0)], 0.0, f"monotone_{t}_{a}")
         if t + 1 < S:
             for c in y[t + 1]:
-                lp += y[t + 1][c] <= y[t][c - 1], f"nonempty_{t}_{c}"
+                add([(y[t + 1][c], 1.0), (y[t][c - 1], -1.0)], 0.0, f"nonempty_{t}_{c}")
     u = 1.0 / time_unit
     for t in range(S):
         deadline.check("building the MILP")
-        lp += at_start(model.end, t + 1, u) - at_start(model.begin, t, u) <= T, f"stage_time_{t}"
+        e_terms, e_const = at_start(model.end, t + 1, u)
+        b_terms, b_const = at_start(model.begin, t, u)
+        add(e_terms + [(v, -c) for v, c in b_terms] + [(T, -1.0)], e_const - b_const, f"stage_time_{t}")
     for t in range(1, S):
         if model.cut[model.window(t)].max(initial=0.0) > 0:
-            lp += at_start(model.cut, t, u) <= T, f"cut_time_{t}"
+            terms, const = at_start(model.cut, t, u)
+            add(terms + [(T, -1.0)], const, f"cut_time_{t}")
     time_reach = model.time_reach(upper) if upper is not None else None
     for t in range(S):
         deadline.check("building the MILP")
-        R = model.reach[t] if time_reach is None else model.reach[t].clip(max=time_reach)
+        R = model.reach[t] if time_reach is None else np.minimum(model.reach[t], time_reach)
         win = list(model.window(t))
         for i, a in enumerate(win):
             if i + 1 < len(win) and R[win[i + 1]] == R[a]:
@@ -148,7 +155,9 @@ def build_milp(
                 continue
             if isinstance(lhs, int) and isinstance(rhs, int):  # 1 <= 0 on constants
                 return None, T, y
-            lp += lhs <= rhs, f"reach_{t}_{a}"
+            terms = ([] if isinstance(lhs, int) else [(lhs, 1.0)]) + ([] if isinstance(rhs, int) else [(rhs, -1.0)])
+            add(terms, float(lhs if isinstance(lhs, int) else 0) - float(rhs if isinstance(rhs, int) else 0),
+                f"reach_{t}_{a}")
     return lp, T, y
 
 
@@ -204,9 +213,13 @@ def solve_milp(
           objective by :func:`pipeopt.evaluate` is within :data:`MILP_TOLERANCE` (relative,
           ``info["rel_gap_target"]``) of the lower bound. S = 1 and S = n have one split only:
           it is scored directly.
-        * ``TIME_LIMIT``: the deadline passed; the plan is the best one found that fits (the
-          solver's incumbent or the warm start), or ``None`` if none fits.
-        * ``FEASIBLE``: the solver stopped without a proof before the deadline.
+        * ``TIME_LIMIT``: the solver stopped at its time limit (what was left of the
+          deadline) or the deadline passed during the warm start or model building; the
+          plan is the best one found that fits (the solver's incumbent or the warm start), or
+          ``None`` if none fits.
+        * ``FEASIBLE``: the solver's answer could not be taken as a proof (it said infeasible
+          although a split that fits is known, or its optimum is not confirmed by the valid
+          bound); the best plan that fits and the bound.
 
         ``info["solver_objective"]`` and ``info["solver_bound"]`` are the solver's objective
         and (slackened) bound in seconds.
@@ -258,7 +271,10 @@ def solve_milp(
             values = {t: {c: out.value(y[t][c]) for c in y[t]} for t in y}
             starts = starts_from_cumulative(values, model)
             info["solver_objective"] = out.objective * unit
-        return Attempt(out.status if out.status != "unbounded" else "no_solution", starts, bound, info)
+        status = out.status
+        if status == "unbounded" or any("unbounded or infeasible" in note for note in out.notes):
+            status = "infeasible"  # T >= simple_lower_bound: the model cannot be unbounded
+        return Attempt(status, starts, bound, info)
 
     return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
                        warm_start=warm_start, info={"solver": solver})

@@ -14,8 +14,8 @@ cost model is written in this module.
   busy time of a cut with overlap, zero without).
 * **Memory** is exact and has no byte in it: stage t of units ``a..b-1`` fits
   (:func:`pipeopt.cost.rules.fits`, the shared :data:`~pipeopt.cost.rules.MEMORY_SLACK`) iff
-  ``b <= reach_t[a]``, the last end that fits (:func:`memory_reach`; memory only grows as a
-  stage gains units, so the ends that fit are an interval). The models state
+  ``b <= reach_t[a]``, the last end that fits (:meth:`PartitionProblem.memory_reach`; memory
+  only grows as a stage gains units, so the ends that fit are an interval). The models state
   ``p_{t+1} <= reach_t[p_t]`` (MILP: 0/1 rows; CP-SAT: an element constraint), so no byte
   count is rounded, scaled or compared with a solver tolerance, whatever the sizes
   (fractional bytes, 1e19-byte capacities).
@@ -98,33 +98,15 @@ def infeasible_memory(problem: PartitionProblem, method: str, why: str) -> Infea
 
 
 def memory_reach(problem: PartitionProblem) -> np.ndarray:
-    """``reach[t, a]``: the last end ``b`` such that stage t of units ``a..b-1`` fits in memory.
-
-    Decided by the cost model's own test (:meth:`PartitionProblem.fits` of
-    :meth:`CostTable.stage_memory`), by bisection on ``b`` for every ``a`` at once (the memory
-    of a stage does not decrease as it gains units). ``reach[t, a] == a``: stage t cannot
-    start at a (not even one unit fits). Made non-decreasing in ``a`` (a stage that starts
-    later holds fewer units), so ``p_t <= a`` implies ``p_{t+1} <= reach[t, a]``.
+    """``reach[t, a]``: the last end ``b`` such that stage t of units ``a..b-1`` fits in memory
+    (:meth:`PartitionProblem.memory_reach` with stage t's in-flight count), non-decreasing in
+    ``a``, so ``p_t <= a`` implies ``p_{t+1} <= reach[t, a]``.
 
     Returns
     -------
-    ndarray (S, n+1) of int
+    ndarray (S, n+1) of int (a copy the model may tighten)
     """
-    n, S = problem.n, problem.stages
-    a = np.arange(n + 1)
-    if not math.isfinite(problem.memory):
-        return np.full((S, n + 1), n, dtype=np.int64)
-    tab = problem.table
-    out = np.empty((S, n + 1), dtype=np.int64)
-    for t in range(S):
-        lo, hi = a.copy(), np.full(n + 1, n + 1)  # lo: an end that fits (the empty stage); hi: none
-        while np.any(hi - lo > 1):
-            mid = (lo + hi) // 2
-            ok = problem.fits(tab.stage_memory(a, mid, t))
-            lo = np.where(ok, mid, lo)
-            hi = np.where(ok, hi, mid)
-        out[t] = np.maximum.accumulate(lo)
-    return out
+    return np.array([problem.memory_reach(problem.in_flight(t)) for t in range(problem.stages)], dtype=np.int64)
 
 
 @dataclass
@@ -238,19 +220,18 @@ class StraightModel:
         :data:`TIME_TICKS` ticks)."""
         return self.top / TIME_TICKS if self.top > 0 else 1.0
 
-    def ticks_down(self, seconds: np.ndarray) -> list[int]:
-        """``seconds`` in ticks, rounded down (never above the true value)."""
+    def ticks(self, seconds: np.ndarray) -> list[int]:
+        """``seconds`` in whole ticks, rounded down (never above the true value, up to
+        :data:`_TICK_GUARD`)."""
         return [int(x) for x in np.floor(np.asarray(seconds) / self.tick - _TICK_GUARD)]
-
-    def ticks_up(self, seconds: np.ndarray) -> list[int]:
-        """``seconds`` in ticks, rounded up (never below the true value)."""
-        return [int(x) for x in np.ceil(np.asarray(seconds) / self.tick + _TICK_GUARD)]
 
     @property
     def tolerance(self) -> float:
-        """Seconds: with ``end`` and cuts rounded down and ``begin`` up, the integer value of
-        every split is at most its true value and at least the true value less 2 ticks (plus
-        the guards): a split optimal in ticks is within 3 ticks of the true optimum."""
+        """Seconds: CP-SAT's stage value ``ticks(end)[b] - ticks(begin)[a] - 1`` is below the
+        true ``(end[b] - begin[a]) / tick`` and above it less 2 (plus the guards), and a cut's
+        ``ticks(cut)[c]`` is below its true value and above it less 1: so the integer value of
+        every split is at most its true value (a valid bound) and a split optimal in ticks is
+        within 3 ticks of the true optimum."""
         return 3.0 * self.tick
 
 
@@ -381,8 +362,11 @@ def solve_exact(
        (:meth:`StraightModel.forbid`) and ``solve`` runs again while time is left.
     4. Status ``OPTIMAL`` only if the solver proved its model optimal, the plan fits and its
        evaluated objective is within ``max(abs_tol, rel_tol * objective)`` of the bound;
-       ``TIME_LIMIT`` if the deadline passed (with the best fitting plan seen, if any, and the
-       bound); ``FEASIBLE`` if the solver stopped without a proof before the deadline.
+       ``TIME_LIMIT`` if the solver stopped at its time limit (what was left of the deadline,
+       its only limit) or the deadline passed, with the best fitting plan seen, if any, and
+       the bound; ``FEASIBLE`` (the best fitting plan, the bound) if the solver's answer could
+       not be taken as a proof (it claimed infeasibility although a split that fits is known,
+       or its optimum is not confirmed by the valid bound).
        :class:`InfeasibleError` only when the solver proved the model infeasible and no
        fitting split is known (the model is a relaxation of the problem: only stages that do
        not fit and splits worse than a fitting one are removed from it).
@@ -473,16 +457,17 @@ def solve_exact(
             model.forbid(t, a, b)
         notes.append(f"solver plan {att.starts} breaks memory by evaluate: stages {over} removed, solved again")
     info["solver_runs"] = runs
+    stopped = att.status in ("feasible", "no_solution")  # the solver's one limit is the deadline
     if proven and inc_value - bound <= max(abs_tol, rel_tol * inc_value):
         status = Status.OPTIMAL
-    elif deadline.expired() or incumbent is None:
+    elif stopped or deadline.expired() or incumbent is None:
         status = Status.TIME_LIMIT
-        if not deadline.expired():
-            notes.append("the solver stopped without a plan or a proof before the time limit")
+        if incumbent is None and not (stopped or deadline.expired()):  # pragma: no cover - defensive
+            notes.append("no plan that fits and no proof")
     else:
         status = Status.FEASIBLE
-        notes.append("the solver stopped without a proof before the time limit" if not proven else
-                     "the solver's optimum is not confirmed by the valid bound within the tolerance")
+        if proven:
+            notes.append("the solver's optimum is not confirmed by the valid bound within the tolerance")
     if notes:
         info["notes"] = notes
     if incumbent is not None and incumbent != att.starts:

@@ -179,6 +179,42 @@ class PartitionProblem:
         return self.table.fits(memory, self.memory)
 
     @cached_property
+    def _reach(self) -> dict:
+        return {}
+
+    def memory_reach(self, in_flight) -> np.ndarray:
+        """``reach[a]``: the last end ``b`` such that a stage of units ``a..b-1`` keeping
+        ``in_flight`` microbatches fits in a worker's memory (:meth:`fits` of
+        :meth:`stage_memory`); ``reach[a] == a`` if not even one unit fits.
+
+        Found by bisection on ``b`` for every ``a`` at once (a stage's memory does not
+        decrease as it gains units), and made non-decreasing in ``a``, so that ``p_t <= a``
+        implies ``p_{t+1} <= reach[p_t]`` for a stage that fits. Exact: every stage is judged
+        by the cost model's own rule, no byte is rounded. Cached per ``in_flight``.
+
+        Returns
+        -------
+        ndarray (n+1,) of int
+        """
+        key = float(in_flight)
+        if key not in self._reach:
+            n = self.n
+            a = np.arange(n + 1)
+            if not math.isfinite(self.memory):
+                out = np.full(n + 1, n, dtype=np.int64)
+            else:
+                lo, hi = a.copy(), np.full(n + 1, n + 1)  # lo: an end that fits (the empty stage); hi: none
+                while np.any(hi - lo > 1):
+                    mid = (lo + hi) // 2
+                    ok = self.fits(self.stage_memory(a, mid, in_flight))
+                    lo = np.where(ok, mid, lo)
+                    hi = np.where(ok, hi, mid)
+                out = np.maximum.accumulate(lo)
+            out.setflags(write=False)
+            self._reach[key] = out
+        return self._reach[key]
+
+    @cached_property
     def cut_terms(self) -> tuple[np.ndarray, np.ndarray]:
         """How the cut at each boundary enters the stage time: ``(added, bound)``.
 

@@ -204,12 +204,12 @@ def test_cpsat_rounding_relaxes(overlap, profile_dir):
 
     inst = profile("inception_v3").with_settings(overlap=overlap)
     m = StraightModel.of(PartitionProblem(inst, 6))
-    b, e, c = m.ticks_up(m.begin), m.ticks_down(m.end), m.ticks_down(m.cut)
+    b, e, c = m.ticks(m.begin), m.ticks(m.end), m.ticks(m.cut)
     rng = random.Random(1)
     for _ in range(300):
         starts = sorted(rng.sample(range(1, m.n), m.S - 1))
         p = [0, *starts, m.n]
-        integer = max([e[p[i + 1]] - b[p[i]] for i in range(m.S)] + [c[x] for x in starts]) * m.tick
+        integer = max([e[p[i + 1]] - b[p[i]] - 1 for i in range(m.S)] + [c[x] for x in starts]) * m.tick
         true = m.bottleneck(starts)
         assert true - m.tolerance <= integer <= true
     assert m.tolerance < 1e-8 * m.top
