@@ -182,8 +182,11 @@ def algorithm2_groups(problem: GroupProblem) -> list[tuple]:
     """Duan & Wu's Algorithm 2: greedy grouping of heterogeneous devices into q workers.
 
     Start with q empty workers. While devices remain: take the worker of largest cost
-    (:func:`worker_cost`; ties: lowest index) and give it the remaining device that lowers
-    its cost most (ties: cluster order). Workers are then ordered by decreasing memory
+    (:func:`worker_cost`; ties: an empty worker, then the lowest index) and give it the
+    remaining device that lowers its cost most (ties: cluster order). An empty worker costs
+    ``inf``, and so does one whose devices cannot run some layer; the tie rule gives every
+    worker a device before any gets a second one while all costs are infinite, so no worker
+    stays empty (q <= devices). Workers are then ordered by decreasing memory
     (stage 0 keeps the most microbatches in flight; ties keep the creation order).
 
     Returns
@@ -198,7 +201,7 @@ def algorithm2_groups(problem: GroupProblem) -> list[tuple]:
     remaining = list(range(len(devices)))
     while remaining:
         costs = [worker_cost(problem, pooled[w]) for w in range(q)]
-        w = max(range(q), key=lambda i: (costs[i], -i))
+        w = max(range(q), key=lambda i: (costs[i], not groups[i], -i))  # among infinite costs, empty first
         best = None
         for d in remaining:
             res = dict(pooled[w])

@@ -14,10 +14,11 @@ Variables (S stages, n units, K resource kinds, D devices):
   :func:`pipeopt.cost.stage_compute`.
 * ``w = phi x`` (a share times a binary): ``w >= phi + x - 1``, ``w >= 0`` is exact here (the
   load rows only bound w from above). Then ``F_{s,k} phi_f[s,k] = sum_i fwd[i,k] w_f[i,s,k]``.
-* group only: ``g[d, s]`` binary, device d in worker s, every device in one worker, every
-  worker non-empty; ``R_{s,k} = sum_d r[d,k] g[d,s]``. Identical devices are ordered (the
-  worker index of a device is at most that of the next identical device); workers are not
-  interchangeable (worker s runs stage s), so no other symmetry remains.
+* group only: ``n[c, s]`` integer, the number of devices of class c (identical devices,
+  :attr:`~pipeopt.problems.resource.GroupProblem.device_classes`) in worker s; every device
+  in one worker, every worker non-empty; ``R_{s,k} = sum_c r[c,k] n[c,s]``. Counting
+  identical devices removes their symmetry; workers are not interchangeable (worker s runs
+  stage s), so no other symmetry remains.
 * cuts (overlap): a boundary whose transfer exceeds T is no cut; memory: stage s's bytes,
   read from the cost table (:attr:`pipeopt.cost.CostTable.mem_prefix`: in-flight count and
   weight versions of stage s), at most :func:`pipeopt.cost.rules.memory_limit` of the
@@ -30,7 +31,6 @@ cost model afterwards (:func:`pipeopt.problems.resource.search.certify`).
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pulp
@@ -71,11 +71,13 @@ class MilpProbe:
                        for i in range(n)]
         table = problem.table
         self.mem = [[float(table.mem_prefix[s, i + 1] - table.mem_prefix[s, i]) for i in range(n)] for s in range(S)]
-        if self.group:
+        if self.group:  # one row per device class
             devices = problem.instance.cluster.devices
-            self.res = [[d.resources.get(k, 0.0) for k in kinds] for d in devices]
+            self.classes = problem.device_classes
+            rep = [devices[cls[0]] for cls in self.classes]
+            self.res = [[d.resources.get(k, 0.0) for k in kinds] for d in rep]
             demand = float(table.mem_prefix[:, -1].max()) + 1.0  # more than any stage can need
-            self.limit = [min(float(rules.memory_limit(d.memory)), demand) for d in devices]
+            self.limit = [min(float(rules.memory_limit(d.memory)), demand) for d in rep]
             self.memory_limited = any(math.isfinite(d.memory) for d in devices)
         else:
             self.res = [[problem.pooled(g).get(k, 0.0) for k in kinds] for g in problem.groups]
@@ -92,7 +94,8 @@ class MilpProbe:
 
     # ---- the model at T --------------------------------------------------------------------------
     def build(self, T: float, deadline: Deadline | None = None) -> dict:
-        """The PuLP model at limit T: ``{"prob", "x", "g"}`` (``g`` is ``None`` for fixed workers).
+        """The PuLP model at limit T: ``{"prob", "x", "g"}`` (``g[c, s]``: devices of class c in worker
+        s; ``None`` for fixed workers).
 
         Raises
         ------
@@ -118,15 +121,13 @@ class MilpProbe:
                 prob += step <= (0 if p.cut_time[i + 1] > T else 1)  # a cut's transfer must pass T
         g = None
         if self.group:
-            D = len(self.res)
-            g = {(d, s): pulp.LpVariable(f"g_{d}_{s}", cat=pulp.LpBinary) for d in range(D) for s in range(S)}
-            for d in range(D):
-                prob += pulp.lpSum(g[d, s] for s in range(S)) == 1
+            C = len(self.classes)
+            g = {(c, s): pulp.LpVariable(f"n_{c}_{s}", 0, len(self.classes[c]), cat=pulp.LpInteger)
+                 for c in range(C) for s in range(S)}
+            for c in range(C):
+                prob += pulp.lpSum(g[c, s] for s in range(S)) == len(self.classes[c])
             for s in range(S):
-                prob += pulp.lpSum(g[d, s] for d in range(D)) >= 1
-            for cls in p.device_classes:
-                for d, e in itertools.pairwise(cls):
-                    prob += pulp.lpSum(s * g[d, s] for s in range(1, S)) <= pulp.lpSum(s * g[e, s] for s in range(1, S))
+                prob += pulp.lpSum(g[c, s] for c in range(C)) >= 1
         inv = 1.0 / T if T > 0 else 1.0  # load rows in units of T (T = 0: loads must vanish)
         on = 1.0 if T > 0 else 0.0
         for s in range(S):
@@ -135,8 +136,8 @@ class MilpProbe:
             shares: dict = {"f": [], "b": []}
             for j in range(K):
                 if self.group:
-                    have = [d for d in range(len(self.res)) if self.res[d][j] > 0]
-                    cap = pulp.lpSum(self.res[d][j] * on * g[d, s] for d in have)
+                    have = [c for c in range(len(self.res)) if self.res[c][j] > 0]
+                    cap = pulp.lpSum(self.res[c][j] * on * g[c, s] for c in have)
                 else:
                     have = None
                     cap = self.res[s][j] * on
@@ -145,7 +146,7 @@ class MilpProbe:
                     phi = pulp.LpVariable(f"phi{name}_{s}_{j}", 0, 1 if (self.group or self.res[s][j] > 0) else 0)
                     shares[name].append(phi)
                     if have is not None:  # only a kind the worker has
-                        prob += phi <= pulp.lpSum(g[d, s] for d in have)
+                        prob += phi <= pulp.lpSum(g[c, s] for c in have)
                     for i in units_of[s]:
                         if not self.usable[i][j]:
                             prob += phi + x[i, s] <= 1  # kind j cannot run unit i
@@ -165,7 +166,7 @@ class MilpProbe:
                 if self.group:
                     scale = 1.0 / max(self.limit)
                     prob += (pulp.lpSum(c * scale * v for c, v in need)
-                             <= pulp.lpSum(self.limit[d] * scale * g[d, s] for d in range(len(self.res))))
+                             <= pulp.lpSum(self.limit[c] * scale * g[c, s] for c in range(len(self.res))))
                 elif math.isfinite(self.limit[s]):
                     scale = 1.0 / self.limit[s] if self.limit[s] > 0 else 1.0
                     prob += pulp.lpSum(c * scale * v for c, v in need) <= self.limit[s] * scale
@@ -189,20 +190,26 @@ class MilpProbe:
         if g is None:
             groups = [tuple(grp) for grp in p.groups]
         else:
-            names = p.device_names
-            groups = [tuple(names[d] for d in range(len(names)) if (out.value(g[d, s]) or 0.0) > 0.5)
-                      for s in range(p.num_stages)]
+            counts = [[round(out.value(g[c, s]) or 0.0) for s in range(p.num_stages)] for c in range(len(self.classes))]
+            if any(sum(row) != len(cls) for row, cls in zip(counts, self.classes, strict=True)):
+                return Probe(UNKNOWN)
+            groups = p.groups_from_counts(counts)
         if len(starts) != p.num_stages - 1 or not all(groups):
             return Probe(UNKNOWN)  # not a plan: the solver's values are not integral enough
         return Probe(FEASIBLE, (starts, groups))
 
     def forbid(self, model: dict, s: int, a: int, b: int, group: tuple) -> None:
-        """Cut off stage s holding units ``a`` and ``b - 1`` (so all of ``a..b-1``) on a subset of
-        ``group``: valid when that stage exceeds T, since a stage's time only grows with its
-        units and shrinks with its devices."""
-        x, g = model["x"], model["g"]
+        """Cut off stage s holding units ``a`` and ``b - 1`` (so all of ``a..b-1``) on a worker with
+        at most ``group``'s devices of every class: valid when that stage exceeds T, since a
+        stage's time only grows with its units and shrinks with its devices. Indicators
+        ``z_c`` (``n[c, s] >= k_c + 1`` if set) say which class has more."""
+        x, g, prob = model["x"], model["g"], model["prob"]
         lhs = (1 - x[a, s]) + (1 - x[b - 1, s]) if b - 1 != a else 1 - x[a, s]
         if g is not None:
-            names = self.problem.device_names
-            lhs = lhs + pulp.lpSum(g[d, s] for d in range(len(names)) if names[d] not in group)
-        model["prob"] += lhs >= 1
+            model["cuts"] = model.get("cuts", 0) + 1
+            for c, k in enumerate(self.problem.class_counts(group)):
+                if k < len(self.classes[c]):
+                    z = pulp.LpVariable(f"z_{model['cuts']}_{c}", cat=pulp.LpBinary)
+                    prob += g[c, s] >= (k + 1) * z
+                    lhs = lhs + z
+        prob += lhs >= 1

@@ -7,10 +7,12 @@ strongest conceivable worker (:func:`pipeopt.problems.resource.bounds.strongest_
 * Fixed workers (joint): each interval's stage time on its worker is checked exactly
   beforehand (:meth:`~pipeopt.problems.resource.ResourceProblem.fit_time`), so the model is
   exact: a path problem.
-* Grouping: ``g[d, s]`` (device d in worker s; identical devices ordered). By LP duality the
-  split feasibility of an interval on a worker is *linear in the worker's devices*
-  (:func:`interval_cover_coefficients`); ``y`` enforces those rows and the interval's memory
-  on the worker's devices. Coefficients are scaled to integers and rounded in the relaxing
+* Grouping: ``n[c, s]`` integer, the number of devices of class c (identical devices,
+  :attr:`~pipeopt.problems.resource.GroupProblem.device_classes`) in worker s - identical
+  devices are interchangeable, so counting them removes their symmetry and shrinks every row
+  to one term per class. By LP duality the split feasibility of an interval on a worker is
+  *linear in the worker's devices* (:func:`interval_cover_coefficients`); ``y`` enforces
+  those rows and the interval's memory on the worker's devices. Coefficients are scaled to integers and rounded in the relaxing
   direction (:data:`COVER_SCALE`, :data:`MEMORY_SCALE`), so an infeasible answer is a proof;
   plans are certified under the cost model afterwards
   (:func:`pipeopt.problems.resource.search.certify`).
@@ -20,7 +22,6 @@ Solved through :func:`pipeopt.backends.cpsat.solve_cpsat`.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 from ortools.sat.python import cp_model
@@ -91,8 +92,10 @@ class IntervalProbe:
         self._cover: dict = {}
         if self.group:
             devices = problem.instance.cluster.devices
+            self.classes = problem.device_classes
+            self.rep = [devices[cls[0]] for cls in self.classes]  # one device of each class
             demand = float(problem.table.mem_prefix[:, -1].max()) + 1.0  # more than any stage can need
-            limits = [min(float(rules.memory_limit(d.memory)), demand) for d in devices]
+            limits = [min(float(rules.memory_limit(d.memory)), demand) for d in self.rep]
             self.memory_limited = any(math.isfinite(d.memory) for d in devices)
             self.mem_scale = MEMORY_SCALE / max(max(limits), 1e-300)
             self.mem_coef = [math.ceil(c * self.mem_scale) for c in limits]
@@ -115,15 +118,14 @@ class IntervalProbe:
         return v
 
     def _cover_rows(self, a: int, b: int) -> list[list[float]]:
-        """Per lambda row, each device's ``sum_k r_dk c_k(lambda)`` (T-independent)."""
+        """Per lambda row, each device class's ``sum_k r_dk c_k(lambda)`` (T-independent)."""
         rows = self._cover.get((a, b))
         if rows is None:
-            p = self.problem
-            F, B = p.load(a, b)
+            F, B = self.problem.load(a, b)
             rows = []
-            for row in interval_cover_coefficients(F, B, p.kinds):
+            for row in interval_cover_coefficients(F, B, self.problem.kinds):
                 rows.append([sum(dv.resources.get(k, 0.0) * c for k, c in row.items() if dv.resources.get(k, 0.0) > 0)
-                             for dv in p.instance.cluster.devices])
+                             for dv in self.rep])
             self._cover[a, b] = rows
         return rows
 
@@ -140,8 +142,8 @@ class IntervalProbe:
 
     # ---- the model at T ---------------------------------------------------------------------------
     def build(self, T: float, deadline: Deadline | None = None) -> dict | None:
-        """The CP-SAT model at limit T: ``{"model", "y", "g"}``, or ``None`` if no interval
-        can start the chain.
+        """The CP-SAT model at limit T: ``{"model", "y", "g"}`` (``g[c, s]``: devices of class c in
+        worker s; ``None`` for fixed workers), or ``None`` if no interval can start the chain.
 
         Raises
         ------
@@ -150,25 +152,26 @@ class IntervalProbe:
         """
         p = self.problem
         n, S = p.n, p.num_stages
-        devices = p.instance.cluster.devices
         model = cp_model.CpModel()
         y, out_of, into = {}, {}, {}
         g = None
         if self.group:
-            g = {(d, s): model.new_bool_var(f"g_{d}_{s}") for d in range(len(devices)) for s in range(S)}
-            for d in range(len(devices)):
-                model.add_exactly_one(g[d, s] for s in range(S))
+            C = len(self.classes)
+            g = {(c, s): model.new_int_var(0, len(self.classes[c]), f"n_{c}_{s}") for c in range(C) for s in range(S)}
+            for c in range(C):
+                model.add(sum(g[c, s] for s in range(S)) == len(self.classes[c]))
             for s in range(S):
-                model.add_bool_or([g[d, s] for d in range(len(devices))])
-            for cls in p.device_classes:
-                for d, e in itertools.pairwise(cls):
-                    model.add(sum(s * g[d, s] for s in range(1, S)) <= sum(s * g[e, s] for s in range(1, S)))
+                model.add(sum(g[c, s] for c in range(C)) >= 1)
+        # the intervals each stage may take, kept only if they lie on a path from unit 0 to n
+        reach = {0}  # units where stage s may start
+        offered: list[list[tuple[int, int]]] = []
         for s in range(S):
-            if deadline is not None:
-                deadline.check(f"building the CP-SAT interval model (stage {s})")
-            for a in ([0] if s == 0 else range(s, n - (S - 1 - s))):
+            here, ends = [], set()
+            for a in sorted(reach):
                 if p.cut_time[a] > T:
                     continue
+                if deadline is not None:
+                    deadline.check(f"building the CP-SAT interval model (stage {s}, unit {a})")
                 for b in range(a + 1, n - (S - 1 - s) + 1):
                     if s == S - 1 and b != n:
                         continue
@@ -177,14 +180,25 @@ class IntervalProbe:
                         if s < S - 1:
                             break
                         continue
-                    if not ok:
-                        continue
-                    v = model.new_bool_var(f"y_{a}_{b}_{s}")
-                    y[a, b, s] = v
-                    out_of.setdefault((a, s), []).append(v)
-                    into.setdefault((b, s), []).append(v)
-                    if self.group:
-                        self._enforce(model, g, v, a, b, s, T)
+                    if ok:
+                        here.append((a, b))
+                        ends.add(b)
+            offered.append(here)
+            reach = ends
+        useful = {n}  # units where stage s + 1 may start and still reach n
+        for s in range(S - 1, -1, -1):
+            offered[s] = [(a, b) for a, b in offered[s] if b in useful]
+            useful = {a for a, _ in offered[s]}
+        for s in range(S):
+            for count, (a, b) in enumerate(offered[s]):
+                if deadline is not None and count % 64 == 0:
+                    deadline.check(f"building the CP-SAT interval model (stage {s}, unit {a})")
+                v = model.new_bool_var(f"y_{a}_{b}_{s}")
+                y[a, b, s] = v
+                out_of.setdefault((a, s), []).append(v)
+                into.setdefault((b, s), []).append(v)
+                if self.group:
+                    self._enforce(model, g, v, a, b, s, T)
         if not out_of.get((0, 0)):
             return None
         model.add_exactly_one(out_of[(0, 0)])
@@ -198,16 +212,22 @@ class IntervalProbe:
 
     def _enforce(self, model, g, v, a: int, b: int, s: int, T: float) -> None:
         """Interval ``a..b-1`` at stage s (literal ``v``) on the devices of worker s: the cover rows
-        at T and the memory, in integers rounded in the relaxing direction."""
+        at T and the memory, in integers rounded in the relaxing direction (a row that every
+        single device meets alone is left out)."""
+        gs = [g[c, s] for c in range(len(self.mem_coef))]
         scale = COVER_SCALE * T
         for row in self._cover_rows(a, b):
-            # an infinite rate (a pass with no work on a kind the device has) meets the row alone
+            # an infinite rate (a pass with no work on a kind the device has) meets the row alone,
+            # as does one device of a class whose coefficient reaches the right-hand side
             coef = [COVER_SCALE if e * scale >= COVER_SCALE else math.ceil(e * scale) for e in row]
-            model.add(sum(c * g[d, s] for d, c in enumerate(coef) if c) >= COVER_SCALE).only_enforce_if(v)
-        need = float(self.problem.stage_memory(a, b, s))
-        if self.memory_limited and need > 0:
-            model.add(sum(c * g[d, s] for d, c in enumerate(self.mem_coef))
-                      >= math.floor(need * self.mem_scale)).only_enforce_if(v)
+            if min(coef) >= COVER_SCALE:
+                continue
+            nz = [d for d, c in enumerate(coef) if c]
+            model.add(cp_model.LinearExpr.weighted_sum([gs[d] for d in nz], [coef[d] for d in nz])
+                      >= COVER_SCALE).only_enforce_if(v)
+        need = math.floor(float(self.problem.stage_memory(a, b, s)) * self.mem_scale)
+        if self.memory_limited and need > min(self.mem_coef):
+            model.add(cp_model.LinearExpr.weighted_sum(gs, self.mem_coef) >= need).only_enforce_if(v)
 
     def solve(self, model: dict, deadline: Deadline | None) -> Probe:
         """One solve through :func:`pipeopt.backends.cpsat.solve_cpsat`: a plan ``(starts, groups)``,
@@ -223,15 +243,18 @@ class IntervalProbe:
         if model["g"] is None:
             groups = [tuple(grp) for grp in p.groups]
         else:
-            names = p.device_names
-            groups = [tuple(names[d] for d in range(len(names)) if out.boolean_value(model["g"][d, s]))
-                      for s in range(p.num_stages)]
+            groups = p.groups_from_counts([[out.value(model["g"][c, s]) for s in range(p.num_stages)]
+                                           for c in range(len(self.classes))])
         return Probe(FEASIBLE, (starts, groups))
 
     def forbid(self, model: dict, s: int, a: int, b: int, group: tuple) -> None:
-        """Cut off interval ``a..b-1`` at stage s on a subset of ``group`` (it exceeds T there)."""
-        clause = [model["y"][a, b, s].Not()]
+        """Cut off interval ``a..b-1`` at stage s on a worker with at most ``group``'s devices of
+        every class (it exceeds T there: fewer devices only make it slower)."""
+        m, clause = model["model"], [model["y"][a, b, s].Not()]
         if model["g"] is not None:
-            names = self.problem.device_names
-            clause += [model["g"][d, s] for d in range(len(names)) if names[d] not in group]
-        model["model"].add_bool_or(clause)
+            for c, k in enumerate(self.problem.class_counts(group)):
+                if k < len(self.classes[c]):
+                    more = m.new_bool_var(f"more_{c}_{s}")
+                    m.add(model["g"][c, s] >= k + 1).only_enforce_if(more)
+                    clause.append(more)
+        m.add_bool_or(clause)

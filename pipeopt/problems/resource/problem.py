@@ -349,6 +349,37 @@ class GroupProblem(ResourceProblem):
             classes.setdefault(key, []).append(i)
         return list(classes.values())
 
+    def groups_from_counts(self, counts) -> list[tuple]:
+        """Workers from the number of devices of each class per stage.
+
+        Parameters
+        ----------
+        counts
+            ``counts[c][s]``: devices of class c (:attr:`device_classes`) in worker s; each
+            class's counts add up to its size. Identical devices are interchangeable, so the
+            models choose counts; the devices of a class are dealt to the workers in cluster
+            order.
+
+        Returns
+        -------
+        list[tuple[str, ...]]
+            Device names of each worker, in cluster order.
+        """
+        names = self.device_names
+        members: list[list[int]] = [[] for _ in range(self.num_stages)]
+        for cls, row in zip(self.device_classes, counts, strict=True):
+            pos = 0
+            for s, k in enumerate(row):
+                members[s] += cls[pos:pos + int(k)]
+                pos += int(k)
+        return [tuple(names[d] for d in sorted(m)) for m in members]
+
+    def class_counts(self, group) -> list[int]:
+        """How many devices of each class (:attr:`device_classes`) the worker ``group`` (names) holds."""
+        index = {name: i for i, name in enumerate(self.device_names)}
+        inside = {index[name] for name in group}
+        return [sum(1 for d in cls if d in inside) for cls in self.device_classes]
+
 
 @dataclass(frozen=True)
 class AllocateProblem(ResourceProblem):
