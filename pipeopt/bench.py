@@ -11,7 +11,6 @@ any exact method on the same (instance, problem, size, space), and
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import numbers
@@ -24,7 +23,8 @@ import pandas as pd
 from . import registry
 from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError
 from .instance import Instance
-from .solve import SOLVERS
+from .io import load
+from .solve import SOLVERS, solve
 from .units import MAX_DEVICES
 
 logger = logging.getLogger("pipeopt")
@@ -49,8 +49,6 @@ COLUMNS = [
 ]
 
 DEFAULT_INSTANCE_DIR = "instances"
-DEFAULT_WORKERS = 4
-"""Workers q of the group problem when none are given (capped by the devices)."""
 
 
 def default_instances() -> list[Path]:
@@ -61,59 +59,6 @@ def default_instances() -> list[Path]:
         if files:
             return files
     return []
-
-
-def load_instance(
-    path: str | Path,
-    *,
-    devices: int | None = None,
-    bandwidth: float | None = None,
-    memory: float | None = None,
-) -> Instance:
-    """Read a native JSON instance, a dnn-partitioning workload (JSON) or a PipeDream profile.
-
-    Parameters
-    ----------
-    path
-        The file.
-    devices
-        For a profile, the number of identical GPUs (default 16); ignored for JSON.
-    bandwidth
-        Bytes/s between workers; overrides the file's value when given.
-    memory
-        Bytes per device; overrides the file's value when given.
-
-    Raises
-    ------
-    ReadError
-        If the file cannot be read or is neither format.
-    """
-    import dataclasses
-
-    from .cluster import Cluster
-    from .io.pipedream import read_pipedream
-
-    path = Path(path)
-    if not path.exists():
-        raise ReadError(f"no such file: {path}")
-    if path.suffix == ".json":  # native instance or Tarnawski et al.'s workload
-        from .io import read
-
-        inst = read(path)
-    else:
-        kw = {"devices": devices or 16}
-        if bandwidth is not None:
-            kw["bandwidth"] = bandwidth
-        if memory is not None:
-            kw["memory"] = memory
-        return read_pipedream(path, **kw)
-    if bandwidth is not None or memory is not None:
-        devs = inst.cluster.devices
-        if memory is not None:
-            devs = tuple(dataclasses.replace(d, memory=memory) for d in devs)
-        cluster = Cluster(devs, bandwidth if bandwidth is not None else inst.cluster.bandwidth)
-        inst = inst.replace(cluster=cluster)
-    return inst
 
 
 def expand_paths(items: Iterable[Instance | str | Path]) -> Iterable[Instance | Path]:
@@ -173,58 +118,7 @@ def _check_time_limit(limit) -> None:
         raise InvalidProblemError(f"time limit must be a positive number of seconds, got {limit!r}")
 
 
-def _accepts(cls, name: str) -> bool:
-    return name in inspect.signature(cls).parameters
-
-
-def auto_problem(instance: Instance) -> str:
-    """The problem a shipped instance is made for: ``"partition"`` on identical single-kind
-    devices, ``"joint"`` (partition and forward/backward split) on identical multi-kind
-    devices, ``"group"`` on heterogeneous devices."""
-    cluster = instance.cluster
-    if not cluster.is_homogeneous:
-        return "group"
-    dev = cluster.devices[0]
-    usable = [k for k, r in dev.resources.items() if r > 0 and k in instance.chain.kinds]
-    return "partition" if len(usable) == 1 else "joint"
-
-
-def sizes_of(cls, inst: Instance, stages=None, workers=None) -> tuple[list, list]:
-    """The stage counts S and worker counts q to pose problem class ``cls`` with on ``inst``.
-
-    Given values are used as they are; by default S = the cluster's devices (4 and 8 for a
-    PipeDream profile, which carries no cluster of its own) and q = :data:`DEFAULT_WORKERS`
-    capped by the devices. ``[None]`` where the class takes no such option.
-    """
-    n_dev = len(inst.cluster.devices)
-    if not _accepts(cls, "stages"):
-        sizes: list = [None]
-    elif stages:
-        sizes = list(stages)
-    elif "PipeDream" in str(inst.graph.graph.get("source", "")):
-        sizes = [4, 8]
-    else:
-        sizes = [n_dev]
-    if not _accepts(cls, "workers"):
-        qs: list = [None]
-    else:
-        qs = list(workers) if workers else [min(DEFAULT_WORKERS, n_dev)]
-    return sizes, qs
-
-
-def problem_options(cls, S: int | None, q: int | None, space: str) -> dict:
-    """The keyword options a problem class accepts, out of stages / workers / replication."""
-    opts: dict = {}
-    if _accepts(cls, "stages") and S is not None:
-        opts["stages"] = S
-    if _accepts(cls, "workers") and q is not None:
-        opts["workers"] = q
-    if _accepts(cls, "replication"):
-        opts["replication"] = space == "replicated"
-    return opts
-
-
-def _spaces(problem: str, methods: Sequence[registry.MethodSpec], replication: bool) -> dict:
+def _spaces(problem: str, methods: Sequence[registry.Method], replication: bool) -> dict:
     """Which spaces each method runs in: 'auto' methods run in straight, and also in
     replicated when asked or when a replicated-only baseline needs a bound."""
     fixed = {m.space for m in methods if m.space != "auto"}
@@ -232,6 +126,11 @@ def _spaces(problem: str, methods: Sequence[registry.MethodSpec], replication: b
     if problem == "partition" and "replicated" in fixed and "replicated" not in auto_spaces:
         auto_spaces.append("replicated")
     return {m.name: (auto_spaces if m.space == "auto" else [m.space]) for m in methods}
+
+
+def _space_option(problem: str, space: str) -> dict:
+    """``{"replication": ...}`` for a problem that takes it, else ``{}``."""
+    return {"replication": space == "replicated"} if "replication" in registry.options_of(problem) else {}
 
 
 def run(
@@ -248,6 +147,7 @@ def run(
     memory: float | None = None,
     seed: int = 0,
     progress: bool = True,
+    every_method: bool = False,
 ) -> pd.DataFrame:
     """Run ``methods`` of ``problem`` on every instance and size; return tidy rows.
 
@@ -260,12 +160,12 @@ def run(
         harmless); a path that does not exist is an error.
     problem
         Problem name (:data:`pipeopt.registry.PROBLEMS`), or ``"auto"`` (default): each
-        instance gets the problem it is made for (:func:`auto_problem`).
+        instance gets the problem it is made for (:func:`pipeopt.registry.auto_problem`).
     stages
         Pipeline depths S to try; default: the number of devices of each instance's
         cluster (for PipeDream profiles, 4 and 8).
     workers
-        Worker counts q for the group problem (default :data:`DEFAULT_WORKERS`).
+        Worker counts q for the group problem (default :data:`pipeopt.registry.DEFAULT_WORKERS`).
     methods
         Method names; default: the registry's default methods of the problem.
     time_limit
@@ -280,6 +180,9 @@ def run(
         Seed of randomised methods.
     progress
         Show a tqdm progress bar on stderr.
+    every_method
+        Without ``methods``: run every method of each instance's problem, not only the
+        default ones.
 
     Returns
     -------
@@ -326,7 +229,7 @@ def run(
             loaded.append(item)
             continue
         try:
-            loaded.append(load_instance(item, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory))
+            loaded.append(load(item, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory))
         except PipeoptError as exc:
             logger.warning("skipped %s: %s", item, exc)
             print(f"skipped {item}: {exc}")
@@ -336,14 +239,10 @@ def run(
     tasks = []
     unused: dict = {"stages": [], "workers": [], "replication": []}  # option -> (instance, problem) not using it
     for inst in loaded:
-        name = auto_problem(inst) if problem == "auto" else problem
-        cls = registry.problem_class(name)
-        for option, given, used in (
-            ("stages", stages, sizes_of(cls, inst, stages, None)[0] != [None]),
-            ("workers", workers, sizes_of(cls, inst, None, workers)[1] != [None]),
-            ("replication", replication, "replication" in problem_options(cls, None, None, "replicated")),
-        ):
-            if given and not used:
+        name = registry.auto_problem(inst) if problem == "auto" else problem
+        takes = registry.options_of(name)
+        for option, given in (("stages", stages), ("workers", workers), ("replication", replication)):
+            if given and option not in takes:
                 unused[option].append((inst.name, name))
     for option, where in unused.items():
         if not where:
@@ -356,9 +255,9 @@ def run(
         print(f"note: {option} not used by the {' and '.join(problems)} problem on {', '.join(i for i, _ in where)}")
 
     for inst in loaded:
-        name = auto_problem(inst) if problem == "auto" else problem
+        name = registry.auto_problem(inst) if problem == "auto" else problem
         if methods is None:
-            specs = [m for m in registry.methods(name) if m.default]
+            specs = [m for m in registry.methods(name) if m.default or every_method]
         elif problem == "auto":  # named methods, each where its problem has it
             specs = [m for m in registry.methods(name) if m.name in methods]
             if not specs:
@@ -366,32 +265,31 @@ def run(
                 continue
         else:
             specs = [registry.method(name, m) for m in methods]
-        cls = registry.problem_class(name)
         spaces = _spaces(name, specs, replication)
-        sizes, qs = sizes_of(cls, inst, stages, workers)
-        for S in sizes:
-            for q in qs:
-                try:  # can the problem be posed at all? (say so once, not once per method)
-                    cls(inst, **problem_options(cls, S, q, "straight"))
-                except PipeoptError as exc:
-                    size = ", ".join(f"{k}={v}" for k, v in (("S", S), ("q", q)) if v is not None)
-                    print(f"skipped {inst.name} ({size}) for {name}: {exc}")
-                    continue
-                for spec in specs:
-                    for space in spaces[spec.name]:
-                        tasks.append((inst, name, cls, S, q, spec, space))
+        given = {"stages": stages if "stages" in registry.options_of(name) else None,
+                 "workers": workers if "workers" in registry.options_of(name) else None}
+        for size in registry.sizes(name, inst, **given):
+            try:  # can the problem be posed at all? (say so once, not once per method)
+                registry.problem_class(name)(inst, **size)
+            except PipeoptError as exc:
+                label = ", ".join(f"{'S' if k == 'stages' else 'q'}={v}" for k, v in size.items())
+                print(f"skipped {inst.name} ({label}) for {name}: {exc}")
+                continue
+            for spec in specs:
+                for space in spaces[spec.name]:
+                    tasks.append((inst, name, size, spec, space))
 
     rows = []
     bar = tqdm(tasks, disable=not progress, desc="bench", unit="solve", leave=False)
-    for inst, name, cls, S, q, spec, space in bar:
+    for inst, name, size, spec, space in bar:
         bar.set_postfix_str(f"{inst.name} {name} {spec.name}", refresh=False)
         row = {
             "instance": inst.name,
             "layers": inst.num_layers,
             "units": inst.chain.n,
             "problem": name,
-            "stages": S if S is not None else math.nan,
-            "workers": q if q is not None else math.nan,
+            "stages": size.get("stages", math.nan),
+            "workers": size.get("workers", math.nan),
             "method": spec.name,
             "exact": spec.exact,
             "space": space,
@@ -401,8 +299,8 @@ def run(
         }
         started = time.perf_counter()
         try:
-            prob = cls(inst, **problem_options(cls, S, q, space))
-            res = spec.function(prob, time_limit=time_limit, solver=solver, seed=seed)
+            res = solve(inst, problem=name, method=spec.name, time_limit=time_limit, solver=solver, seed=seed,
+                        **size, **_space_option(name, space))
             row.update(
                 status=str(res.status),
                 objective=res.objective,

@@ -146,40 +146,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _instance(args):
-    from .bench import load_instance
+    from .io import load
 
     devices = max(getattr(args, "stages", None) or 0, getattr(args, "workers", None) or 0, 16)
-    return load_instance(args.path, devices=devices, bandwidth=args.bandwidth, memory=args.memory)
+    return load(args.path, devices=devices, bandwidth=args.bandwidth, memory=args.memory)
 
 
 def _solve(args, inst):
-    from .bench import problem_options, auto_problem, sizes_of
+    """Solve the problem the arguments name (``auto``: the one the cluster is made for) with
+    its first exact method unless ``--method`` names one, through :func:`pipeopt.solve`."""
     from .solve import solve
 
-    problem = auto_problem(inst) if args.problem == "auto" else args.problem
+    problem = registry.auto_problem(inst) if args.problem == "auto" else args.problem
     args.problem = problem
-    cls = registry.problem_class(problem)
     stages, workers = getattr(args, "stages", None), getattr(args, "workers", None)
-    sizes, qs = sizes_of(cls, inst, [stages] if stages is not None else None, [workers] if workers is not None else None)
-    _refuse_unused(cls, problem, stages is not None and sizes == [None], workers is not None and qs == [None],
-                   getattr(args, "replication", False))
-    opts = problem_options(cls, sizes[0], qs[0], "replicated" if args.replication else "straight")
-    method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
-    args.method = method
-    return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver, seed=args.seed, **opts)
-
-
-def _refuse_unused(cls, problem: str, stages: bool, workers: bool, replication: bool) -> None:
-    """An option the problem does not read is an error, never silently ignored."""
-    from .bench import problem_options
-
-    unused = [name for name, given in (("--stages", stages), ("--workers", workers)) if given]
-    if replication and "replication" not in problem_options(cls, None, None, "replicated"):
-        unused.append("--replication")
-    if unused:
+    replication = getattr(args, "replication", False)
+    takes = registry.options_of(problem)
+    unused = [f"--{name}" for name, value in (("stages", stages), ("workers", workers), ("replication", replication))
+              if value not in (None, False) and name not in takes]
+    if unused:  # an option is never silently ignored
         raise InvalidProblemError(
             f"the {problem} problem does not use {' or '.join(unused)}; pick the problem with --problem, or drop the option"
         )
+    size = registry.sizes(problem, inst, stages=[stages] if stages is not None else None,
+                          workers=[workers] if workers is not None else None)[0]
+    if "replication" in registry.options_of(problem):
+        size["replication"] = replication
+    method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
+    args.method = method
+    return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver,
+                 seed=args.seed, **size)
 
 
 def _plan(args, inst):
@@ -226,7 +222,8 @@ def cmd_bench(args) -> int:
         problem=args.problem,
         stages=args.stages,
         workers=args.workers,
-        methods=args.methods or (None if not args.full else [m.name for m in registry.methods(args.problem)]),
+        methods=args.methods or None,
+        every_method=args.full,
         time_limit=60.0 if args.full else args.time_limit,
         solver=args.solver,
         replication=args.replication,

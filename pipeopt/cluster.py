@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -152,6 +153,26 @@ class Cluster:
         raise InvalidClusterError(
             f"no device named {name!r} in the cluster (devices: {names[:8]}{' ...' if len(names) > 8 else ''})"
         )
+
+    def with_overrides(self, *, bandwidth=None, memory=None) -> Cluster:
+        """A copy with the bandwidth and/or every device's memory replaced (``None``: kept).
+
+        Parameters
+        ----------
+        bandwidth
+            Bytes/s, or a string with a unit (``"100Gbps"``).
+        memory
+            Bytes per device, or a size string (``"16GiB"``).
+
+        Raises
+        ------
+        InvalidClusterError
+            If a value is invalid.
+        """
+        devices = self.devices
+        if memory is not None:
+            devices = tuple(dataclasses.replace(d, memory=memory) for d in devices)
+        return Cluster(devices, self.bandwidth if bandwidth is None else bandwidth)
 
     @property
     def is_homogeneous(self) -> bool:

@@ -80,6 +80,10 @@ class Instance:
         Scoring settings.
     name
         A label for tables.
+    default_stages
+        ``tuple[int, ...]``: the stage counts S the instance is meant to be solved with (what
+        ``pipeopt bench`` tries when given none); empty: the cluster's device count. A
+        PipeDream profile, whose cluster is assumed, says (4, 8).
     assumptions
         ``tuple[str, ...]``: inputs the reader had to assume (a default bandwidth, ...);
         shown with every result.
@@ -101,6 +105,7 @@ class Instance:
     settings: Settings = field(default_factory=Settings)
     name: str = "instance"
     assumptions: tuple = ()
+    default_stages: tuple = ()
 
     def __post_init__(self) -> None:
         validate_graph(self.graph)
@@ -113,6 +118,12 @@ class Instance:
         if isinstance(self.assumptions, str) or not all(isinstance(a, str) for a in self.assumptions):
             raise InvalidProblemError(f"assumptions must be a sequence of strings, got {self.assumptions!r}")
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
+        stages = self.default_stages
+        if isinstance(stages, (str, bytes)) or not all(
+            isinstance(s, numbers.Integral) and not isinstance(s, (bool, np.bool_)) and s >= 1 for s in stages
+        ):
+            raise InvalidProblemError(f"default_stages must be positive integers, got {stages!r}")
+        object.__setattr__(self, "default_stages", tuple(int(s) for s in stages))
         have = set(self.cluster.kinds)
         for node, fwd in self.graph.nodes(data="fwd"):
             if not any(math.isfinite(t) and k in have for k, t in fwd.items()):

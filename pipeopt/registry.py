@@ -10,7 +10,11 @@ declares its own methods (its ``METHODS``); this module only gathers them.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 from .errors import InvalidProblemError
+from .instance import Instance
 from .problems import bipartition, partition, resource
 from .problems.method import Method
 
@@ -69,3 +73,83 @@ def problem_class(problem: str) -> type:
     """
     _check_problem(problem)
     return PROBLEMS[problem]
+
+
+DEFAULT_WORKERS = 4
+"""Workers q of the group problem when none are given (capped by the devices)."""
+
+SIZE_OPTIONS = ("stages", "workers")
+"""The options that set a problem's size (each problem takes those its class declares)."""
+
+
+def options_of(problem: str) -> tuple[str, ...]:
+    """The options a problem takes: the fields of its problem class after ``instance``
+    (e.g. ``("stages", "replication")`` for partition).
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``problem`` is not a known problem name.
+    """
+    cls = problem_class(problem)
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init and f.name != "instance")
+
+
+def auto_problem(instance: Instance) -> str:
+    """The problem an instance is made for: ``"partition"`` on identical single-kind devices,
+    ``"joint"`` (partition and forward/backward split) on identical multi-kind devices,
+    ``"group"`` on heterogeneous devices."""
+    cluster = instance.cluster
+    if not cluster.is_homogeneous:
+        return "group"
+    dev = cluster.devices[0]
+    usable = [k for k, r in dev.resources.items() if r > 0 and k in instance.chain.kinds]
+    return "partition" if len(usable) == 1 else "joint"
+
+
+def sizes(problem: str, instance: Instance, *, stages=None, workers=None) -> list[dict]:
+    """The size options to pose ``problem`` with on ``instance``, one dict per size.
+
+    Given counts are used as they are; by default S is ``instance.default_stages`` or the
+    cluster's device count, and q is :data:`DEFAULT_WORKERS` capped by the devices. A problem
+    that takes neither gets ``[{}]``.
+
+    Parameters
+    ----------
+    problem
+        Problem name.
+    instance
+        The instance.
+    stages, workers
+        ``list[int]`` or ``None``.
+
+    Returns
+    -------
+    list[dict]
+        E.g. ``[{"stages": 4}, {"stages": 8}]``.
+
+    Raises
+    ------
+    InvalidProblemError
+        If counts are given for an option the problem does not take.
+    """
+    takes = options_of(problem)
+    refuse_unused(problem, stages=stages, workers=workers)
+    n_dev = len(instance.cluster.devices)
+    axes = []
+    if "stages" in takes:
+        axes.append([("stages", s) for s in (stages or instance.default_stages or [n_dev])])
+    if "workers" in takes:
+        axes.append([("workers", q) for q in (workers or [min(DEFAULT_WORKERS, n_dev)])])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def refuse_unused(problem: str, **given) -> None:
+    """Raise :class:`InvalidProblemError` if an option is given (not ``None``/``False``) that
+    ``problem`` does not take: an option is never silently ignored."""
+    takes = options_of(problem)
+    for name, value in given.items():
+        if value not in (None, False) and name not in takes:
+            raise InvalidProblemError(
+                f"the {problem} problem does not use {name}; its options are {list(takes)}"
+            )

@@ -115,6 +115,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .cost import Evaluation, evaluate, rules
+from .instance import Instance
 from .errors import InvalidPlanError, InvalidProblemError
 from .plan import Plan
 
@@ -660,6 +661,8 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     """
     if schedule not in SCHEDULES:
         raise InvalidProblemError(f"unknown schedule {schedule!r}; choose from {SCHEDULES}")
+    if not isinstance(instance, Instance):
+        raise InvalidProblemError(f"simulate needs a pipeopt.Instance, got {type(instance).__name__}")
     M = instance.settings.microbatches if microbatches is None else microbatches
     if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
         raise InvalidProblemError(f"microbatches must be a positive integer, got {M!r}")

@@ -33,13 +33,20 @@ def check_options(problem: str, options: dict) -> None:
         ``dict[str, object]``: the problem options given, e.g. ``{"stages": 4}``.
     """
     cls = registry.problem_class(problem)
-    accepted = [f.name for f in dataclasses.fields(cls) if f.init and f.name != "instance"]
+    accepted = registry.options_of(problem)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise InvalidProblemError(
             f"the {problem} problem takes no option {', '.join(map(repr, unknown))}; "
-            f"its options are {accepted}"
+            f"its options are {list(accepted)}"
         )
+    missing = [
+        f.name for f in dataclasses.fields(cls)
+        if f.init and f.name != "instance" and f.name not in options
+        and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise InvalidProblemError(f"the {problem} problem needs the option(s) {missing}, e.g. stages=4")
 
 
 def solve(

@@ -433,8 +433,8 @@ API_CASES = {
     "bench methods a string": (lambda: bench.run([I], methods="dp", progress=False), InvalidProblemError, "'dp'"),
     "bench solver unknown": (lambda: bench.run([I], solver="gurobi", progress=False), InvalidProblemError, "gurobi"),
     "bench seed a string": (lambda: bench.run([I], seed="x", progress=False), InvalidProblemError, "seed"),
-    "bench bandwidth 10G": (lambda: bench.load_instance(ALEXNET, bandwidth="10G"), InvalidUnitError, "10G"),
-    "bench devices absurd": (lambda: bench.load_instance(ALEXNET, devices=10**9), InvalidClusterError, "devices"),
+    "load bandwidth 10G": (lambda: pipeopt.io.load(ALEXNET, bandwidth="10G"), InvalidUnitError, "10G"),
+    "load devices absurd": (lambda: pipeopt.io.load(ALEXNET, devices=10**9), InvalidClusterError, "devices"),
     # simulator
     "simulate microbatches 0": (lambda: pipeopt.simulate.simulate(I, solve(I, stages=2).plan, microbatches=0),
                                 InvalidProblemError, "microbatches"),

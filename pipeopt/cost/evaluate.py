@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InvalidPlanError
+from ..errors import InvalidPlanError, InvalidProblemError
+from ..instance import Instance
 from ..plan import Plan
 from . import rules
 from .rules import stage_compute
@@ -101,6 +102,8 @@ def check_plan(instance, plan: Plan) -> None:
     shared between stages, at least one per stage and a multiple of ``replicas``; shares in
     [0, 1] on kinds the worker has.
     """
+    if not isinstance(instance, Instance):
+        raise InvalidProblemError(f"a plan is scored on a pipeopt.Instance, got {type(instance).__name__}")
     graph = instance.graph
     if not isinstance(plan, Plan) or plan.num_stages == 0:
         raise InvalidPlanError("plan has no stages")

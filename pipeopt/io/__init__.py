@@ -20,11 +20,17 @@ from ..instance import Instance
 from .native import from_dict, read_instance, to_dict, write_instance
 from .pipedream import read_pipedream
 
-__all__ = ["from_dict", "read", "read_instance", "read_pipedream", "to_dict", "write", "write_instance"]
+__all__ = ["from_dict", "load", "read", "read_instance", "read_pipedream", "to_dict", "write", "write_instance"]
 
 
-def read(path: str | Path, **options) -> Instance:
-    """Read an instance file of any supported format.
+def read(
+    path: str | Path,
+    *,
+    bandwidth: float | str | None = None,
+    memory: float | str | None = None,
+    **options,
+) -> Instance:
+    """Read an instance file of any supported format, with optional cluster overrides.
 
     Parameters
     ----------
@@ -32,6 +38,11 @@ def read(path: str | Path, **options) -> Instance:
         A native JSON instance (``.json`` with the ``pipeopt-instance`` header), a
         dnn-partitioning workload (``.json`` with ``nodes`` carrying ``cpuLatency``), or a
         PipeDream profile (any other text file, usually ``.txt``).
+    bandwidth
+        Bytes/s between workers (or a string such as ``"100Gbps"``, :mod:`pipeopt.units`);
+        replaces the file's value in every format.
+    memory
+        Bytes of memory per device (or ``"16GiB"``); replaces the file's value in every format.
     **options
         Passed to the format's reader: for PipeDream profiles ``devices``, ``bandwidth``,
         ``memory``, ``count_input_time``, ``settings`` (see
@@ -54,7 +65,49 @@ def read(path: str | Path, **options) -> Instance:
     """
     if not isinstance(path, (str, Path)):
         raise ReadError(f"a file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
+    instance = _read(path, bandwidth=bandwidth, memory=memory, **options)
+    if bandwidth is not None or memory is not None:
+        instance = instance.replace(cluster=instance.cluster.with_overrides(bandwidth=bandwidth, memory=memory))
+    return instance
+
+
+def load(
+    path: str | Path,
+    *,
+    devices: int | None = None,
+    bandwidth: float | str | None = None,
+    memory: float | str | None = None,
+) -> Instance:
+    """Read an instance file for a benchmark or the command line: :func:`read` with the
+    cluster overrides, and for a PipeDream profile (which carries no cluster) ``devices``
+    identical devices.
+
+    Parameters
+    ----------
+    path
+        Any file :func:`read` reads.
+    devices
+        Devices of the cluster assumed for a PipeDream profile (default 16); a file that
+        carries its own cluster keeps it (so a benchmark can pass one count for every file).
+    bandwidth, memory
+        As in :func:`read`.
+
+    Raises
+    ------
+    ReadError, InvalidGraphError, InvalidClusterError, InvalidProblemError
+        As :func:`read`.
+    """
+    if not isinstance(path, (str, Path)):
+        raise ReadError(f"a file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
+    profile = Path(path).suffix.lower() != ".json"
+    options = {"devices": devices if devices is not None else 16} if profile else {}
+    return read(path, bandwidth=bandwidth, memory=memory, **options)
+
+
+def _read(path, *, bandwidth, memory, **options) -> Instance:
     path = Path(path)
+    if not path.exists():
+        raise ReadError(f"no such file: {path}")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -83,6 +136,9 @@ def read(path: str | Path, **options) -> Instance:
             f"{path}: JSON file is neither a pipeopt instance (no 'format' field) nor a dnn-partitioning workload"
         )
     _check_options(path, read_pipedream, options)
+    for key, value in (("bandwidth", bandwidth), ("memory", memory)):
+        if value is not None:  # a profile's cluster is assumed: build it with the given values
+            options[key] = value
     return read_pipedream(path, **options)
 
 

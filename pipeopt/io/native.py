@@ -14,6 +14,7 @@ A JSON object with these fields (units as in DESIGN.md: seconds, bytes, bytes/s)
       "version": 1,                        # required, integer; newer versions are refused
       "name": "vgg16-a100x8",              # optional (default "instance"): label for tables
       "assumptions": ["..."],              # optional (default []): inputs that were assumed
+      "default_stages": [4, 8],            # optional (default []): stage counts to benchmark
       "settings": {                        # optional; missing fields take Settings defaults
         "overlap": true,                   #   communication overlaps compute
         "weight_stashing": false,          #   S - i weight versions on stage i
@@ -199,6 +200,7 @@ def to_dict(instance: Instance) -> dict:
         "version": VERSION,
         "name": instance.name,
         "assumptions": list(instance.assumptions),
+        **({"default_stages": list(instance.default_stages)} if instance.default_stages else {}),
         "settings": {f.name: getattr(instance.settings, f.name) for f in dataclasses.fields(Settings)},
         "cluster": {
             "bandwidth": _encode(instance.cluster.bandwidth, "cluster bandwidth"),
@@ -330,7 +332,9 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
         if graph.has_edge(u, v):
             raise ReadError(f"{source}: {where}: edge {u!r} -> {v!r} declared twice")
         graph.add_edge(u, v, **{k: _decode(x) for k, x in re_.items() if k not in ("source", "target")})
-    return Instance(graph, cluster, settings, name=name, assumptions=tuple(assumptions))
+    default_stages = _field(d, "default_stages", source, "", list, required=False, default=[])
+    return Instance(graph, cluster, settings, name=name, assumptions=tuple(assumptions),
+                    default_stages=tuple(default_stages))
 
 
 # ---- files ---------------------------------------------------------------------------------

@@ -31,6 +31,10 @@ DEFAULT_BANDWIDTH = 1.25e10
 """Bytes/s assumed between workers when none is given: 100 Gbit/s (InfiniBand EDR class)."""
 
 
+DEFAULT_STAGES = (4, 8)
+"""Stage counts a profile is benchmarked with by default: a profile carries no cluster of its own."""
+
+
 def _number(text: str, path: Path, lineno: int, what: str) -> float:
     text = text.strip()
     if text.startswith("[") and text.endswith("]"):  # several outputs (GNMT's LSTMs): their sum
@@ -176,4 +180,5 @@ def read_pipedream(
     if math.isinf(memory):
         assumptions.append("no memory limit per GPU")
     cluster = Cluster.homogeneous(devices, memory=memory, bandwidth=bandwidth)
-    return Instance(graph, cluster, settings or Settings(), name=Path(path).stem, assumptions=tuple(assumptions))
+    return Instance(graph, cluster, settings or Settings(), name=Path(path).stem, assumptions=tuple(assumptions),
+                    default_stages=DEFAULT_STAGES)
