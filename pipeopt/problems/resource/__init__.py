@@ -5,8 +5,27 @@
 * :class:`GroupProblem` - heterogeneous devices grouped into workers, with partition and split.
 * :func:`optimal_split` - a plan with the optimal forward share of every stage.
 
+Modules, one job each:
+
+========================  ===================================================================
+``problem``               the problem classes: the stage time, memory and cuts of a contiguous
+                          stage read from the cost table; plans; brute force for tiny cases
+``split``                 the best forward share of one worker (the allocation LP, closed form)
+``allocate``              the allocate methods (LP split, the paper's theorem, no split)
+``joint``, ``group``      the exact methods (DP; MILP and CP-SAT bisected on T)
+``duan_wu``               the paper's heuristics (binary-search partition, two steps,
+                          Algorithm 2) and round-robin
+``search``                the exact methods' common search: bounds, start, the bisection on T
+                          (:func:`pipeopt.backends.bisection.bisect`), certified plans
+``bounds``                lower bounds and the limit every plan that fits passes
+``formulation``           the MILP at a fixed limit T (PuLP door)
+``intervals``             the CP-SAT stage-interval model at a fixed limit T (CP-SAT door)
+``examples``              small synthetic multi-resource instances
+========================  ===================================================================
+
 :data:`METHODS` lists the methods of the three problems (exact ones first per problem, see
-:class:`pipeopt.problems.method.Method`).
+:class:`pipeopt.problems.method.Method`). The MILP and CP-SAT methods report ``optimal``
+*within a relative gap of 1e-4* (:data:`MIN_REL_GAP`).
 """
 
 from __future__ import annotations
@@ -19,6 +38,7 @@ from .problem import JointProblem as JointProblem
 from .problem import ResourceProblem as ResourceProblem
 from .problem import brute_force as brute_force
 from .problem import optimal_split as optimal_split
+from .search import MIN_REL_GAP as MIN_REL_GAP
 from .split import best_split as best_split
 from .split import sequential_time as sequential_time
 from .split import theorem_split as theorem_split
@@ -32,12 +52,13 @@ METHODS = (
     Method("allocate", "sequential", allocate.sequential, False, "sequential", True,
            "no split: forward then backward on all resources"),
     Method("joint", "dp", joint.solve_dp, True, "split", True, "min-max DP with the LP split per stage"),
-    Method("joint", "milp", joint.solve_milp, True, "split", True, "MILP (PuLP) bisected on T"),
-    Method("joint", "cpsat", joint.solve_cpsat, True, "split", False, "CP-SAT on an integer relaxation"),
+    Method("joint", "milp", joint.solve_milp, True, "split", True, "MILP (PuLP) at fixed T, bisected on T"),
+    Method("joint", "cpsat", joint.solve_cpsat, True, "split", False, "CP-SAT over stage intervals, bisected on T"),
     Method("joint", "two_step", duan_wu.two_step, False, "split", True,
            "Duan & Wu, ICPADS 2022: binary-search partition, then the LP split"),
-    Method("group", "milp", group.solve_milp, True, "split", True, "MILP (PuLP) bisected on T"),
-    Method("group", "cpsat", group.solve_cpsat, True, "split", True, "CP-SAT on an integer relaxation"),
+    Method("group", "milp", group.solve_milp, True, "split", True, "MILP (PuLP) at fixed T, bisected on T"),
+    Method("group", "cpsat", group.solve_cpsat, True, "split", True,
+           "CP-SAT over stage intervals (integer relaxation, plans certified), bisected on T"),
     Method("group", "algorithm2", duan_wu.algorithm2, False, "split", True,
            "Duan & Wu, ICPADS 2022, Algorithm 2, then binary search and the LP split"),
     Method("group", "round_robin", duan_wu.round_robin, False, "split", True,

@@ -3,12 +3,13 @@
 * :func:`bisection_partition` - the paper's partition step: binary search on the bottleneck
   T; a limit T is checked greedily (each stage takes as many units as fit under T on its
   worker and ends at a cut whose transfer also fits); a plan with fewer stages than workers
-  gets its missing cuts where they cost least (:func:`complete_plan`). The same generic
-  core (:mod:`pipeopt.backends.bisection`) as
-  :func:`pipeopt.problems.partition.binary_search.binary_search` (single-kind identical workers),
-  with this problem's stage time: multi-kind, split or sequential, any workers. The greedy
-  check is exact for monotone stage costs without communication; with transfers (cuts are
-  not monotone) it is a heuristic.
+  gets its missing cuts where they cost least
+  (:func:`pipeopt.backends.bisection.complete_stages`, later stages moving to later
+  workers). The same generic core (:mod:`pipeopt.backends.bisection`) as
+  :func:`pipeopt.problems.partition.binary_search.binary_search` (single-kind identical
+  workers), with this problem's stage time (:class:`~pipeopt.problems.resource.problem.WorkerStages`):
+  multi-kind, split or sequential, any workers. The greedy check is exact for monotone
+  stage costs without communication; with transfers (cuts are not monotone) it is a heuristic.
 * :func:`two_step` - joint problem baseline: partition by binary search on the *sequential*
   stage time (step 1 knows the layers' costs, not the split), then the optimal split of
   each stage (step 2, the allocation LP).
@@ -34,37 +35,6 @@ from .split import best_split, sequential_time
 
 
 _WorkerStages = WorkerStages  # the name tests/problems/partition/test_baselines.py imports
-
-
-def complete_plan(problem: ResourceProblem, groups: list, starts: list[int], mode: str) -> list[int]:
-    """Add cuts to a plan over fixed workers until it has one stage per worker.
-
-    Each time the cut (over every stage and position; ties: the leftmost) whose plan has the
-    smallest bottleneck under ``mode``; the stages after the cut move to the next worker
-    (:func:`pipeopt.backends.bisection.complete_stages` with ``insert="shift"``).
-
-    Parameters
-    ----------
-    problem
-        A joint, group or allocate problem.
-    groups
-        ``list[tuple[str, ...]]``: device names of the worker of each stage, in pipeline order.
-    starts
-        Unit index where each stage after the first begins (fewer than ``len(groups) - 1``).
-    mode
-        ``"split"``, ``"sequential"`` or ``"theorem"`` stage time.
-
-    Returns
-    -------
-    list[int]
-        The ``len(groups) - 1`` stage starts.
-
-    References
-    ----------
-    Duan & Wu, ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
-    """
-    return complete_stages(problem.n, len(groups), WorkerStages(problem, groups, mode).time, starts,
-                           insert="shift")
 
 
 def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "sequential",

@@ -86,24 +86,10 @@ class ResourceProblem:
         return self.table.load(a, b, self.kinds)
 
     @property
-    def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`CostTable.act_prefix`)."""
-        return self.table.act_prefix
-
-    @property
-    def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`CostTable.param_prefix`)."""
-        return self.table.param_prefix
-
-    @property
     def cut_time(self) -> np.ndarray:
         """``ndarray (n+1,)``: seconds to send activations forward and gradients back across
         the boundary before unit c (:attr:`CostTable.cut_time`; 0 at both ends)."""
         return self.table.cut_time
-
-    def in_flight(self, stage: int) -> int:
-        """Microbatches stage ``stage`` (0-based) keeps under 1F1B (:attr:`CostTable.in_flight`)."""
-        return int(self.table.in_flight[stage])
 
     def stage_memory(self, a: int, b: int, stage: int) -> float:
         """Bytes that units ``a..b-1`` need as stage ``stage`` (activations in flight + parameters)."""
