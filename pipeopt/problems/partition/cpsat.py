@@ -38,7 +38,7 @@ from ortools.sat.python import cp_model
 from ...backends.cpsat import solve_cpsat as solve_cpsat_model
 from ...backends.deadline import Deadline
 from ...result import Result
-from .model import Attempt, StraightModel, solve_exact
+from .model import Attempt, StraightModel, check_options, solve_exact
 from .problem import PartitionProblem
 
 __all__ = ["build_cpsat", "solve_cpsat"]
@@ -173,8 +173,8 @@ def solve_cpsat(
     Raises
     ------
     InvalidProblemError
-        If ``problem.replication`` is set (replication is solved by the DP only), or
-        ``threads`` / ``seed`` is out of range.
+        If ``problem.replication`` is set (replication is solved by the DP only),
+        ``threads`` < 1 or ``seed`` < 0, or the time limit is not a positive number.
     InfeasibleError
         Only when proven: the only split (S = 1 or S = n) breaks memory, or CP-SAT proves that
         no split fits in memory.
@@ -185,6 +185,7 @@ def solve_cpsat(
     partitioning); Narayanan et al., PipeDream, SOSP 2019 (1F1B memory).
     """
     deadline = Deadline.of(time_limit)
+    check_options("cpsat", threads, seed)
 
     def run(model: StraightModel, hint: list[int], upper: float | None, dl: Deadline) -> Attempt:
         cp, _T, p = build_cpsat(model, upper if warm_start else None, dl)

@@ -7,12 +7,14 @@ microbatches under 1F1B).
 
 Replicated (PipeDream, Narayanan et al. SOSP 2019, section 3.1): with best[w][j] the
 smallest bottleneck of units 0..j-1 on w workers, ``best[w][j] = min_{i, m} max(best[w-m][i],
-cost_m(i, j))`` where a stage on m replicas costs (compute + 2 (m-1)/m params/bandwidth)/m,
-its cuts cost 2 bytes / (bandwidth m) (the cut between stages with m and m' replicas thus
-costs 2 bytes / (bandwidth min(m, m')), as in :func:`pipeopt.evaluate`), and it keeps
-ceil(W/m) microbatches, W the workers from it to the end. O(S^2 n^2).
+cost_m(i, j))`` over stages on m replicas, which keep ceil(W/m) microbatches, W the workers
+from the stage to the end (:func:`pipeopt.cost.rules.in_flight`). O(S^2 n^2).
 
-Both are exact in pipeopt's cost model; the result's bound equals its objective.
+``cost`` is :meth:`PartitionProblem.stage_time` (the cost table's compute, all-reduce and cut
+terms, exactly as :func:`pipeopt.evaluate` scores a stage; the cut between stages on m and
+m' replicas is thereby counted over min(m, m') links) and a stage fits iff it ends by
+:meth:`PartitionProblem.memory_reach` of its start (the cost model's ``fits``). Both DPs are
+exact in pipeopt's cost model; the result's bound equals its objective.
 """
 
 from __future__ import annotations

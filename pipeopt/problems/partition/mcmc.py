@@ -43,7 +43,7 @@ import math
 import random
 
 from ...backends.deadline import Deadline
-from ...cost import evaluate
+from ...cost import evaluate, rules
 from ...errors import InvalidProblemError
 from ...result import Result, Status
 from .binary_search import plan_time
@@ -53,11 +53,15 @@ from .simple import uniform_parts
 SCORES = ("model", "evaluate", "simulate")
 
 
+def _excess(memory: float, capacity: float) -> float:
+    """Relative excess of one stage's memory over its capacity, 0 if it fits
+    (:func:`pipeopt.cost.rules.fits`)."""
+    return 0.0 if rules.fits(memory, capacity) else memory / capacity - 1.0
+
+
 def _penalty(ev) -> float:
     """Relative memory excess summed over stages (0 for a plan that fits)."""
-    return sum(
-        max(0.0, mem / cap - 1.0) for mem, cap in zip(ev.memory, ev.memory_capacity, strict=True) if math.isfinite(cap)
-    )
+    return sum(_excess(mem, cap) for mem, cap in zip(ev.memory, ev.memory_capacity, strict=True))
 
 
 class _Scorer:
@@ -74,7 +78,7 @@ class _Scorer:
         pen = 0.0
         if math.isfinite(p.memory):
             b = [0, *starts, p.n]
-            pen = sum(max(0.0, p.table.stage_memory(b[s], b[s + 1], s) / p.memory - 1.0) for s in range(p.stages))
+            pen = sum(_excess(p.table.stage_memory(b[s], b[s + 1], s), p.memory) for s in range(p.stages))
         return t, pen
 
     def __call__(self, state: tuple) -> tuple[float, float]:

@@ -45,7 +45,7 @@ from ...backends.deadline import Deadline
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...errors import InvalidProblemError
 from ...result import Result
-from .model import Attempt, StraightModel, solve_exact
+from .model import Attempt, StraightModel, check_options, solve_exact
 from .problem import PartitionProblem
 
 __all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_milp"]
@@ -199,7 +199,7 @@ def solve_milp(
     seed
         Solver random seed.
     threads
-        Solver threads.
+        Solver threads (default 1: CBC and HiGHS are then deterministic).
     warm_start
         Give the solver a heuristic split as MIP start and add the time reach rows of its value
         (see the module docstring); ``False`` solves the bare formulation.
@@ -234,8 +234,9 @@ def solve_milp(
     Raises
     ------
     InvalidProblemError
-        If ``problem.replication`` is set (replication is solved by the DP only), or the
-        solver is unknown.
+        If ``problem.replication`` is set (replication is solved by the DP only), the solver
+        is unknown, ``threads`` < 1 or ``seed`` < 0, or the time limit is not a positive
+        number.
     InfeasibleError
         Only when proven: the only split (S = 1 or S = n) breaks memory, the reach rows
         contradict each other on constants, or the solver proves that no split fits.
@@ -246,6 +247,7 @@ def solve_milp(
     PipeDream, SOSP 2019 (1F1B memory, weight stashing).
     """
     deadline = Deadline.of(time_limit)
+    check_options("milp", threads, seed)
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {SOLVERS}")
 

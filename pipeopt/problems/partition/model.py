@@ -64,8 +64,21 @@ _TICK_GUARD = 1e-5
 """Ticks: how far a time value is pushed (down for ``end`` and cuts, up for ``begin``) before
 it is rounded, so that float error in ``seconds / tick`` cannot round it the wrong way."""
 
+_TIME_GUARD = 1e-12
+"""Relative widening of the incumbent's value in :meth:`StraightModel.time_reach`, so that
+float rounding of ``end[b] - begin[a]`` cannot cut off the incumbent itself (the time reach
+rows only remove splits worse than it)."""
+
 HEURISTIC_SHARE = 0.25
 """At most this share of the time limit goes to the warm start heuristic."""
+
+
+def check_options(method: str, threads, seed) -> None:
+    """Raise :class:`InvalidProblemError` unless ``threads`` >= 1 and ``seed`` >= 0 are integers
+    (checked before any work)."""
+    for name, value, least in (("threads", threads, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise InvalidProblemError(f"{method}: {name} must be an integer >= {least}, got {value!r}")
 
 
 def require_straight(problem: PartitionProblem, method: str) -> None:
@@ -128,7 +141,6 @@ class StraightModel:
     cut: np.ndarray
     reach: np.ndarray
     lower_bound: float
-    forbidden: list = field(default_factory=list)
 
     @classmethod
     def of(cls, problem: PartitionProblem, method: str = "exact") -> StraightModel:
@@ -172,7 +184,6 @@ class StraightModel:
         that starts at or before ``a`` and ends at or after ``b``) from the model: evaluate
         found it over memory although the table's test let it through."""
         self.reach[t, : a + 1] = np.minimum(self.reach[t, : a + 1], b - 1)
-        self.forbidden.append((t, a, b))
 
     # ---- evaluating a split the way the models do ---------------------------------------
     def bottleneck(self, starts) -> float:
@@ -195,7 +206,7 @@ class StraightModel:
         every split of bottleneck <= upper). ``ndarray (n+1,)`` of ints, ``R[a] >= a``."""
         # largest b with end[b] <= x: search the suffix minimum of end (nondecreasing)
         suffix_min = np.minimum.accumulate(self.end[::-1])[::-1]
-        x = self.begin + upper * (1 + 1e-12) + 1e-300
+        x = self.begin + upper * (1 + _TIME_GUARD) + 1e-300
         r = np.searchsorted(suffix_min, x, side="right") - 1
         r = np.maximum(r, np.arange(self.n + 1))
         return np.maximum.accumulate(r)
