@@ -1,0 +1,311 @@
+"""Brute-force reference optima for the random cross-check (tests/test_crosscheck.py).
+
+Every candidate plan of a tiny instance is built here from the problem's *definition* and
+scored with :func:`pipeopt.evaluate`, the one cost model; nothing below reads a solver, a
+problem class or a cost table, so a wrong rule copied into a solver cannot hide here.
+
+The search spaces (DESIGN.md, "The problems"):
+
+* **partition, straight** -- every contiguous split of the layer order into exactly S
+  non-empty stages, stage s on device s (the devices are identical);
+* **partition, replicated** -- every contiguous split into k <= S stages with replica counts
+  m_1 + ... + m_k = S, devices dealt in order (stage s gets the next m_s devices);
+* **joint** -- every contiguous split into S stages, stage s on device s, each stage with its
+  optimal forward share per resource kind (:func:`optimal_beta`);
+* **group** -- every assignment of all devices to q ordered non-empty workers (worker s runs
+  stage s) times every contiguous split into q stages, with the optimal shares;
+* **bipartition** -- every pair of contiguous splits (forward cuts a, backward cuts b) into S
+  non-empty stages each, ``|a_c - b_c| <= max_shift`` if given, stage i on device i;
+* **allocate** -- the given plan's layers and devices with the optimal shares.
+
+The layer order is a topological order of the graph with pinned (``pin_first``) layers glued
+to the first other layer, ties broken by the natural order of the names (``l2`` before
+``l10``) -- the order over which pipeopt defines contiguous splits (DESIGN.md, problem 1).
+Sizes: everything here is exponential; keep n <= 7 units, <= 5 devices.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from pipeopt import Plan, Stage, evaluate
+
+EPS = 1e-12
+"""Share given to a kind whose load in one pass is zero (the supremum is not attained there)."""
+
+
+# ---- the layer order and contiguous splits --------------------------------------------------
+
+def _natural(name) -> tuple:
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", str(name)))
+
+
+def units(instance) -> list[tuple]:
+    """The units of the layer order: ``list[tuple[layer, ...]]``, pinned inputs glued to the
+    first other layer (a graph of pinned layers only is one unit)."""
+    g = instance.graph
+    pinned = sorted((v for v, p in g.nodes(data="pin_first") if p), key=_natural)
+    rest = g.subgraph(v for v in g.nodes if not g.nodes[v].get("pin_first"))
+    order = list(nx.lexicographical_topological_sort(rest, key=_natural))
+    if not order:
+        return [tuple(pinned)]
+    return [tuple(pinned) + (order[0],)] + [(v,) for v in order[1:]]
+
+
+def splits(n: int, k: int):
+    """Every split of n units into k non-empty contiguous parts, as ``[0, c_1, ..., n]`` bounds."""
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        yield [0, *cuts, n]
+
+
+def stage_layers(us: list[tuple], bounds: list[int]) -> list[tuple]:
+    """Layer tuples of the stages between consecutive ``bounds``."""
+    return [tuple(v for u in us[a:b] for v in u) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def compositions(total: int, k: int):
+    """Every tuple of k positive integers adding up to ``total``."""
+    for cuts in itertools.combinations(range(1, total), k - 1):
+        b = [0, *cuts, total]
+        yield tuple(b[i + 1] - b[i] for i in range(k))
+
+
+# ---- the optimal forward share of one worker (Duan & Wu's allocation LP) ---------------------
+
+def _rates(res: dict, F: dict, B: dict, beta: dict) -> tuple[float, float]:
+    fr = br = 0.0
+    for k, r in res.items():
+        if r <= 0:
+            continue
+        f, b, x = F.get(k, math.inf), B.get(k, math.inf), beta[k]
+        if math.isinf(f) or math.isinf(b):
+            continue
+        if x > 0:
+            fr += math.inf if f == 0 else x * r / f
+        if x < 1:
+            br += math.inf if b == 0 else (1 - x) * r / b
+    return fr, br
+
+
+def stage_tau(res: dict, F: dict, B: dict, beta: dict) -> float:
+    """``1 / min(forward rate, backward rate)`` of a worker with shares ``beta``."""
+    fr, br = _rates(res, F, B, beta)
+    rate = min(fr, br)
+    return math.inf if rate <= 0 else (0.0 if math.isinf(rate) else 1.0 / rate)
+
+
+def optimal_beta(res: dict, F: dict, B: dict) -> dict:
+    """The best forward share per kind by enumerating the vertices of the allocation LP.
+
+    ``max r s.t. sum_k beta_k R_k/F_k >= r, sum_k (1 - beta_k) R_k/B_k >= r, 0 <= beta <= 1``
+    has a vertex optimum with at most one fractional share (two rows): every kind at 0 or 1
+    (or ``EPS`` / ``1 - EPS`` where a zero load makes the supremum unattained), with at most one
+    kind set so that both rates are equal. Written independently of pipeopt's closed form.
+
+    Parameters
+    ----------
+    res
+        ``dict[kind, units]`` of the worker.
+    F, B
+        ``dict[kind, seconds]`` forward / backward load on one unit (missing or inf: cannot run).
+    """
+    kinds = [k for k, r in res.items() if r > 0 and math.isfinite(F.get(k, math.inf))
+             and math.isfinite(B.get(k, math.inf))]
+    base = {k: 0.0 for k in res}
+    if not kinds:
+        return base
+    levels = (0.0, EPS, 1.0 - EPS, 1.0)
+    best, best_tau = dict(base), math.inf
+
+    def consider(beta):
+        nonlocal best, best_tau
+        t = stage_tau(res, F, B, beta)
+        if t < best_tau:
+            best, best_tau = dict(beta), t
+
+    for combo in itertools.product(levels, repeat=len(kinds)):
+        consider({**base, **dict(zip(kinds, combo))})
+    for j in kinds:
+        others = [k for k in kinds if k != j]
+        a = res[j] / F[j] if F[j] > 0 else math.inf
+        b = res[j] / B[j] if B[j] > 0 else math.inf
+        if math.isinf(a) or math.isinf(b):
+            continue
+        for combo in itertools.product(levels, repeat=len(others)):
+            beta = {**base, **dict(zip(others, combo)), j: 0.0}
+            fr, br = _rates(res, F, B, beta)  # j contributes x a to forward, (1 - x) b to backward
+            br -= b  # _rates counted j fully on the backward side
+            if math.isinf(fr) or math.isinf(br):
+                continue
+            x = (br + b - fr) / (a + b)
+            if 0.0 <= x <= 1.0:
+                beta[j] = x
+                consider(beta)
+    return best
+
+
+def loads(instance, fwd_layers, bwd_layers) -> tuple[dict, dict]:
+    """F_k and B_k of a stage: sums of ``fwd[k]`` / ``bwd[k]`` (missing kind: inf)."""
+    g = instance.graph
+    kinds = set(instance.cluster.kinds)
+    F = {k: sum(g.nodes[v]["fwd"].get(k, math.inf) for v in fwd_layers) for k in kinds}
+    B = {k: sum(g.nodes[v]["bwd"].get(k, math.inf) for v in bwd_layers) for k in kinds}
+    return F, B
+
+
+def pooled(instance, devices) -> dict:
+    """Resources pooled over device names."""
+    out: dict = {}
+    for d in devices:
+        for k, r in instance.cluster.device(d).resources.items():
+            out[k] = out.get(k, 0.0) + r
+    return out
+
+
+def with_optimal_shares(instance, plan: Plan, _cache: dict | None = None) -> Plan:
+    """``plan`` with every stage's ``beta`` replaced by :func:`optimal_beta` (no replication)."""
+    stages = []
+    for st in plan.stages:
+        key = (st.layers, st.backward_layers, st.devices)
+        beta = None if _cache is None else _cache.get(key)
+        if beta is None:
+            F, B = loads(instance, st.layers, st.backward_layers)
+            beta = optimal_beta(pooled(instance, st.devices), F, B)
+            if _cache is not None:
+                _cache[key] = beta
+        stages.append(Stage(st.layers, st.devices, st.replicas, beta, st.bwd_layers))
+    return Plan(tuple(stages))
+
+
+# ---- candidate plans of each problem ----------------------------------------------------------
+
+def partition_plans(instance, stages: int, replication: bool = False):
+    """Every plan of the partition problem (straight or replicated space)."""
+    us, names = units(instance), [d.name for d in instance.cluster.devices]
+    n = len(us)
+    if not replication:
+        for b in splits(n, stages):
+            yield Plan(tuple(Stage(L, (names[i],)) for i, L in enumerate(stage_layers(us, b))))
+        return
+    for k in range(1, min(n, stages) + 1):
+        for b in splits(n, k):
+            layers = stage_layers(us, b)
+            for reps in compositions(stages, k):
+                used, st = 0, []
+                for L, m in zip(layers, reps):
+                    st.append(Stage(L, tuple(names[used:used + m]), m))
+                    used += m
+                yield Plan(tuple(st))
+
+
+def joint_plans(instance, stages: int):
+    """Every plan of the joint problem: stage s on device s, optimal shares."""
+    cache: dict = {}
+    for plan in partition_plans(instance, stages):
+        yield with_optimal_shares(instance, plan, cache)
+
+
+def groupings(names: list, q: int):
+    """Every assignment of all devices to q ordered non-empty workers (``list[tuple]``)."""
+    for assign in itertools.product(range(q), repeat=len(names)):
+        gs = [tuple(d for d, s in zip(names, assign) if s == w) for w in range(q)]
+        if all(gs):
+            yield gs
+
+
+def group_plans(instance, workers: int):
+    """Every plan of the group problem: all groupings times all splits, optimal shares."""
+    us, names = units(instance), [d.name for d in instance.cluster.devices]
+    cache: dict = {}
+    for gs in groupings(names, workers):
+        for b in splits(len(us), workers):
+            plan = Plan(tuple(Stage(L, g) for L, g in zip(stage_layers(us, b), gs)))
+            yield with_optimal_shares(instance, plan, cache)
+
+
+def bipartition_plans(instance, stages: int, max_shift: int | None = None):
+    """Every plan of the Bi-Partition problem (separate forward and backward splits)."""
+    us, names = units(instance), [d.name for d in instance.cluster.devices]
+    all_splits = list(splits(len(us), stages))
+    for a in all_splits:
+        for b in all_splits:
+            if max_shift is not None and any(abs(x - y) > max_shift for x, y in zip(a, b)):
+                continue
+            fl, bl = stage_layers(us, a), stage_layers(us, b)
+            yield Plan(tuple(Stage(f, (names[i],), bwd_layers=g) for i, (f, g) in enumerate(zip(fl, bl))))
+
+
+# ---- the optimum ---------------------------------------------------------------------------
+
+@dataclass
+class Optimum:
+    """The brute-force answer.
+
+    Attributes
+    ----------
+    value
+        Best objective of a memory-feasible plan (seconds), ``inf`` if none fits.
+    plan
+        A best feasible plan (``None`` if none fits).
+    plans, feasible
+        Numbers of candidates scored and of those that fit.
+    least_infeasible
+        Smallest objective over all candidates, ignoring memory (seconds).
+    """
+
+    value: float = math.inf
+    plan: Plan | None = None
+    plans: int = 0
+    feasible: int = 0
+    least_infeasible: float = math.inf
+    values: list = field(default_factory=list, repr=False)
+
+    @property
+    def exists(self) -> bool:
+        """True if some plan fits."""
+        return self.plan is not None
+
+
+def optimum(instance, plans) -> Optimum:
+    """Score every plan with :func:`pipeopt.evaluate`; the best one that fits memory."""
+    out = Optimum()
+    for plan in plans:
+        ev = evaluate(instance, plan)
+        out.plans += 1
+        out.least_infeasible = min(out.least_infeasible, ev.objective)
+        if ev.feasible:
+            out.feasible += 1
+            out.values.append(ev.objective)
+            if ev.objective < out.value:
+                out.value, out.plan = ev.objective, plan
+    return out
+
+
+def partition_optimum(instance, stages: int, replication: bool = False) -> Optimum:
+    """Brute-force optimum of the partition problem."""
+    return optimum(instance, partition_plans(instance, stages, replication))
+
+
+def joint_optimum(instance, stages: int) -> Optimum:
+    """Brute-force optimum of the joint problem."""
+    return optimum(instance, joint_plans(instance, stages))
+
+
+def group_optimum(instance, workers: int) -> Optimum:
+    """Brute-force optimum of the group problem."""
+    return optimum(instance, group_plans(instance, workers))
+
+
+def bipartition_optimum(instance, stages: int, max_shift: int | None = None) -> Optimum:
+    """Brute-force optimum of the Bi-Partition problem."""
+    return optimum(instance, bipartition_plans(instance, stages, max_shift))
+
+
+def allocate_optimum(instance, plan: Plan) -> Optimum:
+    """The given plan with the optimal shares (one candidate)."""
+    return optimum(instance, [with_optimal_shares(instance, plan)])
