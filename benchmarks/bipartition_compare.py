@@ -9,7 +9,8 @@ For each instance and each number of stages S it runs the three methods of the
 * ``MILP``: the plain exact model (:func:`pipeopt.problems.bipartition.milp.solve_milp` with
   ``dp_bound=False``), its status and solve time;
 * ``bisection``: the memory relaxation solved exactly by bisection on T
-  (:func:`pipeopt.problems.bipartition.milp.solve_bisection`; optimal when its plan fits memory);
+  (:func:`pipeopt.problems.bipartition.milp.solve_bisection`; optimal when its plan fits memory),
+  with the same time limit;
 * ``bound``: the best proven lower bound of the two;
 * ``gain``: ``(same-cut - method) / same-cut``, the time per microbatch saved;
 * ``B/F`` total backward over forward time, and ``B/F CV`` the coefficient of variation of the
@@ -40,12 +41,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeopt.problems.bipartition.greedy import greedy, same_cut
-from pipeopt.problems.bipartition.problem import BipartitionProblem
 from pipeopt.errors import InfeasibleError
-from pipeopt.problems.bipartition.milp import solve_bisection, solve_milp
 from pipeopt.io import read
 from pipeopt.io.pipedream import read_pipedream
+from pipeopt.problems.bipartition.greedy import greedy, same_cut
+from pipeopt.problems.bipartition.milp import solve_bisection, solve_milp
+from pipeopt.problems.bipartition.problem import BipartitionProblem
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT.parent / "shared" / "data" / "pipedream-profiles"
@@ -68,11 +69,11 @@ def instances(only: list[str] | None, pd_bandwidth: float | None = None):
 
 
 def moved_bytes(p: BipartitionProblem, a: list[int], b: list[int]) -> float:
-    """Bytes per microbatch shipped because forward and backward cuts differ, over all cuts."""
-    a, b = np.asarray(a), np.asarray(b)
-    d_act = np.abs(p.act_prefix[b] - p.act_prefix[a])
-    d_par = np.abs(p.param_prefix[b] - p.param_prefix[a]) / p.microbatches
-    return float((d_act + d_par).sum())
+    """Bytes per microbatch shipped because forward and backward cuts differ, over all cuts:
+    what crosses each cut (:meth:`BipartitionProblem.cut_bytes`) less the edges' own bytes."""
+    a, b = np.asarray(a, dtype=int), np.asarray(b, dtype=int)
+    forward, backward = p.cut_bytes(a, b)
+    return float((forward + backward - p.boundary_bytes[a] - p.boundary_bytes[b]).sum())
 
 
 def limit_of(p: BipartitionProblem, a, b) -> str:
@@ -97,7 +98,7 @@ def row(label: str, inst, S: int, time_limit: float, solver: str) -> dict | None
     g2 = greedy(p, time_limit=time_limit, move="both")
     try:
         m = solve_milp(p, time_limit=time_limit, solver=solver, dp_bound=False)  # the plain MILP
-        d = solve_bisection(p)
+        d = solve_bisection(p, time_limit=time_limit)
     except InfeasibleError as exc:  # pragma: no cover - excluded by same_cut above
         r["note"] = str(exc)
         return r

@@ -59,6 +59,18 @@ bound the weight duplication); ``max_shift=0`` gives back the classic same-cut p
 With ``a = b`` the model is exactly the partition problem's (no migration, memory as before),
 so the best same-cut plan is a feasible Bi-Partition plan: the exact optimum is never worse.
 
+Where the rules live
+--------------------
+This module states the model; it applies no rule of its own. Loads are differences of
+:meth:`CostTable.pass_prefix <pipeopt.cost.CostTable.pass_prefix>` (per pass, per kind, on
+one worker); bytes per cut are :attr:`CostTable.boundary_bytes` plus
+:func:`rules.migration_bytes <pipeopt.cost.rules.migration_bytes>` of the units between the
+two cuts (:meth:`BipartitionProblem.cut_bytes`); seconds are :func:`rules.cut_time` and
+:func:`rules.transfer_time`; in-flight counts and weight versions are
+:attr:`CostTable.in_flight` / :attr:`CostTable.versions`; memory is :func:`rules.stage_memory`
+and :func:`rules.fits` (the MILP's rows use :func:`rules.memory_limit`). The exact methods
+(:mod:`.milp`) and the baselines (:mod:`.greedy`) read them through this class.
+
 References
 ----------
 Cui et al., *Bi-Partition*, Journal of Cloud Computing (Springer) -- as cited in DESIGN.md;
