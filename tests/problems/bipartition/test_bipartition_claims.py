@@ -245,3 +245,25 @@ def test_bad_options_raise():
     for limit in (0, -1, math.nan, "1s"):
         with pytest.raises(InvalidProblemError, match="time limit"):
             solve_milp(p, time_limit=limit)
+
+
+def test_plan_fitting_only_within_the_memory_slack():
+    """Cross-check finding F7: a capacity 1e-10 below the only plan's memory. evaluate's slack
+    (rules.fits) accepts it, and so must every method (the score once used its own slack)."""
+    import networkx as nx
+
+    from pipeopt import Instance, Settings
+
+    g = nx.DiGraph()
+    g.add_node("l0", fwd={"gpu": 0.04460247962907241}, bwd={"gpu": 0.14450745278671812}, out_bytes=36797911.81,
+               act_bytes=31546214.099999998, param_bytes=18201304.97)
+    g.add_node("input", fwd={"gpu": 0.00019341488336921896}, bwd={"gpu": 0.0}, out_bytes=27922509.0,
+               act_bytes=9697233.72, param_bytes=0.0, pin_first=True)
+    g.add_edge("input", "l0")
+    cluster = Cluster((Device("gpu0", {"gpu": 1.0}, 59444752.78405552),), bandwidth=348950287.77016747)
+    inst = Instance(g, cluster, Settings(overlap=False, weight_stashing=False, microbatches=4))
+    p = BipartitionProblem(inst, 1, max_shift=0)
+    ev = evaluate(inst, p.plan([], []))
+    assert ev.feasible and p.score([], []).fits
+    for r in (solve_bisection(p), *(solve_milp(p, solver=s) for s in SOLVERS)):
+        assert r.status == Status.OPTIMAL and r.objective == ev.objective
