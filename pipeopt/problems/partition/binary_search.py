@@ -155,7 +155,7 @@ def binary_search(
     solver: str = "cbc",
     seed: int = 0,
     rel_tol: float = 1e-9,
-    **_ignored,
+    threads: int = 2,
 ) -> Result:
     """Duan & Wu's binary-search partition into exactly S straight stages (a heuristic).
 
@@ -173,8 +173,8 @@ def binary_search(
     time_limit
         Seconds, or the solve's :class:`~pipeopt.backends.deadline.Deadline`; the bisection
         stops (with its best plan so far) when it passes.
-    solver, seed
-        Unused.
+    solver, seed, threads
+        Unused (the common method signature).
     rel_tol
         Bisection stops when ``hi - lo <= rel_tol * hi``.
 

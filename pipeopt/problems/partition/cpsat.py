@@ -121,7 +121,6 @@ def solve_cpsat(
     seed: int = 0,
     threads: int = 2,
     warm_start: bool = True,
-    **_ignored,
 ) -> Result:
     """Solve the straight partition problem with CP-SAT (OR-Tools).
 
@@ -168,7 +167,9 @@ def solve_cpsat(
         solved again). ``info["solver_objective"]`` and ``info["solver_bound"]`` are CP-SAT's
         integer objective and bound in seconds (the objective is within the tolerance below
         the plan's evaluation), ``info["solver_objective_ticks"]`` and
-        ``info["solver_bound_ticks"]`` the integers.
+        ``info["solver_bound_ticks"]`` the integers; ``info["rounding_error_s"]`` bounds how far
+        below its true value a split's integer value can be. ``info["bound_source"]`` says
+        where the bound comes from.
 
     Raises
     ------
@@ -191,7 +192,7 @@ def solve_cpsat(
         cp, _T, p = build_cpsat(model, upper if warm_start else None, dl)
         out = solve_cpsat_model(cp, deadline=dl, threads=int(threads), seed=int(seed),
                                 hint={p[t]: hint[t - 1] for t in range(1, model.S)} if hint else None)
-        info = {**out.info(), "tick_s": model.tick, "threads": int(threads)}
+        info = {**out.info(), "tick_s": model.tick, "rounding_error_s": model.tolerance, "threads": int(threads)}
         info["solver_objective_ticks"], info["solver_bound_ticks"] = out.objective, out.bound
         starts = None
         # 1e-12 relative covers the float error of seconds / tick (about 1e-16 of the values)

@@ -74,7 +74,8 @@ def _infeasible(p: PartitionProblem) -> InfeasibleError:
     )
 
 
-def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, **_ignored) -> Result:
+def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+             threads: int = 2) -> Result:
     """Solve the partition problem exactly by dynamic programming.
 
     Parameters
@@ -86,8 +87,8 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         checks it between stages (straight) or worker counts (replicated); if it passes, the
         result has status ``TIME_LIMIT``, no plan (the DP has no incumbent before its last
         step) and :meth:`PartitionProblem.simple_lower_bound` as its bound.
-    **_ignored
-        ``solver``, ``seed``, ``threads``: unused.
+    solver, seed, threads
+        Unused (the common method signature).
 
     Returns
     -------

@@ -158,7 +158,7 @@ def mcmc(
     jump: float = 0.1,
     score: str = "model",
     schedule: str = "1f1b",
-    **_ignored,
+    threads: int = 2,
 ) -> Result:
     """Metropolis-Hastings search over contiguous splits, from the uniform split (FlexFlow).
 
@@ -187,6 +187,8 @@ def mcmc(
         under ``schedule``); see the module docstring.
     schedule
         Schedule for ``score="simulate"``: ``"1f1b"``, ``"async"``, ``"gpipe"``.
+    threads
+        Unused (the common method signature).
 
     Returns
     -------

@@ -179,7 +179,6 @@ def solve_milp(
     seed: int = 0,
     threads: int = 1,
     warm_start: bool = True,
-    **_ignored,
 ) -> Result:
     """Solve the straight partition problem as a MILP (PuLP, CBC or HiGHS).
 
@@ -222,7 +221,8 @@ def solve_milp(
           bound); the best plan that fits and the bound.
 
         ``info["solver_objective"]`` and ``info["solver_bound"]`` are the solver's objective
-        and (slackened) bound in seconds.
+        and (slackened) bound in seconds; ``info["bound_source"]`` says where the bound
+        comes from.
 
         ``lower_bound`` (seconds) is valid for the true straight optimum: the largest of
         :meth:`PartitionProblem.simple_lower_bound` (total work / S, largest unit) and the

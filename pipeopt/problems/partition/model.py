@@ -18,7 +18,8 @@ cost model is written in this module.
   only grows as a stage gains units, so the ends that fit are an interval). The models state
   ``p_{t+1} <= reach_t[p_t]`` (MILP: 0/1 rows; CP-SAT: an element constraint), so no byte
   count is rounded, scaled or compared with a solver tolerance, whatever the sizes
-  (fractional bytes, 1e19-byte capacities).
+  (fractional bytes, capacities up to the data model's 1e15 B: nothing near CP-SAT's 64-bit
+  integers).
 * Every plan a solver returns is scored by :func:`pipeopt.evaluate`; a stage that the table
   says fits but ``evaluate`` says does not (float summation order, about 1e-16 relative) is
   removed from the model (:meth:`StraightModel.forbid`) and the solver runs again
@@ -436,6 +437,7 @@ def solve_exact(
         if fits:
             incumbent, inc_value = hint, value
     bound = model.lower_bound
+    info["bound_source"] = "simple_lower_bound (total work / S, largest unit)"
     proven = False
     runs = 0
     notes: list[str] = []
@@ -446,8 +448,9 @@ def solve_exact(
         except DeadlineReached as stop:
             att = Attempt("no_solution", info={"stopped": str(stop)})
         info.update(att.info)
-        if att.bound is not None:
-            bound = max(bound, att.bound)
+        if att.bound is not None and att.bound > bound:
+            bound = att.bound
+            info["bound_source"] = f"{info.get('solver', method)} (run {runs})"
         if att.status == "infeasible":
             if incumbent is None:
                 raise infeasible_memory(problem, method, f"proven infeasible by {info.get('solver', 'the solver')}")

@@ -471,7 +471,7 @@ def pipedream(
     seed: int = 0,
     compression_ratio: float | None = 1.0,
     max_states: int = MAX_STATES,
-    **_ignored,
+    threads: int = 2,
 ) -> Result:
     """PipeDream's plan for ``problem.stages`` workers, scored in pipeopt's cost model.
 
@@ -488,8 +488,8 @@ def pipedream(
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock of
         ``runtime`` (PipeDream's DP is deterministic and polynomial in the number of states).
-    solver, seed
-        Unused.
+    solver, seed, threads
+        Unused (the common method signature).
     compression_ratio
         PipeDream's activation compression ratio (1: count communication; ``None``: drop it).
     max_states

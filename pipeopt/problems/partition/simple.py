@@ -214,7 +214,7 @@ def _result(problem: PartitionProblem, name: str, bounds: list[int], started: fl
 
 def uniform(
     problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
-    **_ignored,
+    threads: int = 2,
 ) -> Result:
     """Equal unit counts per stage (DeepSpeed ``partition_method="uniform"``).
 
@@ -225,8 +225,8 @@ def uniform(
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock
         of ``runtime`` (the split takes no time worth limiting).
-    solver, seed
-        Unused.
+    solver, seed, threads
+        Unused (the common method signature).
 
     Returns
     -------
@@ -245,7 +245,7 @@ def uniform(
 
 def param_balanced(
     problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
-    **_ignored,
+    threads: int = 2,
 ) -> Result:
     """Parameter-balanced stages (DeepSpeed ``partition_method="parameters"``).
 
@@ -259,8 +259,8 @@ def param_balanced(
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock
         of ``runtime`` (the split takes no time worth limiting).
-    solver, seed
-        Unused.
+    solver, seed, threads
+        Unused (the common method signature).
 
     Returns
     -------
@@ -286,7 +286,7 @@ def time_balanced(
     solver: str = "cbc",
     seed: int = 0,
     times: str = "work",
-    **_ignored,
+    threads: int = 2,
 ) -> Result:
     """Time-balanced stages (torchgpipe ``balance_by_time``).
 
@@ -302,8 +302,8 @@ def time_balanced(
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`: only the clock
         of ``runtime`` (the split takes no time worth limiting).
-    solver, seed
-        Unused.
+    solver, seed, threads
+        Unused (the common method signature).
     times
         ``"work"`` (default: forward + backward seconds per unit on one worker) or
         ``"forward"`` (forward only, as torchgpipe's profiler measures).
