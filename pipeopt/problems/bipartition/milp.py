@@ -574,8 +574,8 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
             for u in range(n):
                 if is_var(f[u]) or is_var(g[u]):
                     hu = pulp.LpVariable(f"h_{i}_{u}", lowBound=0, upBound=1)
-                    add((f[u],), hu - f[u] >= 0)
-                    add((g[u],), hu - g[u] >= 0)
+                    prob.addConstraint(hu - f[u] >= 0)  # also when f[u] is a constant 1
+                    prob.addConstraint(hu - g[u] >= 0)
                 else:
                     hu = max(f[u], g[u])
                 h.append(hu)
