@@ -141,20 +141,20 @@ class ResourceProblem:
         return max(self.fit_time(a, b, devices, stage, mode), float(self.cut_time[a]), float(self.cut_time[b]))
 
     @cached_property
-    def _fit_cache(self) -> dict:
+    def _compute_cache(self) -> dict:
         return {}
 
     def fit_time(self, a: int, b: int, devices, stage: int, mode: str = "split") -> float:
         """Compute time of stage ``stage`` = units ``a..b-1`` on worker ``devices``, ``inf`` if
-        it does not fit in memory (non-decreasing in b, non-increasing in a). Cached."""
-        key = (a, b, tuple(devices), stage, mode)
-        v = self._fit_cache.get(key)
+        it does not fit in memory (non-decreasing in b, non-increasing in a). The compute time
+        is cached per unit range, pooled resources and mode (workers with equal resources share it)."""
+        if not rules.fits(self.stage_memory(a, b, stage), self.capacity(devices)):
+            return math.inf
+        res = self.pooled(devices)
+        key = (a, b, tuple(sorted(res.items())), mode)
+        v = self._compute_cache.get(key)
         if v is None:
-            if not rules.fits(self.stage_memory(a, b, stage), self.capacity(devices)):
-                v = math.inf
-            else:
-                v = self.compute_time(a, b, self.pooled(devices), mode)
-            self._fit_cache[key] = v
+            v = self._compute_cache[key] = self.compute_time(a, b, res, mode)
         return v
 
     def plan_value(self, starts, groups, mode: str = "split") -> float:
