@@ -27,7 +27,7 @@ import math
 from ...backends.deadline import Deadline, DeadlineReached
 from ...errors import InfeasibleError
 from ...result import Result, Status
-from .bounds import strongest_worker, unit_bound
+from .bounds import lower_bound
 from .duan_wu import bisection_partition
 from .formulation import MilpProbe
 from .intervals import IntervalProbe
@@ -64,7 +64,8 @@ def solve_dp(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solv
     Result
         Status ``OPTIMAL``, ``lower_bound`` = objective, space ``"split"``; at the deadline
         ``TIME_LIMIT`` with the binary-search plan (if it fits) and the lower bound of
-        :func:`pipeopt.problems.resource.bounds.unit_bound`.
+        :func:`pipeopt.problems.resource.bounds.lower_bound`, both given a short extra time
+        (5 % of the limit, at most 1 s).
 
     Raises
     ------
@@ -74,11 +75,11 @@ def solve_dp(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solv
     deadline = Deadline.of(time_limit)
     try:
         starts, value = minmax_chain_dp(problem, problem.groups, "split", deadline)
-    except DeadlineReached:  # the binary-search plan, in a short extra time, and the unit bound
+    except DeadlineReached:  # the binary-search plan and the bounds, in a short extra time
         extra = Deadline(min(1.0, 0.05 * deadline.limit))
+        bound = lower_bound(problem, extra)
         fallback, fvalue = bisection_partition(problem, problem.groups, mode="split", deadline=extra)
         plan = problem.plan(fallback, problem.groups, "split") if math.isfinite(fvalue) else None
-        bound = unit_bound(problem, strongest_worker(problem)[0])
         return problem.result("dp", plan, Status.TIME_LIMIT, lower_bound=bound, started=deadline.started,
                               space="split", info={"incumbent": "binary-search partition (the DP did not finish)"})
     if not math.isfinite(value):
