@@ -294,6 +294,10 @@ class Bisection:
         ``list[(T, outcome)]`` of every probe, in order.
     iterations
         Probes at bracket midpoints (the probes at ``lower`` and at ``upper`` not counted).
+    stop
+        Why the search ended: ``"closed"``, ``"deadline"``, ``"undecided"`` (a probe could not
+        decide even with all the time left), ``"max_iter"`` or ``"floats"`` (the bracket cannot
+        be split further).
     """
 
     plan: object
@@ -303,6 +307,7 @@ class Bisection:
     closed: bool
     steps: list = field(default_factory=list)
     iterations: int = 0
+    stop: str = "closed"
 
 
 def bisect(
@@ -404,8 +409,10 @@ def bisect(
             best, best_key = out.plan, key
         return True
 
-    def result(is_closed: bool, iterations: int) -> Bisection:
-        return Bisection(best, best_key, upper, lower, is_closed, steps, iterations)
+    def result(is_closed: bool, iterations: int, stop: str | None = None) -> Bisection:
+        if stop is None:
+            stop = "closed" if is_closed else "deadline" if expired() else "max_iter"
+        return Bisection(best, best_key, upper, lower, is_closed, steps, iterations, stop)
 
     if start is None:  # no plan known: does any plan pass the top at all?
         if expired():
@@ -416,7 +423,7 @@ def bisect(
             lower = upper
             return result(True, 0)
         if out.outcome != FEASIBLE or out.plan is None:
-            return result(False, 0)
+            return result(False, 0, None if expired() else "undecided")
         reach = upper if out.value is None else float(out.value)
         best, upper = out.plan, min(upper, reach)
         best_key = score(best) if score is not None else reach
@@ -431,7 +438,7 @@ def bisect(
         top = upper if hard is None or hard - lower <= rel_tol * lower else hard
         T = 0.5 * (lower + top)
         if not lower < T < top:
-            break  # floats cannot split the bracket
+            return result(closed(), iterations, "floats")
         retry = hard is not None and top == upper
         step = deadline
         if deadline is not None and deadline.bounded and step_share is not None and not retry:
@@ -447,8 +454,8 @@ def bisect(
             lower = T
             continue
         # undecided (or a plan that does not improve on the incumbent)
-        if retry:
-            break  # even with all the time left the probe could not decide
+        if retry:  # even with all the time left the probe could not decide
+            return result(closed(), iterations, None if expired() else "undecided")
         hard = T if hard is None else min(hard, T)
     return result(closed(), iterations)
 

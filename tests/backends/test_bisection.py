@@ -36,6 +36,7 @@ def test_exact_probe_closes_the_bracket_around_the_optimum():
     found = bisect(exact_probe(3.7), 1.0, 10.0, start=("start", 10.0), rel_tol=1e-6)
     assert isinstance(found, Bisection)
     assert found.closed and found.plan == ("plan", 3.7) and found.value == found.upper == 3.7
+    assert found.stop == "closed"
     assert found.lower <= 3.7 and found.upper - found.lower <= 1e-6 * found.lower
     # the first feasible probe jumps the upper end to the plan's value: every later probe is below it
     assert [o for _, o in found.steps][0] == FEASIBLE
@@ -69,6 +70,7 @@ def test_without_a_start_an_infeasible_top_is_a_closed_search_without_plan():
     assert found.plan is None and found.closed and found.lower == 8.0 and found.value == math.inf
     undecided = bisect(lambda T, d: Probe(UNKNOWN), 0.5, 8.0)
     assert undecided.plan is None and not undecided.closed and undecided.lower == 0.5
+    assert undecided.stop == "undecided"
 
 
 def test_unknown_answers_are_searched_around():
@@ -94,6 +96,7 @@ def test_a_probe_that_never_decides_stops_the_search_with_a_valid_bracket():
     found = bisect(probe, 1.0, 9.0, start="s", deadline=Deadline(60), step_share=0.2, rel_tol=1e-6)
     assert not found.closed and found.plan == "s" and found.upper == 9.0
     assert 1.0 < found.lower <= 2.0
+    assert found.stop == "undecided"  # stopped with time left: the caller must not call it a time limit
 
 
 def test_a_plan_that_does_not_improve_the_incumbent_is_no_progress():
@@ -121,7 +124,7 @@ def test_no_probe_after_the_deadline():
     late = Deadline(1e-9)
     time.sleep(0.001)
     found = bisect(exact_probe(3.0, calls), 1.0, 10.0, start="s", deadline=late)
-    assert calls == [] and found.plan == "s" and not found.closed
+    assert calls == [] and found.plan == "s" and not found.closed and found.stop == "deadline"
     assert bisect(exact_probe(3.0, calls), 1.0, 10.0, deadline=late).plan is None and calls == []
 
 
@@ -160,3 +163,10 @@ def test_bisect_limit_and_bisect_agree_on_a_greedy_check(opt):
     b = bisect(lambda T, d: Probe(FEASIBLE, check(T)) if check(T) else Probe(INFEASIBLE), 0.0, 4 * opt,
                start=[4 * opt], rel_tol=1e-9, probe_lower=True)
     assert (a.starts, a.limit, a.iterations) == (b.plan, b.upper, b.iterations)
+
+
+def test_stop_reasons_max_iter_and_floats():
+    capped = bisect(exact_probe(3.0), 1.0, 10.0, start="s", max_iter=2, rel_tol=1e-9)
+    assert not capped.closed and capped.stop == "max_iter" and capped.iterations == 2
+    tiny = bisect(exact_probe(1.0), 1.0, math.nextafter(1.0, 2.0), start="s", rel_tol=0.0)
+    assert tiny.stop == "floats" and tiny.iterations == 0

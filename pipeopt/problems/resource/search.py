@@ -119,7 +119,9 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     -------
     Result
         ``OPTIMAL`` (within :data:`MIN_REL_GAP`) or ``TIME_LIMIT`` with the incumbent (or no
-        plan if none was found) and the proven bound.
+        plan if none was found) and the proven bound; ``FEASIBLE`` with the incumbent and the
+        bound if the search stopped before the deadline without closing the bracket
+        (``info["stop"]`` says why: a probe that could not decide even with all the time left).
 
     Raises
     ------
@@ -137,7 +139,7 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
                    start_value=None if best is None else best[1], rel_tol=MIN_REL_GAP, deadline=deadline,
                    step_share=STEP_SHARE)
     info = {**info, "rel_gap_target": MIN_REL_GAP, "start": "heuristic" if best is not None else "none fits",
-            "bisection_steps": len(found.steps), "step_outcomes": [o for _, o in found.steps]}
+            "bisection_steps": len(found.steps), "step_outcomes": [o for _, o in found.steps], "stop": found.stop}
     if found.plan is None:
         if found.closed:
             raise InfeasibleError(
@@ -147,6 +149,8 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         return problem.result(method, None, Status.TIME_LIMIT, lower_bound=found.lower, started=deadline.started,
                               space="split", info={**info, "incumbent": "none found within the time limit"})
     plan = problem.plan(*found.plan, "split")
-    status = Status.OPTIMAL if found.closed else Status.TIME_LIMIT
+    # stopped before the deadline without closing the bracket (a probe could not decide even with
+    # all the time left): a plan and a bound, but not a time limit
+    status = Status.OPTIMAL if found.closed else Status.TIME_LIMIT if found.stop == "deadline" else Status.FEASIBLE
     return problem.result(method, plan, status, lower_bound=found.lower, started=deadline.started, space="split",
                           info=info)
