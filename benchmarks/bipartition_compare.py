@@ -73,7 +73,8 @@ def moved_bytes(p: BipartitionProblem, a: list[int], b: list[int]) -> float:
     what crosses each cut (:meth:`BipartitionProblem.cut_bytes`) less the edges' own bytes."""
     a, b = np.asarray(a, dtype=int), np.asarray(b, dtype=int)
     forward, backward = p.cut_bytes(a, b)
-    return float((forward + backward - p.boundary_bytes[a] - p.boundary_bytes[b]).sum())
+    bb = p.table.boundary_bytes
+    return float((forward + backward - bb[a] - bb[b]).sum())
 
 
 def limit_of(p: BipartitionProblem, a, b) -> str:

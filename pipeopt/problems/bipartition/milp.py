@@ -129,8 +129,8 @@ class _Relaxation:
     after, without overlap)`` and ``H_i = Fp[a] + Bp[b] (- backward sends at the cut before)``,
     and the cut ``(a', b')`` takes at most T (overlap) and respects ``max_shift``. So the
     states reachable after i + 1 stages follow from a 2-D prefix maximum of ``H_i`` over the
-    states reachable after i stages: O(S n^2) per value of T (:meth:`forward`);
-    :meth:`backward` is the same from the end.
+    states reachable after i stages: O(S n^2) per value of T (:meth:`reach`, also backward
+    from the end).
 
     The float test is made at ``T + slack(T)`` (:meth:`relaxed`): a relative 1e-12 plus a few
     roundings of the prefix sums, so that a plan whose evaluated bottleneck is <= T is never
@@ -238,14 +238,19 @@ class _Relaxation:
                     out[o_r, o_c] = V[s_r, s_c]
         return out
 
-    def forward(self, T: float, deadline: Deadline | None = None):
-        """States reachable at each stage boundary with every stage and cut <= T (float test
-        at :meth:`relaxed` ``(T)``), or ``None`` if the end ``(n, n)`` is not reachable.
+    def reach(self, T: float, deadline: Deadline | None = None, *, backward: bool = False):
+        """The states of each stage boundary that the start reaches (``backward``: from which
+        the end is reached) with every stage and cut <= T (float test at :meth:`relaxed` ``(T)``).
+
+        Forward, stage i: ``(a', b')`` is reached iff ``G_i(a', b') <= T + max H_i`` over the
+        reached ``(a, b) < (a', b')`` (a prefix max); backward: ``(a, b)`` reaches the end iff
+        ``min G_i <= T + H_i(a, b)`` over the ``(a', b') > (a, b)`` that do (a suffix min).
 
         Returns
         -------
         (boxes, reach) or None
-            ``reach[i]``: boolean array over box ``boxes[i]`` of boundary i.
+            ``reach[i]``: boolean array over box ``boxes[i]`` of boundary i (i = 0..S);
+            ``None`` as soon as a boundary has no state (no plan passes T).
 
         Raises
         ------
@@ -254,56 +259,33 @@ class _Relaxation:
         """
         S = self.p.stages
         Tr, boxes = self.relaxed(T), self._boxes(T)
-        R = np.ones((1, 1), dtype=bool)  # boundary 0: the state (0, 0)
+        R = np.ones((1, 1), dtype=bool)  # the state (0, 0), or (n, n) backward
         out = [R]
-        for i in range(S):
+        for i in range(S - 1, -1, -1) if backward else range(S):
             if deadline is not None:
-                deadline.check(f"relaxation stage {i}")
-            src, dst = boxes[i], boxes[i + 1]
-            V = np.where(R, self.H(i, src), -np.inf)
-            np.maximum.accumulate(V, axis=0, out=V)
-            np.maximum.accumulate(V, axis=1, out=V)
-            R = self.G(i, dst) <= Tr + self._gather(V, src, dst, -1, -np.inf)  # strictly earlier in both
-            if i < S - 1:
+                deadline.check(f"relaxation stage {i}" + (" (backward)" if backward else ""))
+            if backward:
+                src, dst = boxes[i + 1], boxes[i]
+                W = np.where(R, self.G(i, src), np.inf)[::-1, ::-1]  # suffix min = reversed prefix min
+                np.minimum.accumulate(W, axis=0, out=W)
+                np.minimum.accumulate(W, axis=1, out=W)
+                R = self._gather(W[::-1, ::-1], src, dst, +1, np.inf) <= Tr + self.H(i, dst)
+            else:
+                src, dst = boxes[i], boxes[i + 1]
+                V = np.where(R, self.H(i, src), -np.inf)
+                np.maximum.accumulate(V, axis=0, out=V)
+                np.maximum.accumulate(V, axis=1, out=V)
+                R = self.G(i, dst) <= Tr + self._gather(V, src, dst, -1, -np.inf)
+            if 0 < (i if backward else i + 1) < S:  # an inner cut
                 R &= self._cut_ok(Tr, dst)
-            out.append(R)
             if not R.any():
                 return None
-        return (boxes, out) if out[-1][0, 0] else None
-
-    def backward(self, T: float, deadline: Deadline | None = None):
-        """States from which the end can be reached in the remaining stages with every stage
-        and cut <= T (the same float test as :meth:`forward`).
-
-        Returns
-        -------
-        (boxes, reach)
-            ``reach[i]``: boolean array over box ``boxes[i]`` of boundary i.
-
-        Raises
-        ------
-        DeadlineReached
-            If ``deadline`` passes (checked before each stage).
-        """
-        S = self.p.stages
-        Tr, boxes = self.relaxed(T), self._boxes(T)
-        R = np.ones((1, 1), dtype=bool)  # boundary S: the state (n, n)
-        out = [R]
-        for i in range(S - 1, -1, -1):
-            if deadline is not None:
-                deadline.check(f"relaxation stage {i} (backward)")
-            src, dst = boxes[i + 1], boxes[i]
-            W = np.where(R, self.G(i, src), np.inf)
-            W = np.minimum.accumulate(W[::-1, :], axis=0)[::-1, :]
-            W = np.minimum.accumulate(W[:, ::-1], axis=1)[:, ::-1]
-            R = self._gather(W, src, dst, +1, np.inf) <= Tr + self.H(i, dst)  # strictly later in both
-            if i > 0:
-                R &= self._cut_ok(Tr, dst)
             out.append(R)
-        return boxes, out[::-1]
+        return boxes, out[::-1] if backward else out
 
     def cuts(self, T: float, reach) -> tuple[list[int], list[int]]:
-        """Backtrack a plan whose stages and cuts pass the float test at ``T`` from :meth:`forward`."""
+        """Backtrack a plan whose stages and cuts pass the float test at ``T`` from the forward
+        :meth:`reach` ``(T)``."""
         n, S = self.p.n, self.p.stages
         boxes, R = reach
         Tr = self.relaxed(T)
@@ -333,11 +315,11 @@ class _Relaxation:
         DeadlineReached
             If ``deadline`` passes.
         """
-        fwd = self.forward(T, deadline)
+        fwd = self.reach(T, deadline)
         if fwd is None:
             return None
         boxes, F = fwd
-        _, B = self.backward(T, deadline)
+        _, B = self.reach(T, deadline, backward=True)  # not None: the forward sweep found a plan
         out = []
         for c in range(self.p.stages - 1):
             box = boxes[c + 1]
@@ -422,7 +404,7 @@ def relaxation_optimum(problem: BipartitionProblem, *, deadline: Deadline | floa
 
     def probe(T: float, dl: Deadline | None) -> Probe:
         try:
-            reach = relax.forward(T, dl)
+            reach = relax.reach(T, dl)
         except DeadlineReached:
             return Probe(UNKNOWN)
         return Probe(INFEASIBLE) if reach is None else Probe(FEASIBLE, ("reach", T, reach))
@@ -478,7 +460,8 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
     S, n, bw = problem.stages, problem.n, problem.bandwidth
     dl = Deadline(None) if deadline is None else deadline
     fwd, bwd = problem.fwd / scale, problem.bwd / scale
-    tb = rules.transfer_time(problem.boundary_bytes, bw) / scale  # per split position
+    tab = problem.table
+    tb = rules.transfer_time(tab.boundary_bytes, bw) / scale  # per split position
     act, par = rules.migration_bytes(problem.act, problem.param, problem.microbatches)
     ta, tp = rules.transfer_time(act, bw) / scale, rules.transfer_time(par, bw) / scale
     prob = pulp.LpProblem("bipartition", pulp.LpMinimize)
@@ -581,7 +564,7 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
                 h.append(hu)
             acts = pulp.lpSum(problem.act[u] * (MODEL_UNIT / cap) * g[u] for u in range(n))
             params = pulp.lpSum(problem.param[u] * (MODEL_UNIT / cap) * h[u] for u in range(n))
-            mem = rules.stage_memory(acts, params, float(problem.in_flight[i]), float(problem.versions[i]))
+            mem = rules.stage_memory(acts, params, float(tab.in_flight[i]), float(tab.versions[i]))
             prob.addConstraint(mem <= rules.memory_limit(MODEL_UNIT), f"memory_{i}")  # MODEL_UNIT = the capacity
     return prob, T, p, q
 

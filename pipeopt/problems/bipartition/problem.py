@@ -152,8 +152,9 @@ class BipartitionProblem:
     -----
     The model is stated in the module docstring; every rule it applies is read from
     :mod:`pipeopt.cost.rules` and the problem's :class:`~pipeopt.cost.CostTable`
-    (:attr:`table`). Arrays are per unit of the chain, times in seconds on one worker, sizes
-    in bytes.
+    (:attr:`table`: prefix sums of activation and parameter bytes, boundary bytes, in-flight
+    counts, weight versions). Arrays are per unit of the chain, times in seconds on one worker,
+    sizes in bytes.
     """
 
     instance: Instance
@@ -216,32 +217,6 @@ class BipartitionProblem:
         return np.asarray(self.instance.chain.param, dtype=float)
 
     @property
-    def act_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of the stashed activation bytes (:attr:`CostTable.act_prefix`)."""
-        return self.table.act_prefix
-
-    @property
-    def param_prefix(self) -> np.ndarray:
-        """``ndarray (n+1,)``: prefix sums of the parameter bytes (:attr:`CostTable.param_prefix`)."""
-        return self.table.param_prefix
-
-    @property
-    def boundary_bytes(self) -> np.ndarray:
-        """``ndarray (n+1,)``: activation bytes crossing a split whose next stage starts at unit c
-        (:attr:`CostTable.boundary_bytes`)."""
-        return self.table.boundary_bytes
-
-    @property
-    def in_flight(self) -> np.ndarray:
-        """``ndarray (S,)``: microbatches each stage keeps under 1F1B (:attr:`CostTable.in_flight`)."""
-        return self.table.in_flight
-
-    @property
-    def versions(self) -> np.ndarray:
-        """``ndarray (S,)``: weight versions each stage keeps (:attr:`CostTable.versions`)."""
-        return self.table.versions
-
-    @property
     def microbatches(self) -> int:
         """M, microbatches per iteration (weights of a migrated unit travel once per M)."""
         return self.instance.settings.microbatches
@@ -302,11 +277,12 @@ class BipartitionProblem:
         ndarray (S,)
         """
         A, B = np.asarray(fwd_bounds), np.asarray(bwd_bounds)
-        P = self.param_prefix
+        t = self.table
+        P = t.param_prefix
         lo = np.maximum(A[:-1], B[:-1])
         both = np.maximum(np.minimum(A[1:], B[1:]) - lo, 0)  # units in both ranges: lo .. lo+both-1
         params = np.diff(P[A]) + np.diff(P[B]) - (P[lo + both] - P[lo])
-        return rules.stage_memory(np.diff(self.act_prefix[B]), params, self.in_flight, self.versions)
+        return rules.stage_memory(np.diff(t.act_prefix[B]), params, t.in_flight, t.versions)
 
     # ---- cut positions -----------------------------------------------------------------
     def check_cuts(self, fwd_cuts, bwd_cuts) -> tuple[list[int], list[int]]:
@@ -428,25 +404,16 @@ class BipartitionProblem:
         total = self.fwd_prefix[-1] + self.bwd_prefix[-1]
         return float(max(total / self.stages, self.fwd.max(initial=0.0), self.bwd.max(initial=0.0)))
 
-    def result(
-        self,
-        method: str,
-        plan: Plan | None,
-        status: Status,
-        *,
-        lower_bound: float | None = None,
-        started: float | None = None,
-        info: dict | None = None,
-    ) -> Result:
+    def result(self, method: str, plan: Plan | None, status: Status, **kw) -> Result:
         """Wrap a plan into a :class:`~pipeopt.result.Result` scored by :func:`pipeopt.evaluate`.
 
-        Delegates to :meth:`pipeopt.problems.partition.problem.PartitionProblem.result` (a
-        heuristic whose plan breaks memory becomes ``INFEASIBLE``); the space is
-        ``"bipartition"``. ``started`` is the ``time.perf_counter()`` origin of the runtime
-        (the method's :attr:`Deadline.started <pipeopt.backends.deadline.Deadline.started>`).
+        :meth:`pipeopt.problems.partition.problem.PartitionProblem.result` (keywords
+        ``lower_bound``, ``started``: the ``time.perf_counter()`` origin of the runtime, the
+        method's :attr:`Deadline.started <pipeopt.backends.deadline.Deadline.started>`,
+        ``info``) with the space ``"bipartition"``; a heuristic whose plan breaks memory becomes
+        ``INFEASIBLE``.
         """
-        return self.base.result(method, plan, status, lower_bound=lower_bound, started=started,
-                                space=SPACE, info=info)
+        return self.base.result(method, plan, status, space=SPACE, **kw)
 
     def same_cut_problem(self) -> PartitionProblem:
         """The classic partition problem (``a = b``) on the same instance."""

@@ -113,7 +113,7 @@ def test_relaxation_probe_and_windows_are_exact(p, factor):
     best = min(values.values())
     for T in {best, best * factor, max(values.values())}:
         passing = [k for k, v in values.items() if v <= T]
-        reach = relax.forward(T)
+        reach = relax.reach(T)
         if passing:
             assert reach is not None
         if reach is None:
