@@ -42,7 +42,7 @@ METHODS = {
         p, time_limit=tl, solver="highs", seed=seed, warm_start=warm
     ),
     "cpsat": lambda p, tl, seed, warm: solve_cpsat(
-        p, time_limit=tl, seed=seed, num_workers=2, warm_start=warm
+        p, time_limit=tl, seed=seed, threads=2, warm_start=warm
     ),
 }
 

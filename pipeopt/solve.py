@@ -118,5 +118,4 @@ def solve(
     spec = registry.method(problem, method)
     check_options(problem, options)
     prob = registry.problem_class(problem)(instance, **options)
-    # TRANSITION: pass the Deadline itself once every method reads it with Deadline.of
-    return spec.function(prob, time_limit=deadline.remaining(), solver=solver, seed=int(seed), threads=threads)
+    return spec.function(prob, time_limit=deadline, solver=solver, seed=int(seed), threads=threads)
