@@ -1,9 +1,11 @@
 """Do the exact methods keep their time limit? (issue 7, "One clock")
 
 Runs every exact method of the partition and Bi-Partition problems through
-:func:`pipeopt.solve` on NASNet-A Large and DenseNet-121 with S = 16 and time limits 1, 5 and
-20 s (MILP methods on CBC and on HiGHS; DP, CP-SAT and the Bi-Partition bisection once), and
-prints one row per run: problem, instance, method, solver, limit, wall time measured around
+:func:`pipeopt.solve` on NASNet-A Large and DenseNet-121 with S = 16, and every exact method of
+the joint and group problems on shipped heterogeneous instances (joint: GoogLeNet on 4 Jetson
+AGX Orin, S = 4; group: GoogLeNet on 16 edge SoCs and AlexNet on 8, q = 4 workers), with time
+limits 1, 5 and 20 s (MILP methods on CBC and on HiGHS; the others once), and prints one row
+per run: problem, instance, method, solver, limit, wall time measured around
 the call, status, objective and bound (ms), and whether the wall time is inside the
 contract ``max(limit + 1 s, 1.1 * limit)``.
 
@@ -32,7 +34,12 @@ from pathlib import Path
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
 INSTANCES = ("nasnetalarge", "densenet121")
-PROBLEMS = ("partition", "bipartition")
+PROBLEMS = ("partition", "bipartition", "joint", "group")
+INSTANCE_DIR = Path(__file__).resolve().parents[1] / "instances" / "heterogeneous"
+RESOURCE_CASES = {  # problem -> (shipped instance, problem options)
+    "joint": [("googlenet-jetson-agx-orin-x4", {"stages": 4})],
+    "group": [("googlenet-soc-mix16", {"workers": 4}), ("alexnet-soc-mix8", {"workers": 4})],
+}
 LIMITS = (1.0, 5.0, 20.0)
 MILP_SOLVERS = ("cbc", "highs")
 SOLVER_METHODS = {"milp"}  # methods whose backend is chosen by ``solver``
@@ -57,7 +64,7 @@ def runs(problems, methods, solvers):
     return out
 
 
-def _child(queue, path, problem, method, solver, limit, stages):
+def _child(queue, path, problem, method, solver, limit, options):
     """Run one solve in this (child) process and put its row on ``queue``."""
     os.setpgrp()  # own process group: the parent can end everything this run starts
     import pipeopt
@@ -65,8 +72,8 @@ def _child(queue, path, problem, method, solver, limit, stages):
     inst = pipeopt.read(path)
     t0 = time.perf_counter()
     try:
-        res = pipeopt.solve(inst, problem=problem, method=method, stages=stages, time_limit=limit,
-                            solver=solver if solver != "-" else "cbc")
+        res = pipeopt.solve(inst, problem=problem, method=method, time_limit=limit,
+                            solver=solver if solver != "-" else "cbc", **options)
         wall = time.perf_counter() - t0
         objective = res.objective if res.evaluation is not None else None
         queue.put({"wall": wall, "status": str(res.status), "objective": objective,
@@ -109,11 +116,11 @@ def _end_all(proc) -> None:
     proc.join()
 
 
-def run_one(path, problem, method, solver, limit, stages, hard_cap) -> dict:
+def run_one(path, problem, method, solver, limit, options, hard_cap) -> dict:
     """One row: the run's facts, or ``hung`` if it overran ``hard_cap`` seconds."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(queue, path, problem, method, solver, limit, stages))
+    proc = ctx.Process(target=_child, args=(queue, path, problem, method, solver, limit, options))
     t0 = time.perf_counter()
     proc.start()
     try:
@@ -146,25 +153,31 @@ def main(argv=None) -> int:
     plan = runs(args.problems, args.methods, args.solvers)
     header = ("problem", "instance", "method", "solver", "limit_s", "wall_s", "status",
               "objective_ms", "bound_ms", "inside")
-    print(f"S = {args.stages}; contract: wall <= max(limit + 1 s, 1.1 * limit)")
-    print(f"{'problem':<12}{'instance':<14}{'method':<10}{'solver':<7}{'limit':>6}{'wall':>8}  "
+    print(f"partition/bipartition S = {args.stages}; joint/group as RESOURCE_CASES; contract: wall <= max(limit + 1 s, 1.1 * limit)")
+    print(f"{'problem':<12}{'instance':<23}{'method':<10}{'solver':<7}{'limit':>6}{'wall':>8}  "
           f"{'status':<24}{'objective':>11}{'bound':>11}  inside")
     rows = []
-    for name in args.instances:
-        path = PROFILE_DIR / f"{name}.txt"
-        for limit in args.limits:
-            for problem, method, solver in plan:
-                cap = args.hard_cap if args.hard_cap is not None else 5 * limit + 30
-                r = run_one(path, problem, method, solver, limit, args.stages, cap)
-                failed = r["status"].startswith(("error", "hung"))
-                inside = "yes" if r["wall"] <= contract(limit) else "NO"
-                row = (problem, name, method, solver, limit, round(r["wall"], 3), r["status"],
-                       _ms(r["objective"]), _ms(r["bound"]), "error" if failed else inside)
-                rows.append(row)
-                print(f"{problem:<12}{name:<14}{method:<10}{solver:<7}{limit:>6g}{r['wall']:>8.2f}  "
-                      f"{r['status'][:24]:<24}{row[7]:>11}{row[8]:>11}  {row[9]}", flush=True)
-                if len(r["status"]) > 24:
-                    print(f"    {r['status']}", flush=True)
+    cases = []  # (instance name, path, problem, method, solver, options)
+    for problem, method, solver in plan:
+        if problem in RESOURCE_CASES:
+            for name, options in RESOURCE_CASES[problem]:
+                cases.append((name, INSTANCE_DIR / f"{name}.json", problem, method, solver, options))
+        else:
+            for name in args.instances:
+                cases.append((name, PROFILE_DIR / f"{name}.txt", problem, method, solver, {"stages": args.stages}))
+    for limit in args.limits:
+        for name, path, problem, method, solver, options in cases:
+            cap = args.hard_cap if args.hard_cap is not None else 5 * limit + 30
+            r = run_one(path, problem, method, solver, limit, options, cap)
+            failed = r["status"].startswith(("error", "hung"))
+            inside = "yes" if r["wall"] <= contract(limit) else "NO"
+            row = (problem, name, method, solver, limit, round(r["wall"], 3), r["status"],
+                   _ms(r["objective"]), _ms(r["bound"]), "error" if failed else inside)
+            rows.append(row)
+            print(f"{problem:<12}{name[:22]:<23}{method:<10}{solver:<7}{limit:>6g}{r['wall']:>8.2f}  "
+                  f"{r['status'][:24]:<24}{row[7]:>11}{row[8]:>11}  {row[9]}", flush=True)
+            if len(r["status"]) > 24:
+                print(f"    {r['status']}", flush=True)
     if args.csv is not None:
         with open(args.csv, "w", newline="") as fh:
             w = csv.writer(fh)
