@@ -33,8 +33,9 @@ Stages i = 0..S-1, cuts c = 0..S-2, units u = 0..n-1:
 * ``max_shift``: ``|sum_u p[c,u] - sum_u q[c,u]| <= max_shift``.
 
 Times are scaled so that the incumbent's bottleneck is :data:`MODEL_UNIT` (1000), memory so
-that the capacity is 1000: the solvers' absolute tolerances are then negligible. The model is capped by the incumbent (``T <= U (1 + 1e-6)``) and floored by the
-best bound known (``T >= L (1 - 1e-6)``); with ``dp_bound`` the cut positions are also
+that the capacity is 1000: the solvers' absolute tolerances are then negligible. The model is
+capped by the incumbent (``T <= U (1 + 1e-6)``) and floored by the best bound known
+(``T >= L (1 - 1e-6)``); with ``dp_bound`` the cut positions are also
 restricted to the states the memory relaxation can reach and complete at ``T <= U``
 (:meth:`_Relaxation.windows`): every plan with a bottleneck <= U lies inside them, so the
 model keeps the optimum. The incumbent is handed to the solver as a MIP start. The solve goes
@@ -49,7 +50,9 @@ and H depending on one end each (loads are differences of prefix sums, and each 
 transfers depend on its own two positions only), so the reachable states follow from a 2-D
 prefix maximum. The one bisection on T (:func:`pipeopt.backends.bisection.bisect`) over that
 exact probe gives the relaxation's optimum; if its plan fits in memory it is optimal for the
-problem, and in any case its lower end bounds the problem from below.
+problem, and in any case its lower end bounds the problem from below. The probes after the
+first two look only inside the boxes of the states a plan as good as the start can pass
+through (:class:`_Relaxation`), which makes them cheap.
 
 Claims
 ------
@@ -59,7 +62,8 @@ Claims
 * ``lower_bound`` (seconds) is at most the true optimum: the simple bound, the largest T the
   relaxation probe rejected (the probe accepts a relative 1e-12 and a few float roundings of
   the prefix sums above T, so a rejection is a proof), and the solver's proven dual bound of
-  the capped model (less a relative 1e-9 for its tolerances).
+  the capped model (when the solver says optimal: its incumbent less the gap it was allowed;
+  in any case less a relative :data:`SOLVER_SLACK` = 1e-8 for its tolerances).
 * Status ``OPTIMAL`` iff the returned plan fits and its objective is within the relative
   tolerance ``gap`` of that bound (``info["gap_tolerance"]``); otherwise ``TIME_LIMIT`` if the
   deadline passed, else ``FEASIBLE`` (e.g. the relaxation's plan breaks memory and no MILP was
@@ -839,6 +843,8 @@ def _milp(problem: BipartitionProblem, best: _Incumbent, lower: float, windows, 
     out = solve_pulp(prob, solver=solver, deadline=deadline, rel_gap=rel_gap, abs_gap=abs_gap, threads=threads,
                      seed=seed, warm_start=warm)
     info.update(out.info())
+    if out.status in ("feasible", "no_solution"):  # the solver stopped without proof: its time was up
+        info["stopped"] = f"the solver stopped at the deadline ({out.solver_status})"
     if out.has_solution:
         a, b = _cuts(p, out.values), _cuts(q, out.values)
         try:
