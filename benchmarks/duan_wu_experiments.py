@@ -85,7 +85,7 @@ def depth_sweep(lines: list, max_depth: int = 8) -> None:
             gap = (ts.objective - opt.objective) / ts.objective
             check = ""
             if S == 4:
-                c = joint.solve_cpsat(p, time_limit=60, workers=2)
+                c = joint.solve_cpsat(p, time_limit=60, threads=2)
                 check = f"{c.status}, {ms(c.objective)} ms, {c.runtime:.1f} s"
             lines.append(f"| {inst.name} | {S} | {ms(seq)} | {ms(opt.objective)} | {seq / opt.objective:.3f} | "
                          f"{ms(ts.objective)} | {pct(gap)} | {check} |")
@@ -118,7 +118,7 @@ def device_sweep(lines: list, time_limit: float, workers: int = 4, counts=(4, 6,
             inst = soc_mix(model, count)
             p = GroupProblem(inst, min(workers, count))
             a2, rr = algorithm2(p), round_robin(p)
-            ex = group.solve_cpsat(p, time_limit=time_limit, workers=2)
+            ex = group.solve_cpsat(p, time_limit=time_limit, threads=2)
             a2_groups = [tuple(st.devices) for st in a2.plan.stages]
             _, a2_exact_part = minmax_chain_dp(p, a2_groups, "split")
             g2 = (a2.objective - ex.objective) / a2.objective

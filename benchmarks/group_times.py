@@ -6,7 +6,7 @@ Run from the repository root::
     python benchmarks/group_times.py [--time-limit 60] [--out benchmarks/results/group_times.md]
 
 Exact method: CP-SAT over stage intervals at fixed T, bisected on T
-(:func:`pipeopt.problems.resource.group.solve_cpsat`; 2 CP-SAT workers) and the MILP (PuLP + HiGHS,
+(:func:`pipeopt.problems.resource.group.solve_cpsat`; 2 CP-SAT threads) and the MILP (PuLP + HiGHS,
 bisected on T; :func:`pipeopt.problems.resource.group.solve_milp`). Each row: the optimum found, the proven lower bound, the
 gap, the solve time, and Algorithm 2's gap to it. "optimal" means the bracket closed to a
 relative gap of 1e-4.
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
             inst = build(name, count)
             p = GroupProblem(inst, q)
             a2 = algorithm2(p)
-            runs = [("cpsat", group.solve_cpsat, {"workers": 2}), ("milp (highs)", group.solve_milp, {"solver": "highs"})]
+            runs = [("cpsat", group.solve_cpsat, {"threads": 2}), ("milp (highs)", group.solve_milp, {"solver": "highs"})]
             for label, fn, kw in runs:
                 t = time.perf_counter()
                 r = fn(p, time_limit=args.time_limit, **kw)

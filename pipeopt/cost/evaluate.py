@@ -218,14 +218,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     workers_after = np.cumsum(reps[::-1])[::-1]  # workers of stages i..S-1
     for i, st in enumerate(plan.stages):
         m = st.replicas
-        res: dict = {}
-        mem_cap = 0.0
-        for d in st.devices:
-            dev = cluster.device(d)
-            mem_cap += dev.memory
-            for k, r in dev.resources.items():
-                res[k] = res.get(k, 0.0) + r / m
-        mem_cap /= m
+        res, mem_cap = rules.pool((cluster.device(d) for d in st.devices), m)
         F = _sum_costs(graph, st.layers, "fwd")
         B = _sum_costs(graph, st.backward_layers, "bwd")
         f, b, tau = stage_compute(res, F, B, st.beta)

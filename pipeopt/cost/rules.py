@@ -28,6 +28,31 @@ MEMORY_SLACK = 1e-9
 whether it is summed layer by layer or taken as a difference of prefix sums)."""
 
 
+# ---- workers ----
+def pool(devices, replicas: int = 1) -> tuple[dict, float]:
+    """Resources and memory of one replica of a worker made of ``devices``.
+
+    Parameters
+    ----------
+    devices
+        ``Iterable[Device]``: the worker's devices (all replicas).
+    replicas
+        m: the devices form m equal replicas (data parallelism).
+
+    Returns
+    -------
+    (resources, memory)
+        ``dict[kind, units]`` summed over the devices and divided by m; bytes, likewise.
+    """
+    res: dict = {}
+    memory = 0.0
+    for dev in devices:
+        memory += dev.memory
+        for k, r in dev.resources.items():
+            res[k] = res.get(k, 0.0) + r / replicas
+    return res, memory / replicas
+
+
 # ---- compute ---------------------------------------------------------------------------------
 def _rate(res: dict, times: dict) -> float:
     """Work rate (loads per second) of resources ``res`` on a load whose time per unit is ``times``."""

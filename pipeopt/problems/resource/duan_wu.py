@@ -34,7 +34,6 @@ from .problem import GroupProblem, JointProblem, ResourceProblem, WorkerStages
 from .split import best_split, sequential_time
 
 
-_WorkerStages = WorkerStages  # the name tests/problems/partition/test_baselines.py imports
 
 
 def bisection_partition(problem: ResourceProblem, groups: list, mode: str = "sequential",

@@ -98,15 +98,11 @@ class ResourceProblem:
     # ---- workers -----------------------------------------------------------------------
     def pooled(self, devices) -> dict:
         """``dict[kind, units]``: resources pooled over device names ``devices``."""
-        res: dict = {}
-        for name in devices:
-            for k, r in self.instance.cluster.device(name).resources.items():
-                res[k] = res.get(k, 0.0) + r
-        return res
+        return rules.pool(self.instance.cluster.device(name) for name in devices)[0]
 
     def capacity(self, devices) -> float:
         """Bytes of memory of the worker made of ``devices``."""
-        return float(sum(self.instance.cluster.device(d).memory for d in devices))
+        return float(rules.pool(self.instance.cluster.device(d) for d in devices)[1])
 
     @staticmethod
     def share(res: dict, F: dict, B: dict, mode: str = "split") -> dict | None:

@@ -383,13 +383,13 @@ def test_bisect_limit_driver():
 def test_greedy_bound_scan_equals_vectorised_scan_on_a_resource_problem():
     """The resource adapter's early-stopping scan (bound = compute and memory) accepts the
     same plans as the full vectorised scan, and its stage time is the problem's."""
-    from pipeopt.problems.resource.duan_wu import _WorkerStages
+    from pipeopt.problems.resource.problem import WorkerStages
     from pipeopt.problems.resource import JointProblem
     from pipeopt.problems.resource.examples import soc_instance
 
     p = JointProblem(soc_instance(12, 4, seed=5, heterogeneous=False, memory=6e7, bandwidth=2e7), 4)
     for mode in ("split", "sequential"):
-        ws = _WorkerStages(p, p.groups, mode)
+        ws = WorkerStages(p, p.groups, mode)
         for t, a, b in [(0, 0, 3), (1, 3, 7), (3, 9, 12), (2, 0, 12)]:
             assert float(ws.time(t, a, b)) == p.stage_time(a, b, p.groups[t], t, mode)
         top = bottleneck(p.n, ws.time, greedy_starts(p.n, 4, ws.time, math.inf, bound=ws.fit))
