@@ -440,7 +440,8 @@ def cbc_log_bound(log: str, *, optimal: bool = False, interrupted: bool = False)
     log
         CBC's output.
     optimal
-        CBC proved optimality: its final "Objective value:" is then a bound too.
+        Accepted for compatibility and unused: CBC's final "Objective value:" is its incumbent,
+        a bound only up to the allowed gap (the caller takes that off).
     interrupted
         CBC's limit interrupted preprocessing or the root LP: only the LP relaxation's value
         ("Continuous objective value is") is trusted.
@@ -451,8 +452,6 @@ def cbc_log_bound(log: str, *, optimal: bool = False, interrupted: bool = False)
         The largest valid lower bound printed, or ``None``.
     """
     keys = ["continuous"] if interrupted else ["continuous", "lower", "possible"]
-    if optimal and not interrupted:
-        keys.append("objective")
     tokens = [m.group(1) for key in keys for m in _CBC_BOUNDS[key].finditer(log)]
     found = [_printed_down(t) for t in tokens if math.isfinite(float(t)) and abs(float(t)) < _HUGE]
     return max(found) if found else None
@@ -538,8 +537,9 @@ def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed
     if status == "optimal" and objective is not None:
         allow = max(CBC_DEFAULT_ABS_GAP if abs_gap is None else abs_gap,
                     rel_gap * max(abs(objective), 1.0) * (1 + 1e-9))
-        proof = objective - allow
-        bound = proof if bound is None else max(bound, proof)
+        # optimal means "within the allowed gap": the optimum is at least objective - allow, and
+        # nothing CBC prints proves more (its final objective is the incumbent, not a bound)
+        bound = objective - allow if mip else bound
     return _Raw(status, columns=columns if status in ("optimal", "feasible") else None,
                 objective=objective, bound=bound, solver_status=header, start_accepted=accepted,
                 notes=notes)
@@ -730,7 +730,9 @@ def _highs_raw(out: dict, columns: list[str], mip: bool, rel_gap: float, abs_gap
         if mip:  # presolve may leave mip_dual_bound stale: the gap rule bounds the optimum too
             allow = max(HIGHS_DEFAULT_ABS_GAP if abs_gap is None else abs_gap,
                         rel_gap * max(abs(objective), 1.0) * (1 + 1e-9))
-            bound = objective - allow if bound is None else max(bound, objective - allow)
+            # optimal means "within the allowed gap"; HiGHS's mip_dual_bound can sit at the
+            # incumbent when it stops at the gap, so only objective - allow is a proof
+            bound = objective - allow
         else:
             bound = objective  # LP duality
     notes = []
