@@ -24,6 +24,7 @@ from . import registry
 from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError
 from .instance import Instance
 from .io import load
+from .result import optimality_gap
 from .solve import SOLVERS, solve
 from .units import MAX_DEVICES
 
@@ -207,6 +208,22 @@ def run(
 
     stages = _counts(stages, "stages")
     workers = _counts(workers, "workers")
+    _check_arguments(problem, methods, time_limit, solver, seed)
+    loaded = _load_all(instances, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory)
+    _refuse_unused(loaded, problem, stages=stages, workers=workers, replication=replication)
+    tasks = [task for inst in loaded
+             for task in _tasks(inst, problem, methods, every_method, stages, workers, replication)]
+    rows = []
+    bar = tqdm(tasks, disable=not progress, desc="bench", unit="solve", leave=False)
+    for inst, name, size, spec, space in bar:
+        bar.set_postfix_str(f"{inst.name} {name} {spec.name}", refresh=False)
+        rows.append(_row(inst, name, size, spec, space, time_limit=time_limit, solver=solver, seed=seed))
+    bar.close()
+    return add_gaps(pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("best_bound", "gap")]))
+
+
+def _check_arguments(problem, methods, time_limit, solver, seed) -> None:
+    """Every argument checked before any file is read (errors name the bad value)."""
     _check_time_limit(time_limit)
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown solver {solver!r}; choose from {list(SOLVERS)}")
@@ -218,10 +235,15 @@ def run(
         registry.problem_class(problem)  # unknown problem: say so before reading anything
         for m in methods or ():
             registry.method(problem, m)
-    if methods is not None and problem == "auto":
+    elif methods is not None:
         unknown = [m for m in methods if not any(spec.name == m for spec in registry.METHODS)]
         if unknown:
             raise InvalidProblemError(f"unknown method(s) {unknown}; known: {sorted({m.name for m in registry.METHODS})}")
+
+
+def _load_all(instances, **overrides) -> list[Instance]:
+    """Instances as given and every readable file (a file that cannot be read is skipped with
+    a message); :class:`ReadError` if none is left."""
     items = list(expand_paths(instances))
     loaded: list[Instance] = []
     for item in items:
@@ -229,20 +251,24 @@ def run(
             loaded.append(item)
             continue
         try:
-            loaded.append(load(item, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory))
+            loaded.append(load(item, **overrides))
         except PipeoptError as exc:
             logger.warning("skipped %s: %s", item, exc)
             print(f"skipped {item}: {exc}")
     if not loaded:
         raise ReadError(f"no instance could be read from {[str(x) for x in items] if items else 'the paths given'}")
+    return loaded
 
-    tasks = []
-    unused: dict = {"stages": [], "workers": [], "replication": []}  # option -> (instance, problem) not using it
+
+def _refuse_unused(loaded, problem, **given) -> None:
+    """An option no instance's problem uses is an error; one some instances' problems do not
+    use gets a note naming them (with ``problem="auto"``)."""
+    unused: dict = {option: [] for option in given}  # option -> (instance, problem) not using it
     for inst in loaded:
         name = registry.auto_problem(inst) if problem == "auto" else problem
         takes = registry.options_of(name)
-        for option, given in (("stages", stages), ("workers", workers), ("replication", replication)):
-            if given and option not in takes:
+        for option, value in given.items():
+            if value and option not in takes:
                 unused[option].append((inst.name, name))
     for option, where in unused.items():
         if not where:
@@ -254,69 +280,67 @@ def run(
             )
         print(f"note: {option} not used by the {' and '.join(problems)} problem on {', '.join(i for i, _ in where)}")
 
-    for inst in loaded:
-        name = registry.auto_problem(inst) if problem == "auto" else problem
-        if methods is None:
-            specs = [m for m in registry.methods(name) if m.default or every_method]
-        elif problem == "auto":  # named methods, each where its problem has it
-            specs = [m for m in registry.methods(name) if m.name in methods]
-            if not specs:
-                print(f"skipped {inst.name} for {name}: it has none of the methods {list(methods)}")
-                continue
-        else:
-            specs = [registry.method(name, m) for m in methods]
-        spaces = _spaces(name, specs, replication)
-        given = {"stages": stages if "stages" in registry.options_of(name) else None,
-                 "workers": workers if "workers" in registry.options_of(name) else None}
-        for size in registry.sizes(name, inst, **given):
-            try:  # can the problem be posed at all? (say so once, not once per method)
-                registry.problem_class(name)(inst, **size)
-            except PipeoptError as exc:
-                label = ", ".join(f"{'S' if k == 'stages' else 'q'}={v}" for k, v in size.items())
-                print(f"skipped {inst.name} ({label}) for {name}: {exc}")
-                continue
-            for spec in specs:
-                for space in spaces[spec.name]:
-                    tasks.append((inst, name, size, spec, space))
 
-    rows = []
-    bar = tqdm(tasks, disable=not progress, desc="bench", unit="solve", leave=False)
-    for inst, name, size, spec, space in bar:
-        bar.set_postfix_str(f"{inst.name} {name} {spec.name}", refresh=False)
-        row = {
-            "instance": inst.name,
-            "layers": inst.num_layers,
-            "units": inst.chain.n,
-            "problem": name,
-            "stages": size.get("stages", math.nan),
-            "workers": size.get("workers", math.nan),
-            "method": spec.name,
-            "exact": spec.exact,
-            "space": space,
-            "objective": math.nan,
-            "lower_bound": math.nan,
-            "note": "",
-        }
-        started = time.perf_counter()
-        try:
-            res = solve(inst, problem=name, method=spec.name, time_limit=time_limit, solver=solver, seed=seed,
-                        **size, **_space_option(name, space))
-            row.update(
-                status=str(res.status),
-                objective=res.objective,
-                lower_bound=res.lower_bound if res.lower_bound is not None else math.nan,
-                space=res.space,
-                runtime=res.runtime,
-            )
-            if res.evaluation is not None and res.evaluation.violations:
-                row["note"] = "; ".join(res.evaluation.violations)[:200]
-        except InfeasibleError as exc:
-            row.update(status="infeasible", runtime=time.perf_counter() - started, note=str(exc))
+def _tasks(inst, problem, methods, every_method, stages, workers, replication) -> list[tuple]:
+    """``(instance, problem, size, method, space)`` of every solve to run on ``inst``."""
+    name = registry.auto_problem(inst) if problem == "auto" else problem
+    if methods is None:
+        specs = [m for m in registry.methods(name) if m.default or every_method]
+    elif problem == "auto":  # named methods, each where its problem has it
+        specs = [m for m in registry.methods(name) if m.name in methods]
+        if not specs:
+            print(f"skipped {inst.name} for {name}: it has none of the methods {list(methods)}")
+            return []
+    else:
+        specs = [registry.method(name, m) for m in methods]
+    spaces = _spaces(name, specs, replication)
+    takes = registry.options_of(name)
+    tasks = []
+    for size in registry.sizes(name, inst, stages=stages if "stages" in takes else None,
+                               workers=workers if "workers" in takes else None):
+        try:  # can the problem be posed at all? (say so once, not once per method)
+            registry.problem_class(name)(inst, **size)
         except PipeoptError as exc:
-            row.update(status="skipped", runtime=time.perf_counter() - started, note=str(exc))
-        rows.append(row)
-    bar.close()
-    return add_gaps(pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("best_bound", "gap")]))
+            label = ", ".join(f"{'S' if k == 'stages' else 'q'}={v}" for k, v in size.items())
+            print(f"skipped {inst.name} ({label}) for {name}: {exc}")
+            continue
+        tasks.extend((inst, name, size, spec, space) for spec in specs for space in spaces[spec.name])
+    return tasks
+
+
+def _row(inst, name, size, spec, space, **solve_options) -> dict:
+    """One tidy row: the solve of ``spec`` on ``inst`` through :func:`pipeopt.solve`."""
+    row = {
+        "instance": inst.name,
+        "layers": inst.num_layers,
+        "units": inst.chain.n,
+        "problem": name,
+        "stages": size.get("stages", math.nan),
+        "workers": size.get("workers", math.nan),
+        "method": spec.name,
+        "exact": spec.exact,
+        "space": space,
+        "objective": math.nan,
+        "lower_bound": math.nan,
+        "note": "",
+    }
+    started = time.perf_counter()
+    try:
+        res = solve(inst, problem=name, method=spec.name, **solve_options, **size, **_space_option(name, space))
+        row.update(
+            status=str(res.status),
+            objective=res.objective,
+            lower_bound=res.lower_bound if res.lower_bound is not None else math.nan,
+            space=res.space,
+            runtime=res.runtime,
+        )
+        if res.evaluation is not None and res.evaluation.violations:
+            row["note"] = "; ".join(res.evaluation.violations)[:200]
+    except InfeasibleError as exc:
+        row.update(status="infeasible", runtime=time.perf_counter() - started, note=str(exc))
+    except PipeoptError as exc:
+        row.update(status="skipped", runtime=time.perf_counter() - started, note=str(exc))
+    return row
 
 
 def add_gaps(df: pd.DataFrame) -> pd.DataFrame:
@@ -329,9 +353,9 @@ def add_gaps(df: pd.DataFrame) -> pd.DataFrame:
     bound = df["lower_bound"].where(df["exact"].astype(bool))
     df["best_bound"] = bound.groupby([df[k].astype(str).fillna("-") for k in keys], dropna=False).transform("max")
     # a plan proven infeasible in its space has no gap
-    df["gap"] = (df["objective"] - df["best_bound"]) / df["objective"] * 100.0
-    df.loc[~(df["objective"] < math.inf) | (df["status"] == "infeasible"), "gap"] = math.nan
-    df["gap"] = df["gap"].clip(lower=0.0)
+    gaps = [optimality_gap(o, None if math.isnan(b) else b) for o, b in zip(df["objective"], df["best_bound"])]
+    df["gap"] = [math.nan if g is None else g * 100.0 for g in gaps]  # the one definition, in percent
+    df.loc[df["status"] == "infeasible", "gap"] = math.nan
     return df.reindex(columns=COLUMNS)
 
 
