@@ -40,7 +40,7 @@ class Status(str, Enum):
         return self.value
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
     """A plan, its evaluation and what the method proved.
 
@@ -89,7 +89,7 @@ class Result:
         ClaimError
             If the method claims more than its plan shows (a bug in that method).
         """
-        self.status = Status(self.status)
+        object.__setattr__(self, "status", Status(self.status))
         if self.status in (Status.OPTIMAL, Status.FEASIBLE):
             if self.plan is None or self.evaluation is None:
                 raise ClaimError(f"{self.method}: status {self.status} without a plan")
@@ -109,9 +109,9 @@ class Result:
                         f"{self.method}: lower bound {bound!r} s exceeds the objective {obj!r} s of its own plan"
                     )
                 bound = obj
-            self.lower_bound = bound
+            object.__setattr__(self, "lower_bound", bound)
         elif self.status == Status.OPTIMAL:
-            self.lower_bound = self.objective
+            object.__setattr__(self, "lower_bound", self.objective)
 
     @classmethod
     def scored(
