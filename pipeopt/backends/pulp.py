@@ -478,7 +478,9 @@ def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed
     args += ["-ratio", repr(float(rel_gap))]
     if abs_gap is not None:
         args += ["-allow", repr(float(abs_gap))]
-    args += ["-threads", str(threads), "-randomSeed", str(seed + 1), "-randomCbcSeed", str(seed + 1)]
+    if threads > 1:  # CBC's "-threads 1" is its threaded search with one thread, not the serial one
+        args += ["-threads", str(threads)]
+    args += ["-randomSeed", str(seed + 1), "-randomCbcSeed", str(seed + 1)]
     if start:
         mst = os.path.join(workdir, "start.mst")
         _write_mipstart(mst, start)

@@ -50,10 +50,10 @@ from .problem import PartitionProblem
 
 __all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_milp"]
 
-MILP_REL_GAP = 1e-9
+MILP_REL_GAP = 1e-7
 """Relative optimality gap at which the MILP solvers stop (about zero)."""
 
-MILP_ABS_GAP = 1e-9
+MILP_ABS_GAP = 1e-7
 """Absolute gap, in the MILP's time units (1/100 of the simple lower bound)."""
 
 BOUND_SLACK = 1e-7
