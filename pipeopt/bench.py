@@ -25,7 +25,7 @@ from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadErro
 from .instance import Instance
 from .io import load
 from .result import optimality_gap
-from .solve import SOLVERS, solve
+from .solve import check_solver_and_seed, solve
 from .units import MAX_DEVICES
 
 logger = logging.getLogger("pipeopt")
@@ -225,10 +225,7 @@ def run(
 def _check_arguments(problem, methods, time_limit, solver, seed) -> None:
     """Every argument checked before any file is read (errors name the bad value)."""
     _check_time_limit(time_limit)
-    if solver not in SOLVERS:
-        raise InvalidProblemError(f"unknown solver {solver!r}; choose from {list(SOLVERS)}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise InvalidProblemError(f"seed must be an integer, got {seed!r}")
+    check_solver_and_seed(solver, seed)
     if isinstance(methods, str):
         raise InvalidProblemError(f"methods must be a list of method names, got the string {methods!r}")
     if problem != "auto":

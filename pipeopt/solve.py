@@ -21,6 +21,15 @@ def _positive_int(value, what: str) -> int:
     return int(value)
 
 
+def check_solver_and_seed(solver, seed) -> None:
+    """Raise :class:`InvalidProblemError` unless ``solver`` is one of :data:`SOLVERS` and
+    ``seed`` an integer (shared by :func:`solve` and the bench, which checks before any work)."""
+    if solver not in SOLVERS:
+        raise InvalidProblemError(f"unknown solver {solver!r}; choose from {list(SOLVERS)}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise InvalidProblemError(f"seed must be an integer, got {seed!r}")
+
+
 def check_options(problem: str, options: dict) -> None:
     """Raise :class:`InvalidProblemError` if ``options`` holds a name the problem does not take
     (an option is never silently ignored).
@@ -110,10 +119,7 @@ def solve(
     deadline = Deadline(time_limit)
     if not isinstance(instance, Instance):
         raise InvalidProblemError(f"solve needs a pipeopt.Instance, got {type(instance).__name__}")
-    if solver not in SOLVERS:
-        raise InvalidProblemError(f"unknown solver {solver!r}; choose from {list(SOLVERS)}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise InvalidProblemError(f"seed must be an integer, got {seed!r}")
+    check_solver_and_seed(solver, seed)
     threads = _positive_int(threads, "threads")
     spec = registry.method(problem, method)
     check_options(problem, options)
