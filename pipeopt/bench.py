@@ -263,10 +263,8 @@ def _refuse_unused(loaded, problem, **given) -> None:
     unused: dict = {option: [] for option in given}  # option -> (instance, problem) not using it
     for inst in loaded:
         name = registry.auto_problem(inst) if problem == "auto" else problem
-        takes = registry.options_of(name)
-        for option, value in given.items():
-            if value and option not in takes:
-                unused[option].append((inst.name, name))
+        for option in registry.unused_options(name, **given):
+            unused[option].append((inst.name, name))
     for option, where in unused.items():
         if not where:
             continue

@@ -161,9 +161,8 @@ def _solve(args, inst):
     args.problem = problem
     stages, workers = getattr(args, "stages", None), getattr(args, "workers", None)
     replication = getattr(args, "replication", False)
-    takes = registry.options_of(problem)
-    unused = [f"--{name}" for name, value in (("stages", stages), ("workers", workers), ("replication", replication))
-              if value not in (None, False) and name not in takes]
+    unused = [f"--{name}" for name in
+              registry.unused_options(problem, stages=stages, workers=workers, replication=replication)]
     if unused:  # an option is never silently ignored
         raise InvalidProblemError(
             f"the {problem} problem does not use {' or '.join(unused)}; pick the problem with --problem, or drop the option"

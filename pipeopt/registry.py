@@ -144,12 +144,17 @@ def sizes(problem: str, instance: Instance, *, stages=None, workers=None) -> lis
     return [dict(combo) for combo in itertools.product(*axes)]
 
 
+def unused_options(problem: str, **given) -> list[str]:
+    """Names of the options given (not ``None``/``False``) that ``problem`` does not take."""
+    takes = options_of(problem)
+    return [name for name, value in given.items() if value not in (None, False) and name not in takes]
+
+
 def refuse_unused(problem: str, **given) -> None:
     """Raise :class:`InvalidProblemError` if an option is given (not ``None``/``False``) that
     ``problem`` does not take: an option is never silently ignored."""
-    takes = options_of(problem)
-    for name, value in given.items():
-        if value not in (None, False) and name not in takes:
-            raise InvalidProblemError(
-                f"the {problem} problem does not use {name}; its options are {list(takes)}"
-            )
+    unused = unused_options(problem, **given)
+    if unused:
+        raise InvalidProblemError(
+            f"the {problem} problem does not use {unused[0]}; its options are {list(options_of(problem))}"
+        )
