@@ -16,7 +16,7 @@ from .errors import InvalidClusterError, InvalidProblemError
 from .graph import Chain, validate_graph
 from .units import MAX_MICROBATCHES
 
-OBJECTIVES = ("bottleneck", "gpipe", "makespan")
+OBJECTIVES = ("bottleneck", "iteration", "gpipe")
 
 
 @dataclass(frozen=True)
@@ -26,17 +26,21 @@ class Settings:
     Parameters
     ----------
     overlap
-        Communication overlaps compute (default, as in PipeDream): the time per microbatch
-        is ``max(max_i tau_i, max_i C_i)``. Without it each stage also pays the transfers it
-        sends (its activations forward, its input gradients back).
+        Communication overlaps compute (default, as in PipeDream): transfers run on the
+        links beside compute. Without it each stage's ops also carry the transfers it sends
+        (its activations forward, its input gradients back).
     weight_stashing
         Stage i (0-based, S stages) keeps ``S - i`` weight versions (PipeDream) instead of one.
     microbatches
-        M, microbatches per iteration (used for the iteration-time estimates and the
-        simulator), an integer in 1 .. :data:`pipeopt.units.MAX_MICROBATCHES`.
+        M, microbatches per iteration (the ``iteration`` and ``gpipe`` objectives, the
+        secondary objective of the exact methods, the simulator), an integer in
+        1 .. :data:`pipeopt.units.MAX_MICROBATCHES`.
     objective
-        ``"bottleneck"`` (steady-state time per microbatch, 1F1B / PipeDream; default),
-        ``"gpipe"`` (``max_i F_i + max_i B_i``) or ``"makespan"`` (``sum_i t_i + (M-1) max_i t_i``).
+        What the exact methods minimise, each equal to the simulator's value for every plan
+        (README, "What the objective is"): ``"bottleneck"`` (steady-state time per
+        microbatch under 1F1B and asynchronous PipeDream, window rows included; default),
+        ``"iteration"`` (M microbatches under 1F1B with a flush) or ``"gpipe"`` (M
+        microbatches under GPipe, fill-drain).
 
     Raises
     ------
@@ -56,7 +60,8 @@ class Settings:
                 raise InvalidProblemError(f"setting {name!r} must be True or False, got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
         if not isinstance(self.objective, str) or self.objective not in OBJECTIVES:
-            raise InvalidProblemError(f"unknown objective {self.objective!r}; choose from {OBJECTIVES}")
+            hint = " ('makespan' is now 'iteration': the exact 1F1B-flush time)" if self.objective == "makespan" else ""
+            raise InvalidProblemError(f"unknown objective {self.objective!r}; choose from {OBJECTIVES}{hint}")
         m = self.microbatches
         if isinstance(m, (bool, np.bool_)) or not isinstance(m, numbers.Integral) or not 1 <= m <= MAX_MICROBATCHES:
             raise InvalidProblemError(

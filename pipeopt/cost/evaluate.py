@@ -1,27 +1,34 @@
 """The one cost model: :func:`evaluate` scores every plan of every method.
 
-See DESIGN.md, "The cost model". Summary, for stage i on worker V_i with pooled resources
-R_{i,k} (per replica), forward layer set P_i and backward layer set Q_i (= P_i unless
-Bi-Partition):
+See DESIGN.md, "The cost model", and the README ("What the objective is"). For stage i on
+worker V_i with pooled resources R_{i,k} (per replica), forward layer set P_i and backward
+layer set Q_i (= P_i unless Bi-Partition):
 
 * F_k = sum of fwd[k] over P_i, B_k = sum of bwd[k] over Q_i (seconds on one unit of k).
-* sequential execution: tau_i = 1 / sum_k R_k / (F_k + B_k).
-* split execution (share beta_k of kind k to the forward pass, Duan & Wu 2022):
-  tau_i = 1 / min(sum_k beta_k R_k / F_k, sum_k (1 - beta_k) R_k / B_k).
-* replication on m workers (PipeDream): tau_i = (c_i + W_i) / m with c_i the per-replica
-  compute time and W_i = 2 (m - 1) / m * param_bytes / bandwidth (ring all-reduce).
-* communication at the cut after stage c: forward bytes (activations of crossing edges) and
-  backward bytes (gradients of crossing edges); with Bi-Partition a layer whose forward runs on
-  stage a and backward on stage b != a also sends its stashed activation a -> b every
+* sequential execution: tau_i = 1 / sum_k R_k / (F_k + B_k); split execution (share beta_k
+  of kind k to the forward pass, Duan & Wu 2022): tau_i = max(forward, backward) with
+  the two passes running concurrently on their shares.
+* replication on m workers (PipeDream): a replica runs every m-th microbatch and is busy
+  tau_i + W_i per microbatch, W_i = 2 (m - 1) / m * param_bytes / bandwidth (ring
+  all-reduce): stage time (tau_i + W_i) / m. Each replica's forward and backward ops are
+  :func:`rules.replica_ops`.
+* communication: a tensor crosses a cut once (:func:`rules.crossing_bytes`); activations go
+  forward, gradients back, each direction on its own (full-duplex links): x_c and y_c seconds
+  per microbatch over ``min(m_c, m_{c+1})`` links. With Bi-Partition a layer whose forward
+  runs on stage a and backward on stage b != a also sends its stashed activation a -> b every
   microbatch and its updated weights b -> a once per iteration (param_bytes / M per
-  microbatch), across every cut between a and b; time
-  C_c = (forward + backward bytes) / (bandwidth * min(m_c, m_{c+1})).
-* with overlap (default) the time per microbatch (bottleneck) is max(max_i tau_i, max_c C_c);
-  without overlap each stage pays what it sends (its forward bytes and its backward bytes,
-  divided by its replicas, each of which sends its own microbatches' transfers).
-* memory (1F1B): stage i keeps k_i = ceil(W_i / m_i) microbatches in flight, W_i the workers
-  of stages i..S-1 (k_i = S - i without replication; M under GPipe); memory = k_i * act +
-  v_i * params, v_i = k_i with weight stashing, else 1. Capacity = the worker's memory.
+  microbatch). With overlap (default) transfers run beside compute; without, the sender's
+  ops carry them.
+* the objective is the schedule (:mod:`.rules`, :mod:`.schedule`):
+  ``bottleneck`` - the steady-state time per microbatch of 1F1B (and of asynchronous
+  PipeDream), :func:`rules.steady_period`: the largest of the replicas' own work, each cut
+  direction, and the window rows; ``iteration`` - the time of M microbatches under
+  1F1B with a flush; ``gpipe`` - the time of M microbatches under GPipe (fill-drain). The
+  last two are the longest path through the run's operations (:mod:`.schedule`), the
+  value :func:`pipeopt.simulate` measures.
+* memory: a replica keeps k_i = ceil(W_i / m_i) microbatches in flight under 1F1B (W_i the
+  workers of stages i..S-1; S - i without replication; 2 k_i under split execution; M under
+  GPipe); memory = k_i * act + v_i * params, v_i = k_i with weight stashing, else 1.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from ..instance import Instance
 from ..plan import Plan
 from . import rules
 from .rules import stage_compute
+from .schedule import makespan, run_graph
 
 
 @dataclass
@@ -45,17 +53,28 @@ class Evaluation:
     Attributes
     ----------
     objective
-        The value of ``instance.settings.objective`` (default the bottleneck).
+        The value of ``instance.settings.objective``: :attr:`bottleneck`,
+        :attr:`iteration_time` or :attr:`gpipe_time`.
     bottleneck
-        Steady-state time per microbatch.
+        Steady-state time per microbatch under 1F1B (:func:`rules.steady_period`): equal to
+        what :func:`pipeopt.simulate` measures in the middle of a long 1F1B run.
     throughput
         ``1 / bottleneck``, microbatches per second.
     stage_time
-        ``list[float]`` per stage: tau_i (plus its transfers without overlap).
+        ``list[float]`` per stage: the time a microbatch takes of the stage
+        (``(forward op + backward op) / m``; split execution: the longer op / m).
     forward_time, backward_time
-        ``list[float]`` per stage: time of its forward / backward pass alone on its share.
+        ``list[float]`` per stage: time of its forward / backward pass alone on its share
+        (per microbatch, over its m replicas).
+    forward_op, backward_op
+        ``list[float]`` per stage: what one replica's forward / backward op takes
+        (:func:`rules.replica_ops`; without overlap, with the transfer it sends).
     comm_time
-        ``list[float]`` per cut (S - 1 entries).
+        ``list[float]`` per cut (S - 1 entries): the busier direction's transfer time per
+        microbatch over the cut's links (:func:`rules.cut_time`).
+    round_trip
+        ``list[float]`` per cut: one microbatch's activations forward plus gradients back,
+        on one link (what the window rows add; zero without overlap).
     comm_bytes
         ``list[float]`` per cut, forward + backward bytes crossing it.
     comm_bytes_forward, comm_bytes_backward
@@ -63,8 +82,12 @@ class Evaluation:
         activations) and towards earlier stages (gradients, migrated weights).
     memory, memory_capacity
         ``list[float]`` per stage (per replica).
+    in_flight
+        ``list[int]`` per stage: microbatches a replica keeps under the objective's schedule.
     iteration_time
-        Estimate for M microbatches: ``sum_i t_i + (M - 1) * bottleneck`` (flow shop).
+        M microbatches under 1F1B with a flush (exact, :mod:`pipeopt.cost.schedule`).
+    gpipe_time
+        M microbatches under GPipe (exact).
     feasible
         False if a stage exceeds its memory or cannot run a layer.
     violations
@@ -81,16 +104,44 @@ class Evaluation:
     comm_bytes: list
     memory: list
     memory_capacity: list
-    iteration_time: float
     feasible: bool
     violations: list = field(default_factory=list)
     comm_bytes_forward: list = field(default_factory=list)
     comm_bytes_backward: list = field(default_factory=list)
+    forward_op: list = field(default_factory=list)
+    backward_op: list = field(default_factory=list)
+    round_trip: list = field(default_factory=list)
+    in_flight: list = field(default_factory=list)
+    pipeline: dict = field(default_factory=dict, repr=False)
 
     @property
     def bottleneck_stage(self) -> int:
         """Index of the slowest stage."""
         return int(np.argmax(self.stage_time))
+
+    def run_time(self, schedule: str) -> float:
+        """Seconds of M microbatches under ``"1f1b"`` (with a flush) or ``"gpipe"``: the longest
+        path through the run's operations (:func:`pipeopt.cost.schedule.makespan`)."""
+        key = "time_" + schedule
+        p = self.pipeline
+        if key not in p:
+            if not math.isfinite(self.bottleneck):
+                p[key] = math.inf
+            else:
+                graph = run_graph(schedule, p["replicas"], p["window"], p["split"], p["links"],
+                                  p["microbatches"], p["overlap"])
+                p[key] = makespan(graph, graph.durations(self.forward_op, self.backward_op, p["x"], p["y"]))[0]
+        return p[key]
+
+    @property
+    def iteration_time(self) -> float:
+        """M microbatches under 1F1B with a flush (seconds, exact)."""
+        return self.run_time("1f1b")
+
+    @property
+    def gpipe_time(self) -> float:
+        """M microbatches under GPipe, fill-drain (seconds, exact)."""
+        return self.run_time("gpipe")
 
 
 def check_plan(instance, plan: Plan) -> None:
@@ -211,72 +262,83 @@ def evaluate(instance, plan: Plan) -> Evaluation:
                 bwd_b[b:a] += act
                 fwd_b[b:a] += par
     links = [min(reps[c], reps[c + 1]) for c in range(S - 1)]
-    comm_time = [rules.cut_time(fwd_b[c], bwd_b[c], bw, links[c]) for c in range(S - 1)]
+    x = [float(rules.transfer_time(fwd_b[c], bw)) for c in range(S - 1)]  # one microbatch, one link
+    y = [float(rules.transfer_time(bwd_b[c], bw)) for c in range(S - 1)]
+    comm_time = [float(rules.cut_time(fwd_b[c], bwd_b[c], bw, links[c])) for c in range(S - 1)]
+    objective_name = settings.objective
 
-    stage_time, f_time, b_time, memory, capacity = [], [], [], [], []
+    stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
+    windows, splits = [], []
     violations: list[str] = []
     workers_after = np.cumsum(reps[::-1])[::-1]  # workers of stages i..S-1
     for i, st in enumerate(plan.stages):
         m = st.replicas
+        split = st.beta is not None
         res, mem_cap = rules.pool((cluster.device(d) for d in st.devices), m)
         F = _sum_costs(graph, st.layers, "fwd")
         B = _sum_costs(graph, st.backward_layers, "bwd")
         f, b, tau = stage_compute(res, F, B, st.beta)
         params = sum(graph.nodes[n]["param_bytes"] for n in set(st.layers) | set(st.backward_layers))
-        if m > 1:
-            tau = rules.replicated_time(tau, params, m, bw)
-            f, b = f / m, b / m
-        if not settings.overlap:  # each replica sends its own microbatches' transfers
-            if i < S - 1:
-                tau += rules.transfer_time(fwd_b[i], bw, m)
-            if i > 0:
-                tau += rules.transfer_time(bwd_b[i - 1], bw, m)
-        if not math.isfinite(tau):
+        ar = rules.allreduce_time(params, m, bw) if m > 1 else 0.0
+        if not all(math.isfinite(v) for v in (f, b, tau)):
             violations.append(f"stage {i} holds a layer that none of its worker's resource kinds can run")
-        in_flight = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m,
-                                    gpipe=settings.objective == "gpipe", microbatches=M)
+            f_op = b_op = math.inf
+        else:
+            f_op, b_op = rules.replica_ops(tau, f, b, ar, split=split)
+        if not settings.overlap:  # the sender's ops carry the transfers
+            f_op += x[i] if i < S - 1 else 0.0
+            b_op += y[i - 1] if i > 0 else 0.0
+        window = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m)
+        kept = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m, split=split,
+                               gpipe=objective_name == "gpipe", microbatches=M)
         acts = sum(graph.nodes[n]["act_bytes"] for n in st.backward_layers)
-        versions = rules.weight_versions(in_flight, settings.weight_stashing)
-        mem = rules.stage_memory(acts, params, in_flight, versions)
+        versions = rules.weight_versions(kept, settings.weight_stashing)
+        mem = rules.stage_memory(acts, params, kept, versions)
         if not rules.fits(mem, mem_cap):
             violations.append(
                 f"stage {i} needs {mem / 2**30:.3f} GiB but its worker has {mem_cap / 2**30:.3f} GiB"
             )
-        stage_time.append(tau)
-        f_time.append(f)
-        b_time.append(b)
+        stage_time.append((max(f_op, b_op) if split else f_op + b_op) / m)
+        f_time.append(f / m)
+        b_time.append(b / m)
+        f_ops.append(float(f_op))
+        b_ops.append(float(b_op))
         memory.append(float(mem))
         capacity.append(float(mem_cap))
+        flight.append(int(kept))
+        windows.append(int(window))
+        splits.append(split)
 
-    if settings.overlap:
-        bottleneck = max(stage_time + comm_time)
-        flow = [x for i in range(S) for x in ([stage_time[i], comm_time[i]] if i < S - 1 else [stage_time[i]])]
+    on_links = (x, y) if settings.overlap else ([0.0] * (S - 1), [0.0] * (S - 1))
+    if all(map(math.isfinite, f_ops + b_ops)):
+        bottleneck = rules.steady_period(f_ops, b_ops, reps, windows, splits, *on_links, links)
     else:
-        bottleneck = max(stage_time)
-        flow = list(stage_time)
-    iteration = sum(flow) + (M - 1) * bottleneck
-    if settings.objective == "bottleneck":
-        objective = bottleneck
-    elif settings.objective == "makespan":
-        objective = iteration
-    else:  # gpipe: max_i F_i + max_i B_i, each phase also limited by its transfers
-        fc = [rules.transfer_time(fwd_b[c], bw, links[c]) for c in range(S - 1)]
-        bc = [rules.transfer_time(bwd_b[c], bw, links[c]) for c in range(S - 1)]
-        objective = max(f_time + (fc if settings.overlap else [])) + max(b_time + (bc if settings.overlap else []))
-    return Evaluation(
-        objective=float(objective),
+        bottleneck = math.inf
+    pipeline = {"replicas": reps, "window": windows, "split": splits, "links": links, "microbatches": M,
+                "overlap": settings.overlap, "x": on_links[0], "y": on_links[1]}
+    ev = Evaluation(
+        objective=float(bottleneck),
         bottleneck=float(bottleneck),
         throughput=1.0 / bottleneck if bottleneck > 0 else math.inf,
-        stage_time=[float(x) for x in stage_time],
-        forward_time=[float(x) for x in f_time],
-        backward_time=[float(x) for x in b_time],
-        comm_time=[float(x) for x in comm_time],
+        stage_time=[float(v) for v in stage_time],
+        forward_time=[float(v) for v in f_time],
+        backward_time=[float(v) for v in b_time],
+        comm_time=comm_time,
         comm_bytes=[float(fwd_b[c] + bwd_b[c]) for c in range(S - 1)],
-        comm_bytes_forward=[float(x) for x in fwd_b],
-        comm_bytes_backward=[float(x) for x in bwd_b],
+        comm_bytes_forward=[float(v) for v in fwd_b],
+        comm_bytes_backward=[float(v) for v in bwd_b],
         memory=memory,
         memory_capacity=capacity,
-        iteration_time=float(iteration),
         feasible=not violations,
         violations=violations,
+        forward_op=f_ops,
+        backward_op=b_ops,
+        round_trip=[a + b for a, b in zip(*on_links, strict=True)],
+        in_flight=flight,
+        pipeline=pipeline,
     )
+    if objective_name == "iteration":
+        ev.objective = ev.iteration_time
+    elif objective_name == "gpipe":
+        ev.objective = ev.gpipe_time
+    return ev

@@ -130,9 +130,17 @@ def transfer_time(nbytes, bandwidth: float, links=1):
 
 
 def cut_time(forward_bytes, backward_bytes, bandwidth: float, links=1):
-    """Seconds a cut is busy per microbatch: activations forward plus gradients back, over
-    ``links = min(m, m')`` links between a stage on m replicas and one on m' (PipeDream)."""
-    return transfer_time(forward_bytes + backward_bytes, bandwidth, links)
+    """Seconds per microbatch the busier direction of a cut is busy: links are full duplex
+    (NVLink, InfiniBand, Ethernet), so activations forward and gradients back travel at once,
+    each over ``links = min(m, m')`` links between a stage on m replicas and one on m'
+    (PipeDream). ``max(forward, backward) / (bandwidth * links)``."""
+    return transfer_time(np.maximum(forward_bytes, backward_bytes), bandwidth, links)
+
+
+def round_trip(forward_bytes, backward_bytes, bandwidth: float):
+    """Seconds one microbatch's activations forward plus its gradients back take on one link:
+    what a cut adds to the window rows (:func:`steady_period`)."""
+    return transfer_time(forward_bytes + backward_bytes, bandwidth)
 
 
 def allreduce_time(param_bytes, replicas, bandwidth: float):
@@ -150,8 +158,15 @@ def replicated_time(tau, param_bytes, replicas, bandwidth: float):
 def crossing_bytes(graph, position: dict, count: int) -> np.ndarray:
     """Bytes that cross each boundary between consecutive positions ``0 .. count-1``.
 
-    An edge ``u -> v`` with ``position[u] < position[v]`` carries its bytes (activations;
-    the same amount of gradient goes back) across every boundary between the two.
+    **A tensor crosses a boundary at most once per microbatch**, whatever the number of
+    layers beyond it that read the tensor: a layer's output is sent once to the next
+    stage, and a stage passes on what later stages need (PipeDream's generated stages
+    forward the tensors of later stages this way). So a tensor feeding two layers of the
+    next stage travels once, and one feeding layers of two later stages travels once to
+    each, relayed through the stages between. Layer ``u``'s tensor crosses boundary c
+    (``position[u] <= c < position[v]`` for some consumer v) carrying the largest ``bytes``
+    of its edges to consumers beyond c (the edges of one tensor normally all carry its
+    ``out_bytes``). Its gradient travels back the same way.
 
     Parameters
     ----------
@@ -168,12 +183,16 @@ def crossing_bytes(graph, position: dict, count: int) -> np.ndarray:
         Bytes per boundary; entry c is the boundary between positions c and c + 1.
     """
     diff = np.zeros(count + 1)
-    for u, v in graph.edges:
-        a, b = position[u], position[v]
-        if a < b:
-            w = edge_bytes(graph, u, v)
-            diff[a] += w
-            diff[b] -= w
+    for u in graph.nodes:
+        a = position[u]
+        later = sorted(((position[v], edge_bytes(graph, u, v)) for v in graph.successors(u)
+                        if position[v] > a), reverse=True)
+        top = 0.0  # running max of the bytes of the edges reaching beyond a boundary
+        for b, w in later:  # boundaries a .. b-1 carry max(bytes of edges reaching b or further)
+            if w > top:
+                diff[a] += w - top
+                diff[b] -= w - top
+                top = w
     return np.cumsum(diff)[: max(count - 1, 0)]
 
 
@@ -191,19 +210,144 @@ def migration_bytes(act_bytes, param_bytes, microbatches: int):
     return act_bytes, param_bytes / microbatches
 
 
-# ---- memory ----------------------------------------------------------------------------------
+# ---- the schedule: microbatches in flight and the steady state -------------------------------
 def in_flight(stage: int, stages: int, *, workers_after=None, replicas=1, gpipe: bool = False,
-              microbatches: int = 1):
-    """Microbatches whose activations stage ``stage`` (0-based) keeps.
+              microbatches: int = 1, split: bool = False):
+    """Microbatches whose activations a replica of stage ``stage`` (0-based) keeps.
 
-    1F1B: ``ceil(W / m)`` with W the workers of stages ``stage .. S-1`` and m the stage's
-    replicas (``S - stage`` without replication); GPipe (fill-drain): all M microbatches.
+    1F1B: ``k = ceil(W / m)`` with W the workers of stages ``stage .. S-1`` and m the stage's
+    replicas (``S - stage`` without replication; PipeDream's runtime computes the same number
+    as ``num_warmup_minibatches + 1``). Split execution (Duan & Wu): ``2 k`` (the forward share
+    admits a new microbatch while fewer than ``2 k`` are in flight, so that both shares can
+    be busy). GPipe (fill-drain): all M microbatches.
     """
     if gpipe:
         return microbatches
-    if workers_after is None:
-        return stages - stage
-    return -(-workers_after // replicas)
+    k = stages - stage if workers_after is None else -(-workers_after // replicas)
+    return 2 * k if split else k
+
+
+def replica_ops(tau, forward, backward, allreduce=0.0, *, split: bool = False) -> tuple[float, float]:
+    """Seconds one replica's forward op and backward op take per microbatch.
+
+    A replica is busy ``tau + allreduce`` per microbatch it runs (its compute and the share of
+    the all-reduce the cost model spreads over its microbatches, :func:`replicated_time`).
+    Sequential execution splits that time between the two ops in the ratio ``forward :
+    backward`` (with one resource kind: exactly the two passes' times, plus the all-reduce
+    share); split execution stretches both ops, which run concurrently on their shares, by
+    ``(tau + allreduce) / tau``.
+
+    Returns
+    -------
+    (forward op, backward op)
+    """
+    busy = tau + allreduce
+    if split:
+        top = max(forward, backward)
+        scale = busy / top if top > 0 else 0.0
+        return forward * scale, (backward * scale if top > 0 else busy)
+    total = forward + backward
+    if total <= 0:
+        return 0.0, busy
+    return busy * forward / total, busy * backward / total
+
+
+def window_tokens(window, replicas, split) -> tuple[np.ndarray, np.ndarray]:
+    """The two microbatch counts a stage contributes to the window rows.
+
+    Under 1F1B a replica of stage s runs ``B(j)`` then ``F(j + k m)`` (it admits its k-th next
+    microbatch) and ``F(j)`` then ``B(j - (k - 1) m)`` (k its window, m its replicas, microbatch
+    j on replica ``j mod m``). A microbatch's round trip up from stage i to stage l and back
+    therefore spans ``D_i - U_l`` microbatches, with ``D = k m`` and ``U = (k - 1) m``. Under
+    split execution a replica admits ``F(j + 2 k m)`` after ``B(j)`` and runs a backward as soon
+    as its data is there: ``D = 2 k m``, ``U = 0``.
+
+    Parameters
+    ----------
+    window, replicas, split
+        Per stage (arrays or lists of length S): k (:func:`in_flight` without the split
+        factor), m, and whether the stage runs split execution.
+
+    Returns
+    -------
+    (D, U)
+        ``ndarray (S,)`` each.
+    """
+    k, m, sp = np.asarray(window, dtype=float), np.asarray(replicas, dtype=float), np.asarray(split, dtype=bool)
+    return np.where(sp, 2 * k * m, k * m), np.where(sp, 0.0, (k - 1) * m)
+
+
+def steady_period(f_op, b_op, replicas, window, split, x, y, links) -> float:
+    """Steady-state time per microbatch of 1F1B (and asynchronous PipeDream) - exactly.
+
+    With fixed orders (each replica's 1F1B order, each link's microbatch order) the pipeline
+    is a max-plus linear system, and its period is the largest ratio (total duration) /
+    (microbatches spanned) over the cycles of its dependency graph. These cycles are
+    (DESIGN.md, "Objective - it is the schedule"):
+
+    * one replica's own work: ``(f_s + b_s) / m_s`` (split execution: ``f_s / m_s`` and
+      ``b_s / m_s``, each share on its own);
+    * one direction of a cut: ``x_c / L_c`` and ``y_c / L_c`` (links are full duplex);
+    * **the window rows**: a microbatch's round trip from stage i up to stage l and back,
+      ``(sum_{s=i..l} (f_s + b_s) + sum_{c=i..l-1} (x_c + y_c)) / (D_i - U_l)``
+      (:func:`window_tokens`; without replication ``D_i - U_l = l - i + 1``: stages i..l hold
+      l - i + 1 microbatches in flight, so a round trip through them bounds the period).
+
+    Parameters
+    ----------
+    f_op, b_op
+        ``(S,)`` seconds per microbatch of one replica's forward and backward op
+        (:func:`replica_ops`; without overlap they include the transfers the stage sends).
+    replicas, window, split
+        ``(S,)``: m, the 1F1B window k, split execution or not.
+    x, y
+        ``(S-1,)`` seconds one microbatch's activations (gradients) take over one link of
+        each cut (zeros without overlap: the sender's ops carry them).
+    links
+        ``(S-1,)`` parallel links of each cut, ``min(m_c, m_{c+1})``.
+
+    Returns
+    -------
+    float
+        Seconds per microbatch.
+
+    References
+    ----------
+    Baccelli, Cohen, Olsder & Quadrat, Synchronization and Linearity, Wiley 1992 (the cycle
+    time of a max-plus system); Narayanan et al., PipeDream-2BW / Flush, ICML 2021 (1F1B).
+    """
+    f, b = np.asarray(f_op, dtype=float), np.asarray(b_op, dtype=float)
+    m = np.asarray(replicas, dtype=float)
+    sp = np.asarray(split, dtype=bool)
+    x, y, L = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(links, dtype=float)
+    D, U = window_tokens(window, replicas, split)
+    own = np.where(sp, np.maximum(f, b), f + b) / m
+    period = float(max(own.max(initial=0.0), (x / L).max(initial=0.0), (y / L).max(initial=0.0)))
+    # window (i, l): prefix sums of the work and of the round trips give every pair at once
+    work = np.concatenate([[0.0], np.cumsum(f + b)])
+    trip = np.concatenate([[0.0], np.cumsum(x + y)])
+    S = f.size
+    i, l = np.triu_indices(S)
+    w = work[l + 1] - work[i] + trip[l] - trip[i]
+    tokens = D[i] - U[l]
+    return max(period, float((w / tokens).max(initial=0.0)))
+
+
+def window_step(G_prev, C_prev, w, D, U, T):
+    """One step of the window rows' recursion at a trial period T (the DP's probe).
+
+    ``G_l = max_i (sum_{s=i..l} w_s + sum_{c=i..l-1} C_c - D_i T)`` obeys ``G_l = w_l +
+    max(-D_l T, G_{l-1} + C_{l-1})``, and every window row ending at stage l holds iff
+    ``G_l <= -U_l T`` (:func:`steady_period`; ``G_{-1} = -inf``). Smaller G is better for every
+    later stage, so a DP keeps the least G per state.
+
+    Returns
+    -------
+    (G, ok)
+        ``G_l`` and whether the rows ending at l hold (arrays broadcast).
+    """
+    G = w + np.maximum(-D * T, G_prev + C_prev)
+    return G, G <= -U * T
 
 
 def weight_versions(in_flight_count, weight_stashing: bool):
@@ -212,6 +356,7 @@ def weight_versions(in_flight_count, weight_stashing: bool):
     return in_flight_count if weight_stashing else 1
 
 
+# ---- memory ----------------------------------------------------------------------------------
 def stage_memory(act_bytes, param_bytes, in_flight_count, versions):
     """Bytes a stage needs: ``in_flight * activations + versions * parameters``."""
     return in_flight_count * act_bytes + versions * param_bytes

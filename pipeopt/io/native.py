@@ -19,7 +19,7 @@ A JSON object with these fields (units as in DESIGN.md: seconds, bytes, bytes/s)
         "overlap": true,                   #   communication overlaps compute
         "weight_stashing": false,          #   S - i weight versions on stage i
         "microbatches": 8,                 #   M, microbatches per iteration
-        "objective": "bottleneck"          #   "bottleneck" | "gpipe" | "makespan"
+        "objective": "bottleneck"          #   "bottleneck" | "iteration" | "gpipe"
       },
       "cluster": {                         # required
         "bandwidth": 2.5e10,               # required: bytes/s between consecutive workers,
