@@ -47,14 +47,19 @@ class CostTable:
         ``ndarray (n+1,)``: bytes crossing the boundary before unit c (0 at both ends); the
         same amount of gradient travels back.
     cut_time
-        ``ndarray (n+1,)``: seconds a cut at c is busy per microbatch on one link
-        (:func:`rules.cut_time`: activations forward + gradients back).
+        ``ndarray (n+1,)``: seconds the busier direction of a cut at c is busy per microbatch
+        on one link (:func:`rules.cut_time`; links are full duplex).
+    round_trip
+        ``ndarray (n+1,)``: seconds one microbatch's activations forward plus gradients back
+        take over a cut at c on one link (:func:`rules.round_trip`; what a cut adds to the
+        window rows, :func:`rules.steady_period`).
     send_time
         ``ndarray (n+1,)``: seconds one direction of the cut at c takes on one link (what a
         stage pays per transfer it sends without overlap).
     in_flight, versions
-        ``ndarray (S,)``: microbatches in flight and weight versions of each stage (1F1B
-        without replication, :func:`rules.in_flight`, :func:`rules.weight_versions`).
+        ``ndarray (S,)``: microbatches in flight and weight versions of each stage under the
+        objective's schedule without replication (1F1B: S - t; GPipe: M;
+        :func:`rules.in_flight`, :func:`rules.weight_versions`).
     mem_prefix
         ``ndarray (S, n+1)``: ``in_flight[t] * act_prefix + versions[t] * param_prefix``, so
         that stage t of units ``a..b-1`` needs ``mem_prefix[t, b] - mem_prefix[t, a]`` bytes.
@@ -121,6 +126,11 @@ class CostTable:
     def cut_time(self) -> np.ndarray:
         bb = self.boundary_bytes
         return rules.cut_time(bb, bb, self.bandwidth)
+
+    @cached_property
+    def round_trip(self) -> np.ndarray:
+        bb = self.boundary_bytes
+        return rules.round_trip(bb, bb, self.bandwidth)
 
     @cached_property
     def send_time(self) -> np.ndarray:

@@ -233,6 +233,21 @@ class PartitionProblem:
             return zero, tab.cut_time
         return tab.send_time, zero
 
+    @cached_property
+    def trip(self) -> np.ndarray:
+        """``ndarray (n+1,)``: what a cut at boundary c adds to the window rows, seconds: one
+        microbatch's round trip over it with overlap (:attr:`CostTable.round_trip`), zero
+        without (the stages' ops carry their sends, :attr:`cut_terms`).
+
+        The window rows (:func:`pipeopt.cost.rules.steady_period`) of a straight split with
+        stages starting at ``p_0 = 0 < p_1 < ... < p_S = n`` read: for every ``i <= l``,
+        ``sum_{s=i..l} w_s + sum_{c=i+1..l} trip[p_c] <= (l - i + 1) T`` with
+        ``w_s = work(p_s, p_{s+1}) + added[p_s] + added[p_{s+1}]`` a stage's busy time per
+        microbatch.
+        """
+        tab = self.table
+        return tab.round_trip if self.instance.settings.overlap else np.zeros_like(tab.round_trip)
+
     def stage_time(self, a, b, *, in_flight, replicas: int = 1, memory: bool = True):
         """Time per microbatch of a stage of units ``a .. b-1`` on ``replicas`` workers, as
         :func:`pipeopt.evaluate` scores it (vectorised: ``a``, ``b`` broadcast).
@@ -274,6 +289,41 @@ class PartitionProblem:
         if memory and math.isfinite(self.memory):
             t = np.where(self.fits(self.stage_memory(a, b, in_flight)), t, np.inf)
         return t
+
+    def stage_work(self, a, b, replicas: int = 1):
+        """Seconds one replica of a stage of units ``a..b-1`` is busy per microbatch: its
+        compute, the all-reduce share of m replicas, and without overlap the transfers it
+        sends (:func:`pipeopt.cost.rules.replica_ops` summed; arrays broadcast). The w_s of the
+        window rows."""
+        a, b = np.asarray(a), np.asarray(b)
+        added, _ = self.cut_terms
+        comp = self.work_prefix[b] - self.work_prefix[a]
+        if replicas > 1:
+            comp = comp + rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], replicas, self.bandwidth)
+        return comp + added[a] + added[b]
+
+    def period(self, starts, replicas=None) -> float:
+        """Steady-state time per microbatch (the ``bottleneck`` objective) of the split whose
+        stages start at ``[0, *starts]`` on ``replicas`` (default one each), memory aside:
+        :func:`pipeopt.cost.rules.steady_period` on the table's numbers, the window rows
+        included. Equal to :func:`pipeopt.evaluate`'s bottleneck of :meth:`plan`.
+
+        Returns
+        -------
+        float
+            Seconds.
+        """
+        p = np.array([0, *[int(c) for c in starts], self.n])
+        S = len(p) - 1
+        reps = np.ones(S, dtype=int) if replicas is None else np.asarray(replicas, dtype=int)
+        work = np.array([float(self.stage_work(p[s], p[s + 1], int(reps[s]))) for s in range(S)])
+        after = np.cumsum(reps[::-1])[::-1]
+        window = [rules.in_flight(s, S, workers_after=int(after[s]), replicas=int(reps[s])) for s in range(S)]
+        _, bound = self.cut_terms
+        cuts = p[1:-1]
+        half = self.trip[cuts] / 2  # x = y: activations forward, as many gradient bytes back
+        links = np.minimum(reps[:-1], reps[1:])
+        return rules.steady_period(work, np.zeros(S), reps, window, np.zeros(S, dtype=bool), half, half, links)
 
     # ---- plans and results -------------------------------------------------------------
     def plan(self, starts: list[int], replicas: list[int] | None = None) -> Plan:
