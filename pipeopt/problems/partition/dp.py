@@ -1,20 +1,37 @@
 """Exact dynamic program for the partition problem (straight and replicated spaces).
 
-Straight (one worker per stage): with best[s][j] the smallest bottleneck of units 0..j-1 in
-s stages, ``best[s][j] = min_i max(best[s-1][i], cost(i, j, stage s-1))``, O(S n^2),
-vectorised over (i, j). The stage index enters through memory (stage t keeps S - t
-microbatches under 1F1B).
+The objective is the steady-state time per microbatch of 1F1B, window rows included
+(:func:`pipeopt.cost.rules.steady_period`; the value :func:`pipeopt.evaluate` and
+:func:`pipeopt.simulate` give). It is not a max over stages, so the DP runs in two parts:
 
-Replicated (PipeDream, Narayanan et al. SOSP 2019, section 3.1): with best[w][j] the
-smallest bottleneck of units 0..j-1 on w workers, ``best[w][j] = min_{i, m} max(best[w-m][i],
-cost_m(i, j))`` over stages on m replicas, which keep ceil(W/m) microbatches, W the workers
-from the stage to the end (:func:`pipeopt.cost.rules.in_flight`). O(S^2 n^2).
+1. **The min-max DP** over the stages' own terms (a stage's busy time per microbatch over its
+   replicas, its cuts' one-way transfers, its memory): with best[s][j] the smallest such
+   bottleneck of units 0..j-1 in s stages, ``best[s][j] = min_i max(best[s-1][i], cost(i, j,
+   stage s-1))``, O(S n^2). Its value L0 is a lower bound (the window rows only add
+   constraints); if its plan's true period equals L0, that plan is optimal.
+2. **Otherwise, bisection on the period T with an exact feasibility probe.** At a trial T
+   the window rows ending at stage l hold iff ``G_l <= -U_l T`` with ``G_l = w_l +
+   max(-D_l T, G_{l-1} + C_{l-1})`` (:func:`pipeopt.cost.rules.window_step`: w_l the stage's
+   busy time per microbatch, C the cut's round trip, D and U the window tokens). A smaller G
+   is better for every later row, so the probe keeps, per (stage, end unit) — replicated:
+   per (workers used, end unit) — the least G over every split that satisfies every row so
+   far: exact for "is there a split of period <= T". A feasible probe returns a split whose
+   true period becomes the new upper end; an infeasible one raises the lower end. The
+   bisection stops when the two ends agree within :data:`REL_TOL`; the result reports the
+   proven lower end as its bound.
 
-``cost`` is :meth:`PartitionProblem.stage_time` (the cost table's compute, all-reduce and cut
-terms, exactly as :func:`pipeopt.evaluate` scores a stage; the cut between stages on m and
-m' replicas is thereby counted over min(m, m') links) and a stage fits iff it ends by
-:meth:`PartitionProblem.memory_reach` of its start (the cost model's ``fits``). Both DPs are
-exact in pipeopt's cost model; the result's bound equals its objective.
+Replicated (PipeDream, Narayanan et al. SOSP 2019, section 3.1): with best[w][j] over the
+first w workers, a stage on m replicas keeps ceil(W/m) microbatches per replica, W the workers
+from the stage to the end (:func:`pipeopt.cost.rules.in_flight`). O(S^2 n^2) per DP pass.
+
+Costs are read from the problem (:meth:`PartitionProblem.stage_work`, :attr:`PartitionProblem.trip`,
+:attr:`PartitionProblem.cut_terms`, :meth:`PartitionProblem.memory_reach`), which reads the
+cost table; the returned plan is scored by :func:`pipeopt.evaluate`.
+
+References
+----------
+Narayanan et al., PipeDream, SOSP 2019; Narayanan et al., PipeDream-2BW / Flush, ICML 2021
+(1F1B). Baccelli et al., Synchronization and Linearity, 1992 (cycle time of max-plus systems).
 """
 
 from __future__ import annotations
@@ -25,45 +42,13 @@ import numpy as np
 
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import rules
-from ...errors import InfeasibleError
+from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
 
-
-def _time_matrix(p: PartitionProblem, m: int) -> np.ndarray:
-    """``cost[j, i]``: time of a stage of units i..j-1 on m replicas, memory aside (inf if
-    i >= j), :meth:`PartitionProblem.stage_time`. End-major, so that the minimum over starts
-    runs along contiguous memory."""
-    j = np.arange(p.n + 1)[:, None]
-    i = np.arange(p.n + 1)[None, :]
-    cost = p.stage_time(i, j, in_flight=1, replicas=m, memory=False)
-    return np.where(j > i, cost, np.inf)
-
-
-def _step(p: PartitionProblem, best: np.ndarray, time: np.ndarray, in_flight, out: np.ndarray):
-    """One DP step: for every end j, the best ``max(best[i], stage i..j-1)`` over starts i.
-
-    The stage's memory enters through :meth:`PartitionProblem.memory_reach`: a stage i..j-1
-    with ``j > reach[i]`` does not fit.
-
-    Returns
-    -------
-    (value, arg) or None
-        ``ndarray (n+1,)`` each: the best value per end and the start achieving it (None if no
-        start is reachable).
-    """
-    rows = np.flatnonzero(np.isfinite(best))  # prefixes reachable so far
-    if rows.size == 0:
-        return None
-    lo, hi = int(rows[0]), int(rows[-1]) + 1  # unreachable starts in between have best = inf
-    sub = out[:, : hi - lo]
-    np.maximum(best[None, lo:hi], time[:, lo:hi], out=sub)
-    if math.isfinite(p.memory):
-        reach = p.memory_reach(in_flight)[lo:hi]
-        np.putmask(sub, np.arange(p.n + 1)[:, None] > reach[None, :], np.inf)
-    pick = np.argmin(sub, axis=1)
-    ends = np.arange(p.n + 1)
-    return sub[ends, pick], pick + lo
+REL_TOL = 1e-12
+"""The bisection on T stops when (upper - lower) <= REL_TOL * upper: the result's bound is the
+proven lower end, within this of its objective."""
 
 
 def _infeasible(p: PartitionProblem) -> InfeasibleError:
@@ -74,105 +59,169 @@ def _infeasible(p: PartitionProblem) -> InfeasibleError:
     )
 
 
+class _Stages:
+    """Per replica count m: ``work[j, i]`` (busy time per microbatch of one replica of a stage
+    of units i..j-1, inf if j <= i) and the cut bound per boundary; end-major so the minimum
+    over starts runs along contiguous memory."""
+
+    def __init__(self, p: PartitionProblem):
+        self.p = p
+        self._work: dict = {}
+        _, self.bound = p.cut_terms
+        self.trip = np.asarray(p.trip, dtype=float)
+
+    def work(self, m: int) -> np.ndarray:
+        if m not in self._work:
+            n = self.p.n
+            j = np.arange(n + 1)[:, None]
+            i = np.arange(n + 1)[None, :]
+            w = self.p.stage_work(i, j, m)
+            self._work[m] = np.where(j > i, w, np.inf)
+        return self._work[m]
+
+
+def _transitions(p: PartitionProblem, stages: _Stages, S: int):
+    """The DP's steps: ``(to, frm, m, window)`` per (target state, source state, replicas):
+    straight: one per stage s (states: stage count); replicated: per (workers w, replicas m)."""
+    if not p.replication:
+        for s in range(S):
+            yield s + 1, s, 1, S - s
+    else:
+        for w in range(1, S + 1):
+            for m in range(1, w + 1):
+                W = S - (w - m)  # workers from this stage to the end
+                yield w, w - m, m, rules.in_flight(0, 0, workers_after=W, replicas=m)
+
+
+def _dp(p: PartitionProblem, stages: _Stages, T: float | None, deadline: Deadline):
+    """One DP pass. ``T is None``: the min-max DP (value per state = bottleneck of its own
+    terms). Else the feasibility probe at T (value per state = least window slack G).
+
+    Returns
+    -------
+    (value, arg_i, arg_m) or None
+        ``value[state, j]`` and the argmins, ``None`` if the end state is unreachable.
+    """
+    n, S = p.n, p.stages
+    states = S + 1
+    value = np.full((states, n + 1), np.inf)
+    value[0, 0] = -np.inf if T is not None else 0.0
+    arg_i = np.zeros((states, n + 1), dtype=np.int64)
+    arg_m = np.ones((states, n + 1), dtype=np.int64)
+    ends = np.arange(n + 1)
+    for to, frm, m, k in _transitions(p, stages, S):
+        deadline.check(f"DP step to state {to}")
+        prev = value[frm]
+        ok = prev < np.inf
+        if not ok.any():
+            continue
+        rows = np.flatnonzero(ok)
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        work = stages.work(m)[:, lo:hi]
+        link = stages.bound / m  # one direction of a cut over this stage's m links
+        if T is None:
+            cand = np.maximum(np.maximum(prev[None, lo:hi], work / m),
+                              np.maximum(link[None, lo:hi], link[:, None]))
+        else:
+            D, U = k * m, (k - 1) * m
+            carry = np.maximum(-D * T, prev[lo:hi] + stages.trip[lo:hi])  # G_{l-1} + C or -D T
+            cand = work + carry[None, :]
+            bad = (cand > -U * T) | (link[None, lo:hi] > T) | (link[:, None] > T)
+            cand = np.where(bad, np.inf, cand)
+        if math.isfinite(p.memory):
+            reach = p.memory_reach(k)[lo:hi]
+            cand = np.where(ends[:, None] > reach[None, :], np.inf, cand)
+        pick = np.argmin(cand, axis=1)
+        val = cand[ends, pick]
+        better = val < value[to]
+        value[to] = np.where(better, val, value[to])
+        arg_i[to] = np.where(better, pick + lo, arg_i[to])
+        arg_m[to] = np.where(better, m, arg_m[to])
+    if not value[S, n] < np.inf:
+        return None
+    return value, arg_i, arg_m
+
+
+def _split(p: PartitionProblem, arg_i, arg_m) -> tuple[list[int], list[int]]:
+    starts, reps, state, j = [], [], p.stages, p.n
+    while j > 0:
+        m, i = int(arg_m[state, j]), int(arg_i[state, j])
+        reps.append(m)
+        if i > 0:
+            starts.append(i)
+        state, j = state - (m if p.replication else 1), i
+    return starts[::-1], reps[::-1]
+
+
 def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
              threads: int = 2) -> Result:
-    """Solve the partition problem exactly by dynamic programming.
+    """Solve the partition problem exactly by dynamic programming (module docstring).
 
     Parameters
     ----------
     problem
-        The partition problem; ``problem.replication`` selects the search space.
+        The partition problem; ``problem.replication`` selects the search space. Its
+        objective must be ``"bottleneck"`` (the DP's probe is the window recursion of the
+        steady state; the finite-M objectives are solved by the MILP's event-time model).
     time_limit
-        Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve. The DP
-        checks it between stages (straight) or worker counts (replicated); if it passes, the
-        result has status ``TIME_LIMIT``, no plan (the DP has no incumbent before its last
-        step) and :meth:`PartitionProblem.simple_lower_bound` as its bound.
+        Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve, checked
+        between DP steps. If it passes before the first DP pass ends, the result has status
+        ``TIME_LIMIT``, no plan and :meth:`PartitionProblem.simple_lower_bound` as its bound;
+        if it passes during the bisection, status ``TIME_LIMIT`` with the best split found
+        and the proven lower end of the bisection.
     solver, seed, threads
         Unused (the common method signature).
 
     Returns
     -------
     Result
-        Status ``OPTIMAL``, ``lower_bound`` = objective: the DP minimises over every split
-        with the stage times :func:`pipeopt.evaluate` gives (:meth:`PartitionProblem.stage_time`,
-        memory by :func:`pipeopt.cost.rules.fits`), so its optimum is exact up to float
-        rounding (about 1e-15 relative); ``info["dp_value"]`` is its own value.
+        Status ``OPTIMAL`` with ``lower_bound`` the proven lower end (within
+        :data:`REL_TOL` of the objective). ``info``: ``"min_max"`` (the first pass's bound),
+        ``"probes"`` (bisection probes).
 
     Raises
     ------
+    InvalidProblemError
+        If the objective is not ``"bottleneck"``.
     InfeasibleError
         If no split fits the workers' memory (proven: every split was priced).
     """
     deadline = Deadline.of(time_limit)
+    objective = problem.instance.settings.objective
+    if objective != "bottleneck":
+        raise InvalidProblemError(
+            f"dp minimises the steady-state bottleneck; objective {objective!r} is solved by the "
+            "event-time models of 'milp' and 'cpsat'"
+        )
+    stages = _Stages(problem)
     try:
-        if problem.replication:
-            starts, reps, value = _replicated(problem, deadline)
-        else:
-            starts, value = _straight(problem, deadline)
-            reps = None
+        first = _dp(problem, stages, None, deadline)
     except DeadlineReached as stop:
         return problem.result("dp", None, Status.TIME_LIMIT, lower_bound=problem.simple_lower_bound(),
                               started=deadline.started, info={"stopped": str(stop)})
-    plan = problem.plan(starts, reps)
-    res = problem.result("dp", plan, Status.OPTIMAL, started=deadline.started, info={"dp_value": value})
-    return res
-
-
-def _straight(p: PartitionProblem, deadline: Deadline) -> tuple[list[int], float]:
-    n, S = p.n, p.stages
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    args = []
-    time = _time_matrix(p, 1)
-    work = np.empty((n + 1, n + 1))
-    for s in range(S):
-        deadline.check(f"DP stage {s}")
-        step = _step(p, best, time, p.in_flight(s), work)
-        if step is None:
-            raise _infeasible(p)
-        best, arg = step
-        args.append(arg)
-    value = float(best[n])
-    if not math.isfinite(value):
-        raise _infeasible(p)
-    starts, j = [], n
-    for s in range(S - 1, 0, -1):
-        j = int(args[s][j])
-        starts.append(j)
-    return starts[::-1], value
-
-
-def _replicated(p: PartitionProblem, deadline: Deadline) -> tuple[list[int], list[int], float]:
-    n, S = p.n, p.stages
-    best = np.full((S + 1, n + 1), np.inf)
-    best[0, 0] = 0.0
-    arg_i = np.zeros((S + 1, n + 1), dtype=int)
-    arg_m = np.zeros((S + 1, n + 1), dtype=int)
-    times: dict = {}
-    work = np.empty((n + 1, n + 1))
-    for w in range(1, S + 1):
-        for m in range(1, w + 1):
-            deadline.check(f"DP on {w} workers")
-            # the stage uses workers w-m+1..w of S: the workers from it to the end are S-(w-m)
-            in_flight = rules.in_flight(w - m, S, workers_after=S - (w - m), replicas=m)
-            if m not in times:
-                times[m] = _time_matrix(p, m)
-            step = _step(p, best[w - m], times[m], in_flight, work)
-            if step is None:
+    if first is None:
+        raise _infeasible(problem)
+    value, arg_i, arg_m = first
+    lower = float(value[problem.stages, problem.n])
+    best = _split(problem, arg_i, arg_m)
+    upper = problem.period(*best)
+    probes, status, info = 0, Status.OPTIMAL, {}
+    try:
+        while upper - lower > REL_TOL * upper:
+            T = 0.5 * (lower + upper)
+            probes += 1
+            found = _dp(problem, stages, T, deadline)
+            if found is None:
+                lower = T
                 continue
-            val, arg = step
-            better = val < best[w]
-            best[w] = np.where(better, val, best[w])
-            arg_i[w] = np.where(better, arg, arg_i[w])
-            arg_m[w] = np.where(better, m, arg_m[w])
-    value = float(best[S, n])
-    if not math.isfinite(value):
-        raise _infeasible(p)
-    starts, reps, w, j = [], [], S, n
-    while j > 0:
-        m, i = int(arg_m[w, j]), int(arg_i[w, j])
-        reps.append(m)
-        if i > 0:
-            starts.append(i)
-        w, j = w - m, i
-    return starts[::-1], reps[::-1], value
+            split = _split(problem, found[1], found[2])
+            period = problem.period(*split)
+            if period < upper:
+                best, upper = split, period
+            else:  # the probe's split meets every row at T, so its period is <= T (float aside)
+                upper = min(upper, T)
+    except DeadlineReached as stop:
+        status, info = Status.TIME_LIMIT, {"stopped": str(stop)}
+    plan = problem.plan(best[0], best[1] if problem.replication else None)
+    info.update({"min_max": float(value[problem.stages, problem.n]), "probes": probes})
+    return problem.result("dp", plan, status, lower_bound=min(lower, upper), started=deadline.started, info=info)

@@ -62,8 +62,7 @@ class PartitionProblem:
     ------
     InvalidProblemError
         If S < 1, S exceeds the number of layers (units) or of devices, the devices differ,
-        or a device has several usable resource kinds, or the objective is not
-        ``"bottleneck"`` (the exact partition methods optimise the bottleneck).
+        or a device has several usable resource kinds.
     """
 
     instance: Instance
@@ -75,10 +74,6 @@ class PartitionProblem:
         check_stage_count(inst, self.stages)
         if not inst.cluster.is_homogeneous:
             raise InvalidProblemError("the partition problem needs identical devices; use the group problem")
-        if inst.settings.objective != "bottleneck":
-            raise InvalidProblemError(
-                f"the partition methods minimise the bottleneck; objective {inst.settings.objective!r} is not supported"
-            )
         _ = self.kind
         self._check_times()
 
