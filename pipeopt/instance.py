@@ -17,6 +17,12 @@ from .graph import Chain, validate_graph
 from .units import MAX_MICROBATCHES
 
 OBJECTIVES = ("bottleneck", "iteration", "gpipe")
+OBJECTIVE_TEXT = {
+    "bottleneck": "bottleneck: 1F1B steady-state time per microbatch (window rows included)",
+    "iteration": "iteration: M microbatches under 1F1B with a flush",
+    "gpipe": "gpipe: M microbatches under GPipe (fill-drain)",
+}
+"""What each objective measures, printed with every result (README, "What the objective is")."""
 
 
 @dataclass(frozen=True)

@@ -137,8 +137,13 @@ class Result:
         ev = evaluate(instance, plan) if plan is not None else None
         if ev is not None and not ev.feasible and status == Status.FEASIBLE:
             status = Status.INFEASIBLE
+        from .instance import OBJECTIVE_TEXT
+
         info = dict(info or {})
         info.setdefault("assumptions", list(instance.assumptions))
+        info.setdefault("objective", OBJECTIVE_TEXT[instance.settings.objective])
+        if ev is not None and math.isfinite(ev.objective):  # the secondary objective of the tie-break
+            info.setdefault("secondary", {"iteration_time": ev.iteration_time, "peak_memory": max(ev.memory)})
         return cls(
             method=method,
             plan=plan,
@@ -168,6 +173,8 @@ class Result:
             gap = self.gap
             lines[0] += f"  bound {self.lower_bound * 1e3:.4f} ms" + (f"  gap {gap:.2%}" if gap is not None else "")
         lines[0] += f"  ({self.runtime:.2f} s)"
+        if "objective" in self.info:
+            lines.append(f"  objective: {self.info['objective']}")
         if self.plan is not None and self.evaluation is not None:
             for i, st in enumerate(self.plan.stages):
                 e = self.evaluation
