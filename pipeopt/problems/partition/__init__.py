@@ -17,6 +17,8 @@ lower bound.
 * :func:`uniform`, :func:`param_balanced` -- DeepSpeed's ``uniform`` and ``parameters``
   partition methods (straight space).
 * :func:`time_balanced` -- torchgpipe's ``balance_by_time`` (straight space).
+* :func:`mcmc` -- FlexFlow's Metropolis-Hastings search (Jia, Zaharia & Aiken, SysML 2019):
+  five chains (seeds ``seed .. seed + 4``) share the time limit; the median chain's plan.
 """
 
 from ..method import Method
@@ -52,7 +54,8 @@ METHODS = (
            "DeepSpeed partition_method='parameters'"),
     Method("partition", "time_balanced", time_balanced, False, "straight", True,
            "torchgpipe balance_by_time (Kim et al. 2020)"),
-    Method("partition", "mcmc", mcmc, False, "straight", True, "FlexFlow-style MCMC (Jia, Zaharia, Aiken, SysML 2019)"),
+    Method("partition", "mcmc", mcmc, False, "straight", True,
+           "FlexFlow-style MCMC (Jia, Zaharia, Aiken, SysML 2019); 5 seeds share the time limit, median plan"),
 )
 
 __all__ = [

@@ -1,5 +1,6 @@
 """The FlexFlow-style MCMC baseline: valid plans scored by evaluate, never better than the
-proven optimum (the DP), deterministic for a seed."""
+proven optimum (the DP, or brute force), deterministic for a seed under a proposal cap; five
+chains (seeds seed .. seed + 4) share the time limit and the median chain's plan is returned."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def check_plan(res, problem):
 @pytest.mark.parametrize("name, S", [("vgg16", 4), ("gnmt", 8), ("resnet50", 8), ("inception_v3", 16)])
 def test_never_better_than_the_dp_on_real_profiles(name, S):
     p = PartitionProblem(profile(name), S)
-    res = mcmc(p, iterations=5000, seed=1)
+    res = mcmc(p, iterations=1000, seed=1)
     check_plan(res, p)
     opt = solve_dp(p).objective
     assert res.objective >= opt * (1 - 1e-9)
@@ -90,9 +91,28 @@ def test_deterministic_for_a_seed(score):
     a = mcmc(p, iterations=150, seed=7, score=score)
     b = mcmc(p, iterations=150, seed=7, score=score)
     assert a.plan == b.plan and a.info["accepted"] == b.info["accepted"]
-    assert a.info["iterations"] == 150
-    c = mcmc(p, iterations=150, seed=8, score=score)
+    assert a.info["objectives"] == b.info["objectives"]
+    assert a.info["proposals"] == [150] * 5
+    c = mcmc(p, iterations=150, seed=100, score=score)
     assert c.info["accepted"] != a.info["accepted"] or c.plan != a.plan  # the seed matters
+
+
+def test_five_seeds_median_and_range():
+    p = PartitionProblem(profile("resnet50"), 8)
+    res = mcmc(p, iterations=300, seed=4)
+    info = res.info
+    assert info["seeds"] == [4, 5, 6, 7, 8]
+    assert len(info["objectives"]) == len(info["proposals"]) == len(info["accepted"]) == 5
+    objs = sorted(info["objectives"])
+    assert info["median"] == objs[2] == res.objective
+    assert info["min"] == objs[0] and info["max"] == objs[-1]
+    assert math.isclose(info["range"], objs[-1] - objs[0])
+    assert info["objectives"][info["seeds"].index(info["median_seed"])] == res.objective
+    for s, obj in zip(info["seeds"], info["objectives"]):  # each chain on its own is a one-chain run
+        one = mcmc(p, iterations=300, seed=s, chains=1)
+        assert one.info["seeds"] == [s] and is_close(one.objective, obj)
+    # every chain's plan is scored by evaluate: the median's plan is the returned one
+    assert is_close(evaluate(p.instance, res.plan).objective, res.objective)
 
 
 @pytest.mark.parametrize("overlap, stashing", [(True, False), (False, True)])
@@ -104,11 +124,12 @@ def test_model_score_equals_evaluate_score(overlap, stashing):
     a = mcmc(p, iterations=300, seed=2, score="model")
     b = mcmc(p, iterations=300, seed=2, score="evaluate")
     assert a.plan == b.plan and a.info["accepted"] == b.info["accepted"]
+    assert a.info["objectives"] == b.info["objectives"]
 
 
 def test_simulator_score():
     p = PartitionProblem(profile("vgg16"), 4)
-    res = mcmc(p, iterations=40, seed=0, score="simulate", schedule="1f1b")
+    res = mcmc(p, iterations=20, seed=0, score="simulate", schedule="1f1b")
     check_plan(res, p)
     assert res.info["score"] == "simulate" and res.info["schedule"] == "1f1b"
 
@@ -125,18 +146,25 @@ def test_memory_penalty_steers_to_a_plan_that_fits():
     assert res.objective >= solve_dp(p).objective * (1 - 1e-9)
 
 
-def test_time_limit_and_bad_options():
+def test_time_limit_is_the_budget_and_bad_options():
+    # no proposal cap: the five chains share the time limit, each runs until its share passes
     p = PartitionProblem(profile("vgg16"), 4)
-    res = mcmc(p, iterations=10**9, time_limit=0.2)
-    assert res.info["iterations"] < 10**9
+    res = mcmc(p, time_limit=0.5)
+    assert len(res.info["proposals"]) == 5 and all(k > 0 for k in res.info["proposals"])
+    assert res.info["iterations_cap"] is None
+    assert sum(res.info["budget_per_chain"]) <= 0.5 + 1e-9
     check_plan(res, p)
-    for bad in ({"iterations": -1}, {"temperature": 0.0}, {"score": "flexflow"}, {"jump": 1.5}):
+    capped = mcmc(p, iterations=10**9, time_limit=0.2)
+    assert all(k < 10**9 for k in capped.info["proposals"])
+    for bad in ({"iterations": -1}, {"temperature": 0.0}, {"score": "flexflow"}, {"jump": 1.5}, {"chains": 0},
+                {"time_limit": None}):  # neither a finite limit nor a cap: it would never stop
         with pytest.raises(InvalidProblemError):
             mcmc(p, **bad)
+    assert mcmc(p, time_limit=None, iterations=10).info["budget_per_chain"] == [None] * 5
 
 
 def test_registered_and_reachable_through_solve():
     spec = method("partition", "mcmc")
     assert not spec.exact and spec.space == "straight"
-    res = solve(profile("vgg16"), method="mcmc", stages=4, seed=0)
+    res = solve(profile("vgg16"), method="mcmc", stages=4, seed=0, time_limit=0.5)
     assert res.method == "mcmc" and res.plan.num_stages == 4
