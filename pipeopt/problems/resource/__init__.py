@@ -14,7 +14,7 @@ Modules, one job each:
 ``allocate``              the allocate methods (LP split, the paper's theorem, no split)
 ``joint``, ``group``      the exact methods (DP; MILP and CP-SAT bisected on T)
 ``duan_wu``               the paper's heuristics (binary-search partition, two steps,
-                          Algorithm 2) and round-robin
+                          Algorithm 2 in two readings of p_i) and round-robin
 ``search``                the exact methods' common search: bounds, start, the bisection on T
                           (:func:`pipeopt.backends.bisection.bisect`), certified plans
 ``bounds``                lower bounds and the limit every plan that fits passes
@@ -61,6 +61,9 @@ METHODS = (
            "CP-SAT over stage intervals (integer relaxation, plans certified), bisected on T"),
     Method("group", "algorithm2", duan_wu.algorithm2, False, "split", True,
            "Duan & Wu, ICPADS 2022, Algorithm 2, then binary search and the LP split"),
+    Method("group", "algorithm2_staged", duan_wu.algorithm2_staged, False, "split", True,
+           "Duan & Wu's Algorithm 2 with each worker costed on its own stage, grouping and partition "
+           "iterated to a fixed point"),
     Method("group", "round_robin", duan_wu.round_robin, False, "split", True,
            "devices by speed dealt round robin, then binary search and the LP split"),
 )
