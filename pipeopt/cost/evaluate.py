@@ -127,6 +127,8 @@ class Evaluation:
         if key not in p:
             if not math.isfinite(self.bottleneck):
                 p[key] = math.inf
+            elif schedule == "gpipe" and max(p["replicas"]) == 1 and not any(p["split"]):
+                p[key] = rules.gpipe_time(self.forward_op, self.backward_op, p["x"], p["y"], p["microbatches"])
             else:
                 graph = run_graph(schedule, p["replicas"], p["window"], p["split"], p["links"],
                                   p["microbatches"], p["overlap"])
@@ -252,9 +254,14 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     M = settings.microbatches
     for n in graph.nodes:
         a, b = fstage[n], bstage[n]
-        if a != b:  # Bi-Partition: the stashed activation travels a -> b every microbatch;
-            # the weights updated where the backward runs travel back b -> a once per M microbatches
-            act, par = rules.migration_bytes(graph.nodes[n]["act_bytes"], graph.nodes[n]["param_bytes"], M)
+        if a != b:  # Bi-Partition (pipeopt's reading of the abstract): the layer's input, what its
+            # backward needs, travels a -> b every microbatch (the bytes on its in-edges; a layer
+            # without predecessor: its own act_bytes); the weights updated where the backward runs
+            # travel back b -> a once per M microbatches
+            preds = list(graph.predecessors(n))
+            inp = (sum(rules.edge_bytes(graph, u, n) for u in preds) if preds
+                   else graph.nodes[n]["act_bytes"])
+            act, par = rules.migration_bytes(inp, graph.nodes[n]["param_bytes"], M)
             if a < b:
                 fwd_b[a:b] += act
                 bwd_b[a:b] += par

@@ -196,18 +196,34 @@ def crossing_bytes(graph, position: dict, count: int) -> np.ndarray:
     return np.cumsum(diff)[: max(count - 1, 0)]
 
 
-def migration_bytes(act_bytes, param_bytes, microbatches: int):
+def migration_bytes(input_bytes, param_bytes, microbatches: int):
     """Bytes per microbatch a layer moves when its forward and backward run on different
-    stages (Bi-Partition): its stashed activation travels forward-stage -> backward-stage
-    every microbatch, and its weights, updated where the backward runs, travel back once per
+    stages (Bi-Partition), in pipeopt's reading of the Bi-Partition abstract (the paper's
+    body is not public).
+
+    The layer's backward needs its **input** activation (the tensors of its predecessors it
+    read in its forward), so that input travels forward-stage -> backward-stage every
+    microbatch; its weights, updated where the backward runs, travel back once per
     iteration of M microbatches.
+
+    Parameters
+    ----------
+    input_bytes
+        The layer's input activation per microbatch: the sum of the bytes on its in-edges
+        (:func:`pipeopt.graph.edge_bytes` of each predecessor it reads); a layer without a
+        predecessor (the first layer) moves its own ``act_bytes`` instead.
+    param_bytes
+        The layer's parameter bytes.
+    microbatches
+        M, microbatches per iteration.
 
     Returns
     -------
     (along, back)
-        Bytes per microbatch towards the backward stage, and back towards the forward stage.
+        Bytes per microbatch towards the backward stage, and back towards the forward stage:
+        ``(input_bytes, param_bytes / M)``.
     """
-    return act_bytes, param_bytes / microbatches
+    return input_bytes, param_bytes / microbatches
 
 
 # ---- the schedule: microbatches in flight and the steady state -------------------------------
@@ -331,6 +347,38 @@ def steady_period(f_op, b_op, replicas, window, split, x, y, links) -> float:
     w = work[l + 1] - work[i] + trip[l] - trip[i]
     tokens = D[i] - U[l]
     return max(period, float((w / tokens).max(initial=0.0)))
+
+
+def gpipe_time(f_op, b_op, x, y, microbatches: int) -> float:
+    """Seconds of M microbatches under GPipe (fill-drain) without replication or split
+    execution - exactly: ``sum(f) + sum(x) + (M - 1) max(f, x)`` for the forward phase plus
+    ``sum(b) + sum(y) + (M - 1) max(b, y)`` for the backward phase.
+
+    Each phase is a flow shop (stages and link directions are its machines) whose M jobs are
+    identical, so its makespan is the sum of one job's times plus M - 1 times the slowest
+    machine. The backward phase starts when the last stage ends its last forward, which is
+    after every other stage has ended its forwards, so the phases add up. (With replication or
+    split execution :class:`pipeopt.cost.Evaluation` takes the longest path instead.)
+
+    Parameters
+    ----------
+    f_op, b_op
+        ``(S,)`` seconds of each stage's forward and backward op (without overlap, with the
+        transfer it sends).
+    x, y
+        ``(S-1,)`` seconds of each cut's activation and gradient transfer (zeros without
+        overlap).
+    microbatches
+        M.
+
+    References
+    ----------
+    Huang et al., GPipe, NeurIPS 2019; Tarnawski et al., NeurIPS 2020 (the two phases' maxima).
+    """
+    fwd = np.concatenate([np.asarray(f_op, dtype=float), np.asarray(x, dtype=float)])
+    bwd = np.concatenate([np.asarray(b_op, dtype=float), np.asarray(y, dtype=float)])
+    M = int(microbatches)
+    return float(fwd.sum() + bwd.sum() + (M - 1) * (fwd.max(initial=0.0) + bwd.max(initial=0.0)))
 
 
 def window_step(G_prev, C_prev, w, D, U, T):
