@@ -1,0 +1,599 @@
+"""Exact event-time MILP of a finite run: the straight split that minimises the iteration time.
+
+Synchronous training runs M microbatches and flushes the pipeline. With the order of the
+operations on every worker and link fixed by the schedule (:mod:`pipeopt.cost.schedule`:
+``"1f1b"`` is 1F1B with a flush, ``"gpipe"`` is fill-drain), the run is a max-plus system
+over a fixed directed acyclic graph of operations, and its iteration time is the longest path
+through that graph (:func:`pipeopt.cost.schedule.makespan`, = ``evaluate(...).iteration_time``
+/ ``.gpipe_time`` = what :func:`pipeopt.simulate` measures). Only the op *durations* depend on
+the split, and in the straight space (one worker per stage, sequential execution, window
+``k_s = S - s``, one link per cut) they are linear in the stage starts
+``0 = p_0 < p_1 < ... < p_S = n``, all in seconds:
+
+* forward op of stage s: ``Fpre[p_{s+1}] - Fpre[p_s]`` (plus ``send[p_{s+1}]`` without overlap),
+* backward op of stage s: ``Bpre[p_{s+1}] - Bpre[p_s]`` (plus ``send[p_s]`` without overlap),
+* transfer X / Y of one microbatch over cut c (stages c, c+1): ``send[p_{c+1}]`` (with overlap
+  only; without it there are no X / Y ops),
+
+with ``Fpre``, ``Bpre`` the pass prefixes of the cost table on one worker
+(:meth:`pipeopt.cost.CostTable.pass_prefix`; ``Fpre + Bpre`` is
+:attr:`PartitionProblem.work_prefix`) and ``send`` :attr:`CostTable.send_time` (bytes /
+bandwidth). :func:`op_times` gives them for a split; the tests check them against
+:func:`pipeopt.evaluate`'s ``forward_op`` / ``backward_op``.
+
+Formulation (:func:`build_events`)
+----------------------------------
+The split is decided by the cumulative binaries of the partition MILP
+(:mod:`pipeopt.problems.partition.milp`): ``y[t, c] = 1`` iff stage t has started by unit c,
+over the windows of :meth:`StraightModel.window`, so a prefix array taken at a stage start is
+linear in them. Then, with one continuous start time ``t_q >= 0`` per op q of
+:func:`pipeopt.cost.schedule.run_graph` and one continuous duration per stage and pass
+(``d^F_s``, ``d^B_s``) and per cut (``d^X_c``, the same for Y: as many gradient bytes come back),
+each equal to its linear expression::
+
+    minimise Z  s.t.
+      t_q >= t_a + d_a          for every dependency a -> q of the run graph
+      Z   >= t_q + d_q          for every op q that nothing depends on
+      monotone / non-empty rows of y, memory reach rows (StraightModel.reach)
+
+No big-M is needed: the order of the ops is the schedule's, only their durations vary. For
+integral y the least Z over the start times is the longest path, i.e. the exact iteration
+time, so the MILP optimum is the least iteration time over the splits that fit.
+
+**Memory** is exact, as in the partition MILP: stage t of units ``a..b-1`` fits iff
+``b <= reach_t[a]`` (:meth:`PartitionProblem.memory_reach` with the schedule's in-flight
+count: ``S - t`` under 1F1B, M under GPipe), stated as 0/1 rows
+``y[t, a] <= y[t+1, reach_t[a]]``. A plan the table admits but :func:`pipeopt.evaluate` does
+not (float summation order) has its stage removed (:meth:`StraightModel.forbid`) and the model
+is solved again.
+
+**Period cap** (``period_cap``, for tie-breaking: the least iteration time among the plans of
+optimal steady period): the window rows of :attr:`PartitionProblem.trip` --
+``sum_{s=i..l} w_s + sum_{c=i+1..l} trip[p_c] <= (l - i + 1) cap`` for every ``i <= l``, with
+``w_s`` :meth:`PartitionProblem.stage_work` -- and ``bound[p_c] <= cap``
+(:attr:`PartitionProblem.cut_terms`), each against ``cap (1 + CAP_REL)``; so the admitted splits
+are those whose :meth:`PartitionProblem.period` is at most the cap. A solver plan whose period
+exceeds ``cap (1 + CAP_REL)`` (solver tolerances) is cut off by a no-good row and the model
+solved again.
+
+Size: ``(S - 1)(n - S + 1)`` binaries; ``2 S M`` ops with overlap plus ``2 (S - 1) M``
+transfers (``2 S M`` without overlap), so about ``4 S M`` continuous start times and about
+``3`` rows of 3 nonzeros per op; ``S (n - S + 1)`` memory rows; ``S (S + 1) / 2`` window rows
+of ``O(n + S)`` nonzeros with a cap. The LP relaxation is weak in the binaries (fractional
+starts give fractional durations), so branch and bound grows with n - S and S. Measured
+(1F1B, one thread): the tests' chains (n <= 8, M <= 6) in about 0.05 s each; PipeDream
+profiles of 22-70 units with S <= 4, M <= 16 in 0.1-5 s (CBC), S = 8 (434 binaries, 480 ops
+at M = 16) in 1-15 s with CBC and 3-30 s with HiGHS; with the period cap (tie-break) it is
+usually faster, the cap rows prune most splits.
+
+Every plan is re-scored by :func:`pipeopt.evaluate` with objective ``"iteration"`` (1F1B) or
+``"gpipe"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pulp
+
+from ...backends.deadline import Deadline, DeadlineReached
+from ...backends.pulp import SOLVERS, solve_pulp
+from ...cost import evaluate
+from ...cost.schedule import FLUSH_SCHEDULES, RunGraph, makespan, run_graph
+from ...errors import InvalidProblemError
+from .milp import BOUND_SLACK, MILP_ABS_GAP, MILP_REL_GAP, MILP_TOLERANCE, starts_from_cumulative
+from .model import HEURISTIC_SHARE, StraightModel, balanced_split, check_options, heuristic_split
+from .problem import PartitionProblem
+
+__all__ = [
+    "CAP_REL",
+    "OBJECTIVE_OF",
+    "EventOutcome",
+    "build_events",
+    "event_graph",
+    "op_prefixes",
+    "op_times",
+    "run_time",
+    "schedule_reach",
+    "solve_events",
+]
+
+OBJECTIVE_OF = {"1f1b": "iteration", "gpipe": "gpipe"}
+"""The :class:`pipeopt.Settings` objective that scores each flush schedule."""
+
+CAP_REL = 1e-9
+"""Relative slack of ``period_cap``: a split is admitted if its steady period is at most
+``cap * (1 + CAP_REL)`` (plans tied on the period differ by float summation order only)."""
+
+_TIME_SCALE = 1000.0
+"""The solver's time unit is a reference iteration time / this (so Z is about 10..1000)."""
+
+
+@dataclass
+class EventOutcome:
+    """What :func:`solve_events` found.
+
+    Attributes
+    ----------
+    starts
+        ``list[int]``: starts of stages 1..S-1 of the best split found that fits in memory
+        (and has period at most the cap), or ``None`` if none was found.
+    value
+        Seconds: that split's iteration time under the schedule, by :func:`pipeopt.evaluate`
+        (objective ``"iteration"`` or ``"gpipe"``); ``inf`` without a split.
+    bound
+        Seconds: a valid lower bound on the least iteration time of the admitted splits
+        (``inf`` if proven infeasible, ``0.0`` if nothing better is known).
+    status
+        ``"optimal"`` (proven: value within :data:`~pipeopt.problems.partition.milp.MILP_TOLERANCE`
+        relative of bound), ``"feasible"`` (a split, no proof), ``"time_limit"`` (stopped at the
+        deadline, with the best split seen if any) or ``"infeasible"`` (proven: no split fits,
+        or none fits with period at most the cap).
+    info
+        Solver and model details (for ``Result.info``).
+    """
+
+    starts: list[int] | None
+    value: float
+    bound: float
+    status: str
+    info: dict = field(default_factory=dict)
+
+
+# ---- the op durations of a split ------------------------------------------------------------
+def op_prefixes(problem: PartitionProblem) -> dict[str, np.ndarray]:
+    """The arrays whose differences are the op durations (seconds, ``ndarray (n+1,)`` each).
+
+    Stage s of units ``p_s..p_{s+1}-1`` has forward op ``f_end[p_{s+1}] - f_begin[p_s]``,
+    backward op ``b_end[p_{s+1}] - b_begin[p_s]``; a transfer over the cut at ``p_c`` lasts
+    ``xfer[p_c]`` (each direction, one link; zeros without overlap, where the sends are in
+    the ops).
+
+    Returns
+    -------
+    dict
+        ``"f_begin"``, ``"f_end"``, ``"b_begin"``, ``"b_end"``, ``"xfer"``.
+    """
+    tab = problem.table
+    units = problem.instance.cluster.devices[0].resources[problem.kind]
+    F = np.asarray(tab.pass_prefix("fwd", problem.kind, units), dtype=float)
+    B = np.asarray(tab.pass_prefix("bwd", problem.kind, units), dtype=float)
+    send = np.asarray(tab.send_time, dtype=float)
+    if problem.instance.settings.overlap:
+        return {"f_begin": F, "f_end": F, "b_begin": B, "b_end": B, "xfer": send}
+    return {"f_begin": F, "f_end": F + send, "b_begin": B - send, "b_end": B, "xfer": np.zeros_like(send)}
+
+
+def op_times(problem: PartitionProblem, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seconds of each stage's forward and backward op and of each cut's transfer (one
+    direction) of the split whose stages 1..S-1 start at ``starts``.
+
+    Returns
+    -------
+    (f_op, b_op, x)
+        ``ndarray (S,)``, ``(S,)``, ``(S-1,)``; ``x`` is zero without overlap.
+    """
+    a = op_prefixes(problem)
+    p = np.array([0, *[int(c) for c in starts], problem.n])
+    f = a["f_end"][p[1:]] - a["f_begin"][p[:-1]]
+    b = a["b_end"][p[1:]] - a["b_begin"][p[:-1]]
+    return f, b, a["xfer"][p[1:-1]]
+
+
+def event_graph(problem: PartitionProblem, schedule: str, microbatches: int | None = None) -> RunGraph:
+    """The run graph of a straight split of ``problem.stages`` stages
+    (:func:`pipeopt.cost.schedule.run_graph` with one replica per stage, window ``S - s``,
+    sequential execution, one link per cut); M defaults to the instance's."""
+    S = problem.stages
+    M = problem.instance.settings.microbatches if microbatches is None else int(microbatches)
+    return run_graph(schedule, [1] * S, [S - s for s in range(S)], [False] * S, [1] * max(S - 1, 0), M,
+                     problem.instance.settings.overlap)
+
+
+def run_time(problem: PartitionProblem, starts, schedule: str,
+             graph: RunGraph | None = None) -> tuple[float, np.ndarray]:
+    """Iteration time (seconds) and op start times of a split on the table's numbers, memory
+    aside: :func:`pipeopt.cost.schedule.makespan` of :func:`event_graph` with :func:`op_times`."""
+    graph = event_graph(problem, schedule) if graph is None else graph
+    f, b, x = op_times(problem, starts)
+    return makespan(graph, graph.durations(f, b, x, x))
+
+
+def schedule_reach(problem: PartitionProblem, schedule: str) -> np.ndarray:
+    """``reach[t, a]`` (:func:`pipeopt.problems.partition.model.memory_reach`) with the
+    schedule's in-flight count: ``S - t`` under 1F1B, M under GPipe. ``ndarray (S, n+1)``."""
+    S, M = problem.stages, problem.instance.settings.microbatches
+    flight = [S - t for t in range(S)] if schedule == "1f1b" else [M] * S
+    return np.array([problem.memory_reach(k) for k in flight], dtype=np.int64)
+
+
+# ---- the model -----------------------------------------------------------------------------
+def _at(model: StraightModel, y: dict, arr, t: int, scale: float) -> tuple[list, float]:
+    """``arr[p_t] * scale`` as (terms, constant) in the cumulative binaries (t = 0..S)."""
+    n, S = model.n, model.S
+    if t == 0 or t == S:
+        return [], float(arr[0 if t == 0 else n]) * scale
+    hi = model.window(t)[-1]
+    return [(y[t][c], -float(arr[c + 1] - arr[c]) * scale) for c in y[t]], float(arr[hi]) * scale
+
+
+def build_events(
+    model: StraightModel,
+    schedule: str,
+    unit: float,
+    *,
+    period_cap: float | None = None,
+    exclude: list | None = None,
+    deadline: Deadline | None = None,
+) -> tuple[pulp.LpProblem | None, dict]:
+    """Build the event-time MILP (module docstring) on ``model`` (its ``reach`` is the memory).
+
+    Parameters
+    ----------
+    model
+        :class:`StraightModel` of the problem, with ``reach`` set to the schedule's memory
+        (:func:`schedule_reach`).
+    schedule
+        ``"1f1b"`` or ``"gpipe"``.
+    unit
+        Seconds per unit of the solver's time values.
+    period_cap
+        Seconds, or ``None``: admit only splits of steady period at most the cap.
+    exclude
+        Splits (lists of starts) to cut off by no-good rows.
+    deadline
+        Building stops with :class:`~pipeopt.backends.deadline.DeadlineReached` when it passes.
+
+    Returns
+    -------
+    (lp, v)
+        The PuLP problem (``None`` if a memory or cap row is false on constants: no split is
+        admitted) and its variables: ``v["Z"]``, ``v["y"][t][c]``, ``v["t"]`` (list per op of
+        :func:`event_graph`), ``v["dF"]``, ``v["dB"]``, ``v["dX"]``, ``v["graph"]``.
+    """
+    deadline = Deadline(None) if deadline is None else deadline
+    problem = model.problem
+    n, S = model.n, model.S
+    graph = event_graph(problem, schedule)
+    lp = pulp.LpProblem("partition_events", pulp.LpMinimize)
+    Z = lp.add_variable("iteration", lowBound=0.0)
+    lp += Z, "iteration_time"
+    y = {t: {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in model.window(t)[:-1]}
+         for t in range(1, S)}
+    v = {"Z": Z, "y": y, "graph": graph}
+
+    def add(terms, constant: float, name: str, sense=pulp.LpConstraintLE) -> None:
+        """``sum(coef * var) + constant (<= or ==) 0``."""
+        lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms, constant), sense), name)
+
+    def started(t, c):
+        win = model.window(t)
+        if c >= win[-1]:
+            return 1
+        if c < win[0]:
+            return 0
+        return y[t][c]
+
+    # structure of the split
+    for t in range(1, S):
+        for a, b in itertools.pairwise(list(y[t])):
+            add([(y[t][a], 1.0), (y[t][b], -1.0)], 0.0, f"monotone_{t}_{a}")
+        if t + 1 < S:
+            for c in y[t + 1]:
+                add([(y[t + 1][c], 1.0), (y[t][c - 1], -1.0)], 0.0, f"nonempty_{t}_{c}")
+    # memory: p_t <= a implies p_{t+1} <= reach_t[a]
+    for t in range(S):
+        deadline.check("building the event MILP")
+        R = model.reach[t]
+        win = list(model.window(t))
+        for i, a in enumerate(win):
+            if i + 1 < len(win) and R[win[i + 1]] == R[a]:
+                continue  # implied by the row of the next a (y[t] is monotone)
+            lhs, rhs = started(t, a), started(t + 1, int(R[a]))
+            if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
+                continue
+            if isinstance(lhs, int) and isinstance(rhs, int):
+                return None, v
+            terms = (([] if isinstance(lhs, int) else [(lhs, 1.0)])
+                     + ([] if isinstance(rhs, int) else [(rhs, -1.0)]))
+            add(terms, float(lhs if isinstance(lhs, int) else 0) - float(rhs if isinstance(rhs, int) else 0),
+                f"reach_{t}_{a}")
+    u = 1.0 / unit
+    # durations
+    arr = op_prefixes(problem)
+    dF = [lp.add_variable(f"dur_F_{s}", lowBound=0.0) for s in range(S)]
+    dB = [lp.add_variable(f"dur_B_{s}", lowBound=0.0) for s in range(S)]
+    for s in range(S):
+        for d, end, begin in ((dF[s], arr["f_end"], arr["f_begin"]), (dB[s], arr["b_end"], arr["b_begin"])):
+            e_terms, e_const = _at(model, y, end, s + 1, u)
+            b_terms, b_const = _at(model, y, begin, s, u)
+            add(e_terms + [(x, -c) for x, c in b_terms] + [(d, -1.0)], e_const - b_const, f"{d.name}_def",
+                pulp.LpConstraintEQ)
+    dX = []
+    if problem.instance.settings.overlap:
+        for c in range(S - 1):
+            d = lp.add_variable(f"dur_X_{c}", lowBound=0.0)
+            terms, const = _at(model, y, arr["xfer"], c + 1, u)
+            add(terms + [(d, -1.0)], const, f"dur_X_{c}_def", pulp.LpConstraintEQ)
+            dX.append(d)
+    v.update(dF=dF, dB=dB, dX=dX)
+    dur = {"F": dF, "B": dB, "X": dX, "Y": dX}
+    # events
+    tv = [lp.add_variable(f"t_{k}{i}_{j}", lowBound=0.0) for k, i, j in graph.ops]
+    v["t"] = tv
+    used = [False] * len(graph.ops)
+    for q, after in enumerate(graph.after):
+        if q % 256 == 0:
+            deadline.check("building the event MILP")
+        for a in sorted(set(after)):  # an op may name one predecessor twice (lane and data)
+            used[a] = True
+            ka, ia, _ = graph.ops[a]
+            add([(tv[a], 1.0), (dur[ka][ia], 1.0), (tv[q], -1.0)], 0.0, f"dep_{q}_{a}")
+    for q, (k, i, _) in enumerate(graph.ops):
+        if not used[q]:
+            add([(tv[q], 1.0), (dur[k][i], 1.0), (Z, -1.0)], 0.0, f"last_{q}")
+    # the period cap: window rows and cut rows against cap (1 + CAP_REL)
+    if period_cap is not None:
+        deadline.check("building the event MILP")
+        cap = float(period_cap) * (1 + CAP_REL) * u
+        added, bound = problem.cut_terms
+        mid = 2 * np.asarray(added, dtype=float) + np.asarray(problem.trip, dtype=float)
+        mvars = {}
+        for c in range(1, S):
+            if np.any(mid[list(model.window(c))] != 0):
+                mv = lp.add_variable(f"cut_trip_{c}", lowBound=0.0)
+                terms, const = _at(model, y, mid, c, u)
+                add(terms + [(mv, -1.0)], const, f"cut_trip_{c}_def", pulp.LpConstraintEQ)
+                mvars[c] = mv
+            if np.max(np.asarray(bound)[list(model.window(c))], initial=0.0) > 0:
+                terms, const = _at(model, y, bound, c, u)
+                if not terms and const > cap:
+                    return None, v
+                add(terms, const - cap, f"cut_cap_{c}")
+        for i in range(S):
+            b_terms, b_const = _at(model, y, model.begin, i, u)
+            for l in range(i, S):
+                e_terms, e_const = _at(model, y, model.end, l + 1, u)
+                terms = e_terms + [(x, -c) for x, c in b_terms]
+                terms += [(mvars[c], 1.0) for c in range(i + 1, l + 1) if c in mvars]
+                const = e_const - b_const - (l - i + 1) * cap
+                if not terms:
+                    if const > 0:
+                        return None, v
+                    continue
+                add(terms, const, f"window_{i}_{l}")
+    # no-goods: sum over binaries of |y - y_hat| >= 1
+    for r, starts in enumerate(exclude or []):
+        terms, const = [], 1.0
+        for t in range(1, S):
+            for c, var in y[t].items():
+                if c >= starts[t - 1]:
+                    terms.append((var, 1.0))  # y_hat = 1: contributes 1 - y
+                    const -= 1.0
+                else:
+                    terms.append((var, -1.0))
+        # sum_{hat 1} (1 - y) + sum_{hat 0} y >= 1  <=>  sum_{hat 1} y - sum_{hat 0} y + 1 - #hat1 <= 0
+        add(terms, const, f"nogood_{r}")
+    return lp, v
+
+
+def _start_values(problem: PartitionProblem, v: dict, schedule: str, starts: list[int], unit: float) -> dict:
+    """A full MIP start: the binaries of ``starts``, its durations and earliest event times."""
+    vals = {}
+    for t, row in v["y"].items():
+        for c, var in row.items():
+            vals[var.name] = float(c >= starts[t - 1])
+    f, b, x = op_times(problem, starts)
+    for s in range(problem.stages):
+        vals[v["dF"][s].name] = f[s] / unit
+        vals[v["dB"][s].name] = b[s] / unit
+    for c, d in enumerate(v["dX"]):
+        vals[d.name] = x[c] / unit
+    total, begin = run_time(problem, starts, schedule, v["graph"])
+    for var, t0 in zip(v["t"], begin, strict=True):
+        vals[var.name] = float(t0) / unit
+    vals[v["Z"].name] = total / unit
+    return vals
+
+
+# ---- the solve -----------------------------------------------------------------------------
+def solve_events(
+    problem: PartitionProblem,
+    schedule: str = "1f1b",
+    *,
+    period_cap: float | None = None,
+    deadline: Deadline | float | None,
+    solver: str = "cbc",
+    threads: int = 1,
+    seed: int = 0,
+    hint: list[int] | None = None,
+) -> EventOutcome:
+    """The straight split of least iteration time of M microbatches, exactly (module docstring).
+
+    Parameters
+    ----------
+    problem
+        A straight :class:`PartitionProblem` (``replication=False``); M is its instance's
+        ``settings.microbatches``, overlap its ``settings.overlap``.
+    schedule
+        ``"1f1b"`` (1F1B with a flush; memory: ``S - s`` microbatches in flight on stage s)
+        or ``"gpipe"`` (fill-drain; M in flight).
+    period_cap
+        Seconds: admit only splits whose steady period (:meth:`PartitionProblem.period`, the
+        ``bottleneck`` objective) is at most ``period_cap * (1 + CAP_REL)``; ``None`` for no cap.
+        With the optimal bottleneck as cap, the result is the least iteration time among the
+        bottleneck-optimal splits (the exact methods' tie-break).
+    deadline
+        Seconds or a :class:`~pipeopt.backends.deadline.Deadline` (``None``: no limit): one
+        clock for the warm start (at most a quarter of it when no ``hint``), model building and
+        the solver (:func:`pipeopt.backends.pulp.solve_pulp` ends it at the deadline).
+    solver
+        ``"cbc"`` or ``"highs"``.
+    threads, seed
+        Solver threads (>= 1) and random seed (>= 0).
+    hint
+        Starts of stages 1..S-1 of a split to warm-start from (used if it fits and meets the
+        cap); ``None``: the best of two quick splits (:func:`balanced_split`,
+        :func:`heuristic_split`).
+
+    Returns
+    -------
+    EventOutcome
+        ``value`` is ``evaluate(instance.with_settings(objective=OBJECTIVE_OF[schedule]),
+        plan).objective`` (seconds), ``bound`` a valid lower bound (seconds) on the least
+        iteration time of the admitted splits (the solver's dual bound less
+        :data:`~pipeopt.problems.partition.milp.BOUND_SLACK` relative). S = 1 and S = n have
+        one split: it is scored directly.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``problem.replication`` is set, the schedule or solver is unknown, ``threads`` < 1,
+        ``seed`` < 0, ``period_cap`` is not a number >= 0, the hint is not a split into S
+        stages, or the deadline is not a valid time limit.
+    """
+    deadline = Deadline.of(deadline)
+    if schedule not in FLUSH_SCHEDULES:
+        raise InvalidProblemError(f"unknown schedule {schedule!r}; choose from {list(FLUSH_SCHEDULES)}")
+    if solver not in SOLVERS:
+        raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
+    check_options("events", threads, seed)
+    if period_cap is not None:
+        if isinstance(period_cap, bool) or not isinstance(period_cap, (int, float, np.floating, np.integer)) \
+                or not period_cap >= 0 or math.isnan(period_cap):
+            raise InvalidProblemError(f"period_cap must be a number >= 0 (seconds), got {period_cap!r}")
+        period_cap = float(period_cap)
+    model = StraightModel.of(problem, "events")
+    n, S = model.n, model.S
+    if hint is not None:
+        hint = [int(c) for c in hint]
+        if len(hint) != S - 1 or any(a >= b for a, b in zip([0, *hint], [*hint, n])):
+            raise InvalidProblemError(f"hint {hint} is not the starts of {S} non-empty stages over {n} units")
+    model.reach = schedule_reach(problem, schedule)
+    inst = problem.instance.with_settings(objective=OBJECTIVE_OF[schedule])
+    info: dict = {"schedule": schedule, "objective": OBJECTIVE_OF[schedule], "solver": solver,
+                  "microbatches": inst.settings.microbatches, "period_cap": period_cap}
+
+    def score(starts) -> tuple[float, bool, list]:
+        ev = evaluate(inst, problem.plan(starts))
+        if ev.feasible:
+            return ev.objective, True, []
+        p = [0, *starts, n]
+        return ev.objective, False, [(t, p[t], p[t + 1]) for t in range(S) if not problem.fits(ev.memory[t])]
+
+    def capped(starts) -> bool:
+        return period_cap is None or problem.period(starts) <= period_cap * (1 + CAP_REL)
+
+    only = model.single_split
+    if only is not None:
+        value, fits, _ = score(only)
+        info["solver"] = "none (S = 1 or S = n: one split only, scored by evaluate)"
+        if fits and capped(only):
+            return EventOutcome(only, value, value, "optimal", info)
+        info["why"] = ("the only split breaks memory" if not fits
+                       else "the only split's period exceeds the cap")
+        return EventOutcome(None, math.inf, math.inf, "infeasible", info)
+
+    # the incumbent: the hint, or the best quick split
+    incumbent, inc_value = None, math.inf
+    candidates = [hint] if hint is not None else [balanced_split(model)]
+    if hint is None:
+        try:
+            candidates.append(heuristic_split(model, deadline.sub(fraction=HEURISTIC_SHARE)))
+        except DeadlineReached:  # pragma: no cover - the heuristic stops itself
+            pass
+    for cand in candidates:
+        value, fits, _ = score(cand)
+        if fits and capped(cand) and value < inc_value:
+            incumbent, inc_value = list(cand), value
+    info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
+    ref = inc_value if incumbent is not None else run_time(problem, candidates[0], schedule)[0]
+    unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else model.time_unit
+    info["time_unit"] = unit
+
+    bound = 0.0
+    info["bound_source"] = "none (0)"
+    exclude: list = []
+    notes: list[str] = []
+    proven, last = False, "no_solution"
+    runs = 0
+    while True:
+        runs += 1
+        try:
+            lp, v = build_events(model, schedule, unit, period_cap=period_cap, exclude=exclude,
+                                 deadline=deadline)
+        except DeadlineReached as stop:
+            notes.append(str(stop))
+            last = "no_solution"
+            break
+        if lp is None:
+            if incumbent is None:
+                info.update(solver_runs=runs, notes=notes + ["memory or cap rows false on constants"])
+                return EventOutcome(None, math.inf, math.inf, "infeasible", info)
+            notes.append("rows false on constants although an admitted split is known: ignored")
+            last = "infeasible"
+            break
+        if runs == 1:
+            info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]),
+                        constraints=lp.numConstraints())
+        start = _start_values(problem, v, schedule, incumbent, unit) if incumbent is not None else None
+        out = solve_pulp(lp, solver=solver, deadline=deadline, rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP,
+                         threads=int(threads), seed=int(seed), warm_start=start)
+        info.update(out.info())
+        last = out.status
+        if out.bound is not None:
+            b = max(0.0, out.bound * unit * (1 - BOUND_SLACK))
+            info["solver_bound"] = b
+            if b > bound:
+                bound, info["bound_source"] = b, f"{solver} (run {runs})"
+        # Z >= 0: the model cannot be unbounded, so "unbounded (or infeasible)" means infeasible
+        unsure = any("unbounded or infeasible" in x for x in out.notes)
+        if out.status in ("infeasible", "unbounded") or unsure:
+            last = "infeasible"
+            if incumbent is None:
+                info.update(solver_runs=runs, notes=notes)
+                return EventOutcome(None, math.inf, math.inf, "infeasible", info)
+            notes.append("the solver said infeasible although an admitted split is known: no proof, ignored")
+            break
+        if not out.has_solution:
+            break
+        y = v["y"]
+        starts = starts_from_cumulative({t: {c: out.value(y[t][c]) for c in y[t]} for t in y}, model)
+        info["solver_objective"] = out.objective * unit
+        value, fits, over = score(starts)
+        ok = capped(starts)
+        if fits and ok:
+            if value < inc_value:
+                incumbent, inc_value = starts, value
+            proven = out.proven
+            break
+        if deadline.expired():
+            notes.append(f"solver plan {starts} not admitted (fits: {fits}, within cap: {ok}); not returned")
+            break
+        if not fits and over:
+            for t, a, b_ in over:
+                model.forbid(t, a, b_)
+            notes.append(f"solver plan {starts} breaks memory by evaluate: stages {over} removed, "
+                         "solved again")
+        else:
+            exclude.append(starts)
+            notes.append(f"solver plan {starts} not admitted (fits: {fits}, within cap: {ok}): cut off, "
+                         "solved again")
+    info["solver_runs"] = runs
+    if incumbent is not None:
+        bound = min(bound, inc_value)
+    tol = max(MILP_ABS_GAP * unit, MILP_TOLERANCE * inc_value) if incumbent is not None else 0.0
+    if proven and inc_value - bound <= tol:
+        status = "optimal"
+    elif incumbent is None or last in ("feasible", "no_solution") or deadline.expired():
+        status = "time_limit"
+    else:
+        status = "feasible"
+        if proven:
+            notes.append("the solver's optimum is not confirmed by the valid bound within the tolerance")
+    if notes:
+        info["notes"] = notes
+    return EventOutcome(incumbent, inc_value, bound, status, info)
