@@ -4,6 +4,11 @@ Until the model zoo ships multi-resource devices, these build layer chains whose
 forward and backward times have *different* forward/backward ratios per kind (the case where
 the split pays), and clusters of mobile-SoC-like devices (CPU, GPU, NPU). The numbers are
 synthetic, not measurements; they are documented where used.
+
+It also measures how much Duan & Wu's split execution gains on the model zoo's Jetson AGX Orin
+workers (CPU + GPU + DLA) and how that gain depends on the one assumption behind it, the NPU's
+backward efficiency (:func:`split_gain`, :func:`split_gain_sensitivity`,
+:func:`split_gain_report`; ``python -m pipeopt.problems.resource.examples`` prints the report).
 """
 
 from __future__ import annotations
@@ -101,3 +106,91 @@ def soc_instance(layers: int, devices: int, *, seed: int = 0, heterogeneous: boo
     return Instance(random_chain(layers, seed=seed),
                     Cluster(soc_devices(devices, seed=seed + 1, memory=memory, heterogeneous=heterogeneous), bandwidth),
                     name=f"soc-chain{layers}-d{devices}-s{seed}")
+
+
+# ---- the split-execution gain and its sensitivity to the NPU's backward efficiency -----------
+
+SENSITIVITY_EFFICIENCIES = (0.08, 0.16, 0.40)
+"""NPU backward efficiencies of :func:`split_gain_sensitivity`: the zoo's assumption (0.08),
+twice it, and the NPU's forward efficiency (0.40, no backward penalty)."""
+
+
+def npu_efficiency() -> tuple[float, float]:
+    """The zoo's assumed NPU (forward, backward) efficiency (:data:`pipeopt.zoo.KINDS`)."""
+    from ...zoo import KINDS
+
+    k = KINDS["npu"]
+    return k.forward_efficiency, k.backward_efficiency
+
+
+def split_gain(model: str = "alexnet", *, npu_backward: float | None = None, device: str = "jetson-agx-orin",
+               stages: int = 1, bandwidth: str | float = "pcie4") -> dict:
+    """Time per microbatch without and with split execution, and their ratio (the gain).
+
+    The zoo's ``model`` on ``stages`` identical ``device`` workers (a joint problem), with
+    the NPU's backward efficiency set to ``npu_backward`` (default: the zoo's assumption,
+    :func:`npu_efficiency`) and every other efficiency the zoo's. ``sequential`` is the best
+    plan without the split, ``split`` the best with each stage's optimal forward share (the
+    allocation LP), both found by the min-max chain DP
+    (:func:`pipeopt.problems.resource.problem.minmax_chain_dp`; with ``stages=1`` there is
+    one plan) and scored by :func:`pipeopt.evaluate` (``.objective``). With ``stages=1``
+    (the default) the gain is the device's own: compute only, no transfer, no window row,
+    the case of the 1.31x claim. With more stages the DP balances stage times without the
+    1F1B window rows, so its plans need not be the optima of the objective and the gain is
+    indicative only.
+
+    Returns
+    -------
+    dict
+        ``model``, ``stages``, ``npu_backward``, ``sequential`` and ``split`` (seconds per
+        microbatch) and ``gain`` = sequential / split.
+    """
+    from ... import zoo
+    from ...cost import evaluate
+    from .problem import JointProblem, minmax_chain_dp
+
+    fwd, bwd = npu_efficiency()
+    eff = bwd if npu_backward is None else float(npu_backward)
+    inst = zoo.instance(model, device, max(stages, 1), bandwidth=bandwidth, efficiency={"npu": (fwd, eff)})
+    p = JointProblem(inst, stages)
+    out = {"model": model, "stages": stages, "npu_backward": eff}
+    for mode in ("sequential", "split"):
+        starts, _ = minmax_chain_dp(p, p.groups, mode)
+        out[mode] = evaluate(inst, p.plan(starts, p.groups, mode)).objective
+    out["gain"] = out["sequential"] / out["split"]
+    return out
+
+
+def split_gain_sensitivity(models=("alexnet", "googlenet"), efficiencies=SENSITIVITY_EFFICIENCIES, *,
+                           stages: int = 1, **kw) -> list[dict]:
+    """:func:`split_gain` for every model and NPU backward efficiency (rows, in that order)."""
+    return [split_gain(m, npu_backward=e, stages=stages, **kw) for m in models for e in efficiencies]
+
+
+def split_gain_report(models=("alexnet", "googlenet"), efficiencies=SENSITIVITY_EFFICIENCIES, *,
+                      stages: int = 1, **kw) -> str:
+    """The split-execution gain beside the assumption it rests on, as text.
+
+    One line states the assumed NPU efficiency and the gain it gives (the 1.31x of Duan &
+    Wu's claim as reproduced on Jetson AGX Orin workers); one line per model gives the gain at
+    every efficiency of ``efficiencies`` (measured now, with the current cost model).
+    """
+    fwd, bwd = npu_efficiency()
+    rows = split_gain_sensitivity(models, efficiencies, stages=stages, **kw)
+    at_assumed = [r for r in rows if math.isclose(r["npu_backward"], bwd)]
+    lines = [f"assumed NPU efficiency: forward {fwd:g}, backward {bwd:g} (pipeopt.zoo.KINDS['npu'])"]
+    if at_assumed:
+        gains = sorted(r["gain"] for r in at_assumed)
+        span = f"{gains[0]:.3f}x" if round(gains[0], 3) == round(gains[-1], 3) else f"{gains[0]:.3f}-{gains[-1]:.3f}x"
+        where = "one worker: compute only" if stages == 1 else f"S = {stages}, min-max DP plans"
+        lines.append(f"split-execution gain at backward efficiency {bwd:g}: {span} ({where})")
+    lines.append("sensitivity of the gain to the NPU backward efficiency:")
+    for m in models:
+        cells = ", ".join(f"{r['gain']:.3f}x at {r['npu_backward']:g}" for r in rows if r["model"] == m)
+        lines.append(f"  {m}: {cells}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - a report, run by hand
+    print(split_gain_report())
+
