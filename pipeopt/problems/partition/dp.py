@@ -45,6 +45,7 @@ from ...cost import rules
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
+from .tiebreak import SECONDARY, break_ties
 
 REL_TOL = 1e-12
 """The bisection on T stops when (upper - lower) <= REL_TOL * upper: the result's bound is the
@@ -170,14 +171,17 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         if it passes during the bisection, status ``TIME_LIMIT`` with the best split found
         and the proven lower end of the bisection.
     solver, seed, threads
-        Unused (the common method signature).
+        For the second phase only: the event-time MILP that breaks ties among optimal
+        splits (:func:`pipeopt.problems.partition.tiebreak.break_ties`).
 
     Returns
     -------
     Result
         Status ``OPTIMAL`` with ``lower_bound`` the proven lower end (within
-        :data:`REL_TOL` of the objective). ``info``: ``"min_max"`` (the first pass's bound),
-        ``"probes"`` (bisection probes).
+        :data:`REL_TOL` of the objective). Among optimal splits, the one of least 1F1B-flush
+        iteration time (straight space; :mod:`pipeopt.problems.partition.tiebreak`).
+        ``info``: ``"min_max"`` (the first pass's bound), ``"probes"`` (bisection probes),
+        ``"secondary"`` (the tie-break: its objective, value, bound, whether proven).
 
     Raises
     ------
@@ -222,6 +226,13 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
                 upper = min(upper, T)
     except DeadlineReached as stop:
         status, info = Status.TIME_LIMIT, {"stopped": str(stop)}
-    plan = problem.plan(best[0], best[1] if problem.replication else None)
     info.update({"min_max": float(value[problem.stages, problem.n]), "probes": probes})
+    if status == Status.OPTIMAL:  # the secondary objective (tie-break), in the straight space
+        try:
+            best = (break_ties(problem, best[0], deadline, info, solver=solver, threads=threads, seed=seed), best[1])
+        except DeadlineReached:
+            info.setdefault("secondary", {})["proven"] = False
+    else:
+        info["secondary"] = {"objective": SECONDARY, "proven": False}
+    plan = problem.plan(best[0], best[1] if problem.replication else None)
     return problem.result("dp", plan, status, lower_bound=min(lower, upper), started=deadline.started, info=info)

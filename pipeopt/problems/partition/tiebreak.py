@@ -1,0 +1,91 @@
+"""The secondary objective: among splits of optimal bottleneck, the shortest iteration.
+
+Many splits often share the optimal steady-state period (the bottleneck stage or window
+decides it; the other cuts are free within it), and they do not run equally well: a plan
+whose last stage idles fills and drains the pipeline more slowly. Every exact method of the
+straight partition problem therefore breaks ties the same documented way, once its primary
+optimum T* is proven:
+
+1. **the iteration time of M microbatches under 1F1B with a flush** (M =
+   ``settings.microbatches``), minimised over the splits whose period is at most T*
+   (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`), by the event-time
+   MILP of :mod:`pipeopt.problems.partition.events` (the window rows cap the period);
+2. then **peak memory**, as the order between splits of equal iteration time: not
+   optimised (the MILP returns one of them), and said so in ``info["secondary"]``.
+
+The DP, the MILP and the CP-SAT model all call :func:`break_ties` with their proven plan as
+the warm start, so they return plans of equal primary and secondary value when the second
+phase is proven; it gets a bounded share of the clock (:data:`SECONDARY_SHARE`,
+:data:`SECONDARY_LIMIT`), and if that runs out first the best tied split found so far is kept
+and ``info["secondary"]["proven"]`` is False. The replicated space has no second phase (the
+event-time model covers one worker per stage); its results say so.
+"""
+
+from __future__ import annotations
+
+from ...backends.deadline import Deadline
+from ...cost import evaluate
+from .events import CAP_REL, solve_events
+from .problem import PartitionProblem
+
+SECONDARY = "iteration time of M microbatches under 1F1B with a flush, then peak memory (not optimised)"
+
+SECONDARY_SHARE = 0.25
+"""The second phase gets at most this share of the time left when the primary optimum is proven..."""
+
+SECONDARY_LIMIT = 5.0
+"""...and at most this many seconds: it refines a proven answer and must not hold it up (the
+event-time MILP can take tens of seconds at S = 16). Whether it was proven is in
+``info["secondary"]["proven"]``."""
+
+
+def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline, info: dict, *,
+               solver: str = "cbc", threads: int = 1, seed: int = 0) -> list[int]:
+    """The split of least 1F1B-flush iteration time among those of period <= the period of
+    ``starts`` (the proven primary optimum).
+
+    Parameters
+    ----------
+    problem
+        A straight partition problem whose objective is ``"bottleneck"`` (other objectives
+        and the replicated space return ``starts`` unchanged, with a note).
+    starts
+        The proven optimal split (stage starts after the first).
+    deadline
+        The method's clock; the second phase gets :data:`SECONDARY_SHARE` of what is left of
+        it, at most :data:`SECONDARY_LIMIT` seconds.
+    info
+        The result's info dict: ``info["secondary"]`` records the objective, the chosen
+        split's iteration time, the phase's bound and whether it was proven.
+    solver, threads, seed
+        For the event-time MILP (:func:`pipeopt.problems.partition.events.solve_events`).
+
+    Returns
+    -------
+    list[int]
+        The split to report (``starts`` itself if no tied split is better or time ran out
+        before one was found). Its period is within ``CAP_REL`` of the period of ``starts``.
+    """
+    inst = problem.instance
+    if inst.settings.objective != "bottleneck" or problem.replication:
+        info["secondary"] = {"objective": "none (only the bottleneck objective in the straight space has one)"}
+        return list(starts)
+    period = problem.period(starts)
+    current = evaluate(inst, problem.plan(starts)).iteration_time
+    record = {"objective": SECONDARY, "iteration_time": current, "proven": False}
+    info["secondary"] = record
+    if problem.stages in (1, problem.n) or deadline.remaining() <= 0:
+        record["proven"] = problem.stages in (1, problem.n)
+        return list(starts)
+    budget = deadline.sub(min(SECONDARY_LIMIT, SECONDARY_SHARE * deadline.remaining()))
+    out = solve_events(problem, "1f1b", period_cap=period, deadline=budget, solver=solver,
+                       threads=threads, seed=seed, hint=list(starts))
+    record["bound"] = out.bound
+    record["status"] = str(out.status)
+    chosen = list(starts)
+    if out.starts is not None and out.value < current and problem.period(out.starts) <= period * (1 + CAP_REL):
+        chosen = list(out.starts)
+        record["iteration_time"] = out.value
+        record["improved_from"] = current
+    record["proven"] = str(out.status) == "optimal"
+    return chosen
