@@ -1,46 +1,56 @@
 """Discrete-event simulation of one training iteration of a pipeline plan.
 
 :func:`simulate` plays M microbatches of a :class:`~pipeopt.plan.Plan` through its stages
-under one of four schedules and measures what the pipeline really does: the iteration time,
-the steady-state time per microbatch, the bubble, per-stage utilisation and peak memory, and
-the full event trace (for :func:`pipeopt.plot.plot_schedule`).
+under one of four schedules and measures what the pipeline does: the iteration time, the
+steady-state time per microbatch, the bubble, per-stage utilisation and peak memory, and the
+full event trace (for :func:`pipeopt.plot.plot_schedule`).
 
 One cost model
 --------------
-The simulator takes every duration from :func:`pipeopt.cost.evaluate` (scored with
-communication overlapped), so that it can only disagree with the analytic model through
-*scheduling*, never through different numbers:
+The simulator takes every duration from :func:`pipeopt.cost.evaluate`, so that it can only
+disagree with the cost model through *scheduling*, never through different numbers:
 
-* a microbatch keeps one replica of stage i busy for ``stage_time[i] * m_i`` seconds (``m_i``
-  replicas; this includes the share of the replicas' all-reduce the cost model spreads over
-  the microbatches), split between its forward op and its backward op in the ratio
-  ``forward_time[i] : backward_time[i]``. With one resource kind and no replication these are
-  exactly the stage's forward and backward times;
-* split execution (Duan & Wu): the forward op takes ``forward_time[i] * m_i`` on the forward
-  share beta of the worker and the backward op ``backward_time[i] * m_i`` on the other share,
-  concurrently, each in its own *lane*;
+* a replica of stage i runs microbatch j's forward op for ``forward_op[i]`` seconds and its
+  backward op for ``backward_op[i]`` (:class:`~pipeopt.cost.Evaluation`,
+  :func:`pipeopt.cost.rules.replica_ops`): its compute plus the share of the replicas'
+  all-reduce the cost model spreads over the microbatches, split between the two ops in the
+  ratio forward : backward. With one resource kind and no replication these are exactly the
+  stage's forward and backward times;
+* split execution (Duan & Wu): the forward op runs on the forward share beta of the worker
+  and the backward op on the other share, concurrently, each in its own *lane*;
 * replicated stages: microbatch j goes to replica ``j mod m_i`` (round robin);
-* communication: the activation of microbatch j leaves stage i when its forward ends and
-  occupies the link to stage i+1 for ``forward bytes / bandwidth``; its gradient goes back
-  the same way when the backward of stage i+1 ends. A link is one resource shared by both
-  directions, serving transfers first come first served (so a link is busy
-  ``(forward + backward bytes) / bandwidth`` per microbatch, the cost model's ``C_c``); a cut
-  between replicated stages has ``min(m_c, m_{c+1})`` such links, used round robin. Transfers
-  overlap compute: they occupy the link, not the worker. Without overlap
-  (``Settings(overlap=False)``) the sender's worker is blocked for the transfer instead.
+* communication: microbatch j's activations leave stage i when its forward op ends and
+  occupy a link to stage i+1 for ``x_i = comm_bytes_forward[i] / bandwidth`` seconds; its
+  gradients go back the same way, ``y_i = comm_bytes_backward[i] / bandwidth``, when the
+  backward op of stage i+1 ends. A tensor crosses a cut once
+  (:func:`pipeopt.cost.rules.crossing_bytes`). Links are **full duplex** (NVLink,
+  InfiniBand, Ethernet): each direction is its own channel, so activations and gradients
+  travel at once, and a channel carries its microbatches in program order (the order its
+  sender produces them). A cut between replicated stages has ``L = min(m_i, m_{i+1})`` links;
+  microbatch j uses link ``j mod L``. Transfers overlap compute: they occupy the link, not
+  the worker. Without overlap (``Settings(overlap=False)``) the sender's op carries its
+  transfer (a blocking send) and the data is there when the op ends;
+* ``half_duplex=True``: each link is one channel for both directions, serving transfers first
+  come first served (outside the cost model; below);
 * memory: a microbatch's activations are held from the start of its forward to the end of its
-  backward on the stage (``act_bytes`` of the stage's layers), plus the stage's parameters.
+  backward on the stage (``act_bytes`` of the stage's layers), plus the stage's parameters
+  (one version, or one per microbatch in flight under ``"async"``).
 
 Bi-Partition plans (different forward and backward cuts) play like any other: a stage's
 forward op covers its forward layers and its backward op its backward layers, and each link
 carries the bytes :class:`~pipeopt.cost.Evaluation` reports per direction
-(``comm_bytes_forward`` / ``comm_bytes_backward``, migrated activations and weights included).
+(``comm_bytes_forward`` / ``comm_bytes_backward``, migrated inputs and weights included).
 
 Schedules
 ---------
+The op order of every replica is :func:`pipeopt.cost.schedule.lane_orders`, the one
+definition the cost model's longest paths read too. Every op starts as soon as the op before
+it in its lane has ended and its data is there (the activation from the previous stage, the
+gradient from the next one).
+
 ``"gpipe"``
-    Fill-drain (Huang et al., GPipe, NeurIPS 2019): every worker runs the forwards of all its
-    microbatches, then their backwards (in microbatch order). Holds all M activations.
+    Fill-drain (Huang et al., GPipe, NeurIPS 2019): every replica runs the forwards of all its
+    microbatches, then their backwards, in microbatch order. Holds all M activations.
 ``"1f1b"``
     PipeDream-Flush (Narayanan et al., PipeDream-2BW, ICML 2021): a replica of stage i runs a
     warm-up of ``k_i = ceil(W_i / m_i)`` forwards (``W_i`` workers of stages i..S-1; ``S - i``
@@ -50,49 +60,60 @@ Schedules
 ``"async"``
     Asynchronous PipeDream (Narayanan et al., SOSP 2019) with weight stashing: 1F1B without
     flushes. Simulated as a long run; ``time_per_microbatch`` is the steady-state spacing of
-    backward completions in the middle of the run and ``iteration_time`` is
+    completions in the middle of the run and ``iteration_time`` is
     ``M * time_per_microbatch``. Every in-flight microbatch keeps its own weight version.
 ``"split"``
     Duan & Wu (ICPADS 2022) split execution: the forward and backward passes of different
     microbatches run concurrently on the beta / 1 - beta shares of each worker (the plan's
-    ``Stage.beta``). A replica admits a new forward only while fewer than ``2 k_i``
-    microbatches are in flight (twice 1F1B's window: with both lanes busy a microbatch stays
-    twice as long in a stage).
+    ``Stage.beta``), each lane in microbatch order. A replica admits the forward of microbatch
+    j only after the backward of microbatch ``j - 2 k_i m_i`` (at most ``2 k_i`` in flight:
+    twice 1F1B's window, so that both lanes can be busy).
 
-Where the simulator and the analytic model legitimately differ (each pinned by a test)
----------------------------------------------------------------------------------------
-* **Fill and drain.** The cost model's iteration estimate is the flow-shop formula
-  ``sum_i t_i + (M - 1) * bottleneck``, which treats a microbatch's forward and backward on a
-  stage as one job. For equal stages without communication 1F1B and GPipe both take exactly
-  ``(M + S - 1) * T``, as the formula says. With uneven stages 1F1B can be shorter: its
-  backward traversal overlaps later forwards, e.g. two stages with t = 4 then 2 seconds
-  (forward = backward) and M = 4 take 16 s = M * t_0, not the formula's 18 s.
-* **GPipe's rate is max F + max B.** Its forward and backward phases are each limited by
-  their own slowest stage (Tarnawski et al.'s ``diffmaxima``, ``Settings(objective="gpipe")``).
-  Without replication the simulated iteration is exactly
-  ``sum_i (f_i + b_i) + sum_c (transfers) + (M - 1) * (max(f, forward transfers) + max(b,
-  backward transfers))``, which is at least the bottleneck-based estimate.
-* **Communication latency under a bounded window.** The cost model hides transfers behind
-  compute completely (``T = max(max tau_i, max C_c)``). A 1F1B replica with only ``k_i``
-  microbatches in flight cannot hide the round trip of a microbatch when the stages after it
-  have no slack: by Little's law its period is at least (round trip from stage i) / k_i. Without
-  communication the 1F1B / async steady state equals the analytic bottleneck exactly; with
-  communication it is >= the bottleneck, and equal whenever the slack of the faster stages
-  covers the transfers. At the default 1.25e10 B/s the DP's plans run 1.74x (resnet50, 8
-  stages), 1.54x (resnet50, 4) and 1.00x (vgg16, 8) the analytic bottleneck; GPipe, which
-  admits all M microbatches, hides more of it (1.10x on resnet50, 8 stages).
-* **Replicated stages under strict 1F1B.** With round robin over m_i replicas and the cost
-  model's ``ceil(W_i / m_i)`` microbatches in flight per replica, a replicated stage *before*
-  another stage cannot always keep its replicas busy: the strict alternation of its
-  neighbours makes replicas wait. Three stages of 1, 4 and 1 seconds per microbatch on 1, 2
-  and 1 workers run at 2.5 s per microbatch, not the cost model's 2.0 s. A replicated last
-  stage, and PipeDream's DP plans of vgg16 and resnet50 (a replicated first stage), run at
-  the analytic rate.
-* **Memory.** 1F1B peaks at exactly the cost model's ``k_i`` microbatches of activations plus
-  one weight version; GPipe holds M; asynchronous PipeDream holds ``k_i`` activations *and*
-  ``k_i`` weight versions (the cost model counts versions only with
-  ``Settings(weight_stashing=True)``); split execution holds up to ``2 k_i`` activations,
-  which the cost model does not count (it uses ``k_i`` for every schedule).
+The simulator equals the cost model
+-----------------------------------
+:func:`pipeopt.evaluate`'s objectives are this simulation, computed another way (README,
+"What the objective is: the schedule, exactly"):
+
+* **steady state**: with every order fixed the pipeline is a max-plus linear system, and
+  ``evaluate(...).bottleneck`` is its cycle time in closed form
+  (:func:`pipeopt.cost.rules.steady_period`): the largest of each replica's own work, each
+  link direction's transfers and the **window rows** (a microbatch's round trip from stage i
+  up to stage l and back, over the microbatches the window lets stages i..l hold). The
+  simulated ``time_per_microbatch`` of ``"1f1b"`` and ``"async"`` equals ``bottleneck``, and
+  that of ``"split"`` equals the ``bottleneck`` of the plan with its beta;
+* **finite M**: ``evaluate(...).iteration_time`` (1F1B with a flush; a split plan: the split
+  schedule) and ``.gpipe_time`` are the longest path through the run's operations under the
+  same orders (:func:`pipeopt.cost.schedule.run_graph`; GPipe without replication or split
+  execution in closed form, :func:`pipeopt.cost.rules.gpipe_time`), equal to the simulated
+  ``iteration_time`` of ``"1f1b"`` / ``"split"`` and ``"gpipe"``;
+* **links**: full duplex, each direction in program order, in both.
+
+``tests/cost/test_schedule_exact.py`` keeps them equal (relative error <= 1e-9) on random
+layer graphs (chains and DAGs with skip edges), random straight, replicated, split-execution
+and Bi-Partition plans, overlap on and off, random M, and on random splits of the real
+PipeDream profiles. The engine here is event driven and shares nothing with the longest path
+but the op orders and the durations, so each checks the other.
+
+What remains different
+----------------------
+* **Half-duplex links** (``half_duplex=True``) are outside the cost model. They matter when
+  a light stage sits between two heavy cuts: its activations and the gradients coming back
+  queue behind each other. VGG16 on 4 stages at the split [5, 6, 13] (the DP's before the
+  window rows) runs at 252.1 ms per microbatch half duplex, ``C_0 + tau_1 + C_1`` (the round
+  trips of both cuts and the light stage between them, serialised), against 235.6 ms full
+  duplex, which is ``evaluate(...).bottleneck``.
+* **Memory** is measured, not counted. 1F1B peaks at the cost model's ``k_i`` microbatches of
+  activations plus one weight version once M fills the windows (fewer with fewer
+  microbatches); GPipe holds M, as ``Settings(objective="gpipe")`` counts; split execution
+  admits up to ``2 k_i`` microbatches (:func:`pipeopt.cost.rules.in_flight` with
+  ``split=True``, what ``evaluate`` counts for a plan with beta). Asynchronous PipeDream keeps
+  ``k_i`` weight versions besides ``k_i`` activations, while the cost model counts weight
+  versions only with ``Settings(weight_stashing=True)``.
+* **Asynchronous PipeDream has no iteration**: its ``iteration_time`` is
+  ``M * time_per_microbatch``, not ``evaluate(...).iteration_time`` (which flushes).
+* **GPipe's rate** (its ``time_per_microbatch``, the slope of the iteration time in M) is
+  the slowest forward machine plus the slowest backward machine, not the 1F1B ``bottleneck``
+  that :attr:`SimulationResult.bottleneck` reports for every schedule.
 
 References
 ----------
@@ -100,7 +121,9 @@ Narayanan et al., PipeDream: Generalized Pipeline Parallelism for DNN Training, 
 Narayanan et al., Memory-Efficient Pipeline-Parallel DNN Training (PipeDream-2BW / Flush),
 ICML 2021. Huang et al., GPipe, NeurIPS 2019. Duan & Wu, Optimizing Resource Allocation in
 Pipeline Parallelism for Distributed DNN Training, ICPADS 2022. Jia, Zaharia & Aiken, Beyond
-Data and Model Parallelism for Deep Neural Networks (FlexFlow's execution simulator), SysML 2019.
+Data and Model Parallelism for Deep Neural Networks (FlexFlow's execution simulator), SysML
+2019. Baccelli, Cohen, Olsder & Quadrat, Synchronization and Linearity, Wiley 1992 (the cycle
+time of a max-plus system).
 """
 
 from __future__ import annotations
@@ -179,10 +202,13 @@ class SimulationResult:
     replicas
         ``list[int]`` per stage.
     bottleneck
-        The analytic time per microbatch, ``evaluate(instance, plan).bottleneck``.
+        The cost model's 1F1B steady-state time per microbatch,
+        ``evaluate(instance, plan).bottleneck`` (equal to ``time_per_microbatch`` under
+        ``"1f1b"``, ``"async"`` and, for the plan with its beta, ``"split"``).
     analytic_iteration_time
-        The analytic flow-shop estimate ``evaluate(instance, plan).iteration_time`` for the
-        same M.
+        The cost model's time of the same M microbatches under this schedule:
+        ``evaluate(...).iteration_time`` (``"1f1b"``, ``"split"``), ``.gpipe_time``
+        (``"gpipe"``), ``M * bottleneck`` (``"async"``); equal to ``iteration_time``.
     events
         ``list[Event]``: ``(stage, kind, microbatch, start, end)`` in order of completion.
     event_details
@@ -617,18 +643,20 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
         :class:`pipeopt.Instance`; its cluster's bandwidth, ``settings.overlap`` and (by
         default) ``settings.microbatches`` apply.
     plan
-        :class:`pipeopt.Plan` (checked by :func:`pipeopt.cost.check_plan`). Stage durations
-        come from :func:`pipeopt.evaluate` (see the module docstring).
+        :class:`pipeopt.Plan` (checked by :func:`pipeopt.cost.check_plan`). Op and transfer
+        durations come from :func:`pipeopt.evaluate` (see the module docstring).
     schedule
         ``"gpipe"``, ``"1f1b"`` (default), ``"async"`` or ``"split"``.
     microbatches
         M >= 1; default ``instance.settings.microbatches``.
     half_duplex
         Links serve both directions one transfer at a time, first come first served
-        (default False: full duplex, as NVLink, InfiniBand and Ethernet are). It matters
-        when a light stage sits between two heavy cuts: its activations and the gradients
-        coming back queue behind each other (VGG16 on 4 stages: 252.1 ms per microbatch
-        half duplex against 235.6 ms full duplex). The cost model assumes full duplex.
+        (default False: full duplex, as NVLink, InfiniBand and Ethernet are, each direction
+        in program order). It matters when a light stage sits between two heavy cuts: its
+        activations and the gradients coming back queue behind each other (VGG16 on 4 stages
+        at the split [5, 6, 13]: 252.1 ms per microbatch half duplex against 235.6 ms full
+        duplex). The cost model assumes full duplex: a half-duplex run is outside it (a note
+        says so).
 
     Returns
     -------
@@ -654,7 +682,9 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     >>> inst = read_pipedream("../shared/data/pipedream-profiles/vgg16.txt")  # doctest: +SKIP
     >>> plan = solve_dp(PartitionProblem(inst, 4)).plan  # doctest: +SKIP
     >>> sim = simulate(inst, plan, schedule="1f1b", microbatches=16)  # doctest: +SKIP
-    >>> sim.time_per_microbatch >= sim.bottleneck  # doctest: +SKIP
+    >>> math.isclose(sim.time_per_microbatch, sim.bottleneck, rel_tol=1e-9)  # doctest: +SKIP
+    True
+    >>> math.isclose(sim.iteration_time, sim.analytic_iteration_time, rel_tol=1e-9)  # doctest: +SKIP
     True
     """
     if schedule not in SCHEDULES:

@@ -1,8 +1,12 @@
-"""The simulator against hand-worked schedules and against the analytic cost model.
+"""The simulator against hand-worked schedules and against the cost model.
 
-Where the two legitimately differ (fill/drain, GPipe's max F + max B, communication latency
-under 1F1B's bounded window, memory of split execution and weight stashing) the difference
-is pinned here, as the module docstring of :mod:`pipeopt.simulate` describes it.
+The cost model's objective is the schedule: the simulated steady state equals
+``evaluate(...).bottleneck`` (the window rows included), the simulated iteration of M
+microbatches equals ``iteration_time`` (1F1B with a flush) and ``gpipe_time``. Here on hand
+cases, DP plans of real profiles and random chains; tests/cost/test_schedule_exact.py holds
+the property tests over random plans. What still differs (half-duplex links, which the cost
+model does not describe; asynchronous PipeDream's weight versions) is pinned here, as the
+module docstring of :mod:`pipeopt.simulate` describes it.
 """
 
 from __future__ import annotations
@@ -117,53 +121,69 @@ def test_equal_stages_take_M_plus_S_minus_1_times_T(schedule, S, M):
     T = evaluate(inst, plan).bottleneck
     assert close(T, 1.0)
     assert close(sim.iteration_time, (M + S - 1) * T)
-    assert close(sim.iteration_time, evaluate(inst, plan).iteration_time)  # the flow-shop estimate agrees
+    ev = evaluate(inst, plan)
+    assert close(sim.iteration_time, ev.iteration_time if schedule == "1f1b" else ev.gpipe_time)
     assert close(sim.time_per_microbatch, T)
 
 
-def test_uneven_stages_fill_drain_differs_from_the_flow_shop_estimate():
+def test_uneven_stages_iteration_is_exact():
     # slowest stage first (t = 4, 2): 1F1B overlaps the backward traversal with later forwards
-    # and takes M * t_0 = 16 s; the flow-shop estimate sum t + (M - 1) max t says 18 s.
+    # and takes M * t_0 = 16 s, not the flow-shop formula sum t + (M - 1) max t = 18 s;
+    # evaluate's iteration time is the longest path over the same op orders: 16 s too
     inst = chain([2.0, 1.0], [2.0, 1.0], M=4)
     plan = one_layer_per_stage(inst)
     ev = evaluate(inst, plan)
-    assert ev.iteration_time == 18.0
-    assert simulate(inst, plan, schedule="1f1b").iteration_time == 16.0
-    assert simulate(inst, plan, schedule="gpipe").iteration_time == 18.0
-    # slowest stage last (t = 2, 4): both schedules take the estimate, 18 s
+    assert ev.iteration_time == 16.0 == simulate(inst, plan, schedule="1f1b").iteration_time
+    assert ev.gpipe_time == 18.0 == simulate(inst, plan, schedule="gpipe").iteration_time
+    # slowest stage last (t = 2, 4): both schedules take 18 s
     inst = chain([1.0, 2.0], [1.0, 2.0], M=4)
     plan = one_layer_per_stage(inst)
-    assert evaluate(inst, plan).iteration_time == 18.0
-    assert simulate(inst, plan, schedule="1f1b").iteration_time == 18.0
+    ev = evaluate(inst, plan)
+    assert ev.iteration_time == 18.0 == simulate(inst, plan, schedule="1f1b").iteration_time
+    assert ev.gpipe_time == 18.0 == simulate(inst, plan, schedule="gpipe").iteration_time
 
 
 def test_gpipe_rate_is_max_forward_plus_max_backward():
     # forward-heavy first stage, backward-heavy second: max_i (F_i + B_i) = 5 but GPipe's
-    # phases cost max F + max B = 4 + 4 = 8 per microbatch
+    # phases cost max F + max B = 4 + 4 = 8 per microbatch; M = 6 microbatches take
+    # 5 + 5 + (6 - 1) * 8 = 50 s, the gpipe objective
     inst = chain([4.0, 1.0], [1.0, 4.0], M=6)
     plan = one_layer_per_stage(inst)
     sim = simulate(inst, plan, schedule="gpipe")
-    gpipe = evaluate(inst.with_settings(objective="gpipe"), plan).objective
-    assert gpipe == 8.0
+    gpipe = evaluate(inst.with_settings(objective="gpipe"), plan)
+    assert gpipe.objective == gpipe.gpipe_time == 50.0
     assert close(sim.time_per_microbatch, 8.0)
-    assert close(sim.iteration_time, 5.0 + 5.0 + (6 - 1) * 8.0)
+    assert sim.iteration_time == 50.0
     assert close(simulate(inst, plan, schedule="1f1b").time_per_microbatch, evaluate(inst, plan).bottleneck)
 
 
-# ---- steady state = the analytic bottleneck ---------------------------------------------------
+# ---- steady state = the cost model's bottleneck -------------------------------------------------
 
-REAL = [("vgg16", 2), ("vgg16", 4), ("vgg16", 8), ("resnet50", 4), ("resnet50", 8), ("gnmt", 4), ("inception_v3", 4)]
+# the splits pipeopt's DP found before the window rows (full comm, 16 GPUs): real plans whose
+# stages and cuts are balanced by the old model, fixed here so that the test does not follow
+# the solvers
+REAL = [("vgg16", [8]), ("vgg16", [5, 6, 13]), ("vgg16", [5, 6, 7, 8, 9, 10, 13]),
+        ("resnet50", [29, 66, 117]), ("resnet50", [6, 25, 35, 49, 79, 104, 141]), ("gnmt", [7, 20, 38]),
+        ("inception_v3", [14, 87, 198])]
 
 
-@pytest.mark.parametrize("name, S", REAL)
-def test_steady_state_equals_bottleneck_on_real_dp_plans(name, S):
-    inst = without_comm(profile(name))
-    plan = solve_dp(PartitionProblem(inst, S)).plan
+@pytest.mark.parametrize("name, starts", REAL)
+def test_steady_state_equals_bottleneck_on_real_plans(name, starts):
+    inst = profile(name)
+    S = len(starts) + 1
+    plan = PartitionProblem(inst, S).plan(starts)
     T = evaluate(inst, plan).bottleneck
     for schedule in ("1f1b", "async"):
         sim = simulate(inst, plan, schedule=schedule, microbatches=4 * S)
         assert close(sim.time_per_microbatch, T), schedule
         assert close(sim.bottleneck, T)
+    sim = simulate(inst, plan, schedule="1f1b", microbatches=4 * S)
+    assert close(sim.iteration_time, evaluate(inst.with_settings(microbatches=4 * S), plan).iteration_time)
+    sim = simulate(inst, plan, schedule="gpipe", microbatches=4 * S)
+    assert close(sim.iteration_time, evaluate(inst.with_settings(microbatches=4 * S), plan).gpipe_time)
+    free = without_comm(inst)  # and without communication
+    sim = simulate(free, plan, microbatches=4 * S)
+    assert close(sim.time_per_microbatch, evaluate(free, plan).bottleneck)
     # and 1F1B's peak memory is the cost model's: S - i microbatches of activations at stage i
     sim = simulate(inst, plan, schedule="1f1b", microbatches=2 * S)
     assert sim.peak_in_flight == [S - i for i in range(S)]
@@ -172,7 +192,7 @@ def test_steady_state_equals_bottleneck_on_real_dp_plans(name, S):
 
 @pytest.mark.parametrize("name, S", [("vgg16", 4), ("vgg16", 8), ("resnet50", 4), ("resnet50", 8)])
 def test_replicated_dp_plans_round_robin(name, S):
-    inst = without_comm(profile(name))
+    inst = profile(name)
     res = solve_dp(PartitionProblem(inst, S, replication=True))
     assert any(st.replicas > 1 for st in res.plan.stages)
     ev = evaluate(inst, res.plan)
@@ -181,36 +201,46 @@ def test_replicated_dp_plans_round_robin(name, S):
     assert sim.peak_memory == pytest.approx(ev.memory, rel=REL)  # ceil(W_i / m_i) microbatches per replica
 
 
-def test_replicated_middle_stage_is_slower_than_the_cost_model():
-    # stages of 1, 4, 1 s per microbatch (forward = backward) on 1, 2, 1 workers: the cost
-    # model says max(1, 4 / 2, 1) = 2 s; strict 1F1B with ceil(W_i / m_i) = 4, 2, 1
-    # microbatches in flight makes the replicas wait: 2.5 s (module docstring)
+def test_replicated_middle_stage_window_row():
+    # stages of 1, 4, 1 s per microbatch (forward = backward) on 1, 2, 1 workers: the replicas'
+    # own work allows max(1, 4 / 2, 1) = 2 s, but strict 1F1B with ceil(W_i / m_i) = 4, 2, 1
+    # microbatches in flight makes the replicas wait: the window row over stages 0..1,
+    # (1 + 4) / (k_0 m_0 - (k_1 - 1) m_1) = 5 / 2 = 2.5 s, which evaluate includes
     inst = chain([0.5, 2.0, 0.5], [0.5, 2.0, 0.5], param=0.0, M=12)
     inst = inst.replace(cluster=Cluster.homogeneous(4))
     plan = Plan((Stage(("l0",), ("gpu0",)), Stage(("l1",), ("gpu1", "gpu2"), 2), Stage(("l2",), ("gpu3",))))
-    assert evaluate(inst, plan).bottleneck == 2.0
+    ev = evaluate(inst, plan)
+    assert ev.stage_time == [1.0, 2.0, 1.0] and ev.bottleneck == 2.5
     sim = simulate(inst, plan, schedule="1f1b")
     assert close(sim.time_per_microbatch, 2.5)
-    assert sim.peak_in_flight == [4, 2, 1]
-    # the same stage replicated at the end of the pipeline runs at the analytic rate
-    tail = chain([1.0, 4.0], [1.0, 4.0], param=0.0, M=12).replace(cluster=Cluster.homogeneous(3))
+    assert sim.iteration_time == ev.iteration_time
+    assert sim.peak_in_flight == [4, 2, 1] == ev.in_flight
+    # the same stage replicated at the end of the pipeline runs at its own rate, 2 s (windows
+    # k = 3, 1: the row over both stages is (1 + 4) / (3 - 0), below it)
+    tail = chain([0.5, 2.0], [0.5, 2.0], param=0.0, M=12).replace(cluster=Cluster.homogeneous(3))
     plan = Plan((Stage(("l0",), ("gpu0",)), Stage(("l1",), ("gpu1", "gpu2"), 2)))
-    assert close(simulate(tail, plan, schedule="1f1b").time_per_microbatch, evaluate(tail, plan).bottleneck)
+    assert evaluate(tail, plan).bottleneck == 2.0
+    assert close(simulate(tail, plan, schedule="1f1b").time_per_microbatch, 2.0)
 
 
-def test_communication_latency_under_the_1f1b_window():
-    # The cost model hides transfers completely; with S - i microbatches in flight 1F1B cannot
-    # when the stages have no slack. At the default 1.25e10 B/s: resnet50 on 8 stages runs
-    # ~1.74x slower than the analytic bottleneck, vgg16 on 8 stages exactly at it.
-    for name, S, lo, hi in [("resnet50", 8, 1.5, 2.0), ("vgg16", 8, 1.0, 1.0)]:
+def test_communication_under_the_1f1b_window():
+    # With S - i microbatches in flight 1F1B cannot hide a microbatch's round trip when the
+    # stages have no slack: the window rows bind. At the default 1.25e10 B/s, the split the DP
+    # found before the window rows (resnet50, 8 stages) runs 1.53x its slowest stage or cut,
+    # at exactly evaluate's bottleneck; vgg16 on 8 stages at its slowest stage.
+    for name, starts, lo, hi in [("resnet50", [6, 25, 35, 49, 79, 104, 141], 1.5, 1.6),
+                                 ("vgg16", [5, 6, 7, 8, 9, 10, 13], 1.0, 1.0)]:
         inst = profile(name)
-        plan = solve_dp(PartitionProblem(inst, S)).plan
-        sim = simulate(inst, plan, schedule="async")
-        ratio = sim.time_per_microbatch / evaluate(inst, plan).bottleneck
+        plan = PartitionProblem(inst, len(starts) + 1).plan(starts)
+        ev = evaluate(inst, plan)
+        ratio = ev.bottleneck / max(ev.stage_time + ev.comm_time)
         assert lo * (1 - REL) <= ratio <= hi * (1 + REL), (name, ratio)
+        for schedule in ("1f1b", "async"):
+            sim = simulate(inst, plan, schedule=schedule)
+            assert close(sim.time_per_microbatch, ev.bottleneck), (name, schedule)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=instances(max_layers=7, memory=False), data=st.data())
 def test_steady_state_on_random_chains(inst, data):
     n = inst.chain.n
@@ -224,10 +254,7 @@ def test_steady_state_on_random_chains(inst, data):
         return
     for schedule in ("1f1b", "async"):
         sim = simulate(inst, plan, schedule=schedule, microbatches=M)
-        if inst.settings.overlap:  # transfers overlap compute: latency may show, never speed up
-            assert sim.time_per_microbatch >= ev.bottleneck * (1 - REL)
-        else:  # a blocking send is part of the stage time: no latency left to hide
-            assert close(sim.time_per_microbatch, ev.bottleneck)
+        assert close(sim.time_per_microbatch, ev.bottleneck)
         free = without_comm(inst)
         assert close(simulate(free, plan, schedule=schedule, microbatches=M).time_per_microbatch,
                      evaluate(free, plan).bottleneck)
@@ -242,10 +269,13 @@ def test_steady_state_on_random_chains(inst, data):
         assert sim.peak_memory == pytest.approx(ev.memory)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=instances(max_layers=7, memory=False), data=st.data())
 def test_gpipe_iteration_formula_on_random_chains(inst, data):
-    """GPipe without replication: sum f + sum b + transfers + (M - 1) (max F + max B)."""
+    """GPipe without replication, a closed form of the longest path: its forward phase is a
+    flow shop over stages and forward links (identical jobs: their sum + (M - 1) times the
+    longest), then its backward phase likewise. Links are full duplex: each direction on its
+    own, ``x_c`` forward and ``y_c`` back."""
     inst = inst.with_settings(overlap=True, weight_stashing=False)  # GPipe flushes: one weight version
     n = inst.chain.n
     S = data.draw(st.integers(1, min(n, 4)))
@@ -254,10 +284,18 @@ def test_gpipe_iteration_formula_on_random_chains(inst, data):
     M = data.draw(st.integers(1, 8))
     sim = simulate(inst, plan, schedule="gpipe", microbatches=M)
     ev = evaluate(inst.with_settings(objective="gpipe", microbatches=M), plan)
-    fill = sum(ev.forward_time) + sum(ev.backward_time) + sum(ev.comm_time)
-    assert close(sim.iteration_time, fill + (M - 1) * ev.objective, rel=1e-7)
-    assert close(sim.time_per_microbatch, ev.objective, rel=1e-7)
-    assert sim.time_per_microbatch >= evaluate(inst, plan).bottleneck * (1 - REL) or S == 1
+    bw = inst.cluster.bandwidth
+    x = [b / bw for b in ev.comm_bytes_forward]
+    y = [b / bw for b in ev.comm_bytes_backward]
+    fill = sum(ev.forward_op) + sum(ev.backward_op) + sum(x) + sum(y)
+    rate = max(ev.forward_op + x) + max(ev.backward_op + y)
+    assert close(ev.objective, ev.gpipe_time)
+    assert close(sim.iteration_time, ev.objective)
+    assert close(sim.iteration_time, fill + (M - 1) * rate, rel=1e-7)
+    assert close(sim.time_per_microbatch, rate, rel=1e-7)
+    # at least every stage's own work; it can be below 1F1B's period, whose window rows GPipe
+    # (all M microbatches admitted) does not have
+    assert sim.time_per_microbatch >= max(f + b for f, b in zip(ev.forward_op, ev.backward_op)) * (1 - REL)
     assert sim.peak_memory == pytest.approx(ev.memory)  # GPipe holds all M activations
 
 
@@ -282,9 +320,11 @@ def test_split_execution_steady_state_and_memory():
     f = [(e.start, e.end) for e in sim.events if e.stage == 1 and e.kind == "F"]
     b = [(e.start, e.end) for e in sim.events if e.stage == 1 and e.kind == "B"]
     assert any(fs < be and bs < fe for fs, fe in f for bs, be in b)
-    # split execution keeps up to 2 (S - i) microbatches; the cost model counts S - i
-    assert sim.peak_in_flight == [6, 4, 2]
+    # split execution keeps up to 2 (S - i) microbatches, and so does the cost model
+    assert sim.peak_in_flight == [6, 4, 2] == ev.in_flight
     assert [m / 10 for m in sim.peak_memory] == pytest.approx([6.1, 4.1, 2.1])
+    assert sim.peak_memory == pytest.approx(ev.memory)
+    assert close(sim.iteration_time, ev.iteration_time)
     # a lopsided share: the slower lane sets the pace (beta = 1/2: f = 2, b = 4)
     lopsided = with_beta(plan, [0.5] * 3)
     assert evaluate(inst, lopsided).bottleneck == 4.0
@@ -316,14 +356,22 @@ def test_no_overlap_blocks_the_sender():
 
 
 def test_overlapped_transfers_occupy_the_link():
+    # 1 MB tensors at 1 MB/s: 1 s each way per microbatch, on a full-duplex link
     inst = chain([1.0, 1.0], [1.0, 1.0], out_bytes=1e6, bandwidth=1e6, M=8)
     plan = one_layer_per_stage(inst)
     ev = evaluate(inst, plan)
-    assert ev.comm_time == [2.0] and ev.bottleneck == 2.0
+    # the busier direction is busy 1 s per microbatch; a round trip through both stages,
+    # 2 + 2 + 1 + 1 s, spans the 2 microbatches stage 0 keeps in flight: 3 s
+    assert ev.comm_time == [1.0] and ev.round_trip == [2.0] and ev.bottleneck == 3.0
     sim = simulate(inst, plan, schedule="gpipe")
-    comm = sorted((e.start, e.end) for e in sim.events if e.kind == "comm")
-    assert len(comm) == 16
-    assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(comm))  # one transfer at a time
+    assert sim.iteration_time == ev.gpipe_time
+    comm = [(e.start, e.end, d[2]) for e, d in zip(sim.events, sim.event_details, strict=True)
+            if e.kind == "comm"]
+    assert len(comm) == 16 and {d for *_, d in comm} == {"fwd", "bwd"}
+    for direction in ("fwd", "bwd"):  # one transfer at a time in each direction
+        one = sorted((a, b) for a, b, d in comm if d == direction)
+        assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(one))
+    assert close(simulate(inst, plan, schedule="1f1b").time_per_microbatch, 3.0)
 
 
 def test_errors_are_typed():
@@ -342,14 +390,19 @@ def test_errors_are_typed():
 
 def test_bipartition_plan_steady_state_matches_evaluate():
     # stage 0: forward of l0, l1 (2 s) + backward of l0 (2 s) = 4 s; stage 1: forward of l2 (1 s)
-    # + backward of l1, l2 (4 s) = 5 s; the migrated activation of l1 (10 B) costs ~1e-9 s
-    inst3 = chain([1.0] * 3, [2.0] * 3, M=64)
+    # + backward of l1, l2 (4 s) = 5 s. Forward over the cut: l1's output (10 B) and l1's input,
+    # which its backward on stage 1 needs (10 B); back: l0 -> l1's gradient (10 B) and l1's
+    # weights once per 64 microbatches (1 / 64 B); all of it ~1e-9 s
+    inst3 = chain([1.0] * 3, [2.0] * 3, out_bytes=10.0, M=64)
     bi = Plan((Stage(("l0", "l1"), ("gpu0",), bwd_layers=("l0",)), Stage(("l2",), ("gpu1",), bwd_layers=("l1", "l2"))))
     ev = evaluate(inst3, bi)
     assert ev.bottleneck == pytest.approx(5.0, rel=1e-6)
-    assert ev.comm_bytes_forward[0] == pytest.approx(10.0) and ev.comm_bytes_backward[0] == pytest.approx(1.0 / 64)
+    assert ev.comm_bytes_forward[0] == pytest.approx(20.0)
+    assert ev.comm_bytes_backward[0] == pytest.approx(10.0 + 1.0 / 64)
     sim = simulate(inst3, bi, schedule="1f1b")
-    assert sim.time_per_microbatch == pytest.approx(ev.bottleneck, rel=1e-6)
+    assert close(sim.time_per_microbatch, ev.bottleneck)
+    assert close(sim.iteration_time, ev.iteration_time)
+    assert close(simulate(inst3, bi, schedule="gpipe").iteration_time, ev.gpipe_time)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

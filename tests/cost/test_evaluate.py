@@ -8,7 +8,7 @@ import networkx as nx
 import pytest
 
 from pipeopt import Cluster, Device, Instance, Plan, Settings, Stage, evaluate
-from pipeopt.errors import InvalidPlanError
+from pipeopt.errors import InvalidPlanError, InvalidProblemError
 
 
 def chain(specs, kind="gpu"):
@@ -31,18 +31,26 @@ PLAN2 = Plan((Stage(("l0",), ("gpu0",)), Stage(("l1",), ("gpu1",))))
 
 
 def test_sequential_two_stages_with_overlap():
-    # stage 0: (1 + 2) / 2 units = 1.5 s; stage 1: (3 + 1) / 2 = 2 s; cut: 2 * 10 B / 20 B/s = 1 s
+    # stage 0: (1 + 2) / 2 units = 1.5 s; stage 1: (3 + 1) / 2 = 2 s; cut: 10 B / 20 B/s = 0.5 s
+    # each way, at once (full duplex): 0.5 s per microbatch, a round trip of 1 s
     ev = evaluate(two_layer(), PLAN2)
     assert ev.stage_time == [1.5, 2.0]
-    assert ev.comm_time == [1.0]
-    assert ev.bottleneck == 2.0 and ev.objective == 2.0 and ev.throughput == 0.5
+    assert ev.comm_time == [0.5] and ev.round_trip == [1.0]
     assert ev.forward_time == [0.5, 1.5] and ev.backward_time == [1.0, 0.5]
+    assert ev.forward_op == [0.5, 1.5] and ev.backward_op == [1.0, 0.5]
+    # the window row: stage 0 keeps 2 microbatches in flight, and one microbatch's round trip
+    # through both stages takes 1.5 + 2 + 1 = 4.5 s, so T >= 4.5 / 2 = 2.25 s > max(1.5, 2, 0.5)
+    assert ev.in_flight == [2, 1]
+    assert ev.bottleneck == 2.25 and ev.objective == 2.25 and ev.throughput == 1 / 2.25
 
 
 def test_without_overlap_each_stage_pays_what_it_sends():
-    # stage 0 sends 10 B of activations (0.5 s), stage 1 sends 10 B of gradients back (0.5 s)
+    # stage 0 sends 10 B of activations (0.5 s), stage 1 sends 10 B of gradients back (0.5 s);
+    # no link op, so the window row is (2 + 2.5) / 2 = 2.25 s, below stage 1's 2.5 s
     ev = evaluate(two_layer(overlap=False), PLAN2)
     assert ev.stage_time == [2.0, 2.5]
+    assert ev.forward_op == [1.0, 1.5] and ev.backward_op == [1.0, 1.0]
+    assert ev.round_trip == [0.0]
     assert ev.bottleneck == 2.5
 
 
@@ -56,18 +64,29 @@ def test_memory_under_1f1b_and_weight_stashing():
     assert not ev.feasible and "stage 0 needs" in ev.violations[0]
 
 
-def test_iteration_time_is_the_flow_shop_estimate():
+def test_iteration_time_is_the_1f1b_flush_by_hand():
+    # M = 4 under 1F1B with a flush. Ops: stage 0 F 0.5, B 1; stage 1 F 1.5, B 0.5; transfers
+    # X (activation), Y (gradient) 0.5 s, one per direction at a time. Orders: stage 0
+    # F0 F1 B0 F2 B1 F3 B2 B3, stage 1 F0 B0 F1 B1 F2 B2 F3 B3.
+    #   s0 F0 [0, .5] X0 [.5, 1]  F1 [.5, 1] X1 [1, 1.5]
+    #   s1 F0 [1, 2.5] B0 [2.5, 3] Y0 [3, 3.5]  F1 [3, 4.5] B1 [4.5, 5] Y1 [5, 5.5]
+    #   s0 B0 [3.5, 4.5] F2 [4.5, 5] X2 [5, 5.5]  B1 [5.5, 6.5] F3 [6.5, 7] X3 [7, 7.5]
+    #   s1 F2 [5.5, 7] B2 [7, 7.5] Y2 [7.5, 8]  F3 [7.5, 9] B3 [9, 9.5] Y3 [9.5, 10]
+    #   s0 B2 [8, 9] B3 [10, 11]: 11 s
     inst = two_layer().with_settings(microbatches=4)
     ev = evaluate(inst, PLAN2)
-    # sum of stage and link times 1.5 + 1 + 2 = 4.5, plus (M - 1) * bottleneck = 3 * 2
-    assert ev.iteration_time == pytest.approx(10.5)
-    assert evaluate(inst.with_settings(objective="makespan"), PLAN2).objective == pytest.approx(10.5)
+    assert ev.iteration_time == 11.0
+    assert evaluate(inst.with_settings(objective="iteration"), PLAN2).objective == 11.0
+    with pytest.raises(InvalidProblemError, match="'makespan' is now 'iteration'"):
+        evaluate(inst.with_settings(objective="makespan"), PLAN2)
 
 
-def test_gpipe_objective_is_max_forward_plus_max_backward():
+def test_gpipe_objective_is_the_fill_drain_time():
+    # M = 8 (the default). Two flow shops of identical jobs: forward over stage 0 (0.5), the
+    # link (0.5), stage 1 (1.5): 2.5 + 7 * 1.5; backward over stage 1 (0.5), the link (0.5),
+    # stage 0 (1.0): 2 + 7 * 1.0. In all 4.5 + 7 * (1.5 + 1.0) = 22 s
     ev = evaluate(two_layer().with_settings(objective="gpipe"), PLAN2)
-    # forward phase: max(0.5, 1.5, link 10/20 = 0.5) = 1.5; backward: max(1.0, 0.5, 0.5) = 1.0
-    assert ev.objective == pytest.approx(2.5)
+    assert ev.objective == ev.gpipe_time == 22.0
 
 
 def test_replicated_stage_pays_the_all_reduce():

@@ -65,7 +65,9 @@ def test_fits_at_exactly_the_capacity_with_non_integral_bytes():
 
 def test_rules_on_hand_derived_values():
     assert rules.transfer_time(10.0, 20.0) == 0.5
-    assert rules.cut_time(10.0, 10.0, 20.0, links=2) == 0.5
+    assert rules.cut_time(10.0, 10.0, 20.0, links=2) == 0.25  # full duplex: the busier direction
+    assert rules.cut_time(10.0, 30.0, 20.0) == 1.5
+    assert rules.round_trip(10.0, 30.0, 20.0) == 2.0
     assert rules.allreduce_time(8.0, 1, 2.0) == 0.0
     assert rules.allreduce_time(8.0, 4, 2.0) == 2.0 * 3 / 4 * 4.0
     assert rules.replicated_time(3.0, 8.0, 4, 2.0) == (3.0 + 6.0) / 4
