@@ -16,7 +16,7 @@ METHODS = (
     Method("bipartition", "milp", milp.solve_milp, True, "bipartition", True,
            "MILP with separate forward and backward cuts (PuLP; CBC or HiGHS); Cui et al., Bi-Partition"),
     Method("bipartition", "greedy", greedy.greedy, False, "bipartition", True,
-           "backward-cut mover from the best same-cut plan, after Cui et al., Bi-Partition"),
+           "forward/backward cut mover from the best same-cut plan, after Cui et al., Bi-Partition"),
     Method("bipartition", "same_cut", greedy.same_cut, False, "bipartition", True,
            "best plan with equal forward and backward cuts (exact partition DP)"),
     Method("bipartition", "bisection", milp.solve_bisection, True, "bipartition", True,

@@ -4,15 +4,22 @@
 partition DP (:func:`pipeopt.problems.partition.dp.solve_dp`), re-scored in the Bi-Partition space.
 
 ``greedy`` follows the idea of Bi-Partition (Cui et al.): start from the best same-cut plan
-and move individual backward cuts, one unit position at a time, while the loads even out.
-Each round tries every single-cut move of the backward split (to any position that keeps the
-stages non-empty and respects ``max_shift``) and applies the best one; a move is accepted if
-it lowers, lexicographically, the vector of stage and cut times sorted from the largest (so
-that it may lower the number of stages tied at the bottleneck before the bottleneck itself);
-plans that break memory are compared by their bytes over capacity first. It stops when no
-move improves or at its time limit. ``move="both"`` also tries single moves of forward cuts
-(a stronger local search, still without any guarantee). Scores use :meth:`BipartitionProblem.score`, the same
-model as :func:`pipeopt.evaluate`.
+and move cuts, forward and backward, one cut at a time, while the time per microbatch
+improves. Each round scores every move of the current plan and applies the best one:
+
+* **backward move**: one backward cut b_c to any other position (the other cuts stay);
+* **forward move**: one forward cut a_c to any other position (``move="both"``, the default);
+* **boundary move**: the forward and the backward cut of one boundary together, by the same
+  offset (the stage boundary moves in both passes; ``move="both"``).
+
+Positions keep every stage non-empty in both passes and respect ``max_shift``. A move is
+accepted if it lowers, lexicographically, (bytes over capacity, the time per microbatch of
+:meth:`BipartitionProblem.score` -- the steady state of 1F1B with its window rows, the value
+:func:`pipeopt.evaluate` reports --, then the stage and cut times sorted from the largest): so
+the objective never gets worse, and among moves that tie on it the one that lowers the number
+of stages tied at the bottleneck wins. It stops when no move improves or at its time limit.
+``move="backward"`` restricts it to backward moves (forward cuts stay where the same-cut
+optimum put them). No guarantee: a local search.
 
 References
 ----------
@@ -116,7 +123,7 @@ def same_cut(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0
 
 def _key(problem: BipartitionProblem, s: Score) -> tuple:
     times = np.concatenate([s.stage_time, s.comm_time if problem.overlap else []])
-    return (s.excess, *np.sort(times)[::-1])
+    return (s.excess, s.bottleneck, *np.sort(times)[::-1])
 
 
 def _better(new: tuple, old: tuple, rel: float = 1e-12) -> bool:
@@ -127,9 +134,36 @@ def _better(new: tuple, old: tuple, rel: float = 1e-12) -> bool:
     return False
 
 
+def _moves(problem: BipartitionProblem, cuts: dict, kinds: tuple):
+    """Every plan one move away from ``cuts`` (module docstring): ``(kind, fwd, bwd)``."""
+    S, n, k = problem.stages, problem.n, problem.max_shift
+
+    def span(row, c):  # positions of cut c that keep the stages of ``row``'s pass non-empty
+        return (row[c - 1] + 1 if c > 0 else 1), (row[c + 1] - 1 if c < S - 2 else n - 1)
+
+    a, b = cuts["fwd"], cuts["bwd"]
+    for c in range(S - 1):
+        for kind in kinds:
+            if kind == "boundary":
+                (alo, ahi), (blo, bhi) = span(a, c), span(b, c)
+                for d in range(max(alo - a[c], blo - b[c]), min(ahi - a[c], bhi - b[c]) + 1):
+                    if d:  # the shift |a_c - b_c| is unchanged
+                        yield kind, a[:c] + [a[c] + d] + a[c + 1 :], b[:c] + [b[c] + d] + b[c + 1 :]
+                continue
+            mine, other = (a, b) if kind == "forward" else (b, a)
+            lo, hi = span(mine, c)
+            if k is not None:
+                lo, hi = max(lo, other[c] - k), min(hi, other[c] + k)
+            for pos in range(lo, hi + 1):
+                if pos != mine[c]:
+                    moved = mine[:c] + [pos] + mine[c + 1 :]
+                    yield (kind, moved, b) if kind == "forward" else (kind, a, moved)
+
+
 def greedy(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
-           seed: int = 0, threads: int = 2, move: str = "backward") -> Result:
-    """Greedy Bi-Partition: move backward cuts of the best same-cut plan while loads even out.
+           seed: int = 0, threads: int = 2, move: str = "both") -> Result:
+    """Greedy Bi-Partition: move forward and backward cuts of the best same-cut plan while the
+    time per microbatch improves (module docstring).
 
     Parameters
     ----------
@@ -141,15 +175,16 @@ def greedy(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, 
     solver, seed, threads
         Unused (deterministic); accepted for the common method signature.
     move
-        ``"backward"`` (default, the Bi-Partition idea: forward cuts stay where the same-cut
-        optimum put them) or ``"both"`` (single moves of forward cuts are tried too).
+        ``"both"`` (default: backward, forward and boundary moves) or ``"backward"`` (backward
+        moves only: the forward cuts stay where the same-cut optimum put them).
 
     Returns
     -------
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory; ``TIME_LIMIT`` without
         a plan if the deadline stopped the same-cut start); no lower bound. ``info``:
-        ``moves`` applied, ``move``, ``start`` (same-cut cuts), ``fwd_cuts``, ``bwd_cuts``.
+        ``moves`` applied, ``moves_by_kind`` (``backward`` / ``forward`` / ``boundary``),
+        ``move``, ``start`` (same-cut cuts), ``fwd_cuts``, ``bwd_cuts``.
 
     Raises
     ------
@@ -163,7 +198,6 @@ def greedy(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, 
     deadline = Deadline.of(time_limit)
     if move not in ("backward", "both"):
         raise InvalidProblemError(f"greedy: move must be 'backward' or 'both', got {move!r}")
-    S, n = problem.stages, problem.n
     try:
         start = best_same_cut(problem, deadline=deadline)
         if start is None:
@@ -172,32 +206,21 @@ def greedy(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, 
         return problem.result("greedy", None, Status.TIME_LIMIT, started=deadline.started,
                               info={"stopped": str(stop)})
     cuts = {"fwd": list(start), "bwd": list(start)}
-    passes = ("bwd",) if move == "backward" else ("bwd", "fwd")
+    kinds = ("backward",) if move == "backward" else ("backward", "forward", "boundary")
     key = _key(problem, problem.score(cuts["fwd"], cuts["bwd"]))
-    moves = 0
+    applied = dict.fromkeys(kinds, 0)
     while not deadline.expired():
         best = None
-        for which in passes:
-            mine, other = cuts[which], cuts["fwd" if which == "bwd" else "bwd"]
-            for c in range(S - 1):
-                lo = mine[c - 1] + 1 if c > 0 else 1
-                hi = mine[c + 1] - 1 if c < S - 2 else n - 1
-                if problem.max_shift is not None:
-                    lo, hi = max(lo, other[c] - problem.max_shift), min(hi, other[c] + problem.max_shift)
-                for pos in range(lo, hi + 1):
-                    if pos == mine[c]:
-                        continue
-                    cand = dict(cuts)
-                    cand[which] = mine[:c] + [pos] + mine[c + 1 :]
-                    k = _key(problem, problem.score(cand["fwd"], cand["bwd"]))
-                    if _better(k, key if best is None else best[0]):
-                        best = (k, cand)
+        for kind, a, b in _moves(problem, cuts, kinds):
+            k = _key(problem, problem.score(a, b))
+            if _better(k, key if best is None else best[0]):
+                best = (k, kind, {"fwd": a, "bwd": b})
         if best is None:
             break
-        key, cuts = best
-        moves += 1
+        key, kind, cuts = best
+        applied[kind] += 1
     a, b = cuts["fwd"], cuts["bwd"]
     plan = problem.plan(a, b)
     return problem.result("greedy", plan, Status.FEASIBLE, started=deadline.started,
-                          info={"moves": moves, "move": move, "start": list(start),
-                                "fwd_cuts": a, "bwd_cuts": b})
+                          info={"moves": sum(applied.values()), "moves_by_kind": applied, "move": move,
+                                "start": list(start), "fwd_cuts": a, "bwd_cuts": b})

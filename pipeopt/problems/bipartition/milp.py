@@ -3,7 +3,9 @@
 Both methods read the model of :mod:`pipeopt.problems.bipartition.problem` from the problem
 object (its :class:`~pipeopt.cost.CostTable` and :mod:`pipeopt.cost.rules`), draw every step
 from one :class:`~pipeopt.backends.deadline.Deadline` created at entry, and report a status
-that is proven (see *Claims* below).
+that is proven (see *Claims* below). The objective is the time per microbatch of the steady
+state of 1F1B, window rows included (:func:`pipeopt.cost.rules.steady_period`, the
+``bottleneck`` :func:`pipeopt.evaluate` reports): both methods optimise exactly that value.
 
 The MILP (:func:`solve_milp`, :func:`build_model`)
 --------------------------------------------------
@@ -18,13 +20,23 @@ Stages i = 0..S-1, cuts c = 0..S-2, units u = 0..n-1:
 * Seconds of the edges crossing the forward split at cut c:
   ``sum_j transfer(boundary_bytes_j) (p[c, j-1] - p[c, j])`` (the indicator of ``a_c = j``);
   the same with q.
-* Migrations at cut c (:func:`pipeopt.cost.rules.migration_bytes`): the units between the two
-  cuts are those with ``p[c,u] != q[c,u]``, one interval, so
+* Migrations at cut c (:func:`pipeopt.cost.rules.migration_bytes`; the migrated activation
+  is the unit's input, :attr:`BipartitionProblem.migrated
+  <pipeopt.problems.bipartition.problem.BipartitionProblem.migrated>`): the units between the
+  two cuts are those with ``p[c,u] != q[c,u]``, one interval, so
   ``sum_u act_u |p - q| = |sum_u act_u (p - q)|``; four non-negative variables bound the
   positive and negative parts of ``sum act (p - q)`` and ``sum param/M (p - q)`` from below
-  (exact at the optimum, since they only raise T).
-* Overlap: ``T >= load_i`` and ``T >= cut time at c``; without overlap
-  ``T >= load_i + sends_i``.
+  (exact at the optimum, since they only raise T). ``x_c`` / ``y_c``: the seconds of the
+  forward / backward bytes of cut c.
+* Overlap: ``T >= load_i``, ``T >= x_c`` and ``T >= y_c`` (full-duplex links), and the
+  **window rows** for every ``i < l``:
+  ``sum_{s=i..l} load_s + sum_{c=i..l-1} (x_c + y_c) <= (l - i + 1) T``. The loads telescope
+  (``sum_{s=i..l} load_s = E_l - E_{i-1}``, ``E_c`` the forward and backward work of stages
+  0..c, linear in p and q), so with one variable per ``E_c`` and per round trip each of the
+  O(S^2) rows has O(S) terms (:func:`_window_rows`). Without overlap
+  ``T >= load_i + sends_i`` (the window rows are then implied). The max of these rows is
+  :func:`rules.steady_period <pipeopt.cost.rules.steady_period>` of the plan, so the model's
+  optimum is the problem's.
 * Memory (finite capacity only): ``h[u, i] >=`` the forward and backward indicators (the
   union), :func:`rules.stage_memory` of the backward activations and the union's weights
   (scaled so that the capacity is :data:`MODEL_UNIT`) <= :func:`rules.memory_limit` (the
@@ -45,10 +57,13 @@ deadline, or HiGHS).
 The memory relaxation (:func:`relaxation_optimum`, method :func:`solve_bisection`)
 -------------------------------------------------------------------------------
 Without the memory limit the problem has an exact O(S n^2) feasibility test for a given T:
-a stage from states ``(a, b)`` to ``(a', b')`` fits iff ``G(a', b') <= T + H(a, b)`` with G
-and H depending on one end each (loads are differences of prefix sums, and each cut's
-transfers depend on its own two positions only), so the reachable states follow from a 2-D
-prefix maximum. The one bisection on T (:func:`pipeopt.backends.bisection.bisect`) over that
+a stage from states ``(a, b)`` to ``(a', b')`` is busy ``G(a', b') - H(a, b)`` with G and H
+depending on one end each (loads are differences of prefix sums, and each cut's transfers
+depend on its own two positions only), and the window rows ending at a stage hold iff the
+stage's window slack ``V' = G - T - max [H - max(0, V + C)]`` (V the slack of the previous
+stage, C the cut's round trip) is <= 0; the least slack per state dominates, so the states
+reached follow from a 2-D prefix maximum (:class:`_Relaxation`). The one bisection on T
+(:func:`pipeopt.backends.bisection.bisect`) over that
 exact probe gives the relaxation's optimum; if its plan fits in memory it is optimal for the
 problem, and in any case its lower end bounds the problem from below. The probes after the
 first two look only inside the boxes of the states a plan as good as the start can pass
@@ -125,24 +140,38 @@ def _check_gap(gap: float) -> float:
 
 
 class _Relaxation:
-    """Feasibility of a bottleneck T for the Bi-Partition problem without its memory limit.
+    """Feasibility of a period T for the Bi-Partition problem without its memory limit.
 
     A state ``(a, b)`` is the start of a stage in the forward and the backward pass. Stage i
-    from ``(a, b)`` to ``(a', b')`` (``a < a'``, ``b < b'``) fits in T iff
-    ``G_i(a', b') <= T + H_i(a, b)`` with ``G_i = Fp[a'] + Bp[b'] (+ forward sends at the cut
-    after, without overlap)`` and ``H_i = Fp[a] + Bp[b] (- backward sends at the cut before)``,
-    and the cut ``(a', b')`` takes at most T (overlap) and respects ``max_shift``. So the
-    states reachable after i + 1 stages follow from a 2-D prefix maximum of ``H_i`` over the
-    states reachable after i stages: O(S n^2) per value of T (:meth:`reach`, also backward
-    from the end).
+    from ``(a, b)`` to ``(a', b')`` (``a < a'``, ``b < b'``) is busy
+    ``w_i = G_i(a', b') - H_i(a, b)`` per microbatch, with ``G_i = Fp[a'] + Bp[b'] (+ forward
+    sends at the cut after, without overlap)`` and ``H_i = Fp[a] + Bp[b] (- backward sends at
+    the cut before)``. The steady state's rows (:func:`rules.steady_period
+    <pipeopt.cost.rules.steady_period>`, no replication: stages i..l span ``l - i + 1``
+    microbatches) hold iff every cut direction takes at most T (overlap), the cuts respect
+    ``max_shift``, and the **window slack** stays <= 0 at every stage:
+
+        ``V_l = w_l - T + max(0, V_{l-1} + C_{l-1})``, ``V_{-1} = -inf``
+
+    (``V_l`` is the largest ``sum_{s=i..l} w_s + sum_{c=i..l-1} C_c - (l - i + 1) T`` over
+    i, :func:`rules.window_step <pipeopt.cost.rules.window_step>` shifted by ``U_l T``; C the
+    cut's round trip :func:`rules.round_trip <pipeopt.cost.rules.round_trip>` with overlap, 0
+    without, where the window rows are implied by the stages' own). ``V_l`` depends on the
+    plan's past only through the state at the end of stage l, and a smaller one is better for
+    every later stage, so keeping the least ``V`` per state is exact:
+
+        ``V'(a', b') = G_i(a', b') - T - max_{(a, b) < (a', b')} [H_i(a, b) - max(0, V(a, b) + C(a, b))]``
+
+    a 2-D prefix maximum over the states reached after i stages: O(S n^2) per value of T
+    (:meth:`reach`; backward from the end, the mirror recursion with a suffix minimum).
 
     The float test is made at ``T + slack(T)`` (:meth:`relaxed`): a relative 1e-12 plus a few
-    roundings of the prefix sums, so that a plan whose evaluated bottleneck is <= T is never
+    roundings of the prefix sums, so that a plan whose evaluated period is <= T is never
     rejected.
 
     **Boxes.** After :meth:`restrict` ``(T0)`` every test at ``T <= T0`` looks only at the
     states of each stage boundary inside the bounding box of the states some plan of
-    bottleneck <= T0 passes through (:meth:`windows`): every plan of bottleneck <= T lies in
+    period <= T0 passes through (:meth:`windows`): every plan of period <= T lies in
     them, so the tests stay exact, and near the optimum the boxes are small (tens of units
     wide on 1000-unit chains), which makes a test cost little.
     """
@@ -155,11 +184,12 @@ class _Relaxation:
         base = problem.fwd_prefix[:, None] + problem.bwd_prefix[None, :]
         if problem.overlap:
             self.G_mid = self.G_last = self.H_first = self.H_mid = base
-            self.comm = rules.cut_time(fwd_b, bwd_b, bw)
+            self.comm = rules.cut_time(fwd_b, bwd_b, bw)  # the busier direction (full duplex)
+            self.trip = rules.round_trip(fwd_b, bwd_b, bw)  # what a cut adds to the window rows
         else:  # a stage pays its forward sends at the cut after it, its backward sends at the cut before
             self.G_mid, self.G_last = base + rules.transfer_time(fwd_b, bw), base
             self.H_first, self.H_mid = base, base - rules.transfer_time(bwd_b, bw)
-            self.comm = None
+            self.comm = self.trip = None  # nothing on the links: the window rows are implied
         self.mask = None
         if problem.max_shift is not None:
             self.mask = np.abs(x[:, None] - x[None, :]) <= problem.max_shift
@@ -175,6 +205,14 @@ class _Relaxation:
     def H(self, i: int, box) -> np.ndarray:
         h = self.H_first if i == 0 else self.H_mid
         return h[box[0] : box[1] + 1, box[2] : box[3] + 1]
+
+    def carry(self, V: np.ndarray, box) -> np.ndarray:
+        """``max(0, V + C)`` over the states of ``box``: what the window rows ending at a stage
+        carry into the next one (0 without overlap, where ``V <= 0`` on every reached state)."""
+        if self.trip is None:
+            return np.zeros_like(V)
+        with np.errstate(invalid="ignore"):
+            return np.maximum(V + self.trip[box[0] : box[1] + 1, box[2] : box[3] + 1], 0.0)
 
     def relaxed(self, T: float) -> float:
         """The limit the float test uses for T: ``T (1 + 1e-12) + 64 eps scale`` (see the class)."""
@@ -243,18 +281,22 @@ class _Relaxation:
         return out
 
     def reach(self, T: float, deadline: Deadline | None = None, *, backward: bool = False):
-        """The states of each stage boundary that the start reaches (``backward``: from which
-        the end is reached) with every stage and cut <= T (float test at :meth:`relaxed` ``(T)``).
+        """The least window slack of each state of each stage boundary that the start reaches
+        (``backward``: from which the end is reached) with every row of the steady state <= T
+        (float test at :meth:`relaxed` ``(T)``).
 
-        Forward, stage i: ``(a', b')`` is reached iff ``G_i(a', b') <= T + max H_i`` over the
-        reached ``(a, b) < (a', b')`` (a prefix max); backward: ``(a, b)`` reaches the end iff
-        ``min G_i <= T + H_i(a, b)`` over the ``(a', b') > (a, b)`` that do (a suffix min).
+        Forward, stage i: ``V'(a', b') = G_i(a', b') - T - max [H_i - carry(V)]`` over the
+        reached ``(a, b) < (a', b')`` (a prefix max; the class docstring); reached iff
+        ``V' <= 0`` and the cut passes. Backward: ``K(a, b) = min [G_i + carry(K')] - T -
+        H_i(a, b)`` over the ``(a', b') > (a, b)`` that reach the end (a suffix min), the same
+        rows summed from the other end.
 
         Returns
         -------
-        (boxes, reach) or None
-            ``reach[i]``: boolean array over box ``boxes[i]`` of boundary i (i = 0..S);
-            ``None`` as soon as a boundary has no state (no plan passes T).
+        (boxes, slack) or None
+            ``slack[i]``: float array over box ``boxes[i]`` of boundary i (i = 0..S), the least
+            slack (<= 0) of a reached state, ``inf`` elsewhere (``-inf`` at the start / end:
+            no row yet); ``None`` as soon as a boundary has no state (no plan passes T).
 
         Raises
         ------
@@ -263,47 +305,47 @@ class _Relaxation:
         """
         S = self.p.stages
         Tr, boxes = self.relaxed(T), self._boxes(T)
-        R = np.ones((1, 1), dtype=bool)  # the state (0, 0), or (n, n) backward
-        out = [R]
+        V = np.full((1, 1), -np.inf)  # the state (0, 0), or (n, n) backward
+        out = [V]
         for i in range(S - 1, -1, -1) if backward else range(S):
             if deadline is not None:
                 deadline.check(f"relaxation stage {i}" + (" (backward)" if backward else ""))
             if backward:
                 src, dst = boxes[i + 1], boxes[i]
-                W = np.where(R, self.G(i, src), np.inf)[::-1, ::-1]  # suffix min = reversed prefix min
-                np.minimum.accumulate(W, axis=0, out=W)
+                W = np.where(V <= 0, self.G(i, src) + self.carry(V, src), np.inf)[::-1, ::-1]
+                np.minimum.accumulate(W, axis=0, out=W)  # suffix min = reversed prefix min
                 np.minimum.accumulate(W, axis=1, out=W)
-                R = self._gather(W[::-1, ::-1], src, dst, +1, np.inf) <= Tr + self.H(i, dst)
+                V = self._gather(W[::-1, ::-1], src, dst, +1, np.inf) - Tr - self.H(i, dst)
             else:
                 src, dst = boxes[i], boxes[i + 1]
-                V = np.where(R, self.H(i, src), -np.inf)
-                np.maximum.accumulate(V, axis=0, out=V)
-                np.maximum.accumulate(V, axis=1, out=V)
-                R = self.G(i, dst) <= Tr + self._gather(V, src, dst, -1, -np.inf)
+                W = np.where(V <= 0, self.H(i, src) - self.carry(V, src), -np.inf)
+                np.maximum.accumulate(W, axis=0, out=W)
+                np.maximum.accumulate(W, axis=1, out=W)
+                V = self.G(i, dst) - Tr - self._gather(W, src, dst, -1, -np.inf)
+            ok = V <= 0
             if 0 < (i if backward else i + 1) < S:  # an inner cut
-                R &= self._cut_ok(Tr, dst)
-            if not R.any():
+                ok &= self._cut_ok(Tr, dst)
+            if not ok.any():
                 return None
-            out.append(R)
+            V = np.where(ok, V, np.inf)
+            out.append(V)
         return boxes, out[::-1] if backward else out
 
     def cuts(self, T: float, reach) -> tuple[list[int], list[int]]:
-        """Backtrack a plan whose stages and cuts pass the float test at ``T`` from the forward
-        :meth:`reach` ``(T)``."""
+        """Backtrack a plan whose rows pass the float test at ``T`` from the forward
+        :meth:`reach` ``(T)``: each stage's start is the predecessor that gave its end state
+        its least slack (so the slacks along the plan are the recorded ones, all <= 0)."""
         n, S = self.p.n, self.p.stages
-        boxes, R = reach
-        Tr = self.relaxed(T)
+        boxes, V = reach
         a2, b2 = n, n
         fa, fb = [], []
         for i in range(S - 1, 0, -1):
             box = boxes[i]
-            ok = R[i].copy()
+            ok = V[i] <= 0
             ok[max(a2 - box[0], 0) :, :] = False
             ok[:, max(b2 - box[2], 0) :] = False
-            g = (self.G_last if i == S - 1 else self.G_mid)[a2, b2]
-            H = self.H(i, box)
-            ok &= g <= Tr + H
-            r, c = np.unravel_index(np.argmax(np.where(ok, H, -np.inf)), ok.shape)
+            W = np.where(ok, self.H(i, box) - self.carry(V[i], box), -np.inf)
+            r, c = np.unravel_index(np.argmax(W), W.shape)
             a2, b2 = box[0] + int(r), box[2] + int(c)
             fa.append(a2)
             fb.append(b2)
@@ -311,8 +353,9 @@ class _Relaxation:
 
     def windows(self, T: float, deadline: Deadline | None = None) -> list[tuple[int, int, int, int]] | None:
         """Per cut c, ``(a_lo, a_hi, b_lo, b_hi)``: the range of forward and backward cut
-        positions of every plan whose stages and cuts are <= T, memory ignored (so of every plan
-        of the problem with bottleneck <= T); ``None`` if no plan passes T.
+        positions of every plan whose rows are <= T, memory ignored (so of every plan of the
+        problem with period <= T: a state on such a plan is reached from the start and reaches
+        the end); ``None`` if no plan passes T.
 
         Raises
         ------
@@ -327,7 +370,7 @@ class _Relaxation:
         out = []
         for c in range(self.p.stages - 1):
             box = boxes[c + 1]
-            both = F[c + 1] & B[c + 1]
+            both = (F[c + 1] <= 0) & (B[c + 1] <= 0)
             rows, cols = np.flatnonzero(both.any(axis=1)), np.flatnonzero(both.any(axis=0))
             if rows.size == 0:  # pragma: no cover - the end is reachable, so every boundary is
                 return None
@@ -466,7 +509,7 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
     fwd, bwd = problem.fwd / scale, problem.bwd / scale
     tab = problem.table
     tb = rules.transfer_time(tab.boundary_bytes, bw) / scale  # per split position
-    act, par = rules.migration_bytes(problem.act, problem.param, problem.microbatches)
+    act, par = rules.migration_bytes(problem.migrated, problem.param, problem.microbatches)
     ta, tp = rules.transfer_time(act, bw) / scale, rules.transfer_time(par, bw) / scale
     prob = pulp.LpProblem("bipartition", pulp.LpMinimize)
     T = pulp.LpVariable("T", lowBound=(problem.simple_lower_bound() if lower is None else lower) / scale,
@@ -539,8 +582,9 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
         # p > q (forward on <= c, backward on > c): the activation goes forward, the weights back
         fwd_send.append(split_time(p[c]) + act_pos + par_neg)
         bwd_send.append(split_time(q[c]) + act_neg + par_pos)
-        if problem.overlap:
-            prob.addConstraint(T - fwd_send[c] - bwd_send[c] >= 0, f"cut_{c}")
+        if problem.overlap:  # full duplex: each direction on its own
+            prob.addConstraint(T - fwd_send[c] >= 0, f"cut_fwd_{c}")
+            prob.addConstraint(T - bwd_send[c] >= 0, f"cut_bwd_{c}")
         if problem.max_shift is not None:
             add(p[c] + q[c], pulp.lpSum(p[c]) - pulp.lpSum(q[c]) <= problem.max_shift)
             add(p[c] + q[c], pulp.lpSum(q[c]) - pulp.lpSum(p[c]) <= problem.max_shift)
@@ -570,7 +614,40 @@ def build_model(problem: BipartitionProblem, scale: float, upper: float | None =
             params = pulp.lpSum(problem.param[u] * (MODEL_UNIT / cap) * h[u] for u in range(n))
             mem = rules.stage_memory(acts, params, float(tab.in_flight[i]), float(tab.versions[i]))
             prob.addConstraint(mem <= rules.memory_limit(MODEL_UNIT), f"memory_{i}")  # MODEL_UNIT = the capacity
+    if problem.overlap and S > 1:
+        _window_rows(prob, T, p, q, fwd, bwd, fwd_send, bwd_send, dl)
     return prob, T, p, q
+
+
+def _window_rows(prob, T, p, q, fwd, bwd, fwd_send, bwd_send, dl: Deadline) -> None:
+    """Add the window rows of the steady state (:func:`rules.steady_period`, no replication):
+    for every ``i < l``, ``sum_{s=i..l} load_s + sum_{c=i..l-1} (x_c + y_c) <= (l - i + 1) T``.
+
+    The loads telescope: ``sum_{s=i..l} load_s = E_l - E_{i-1}`` with ``E_c = sum_u fwd_u
+    p[c, u] + bwd_u q[c, u]`` (the forward and backward work of stages 0..c; ``E_{-1} = 0``,
+    ``E_{S-1}`` the total), so with one variable per ``E_c`` and per round trip
+    ``r_c >= x_c + y_c`` each of the O(S^2) rows has O(S) terms. (``i = l`` is the stage's own
+    row, added with the stages.)
+    """
+    S, n = len(p) + 1, len(fwd)
+    E = [0.0]
+    for c in range(S - 1):
+        dl.check("building the MILP")
+        e = pulp.LpVariable(f"work_{c}")
+        prob.addConstraint(e - pulp.lpSum(fwd[u] * p[c][u] + bwd[u] * q[c][u] for u in range(n)) == 0,
+                           f"work_{c}")
+        E.append(e)
+    E.append(float(np.sum(fwd) + np.sum(bwd)))  # E[c + 1] = E_c
+    r = []
+    for c in range(S - 1):
+        rc = pulp.LpVariable(f"trip_{c}", lowBound=0)
+        prob.addConstraint(rc - fwd_send[c] - bwd_send[c] >= 0, f"trip_{c}")
+        r.append(rc)
+    for i in range(S):
+        dl.check("building the MILP")
+        for l in range(i + 1, S):
+            prob.addConstraint((l - i + 1) * T - (E[l + 1] - E[i]) - pulp.lpSum(r[i:l]) >= 0,
+                               f"window_{i}_{l}")
 
 
 def _cuts(rows, values: dict) -> list[int]:

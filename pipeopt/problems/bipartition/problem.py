@@ -21,22 +21,41 @@ position is the index of the first unit of the next stage).
   (seconds per microbatch on one worker).
 * **What travels across cut c** (between stages c and c+1), per microbatch:
 
-  - forward: the activations of the graph edges crossing the forward split at ``a_{c+1}``;
-  - backward: the gradients of the edges crossing the backward split at ``b_{c+1}`` (an edge's
-    gradient has as many bytes as its activation);
-  - migrations: a unit u whose forward runs on stage ``s_f(u)`` and backward on
+  - forward: the activations crossing the forward split at ``a_{c+1}`` (a tensor crosses a
+    cut once, :func:`rules.crossing_bytes <pipeopt.cost.rules.crossing_bytes>`);
+  - backward: the gradients crossing the backward split at ``b_{c+1}`` (a gradient has as
+    many bytes as its activation);
+  - migrations -- **pipeopt's reading of the Bi-Partition abstract** (the paper's body is
+    not public): a unit u whose forward runs on stage ``s_f(u)`` and backward on
     ``s_b(u) != s_f(u)`` crosses every cut c between the two stages -- these are exactly
     the units ``min(a_{c+1}, b_{c+1}) <= u < max(a_{c+1}, b_{c+1})`` -- and ships across it
-    (a) its stashed activation ``act_bytes[u]`` from ``s_f`` to ``s_b``, every microbatch,
-    and (b) its weights ``param_bytes[u]`` from ``s_b`` (where its weight gradient is
-    computed and the update applied) back to ``s_f``, once per iteration of M microbatches,
-    i.e. ``param_bytes / M`` per microbatch. (Recomputing the forward on ``s_b`` instead is
-    not modelled.)
+    (a) its **input activation** (what its backward needs: the bytes on the in-edges of its
+    layers, i.e. the tensors of their predecessors; a layer without predecessor, the first
+    one, ships its own ``act_bytes``) from ``s_f`` to ``s_b``, every microbatch, and (b) its
+    weights ``param_bytes[u]`` from ``s_b`` (where its weight gradient is computed and the
+    update applied) back to ``s_f``, once per iteration of M microbatches, i.e.
+    ``param_bytes / M`` per microbatch (:func:`rules.migration_bytes
+    <pipeopt.cost.rules.migration_bytes>`). Recomputing the forward on ``s_b`` instead is
+    not modelled.
 
-  Cut time ``C_c = (forward bytes + backward bytes) / bandwidth``.
-* **Time per microbatch.** With overlap (default) ``T = max(max_i load_i, max_c C_c)``;
-  without overlap each stage adds what it sends: its forward bytes at the cut after it and its
-  backward bytes at the cut before it, divided by the bandwidth.
+  ``x_c`` and ``y_c``: the seconds of the forward and of the backward bytes over the link.
+* **Time per microbatch: the steady state of 1F1B** (:func:`rules.steady_period
+  <pipeopt.cost.rules.steady_period>`, what :func:`pipeopt.evaluate` reports and the
+  simulator measures). Stage s is busy ``w_s = load_s`` per microbatch (without overlap plus
+  what it sends: ``x_s`` at the cut after it and ``y_{s-1}`` at the cut before it). With
+  overlap (default) T is the least value with
+
+  - ``w_s <= T`` for every stage, ``x_c <= T`` and ``y_c <= T`` for every cut (links are full
+    duplex: each direction on its own, :func:`rules.cut_time <pipeopt.cost.rules.cut_time>`);
+  - **the window rows**: for every ``i <= l``,
+    ``sum_{s=i..l} w_s + sum_{c=i..l-1} (x_c + y_c) <= (l - i + 1) T`` (stages i..l hold
+    ``l - i + 1`` microbatches in flight under 1F1B, so one microbatch's round trip through
+    them bounds the period). ``sum_{s=i..l} load_s`` telescopes into differences of the
+    forward and backward prefix sums at ``a_i, a_{l+1}`` and ``b_i, b_{l+1}``, so every row is
+    linear in the cut positions.
+
+  Without overlap the transfers sit in the stages' ops (``x = y = 0`` on the links) and
+  ``T = max_s w_s`` (the window rows are then implied).
 * **Memory** (1F1B, no replication): stage i keeps ``k_i = S - i`` microbatches in flight and
   stores the activations of the units whose *backward* runs there (a migrated activation is
   shipped when produced and charged to the backward stage with that stage's ``k_i``; the
@@ -65,9 +84,11 @@ This module states the model; it applies no rule of its own. Loads are differenc
 :meth:`CostTable.pass_prefix <pipeopt.cost.CostTable.pass_prefix>` (per pass, per kind, on
 one worker); bytes per cut are :attr:`CostTable.boundary_bytes` plus
 :func:`rules.migration_bytes <pipeopt.cost.rules.migration_bytes>` of the units between the
-two cuts (:meth:`BipartitionProblem.cut_bytes`); seconds are :func:`rules.cut_time` and
-:func:`rules.transfer_time`; in-flight counts and weight versions are
-:attr:`CostTable.in_flight` / :attr:`CostTable.versions`; memory is :func:`rules.stage_memory`
+two cuts (:meth:`BipartitionProblem.cut_bytes`, the migrated input bytes per unit in
+:attr:`BipartitionProblem.migrated`, which mirrors the Bi-Partition block of
+:func:`pipeopt.evaluate`); seconds are :func:`rules.cut_time`, :func:`rules.round_trip` and
+:func:`rules.transfer_time`; the time per microbatch is :func:`rules.steady_period`; in-flight
+counts and weight versions are :attr:`CostTable.in_flight` / :attr:`CostTable.versions`; memory is :func:`rules.stage_memory`
 and :func:`rules.fits` (the MILP's rows use :func:`rules.memory_limit`). The exact methods
 (:mod:`.milp`) and the baselines (:mod:`.greedy`) read them through this class.
 
@@ -88,6 +109,7 @@ import numpy as np
 
 from ...cost import CostTable, rules
 from ...errors import InvalidPlanError, InvalidProblemError
+from ...graph import edge_bytes
 from ...instance import Instance
 from ...plan import Plan, Stage
 from ...result import Result, Status
@@ -102,11 +124,15 @@ class Score(NamedTuple):
     Attributes
     ----------
     bottleneck
-        Time per microbatch (what :func:`pipeopt.evaluate` reports for the plan).
+        Time per microbatch: the steady state of 1F1B, window rows included
+        (:func:`rules.steady_period <pipeopt.cost.rules.steady_period>`; what
+        :func:`pipeopt.evaluate` reports for the plan).
     stage_time
-        ``ndarray (S,)``: load of each stage (plus its sends without overlap).
+        ``ndarray (S,)``: busy time w_s of each stage per microbatch (its load, plus its sends
+        without overlap).
     comm_time
-        ``ndarray (S-1,)``: time of each cut.
+        ``ndarray (S-1,)``: the busier direction of each cut (:func:`rules.cut_time
+        <pipeopt.cost.rules.cut_time>`, full duplex).
     memory
         ``ndarray (S,)``: bytes per stage.
     excess
@@ -135,7 +161,7 @@ class BipartitionProblem:
     instance
         The instance; the same requirements as
         :class:`~pipeopt.problems.partition.problem.PartitionProblem` (identical devices, one
-        usable resource kind, objective ``"bottleneck"``).
+        usable resource kind) and the objective ``"bottleneck"``.
     stages
         S, the number of workers and of stages (each stage non-empty in both passes).
     max_shift
@@ -145,8 +171,9 @@ class BipartitionProblem:
     ------
     InvalidProblemError
         As :class:`~pipeopt.problems.partition.problem.PartitionProblem` (S < 1, more stages
-        than units or devices, heterogeneous devices, several kinds, another objective), or if
-        ``max_shift`` is not ``None`` or a non-negative integer.
+        than units or devices, heterogeneous devices, several kinds), if the objective is not
+        ``"bottleneck"`` (the finite-M objectives ``iteration`` / ``gpipe`` are not modelled
+        for Bi-Partition), or if ``max_shift`` is not ``None`` or a non-negative integer.
 
     Notes
     -----
@@ -164,6 +191,11 @@ class BipartitionProblem:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", PartitionProblem(self.instance, self.stages))
+        objective = self.instance.settings.objective
+        if objective != "bottleneck":
+            raise InvalidProblemError(
+                f"the Bi-Partition methods minimise the steady-state time per microbatch (objective "
+                f"'bottleneck'); objective {objective!r} is not supported for Bi-Partition")
         k = self.max_shift
         if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0):
             raise InvalidProblemError(f"max_shift must be None or a non-negative integer (units), got {k!r}")
@@ -212,6 +244,26 @@ class BipartitionProblem:
         return np.asarray(self.instance.chain.act, dtype=float)
 
     @cached_property
+    def migrated(self) -> np.ndarray:
+        """``ndarray (n,)``: bytes per microbatch each unit ships from its forward stage to its
+        backward stage when the two differ: the input activation of its layers (the bytes on
+        their in-edges; a layer without predecessor: its own ``act_bytes``). pipeopt's reading of
+        the Bi-Partition abstract; mirrors the Bi-Partition block of :func:`pipeopt.evaluate`."""
+        graph, chain = self.instance.graph, self.instance.chain
+        out = np.zeros(self.n)
+        for i, unit in enumerate(chain.units):
+            for layer in unit:
+                preds = list(graph.predecessors(layer))
+                out[i] += (sum(edge_bytes(graph, u, layer) for u in preds) if preds
+                           else graph.nodes[layer]["act_bytes"])
+        return out
+
+    @cached_property
+    def migrated_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of :attr:`migrated`."""
+        return np.concatenate([[0.0], np.cumsum(self.migrated)])
+
+    @cached_property
     def param(self) -> np.ndarray:
         """``ndarray (n,)``: parameter bytes of each unit."""
         return np.asarray(self.instance.chain.param, dtype=float)
@@ -241,11 +293,10 @@ class BipartitionProblem:
         """Bytes per microbatch crossing a cut whose forward split is at unit ``x`` and whose
         backward split is at unit ``y`` (arrays broadcast).
 
-        Forward: the activations of the edges crossing the forward split, plus the weights of
-        the units ``y <= u < x`` (backward before the cut, forward after it:
-        :func:`rules.migration_bytes`); backward: the gradients of the edges crossing the
-        backward split, plus the stashed activations of the units ``x <= u < y``. The other
-        pair of migration terms is zero.
+        Forward: the activations crossing the forward split, plus the weights of the units
+        ``y <= u < x`` (backward before the cut, forward after it: :func:`rules.migration_bytes`);
+        backward: the gradients crossing the backward split, plus the input activations
+        (:attr:`migrated`) of the units ``x <= u < y``. The other pair of migration terms is zero.
 
         Returns
         -------
@@ -254,7 +305,8 @@ class BipartitionProblem:
         """
         x, y = np.asarray(x), np.asarray(y)
         t = self.table
-        act, par = rules.migration_bytes(t.act_prefix[y] - t.act_prefix[x],
+        mp = self.migrated_prefix
+        act, par = rules.migration_bytes(mp[y] - mp[x],
                                          t.param_prefix[y] - t.param_prefix[x], self.microbatches)
         # act, par > 0: units x..y-1 run their forward after the cut and their backward before it
         bb = t.boundary_bytes
@@ -327,8 +379,9 @@ class BipartitionProblem:
         Equal to :func:`pipeopt.evaluate` on :meth:`plan` ``(fwd_cuts, bwd_cuts)`` up to float
         rounding (prefix differences instead of sums; a test checks a relative 1e-12). Reads
         the loads from :attr:`fwd_prefix` / :attr:`bwd_prefix`, the cut bytes from
-        :meth:`cut_bytes`, transfers from :func:`rules.cut_time` / :func:`rules.transfer_time`,
-        memory from :meth:`stage_memory` and :func:`rules.fits`.
+        :meth:`cut_bytes`, transfers from :func:`rules.transfer_time`, the period from
+        :func:`rules.steady_period` (window rows included), memory from :meth:`stage_memory`
+        and :func:`rules.fits`.
 
         Parameters
         ----------
@@ -344,15 +397,21 @@ class BipartitionProblem:
         B = np.array([0, *bwd_cuts, self.n], dtype=int)
         stage = np.diff(self.fwd_prefix[A]) + np.diff(self.bwd_prefix[B])
         forward, backward = self.cut_bytes(A[1:-1], B[1:-1])
+        x, y = rules.transfer_time(forward, bw), rules.transfer_time(backward, bw)
         comm = rules.cut_time(forward, backward, bw)
-        if not self.overlap:  # each stage pays what it sends
-            stage[:-1] += rules.transfer_time(forward, bw)
-            stage[1:] += rules.transfer_time(backward, bw)
+        if self.overlap:
+            on_links = (x, y)
+        else:  # each stage pays what it sends; nothing is left on the links
+            stage[:-1] += x
+            stage[1:] += y
+            on_links = (np.zeros(S - 1), np.zeros(S - 1))
+        ones = np.ones(S, dtype=int)
+        bott = rules.steady_period(stage, np.zeros(S), ones, self.table.in_flight, np.zeros(S, dtype=bool),
+                                   *on_links, ones[:-1])
         mem = self.stage_memory(A, B)
         cap = self.memory
         excess = float(np.where(rules.fits(mem, cap), 0.0, mem - cap).sum())
-        bott = float(max(stage.max(), comm.max() if (self.overlap and S > 1) else 0.0))
-        return Score(bott, stage, comm, mem, excess)
+        return Score(float(bott), stage, comm, mem, excess)
 
     def plan(self, fwd_cuts, bwd_cuts) -> Plan:
         """The plan with forward cuts ``fwd_cuts`` and backward cuts ``bwd_cuts`` (unit indices).
