@@ -72,7 +72,8 @@ def _method_colour(k: int):
     return f"C{k}" if k < 10 else matplotlib.colormaps["tab20"]((2 * (k - 10) + 1) % 20)
 
 
-def plot_schedule(sim, path=None, *, until: float | None = None, labels: bool | None = None, title: str | None = None) -> Figure:
+def plot_schedule(sim, path=None, *, until: float | None = None, labels: bool | None = None, title: str | None = None,
+                  ax=None, legend: bool = True, unit: str | None = None) -> Figure:
     """Gantt chart of a simulated iteration.
 
     Parameters
@@ -88,13 +89,22 @@ def plot_schedule(sim, path=None, *, until: float | None = None, labels: bool | 
         Write microbatch numbers on the bars; default: when bars are wide enough to read.
     title
         Figure title; default: schedule, M, iteration time, bubble.
+    ax
+        A :class:`matplotlib.axes.Axes` to draw into (e.g. one panel of
+        ``fig.subplots(1, 2)``, to put two schedules side by side); the figure's size and
+        layout are then left to the caller. Default: a new figure.
+    legend
+        Draw the colour legend (to the right of the axes).
+    unit
+        Time unit of the axis, ``"s"``, ``"ms"`` or ``"µs"`` (``"us"``); default: from the
+        chart's span. Give the same unit to charts that share a time axis.
 
     Returns
     -------
     matplotlib.figure.Figure
         Rows top to bottom: stage 0's workers, the link to stage 1, stage 1's workers, ...
         Split execution draws a worker's forward lane in the upper half of its row and the
-        backward lane in the lower half.
+        backward lane in the lower half. With ``ax``: the figure that holds it.
     """
     events, details = sim.events, sim.event_details
     S = sim.num_stages
@@ -106,7 +116,13 @@ def plot_schedule(sim, path=None, *, until: float | None = None, labels: bool | 
         events = [events[k] for k in keep]
         details = [details[k] for k in keep]
     span = max((e.end for e in events), default=1.0) or 1.0
-    scale, unit = _time_unit(span)
+    if unit is None:
+        scale, unit = _time_unit(span)
+    else:
+        scales = {"s": 1.0, "ms": 1e3, "µs": 1e6, "us": 1e6}
+        if unit not in scales:
+            raise InvalidProblemError(f"unknown time unit {unit!r}; use one of {sorted(scales)}")
+        scale, unit = scales[unit], unit.replace("us", "µs")
 
     # row layout: worker rows of height 1, link rows of height 0.45 between stages
     rows: dict = {}
@@ -123,9 +139,12 @@ def plot_schedule(sim, path=None, *, until: float | None = None, labels: bool | 
             ticks.append(y + 0.225)
             names.append(f"link {i}-{i + 1}")
             y += 0.55
-    height = max(2.5, 0.42 * y + 1.2)
-    fig = Figure(figsize=(11, height))
-    ax = fig.add_subplot()
+    if ax is None:
+        fig = Figure(figsize=(11, max(2.5, 0.42 * y + 1.2)))
+        ax = fig.add_subplot()
+        own = True
+    else:
+        fig, own = ax.figure, False
     split = sim.schedule == "split"
     widths = [e.end - e.start for e in events if e.kind != "comm"]
     if labels is None:
@@ -153,16 +172,18 @@ def plot_schedule(sim, path=None, *, until: float | None = None, labels: bool | 
     ax.set_xlim(0, span * scale * 1.01)
     ax.set_xlabel(f"time ({unit})")
     ax.grid(axis="x", alpha=0.3)
-    handles = [Patch(color=COLOURS["F"], label="forward"), Patch(color=COLOURS["B"], label="backward"),
-               Patch(color=COLOURS["fwd"], label="activation transfer"),
-               Patch(color=COLOURS["bwd"], label="gradient transfer")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if legend:
+        handles = [Patch(color=COLOURS["F"], label="forward"), Patch(color=COLOURS["B"], label="backward"),
+                   Patch(color=COLOURS["fwd"], label="activation transfer"),
+                   Patch(color=COLOURS["bwd"], label="gradient transfer")]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     if title is None:
         it = sim.iteration_time * scale
         title = (f"{sim.schedule}: M = {sim.microbatches}, iteration {it:.3g} {unit}, "
                  f"{sim.time_per_microbatch * scale:.3g} {unit}/microbatch, bubble {sim.bubble_fraction:.0%}")
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     return _save(fig, path)
 
 
