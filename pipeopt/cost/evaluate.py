@@ -15,7 +15,7 @@ layer set Q_i (= P_i unless Bi-Partition):
 * communication: a tensor crosses a cut once (:func:`rules.crossing_bytes`); activations go
   forward, gradients back, each direction on its own (full-duplex links): x_c and y_c seconds
   per microbatch over ``min(m_c, m_{c+1})`` links. With Bi-Partition a layer whose forward
-  runs on stage a and backward on stage b != a also sends its stashed activation a -> b every
+  runs on stage a and backward on stage b != a also sends its input activation a -> b every
   microbatch and its updated weights b -> a once per iteration (param_bytes / M per
   microbatch). With overlap (default) transfers run beside compute; without, the sender's
   ops carry them.
@@ -78,7 +78,7 @@ class Evaluation:
     comm_bytes
         ``list[float]`` per cut, forward + backward bytes crossing it.
     comm_bytes_forward, comm_bytes_backward
-        ``list[float]`` per cut: bytes towards later stages (activations, migrated stashed
+        ``list[float]`` per cut: bytes towards later stages (activations, migrated input
         activations) and towards earlier stages (gradients, migrated weights).
     memory, memory_capacity
         ``list[float]`` per stage (per replica).
