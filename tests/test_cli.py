@@ -60,7 +60,7 @@ def test_bench_skips_non_profiles_and_writes_rows(tmp_path, capsys):
     df = bench.load_rows(out)
     assert list(df.columns) == bench.COLUMNS
     assert set(df["stages"]) == {2, 4} and (df["status"] == "optimal").all()
-    assert (df["gap"] == 0).all()
+    assert (df["gap"] < 1e-8).all()  # percent: the DP's bisection proves its bound to 1e-12 relative
 
 
 def test_rows_round_trip_parquet(tmp_path):
