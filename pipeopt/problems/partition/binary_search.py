@@ -26,6 +26,8 @@ Training. ICPADS 2022, doi 10.1109/ICPADS56603.2022.00029.
 
 from __future__ import annotations
 
+import math
+
 from ...backends.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
 from ...backends.deadline import Deadline
 from ...result import Result, Status
@@ -35,8 +37,8 @@ from .problem import PartitionProblem
 def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: bool = True):
     """Time per microbatch of a one-worker stage of units ``a .. b-1`` at position ``stage``:
     :meth:`PartitionProblem.stage_time` with one replica and the stage's 1F1B in-flight count
-    (:meth:`PartitionProblem.in_flight`). The bottleneck of a straight plan is the max of
-    this over its stages (:func:`plan_time`).
+    (:meth:`PartitionProblem.in_flight`). The bottleneck of a straight plan is at least the
+    max of this over its stages; the 1F1B window rows can add to it (:func:`plan_time`).
 
     Parameters
     ----------
@@ -60,7 +62,9 @@ def straight_stage_time(problem: PartitionProblem, a, b, stage: int, *, memory: 
 
 
 def plan_time(problem: PartitionProblem, starts: list[int], *, memory: bool = True) -> float:
-    """Bottleneck of the straight plan whose stages start at ``[0, *starts]``.
+    """Bottleneck of the straight plan whose stages start at ``[0, *starts]``: its exact
+    steady-state period (:meth:`PartitionProblem.period`, the window rows included), equal to
+    :func:`pipeopt.evaluate`'s bottleneck of the same plan when it fits memory.
 
     Parameters
     ----------
@@ -69,15 +73,19 @@ def plan_time(problem: PartitionProblem, starts: list[int], *, memory: bool = Tr
     starts
         Unit index where each stage after the first begins (increasing).
     memory
-        If True, a stage that exceeds memory makes the result ``inf``.
+        If True, a stage that exceeds memory (:func:`straight_stage_time` is ``inf``) makes the
+        result ``inf``.
 
     Returns
     -------
     float
-        Seconds per microbatch: the max of :func:`straight_stage_time` over the stages (equal
-        to :func:`pipeopt.evaluate`'s bottleneck of the same plan when it fits memory).
+        Seconds per microbatch. At least the max of :func:`straight_stage_time` over the
+        stages (the window rows can only add to it).
     """
-    return bottleneck(problem.n, _stage_time(problem, memory), starts)
+    starts = [int(c) for c in starts]
+    if memory and math.isinf(bottleneck(problem.n, _stage_time(problem, True), starts)):
+        return math.inf
+    return float(problem.period(starts))
 
 
 def _stage_time(problem: PartitionProblem, memory: bool):

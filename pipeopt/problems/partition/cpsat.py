@@ -8,7 +8,18 @@ read at a start through an element constraint (arrays and windows from
     minimise T  s.t.
       end[p_{t+1}] - begin[p_t] <= T        (stage time, every stage)
       cut[p_t] <= T                         (overlapped communication, t >= 1)
+      end[p_{l+1}] - begin[p_i] + sum_{c=i+1..l} mid[p_c] <= (l - i + 1) T
+                                            (1F1B window rows, 0 <= i < l <= S-1)
       p_{t+1} <= reach_t[p_t]               (memory: the last end at which stage t fits)
+
+With the window rows the max of the rows is the split's exact period, :func:`pipeopt.evaluate`'s
+bottleneck (:mod:`pipeopt.problems.partition.model`). The O(S^2) window rows are written out
+(each with its l - i mid elements: CP-SAT propagates these best) while they have at most
+:data:`WINDOW_TERMS` mid terms (S <= 49); beyond, they are stated in O(S) constraints: with
+the prefix sums ``M_l = sum_{c<=l} mid[p_c]`` (integer variables), row (i, l) is
+``A_l <= B_i`` for ``A_l = end[p_{l+1}] + M_l - (l+1) T`` and ``B_i = begin[p_i] + M_i - i T``,
+and all of them hold iff ``A_l <= min_{i<=l} B_i``, a running minimum (one variable per
+stage, bounded above by the previous one and by ``B_l``).
 
 Element constraints on monotone arrays propagate like the classic "probe" of
 chains-on-chains partitioning: once T is bounded, each p_t's domain shrinks to the positions
@@ -20,11 +31,13 @@ nothing is rounded and nothing can overflow CP-SAT's 64-bit integers whatever th
 
 **Integer time scale**: CP-SAT needs integers, so times are counted in ticks of
 :attr:`StraightModel.tick` seconds (the largest time value is about 1e9 ticks), rounded in
-the relaxing direction: every array is rounded down and a stage's value is
-``end[p_{t+1}] - begin[p_t] - 1`` (with overlap ``begin`` and ``end`` are one array, read by
-one element constraint per start). The integer value of every split is then at most its true
-bottleneck (so CP-SAT's bound, in ticks, is a valid lower bound on the true optimum) and at
-least the true value less two ticks (so a split optimal in ticks is within
+the relaxing direction: every array is rounded down and window row (i, l) (k = l - i + 1; k = 1
+is a stage row) reads ``end[p_{l+1}] - begin[p_i] + sum mid[p_c] - k <= k T`` (with overlap
+``begin`` and ``end`` are one array, read by one element constraint per start). Its integer
+left side is at least k - 1 ticks below the true one, so a split of true period P meets every
+row at ``T = floor(P / tick)``: the integer value of every split is at most its true value (so
+CP-SAT's bound, in ticks, is a valid lower bound on the true optimum); and it is at least the
+true value less two ticks (so a split optimal in ticks is within
 :attr:`StraightModel.tolerance`, three ticks, of the true optimum).
 """
 
@@ -41,7 +54,16 @@ from ...result import Result
 from .model import Attempt, StraightModel, check_options, solve_exact
 from .problem import PartitionProblem
 
-__all__ = ["build_cpsat", "solve_cpsat"]
+__all__ = ["WINDOW_TERMS", "build_cpsat", "solve_cpsat"]
+
+WINDOW_TERMS = 20_000
+"""Most mid terms the window rows may have written out one by one (:func:`window_terms`);
+beyond it (S above 49) they are stated through prefix sums and a running minimum."""
+
+
+def window_terms(S: int) -> int:
+    """Mid terms of the O(S^2) window rows written out: ``sum_{i<l} (l - i)``."""
+    return (S - 1) * S * (S + 1) // 6
 
 
 def build_cpsat(
@@ -70,10 +92,12 @@ def build_cpsat(
     deadline = Deadline(None) if deadline is None else deadline
     n, S = model.n, model.S
     cp = cp_model.CpModel()
-    end, cut = model.ticks(model.end), model.ticks(model.cut)
+    end, cut, mid = model.ticks(model.end), model.ticks(model.cut), model.ticks(model.mid)
     shared = bool(np.array_equal(model.begin, model.end))  # with overlap: one element per start
     begin = end if shared else model.ticks(model.begin)
-    top = max(max(end) - min(begin) - 1, max(cut), 0)
+    windowed = model.windowed
+    # a window row's left side over k is at most a stage's plus one inner cut's mid
+    top = max(max(end) - min(begin) - 1 + (max(max(mid), 0) if windowed else 0), max(cut), 0)
     if upper is not None:
         top = min(top, math.ceil(upper / model.tick) + 1)
     lb = max(0, math.floor(model.lower_bound / model.tick) - 1)
@@ -104,6 +128,36 @@ def build_cpsat(
         cp.add(at(end, t + 1, "end") - at(begin, t, "end" if shared else "begin") - 1 <= T)
         if 0 < t and max(cut) > 0:
             cp.add(at(cut, t, "cut") <= T)
+    # window row (i, l), k = l - i + 1: floor(end) - floor(begin) + sum floor(mid) - k <= k T;
+    # its left side is at least k - 1 ticks below the true one, so every split meets its rows at
+    # T = floor(its true period / tick) (module docstring)
+    if windowed and window_terms(S) <= WINDOW_TERMS:
+        for i, l in model.windows():
+            deadline.check("building the CP-SAT model")
+            k = l - i + 1
+            inner = sum(at(mid, c, "mid") for c in range(i + 1, l + 1))
+            cp.add(at(end, l + 1, "end") - at(begin, i, "end" if shared else "begin") + inner - k <= k * T)
+    elif windowed:
+        # the same rows as A_l <= B_i with A_l = end[p_{l+1}] + M_l - (l+1)(T+1),
+        # B_i = begin[p_i] + M_i - i(T+1), M_l = sum_{c=1..l} mid[p_c]: a running minimum of
+        # the B_i keeps it O(S)
+        span = S * (max(top, 0) + 1)
+        m_lo, m_hi = S * min(min(mid), 0), S * max(max(mid), 0)
+        M: list = [0]
+        for c in range(1, S):
+            deadline.check("building the CP-SAT model")
+            v = cp.new_int_var(m_lo, m_hi, f"mid_sum_{c}")
+            cp.add(v == M[-1] + at(mid, c, "mid"))
+            M.append(v)
+        low = int(begin[0])  # B_0
+        for l in range(1, S):
+            deadline.check("building the CP-SAT model")
+            b_l = at(begin, l, "end" if shared else "begin") + M[l] - l * (T + 1)
+            v = cp.new_int_var(min(begin) + m_lo - span - 1, max(begin) + m_hi + 1, f"window_min_{l}")
+            cp.add(v <= low)
+            cp.add(v <= b_l)
+            cp.add(at(end, l + 1, "end") + M[l] - (l + 1) * (T + 1) <= v)
+            low = v
     if model.memory_binding:
         for t in range(S):
             deadline.check("building the CP-SAT model")

@@ -14,8 +14,19 @@ and the model is
       y[t+1, c] <= y[t, c-1]                    (stage t non-empty: p_t < p_{t+1})
       end[p_{t+1}] - begin[p_t] <= T            (stage time, every stage t)
       cut[p_t] <= T                             (overlapped communication, t >= 1)
+      end[p_{l+1}] - begin[p_i] + sum_{c=i+1..l} mid[p_c] <= (l - i + 1) T
+                                                (window rows, 0 <= i < l <= S-1)
       y[t, a] <= y[t+1, R_t(a)]                 (reach: memory, and the incumbent's value)
       T >= simple_lower_bound
+
+The **window rows** (1F1B's bounded window, :mod:`pipeopt.problems.partition.model`) make
+the max of the rows the exact period of the split, :func:`pipeopt.evaluate`'s bottleneck.
+The O(S^2) rows are stated in O(S) rows with continuous variables: the prefix sums
+``M_l = sum_{c<=l} mid[p_c]`` (``window_sum_l``, equalities), so that row (i, l) reads
+``A_l <= B_i`` with ``A_l = end[p_{l+1}] + M_l - (l+1) T`` and ``B_i = begin[p_i] + M_i - i T``,
+and a running minimum ``window_min_l <= window_min_{l-1}``, ``window_min_l <= B_l``,
+``A_l <= window_min_l``: every row holds iff these do (the same LP relaxation as the rows
+written out).
 
 The **reach rows** say that a stage t that starts by unit a ends by ``R_t(a)``: the last end
 at which it fits in memory (:func:`~pipeopt.problems.partition.model.memory_reach`, decided
@@ -91,7 +102,8 @@ def build_milp(
         The PuLP problem (``None`` if a reach row is false on constants: a stage cannot reach
         the window of the next one at all, so no split fits; without ``upper`` that is a
         proof), the bottleneck variable (in ``time_unit``) and ``y[t][c]``, the cumulative
-        start variables (dict of dicts; stages 1..S-1).
+        start variables (dict of dicts; stages 1..S-1). The window rows' continuous
+        variables are named ``window_sum_{t}`` and ``window_min_{l}``.
     """
     deadline = Deadline(None) if deadline is None else deadline
     n, S = model.n, model.S
@@ -142,6 +154,34 @@ def build_milp(
         if model.cut[model.window(t)].max(initial=0.0) > 0:
             terms, const = at_start(model.cut, t, u)
             add(terms + [(T, -1.0)], const, f"cut_time_{t}")
+    if model.windowed:
+        # window row (i, l): A_l <= B_i with A_l = end[p_{l+1}] + M_l - (l+1) T,
+        # B_i = begin[p_i] + M_i - i T, M_l = sum_{c=1..l} mid[p_c]; a running minimum of the
+        # B_i (window_min_l <= window_min_{l-1}, <= B_l) states every row in O(S) rows
+        M: list = [None]
+        for t in range(1, S):
+            deadline.check("building the MILP")
+            v = lp.add_variable(f"window_sum_{t}")
+            terms, const = at_start(model.mid, t, u)
+            prev = [] if M[-1] is None else [(M[-1], -1.0)]
+            lp.addConstraint(pulp.LpConstraint(
+                pulp.LpAffineExpression([(v, 1.0), *prev, *((x, -c) for x, c in terms)], -const),
+                pulp.LpConstraintEQ), f"window_sum_{t}")
+            M.append(v)
+        low = None  # window_min_0 = B_0 = begin[0], a constant
+        for l in range(1, S):
+            deadline.check("building the MILP")
+            v = lp.add_variable(f"window_min_{l}")
+            if low is None:
+                add([(v, 1.0)], -float(model.begin[0]) * u, f"window_min_{l}_first")
+            else:
+                add([(v, 1.0), (low, -1.0)], 0.0, f"window_min_{l}_running")
+            b_terms, b_const = at_start(model.begin, l, u)
+            add([(v, 1.0), *((x, -c) for x, c in b_terms), (M[l], -1.0), (T, float(l))], -b_const,
+                f"window_min_{l}_stage")
+            e_terms, e_const = at_start(model.end, l + 1, u)
+            add([*e_terms, (M[l], 1.0), (T, -float(l + 1)), (v, -1.0)], e_const, f"window_{l}")
+            low = v
     time_reach = model.time_reach(upper) if upper is not None else None
     for t in range(S):
         deadline.check("building the MILP")
@@ -168,7 +208,7 @@ def _start_values(model: StraightModel, starts: list[int], value: float, time_un
         for c in model.window(t)[:-1]
     }
     vals["bottleneck"] = max(value, model.lower_bound) / time_unit
-    return vals
+    return vals  # the continuous window variables are completed by the solver
 
 
 def solve_milp(

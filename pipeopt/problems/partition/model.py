@@ -2,16 +2,30 @@
 
 Both models decide the start positions ``0 = p_0 < p_1 < ... < p_{S-1} < p_S = n`` of the S
 stages over the chain's n units (stage t holds units ``p_t .. p_{t+1}-1``) and minimise the
-bottleneck T. Every array here is read off the problem's cost table
-(:attr:`PartitionProblem.table`, :class:`pipeopt.cost.CostTable`) through
-:meth:`PartitionProblem.stage_time` and :attr:`PartitionProblem.cut_terms`; no rule of the
-cost model is written in this module.
+bottleneck T, the exact 1F1B steady-state period of the split
+(:meth:`PartitionProblem.period`, = :func:`pipeopt.evaluate`'s bottleneck). Every array here
+is read off the problem's cost table (:attr:`PartitionProblem.table`,
+:class:`pipeopt.cost.CostTable`) through :attr:`PartitionProblem.work_prefix`,
+:attr:`PartitionProblem.cut_terms` and :attr:`PartitionProblem.trip`; no rule of the cost
+model is written in this module.
 
-* **Stage time** (one worker per stage, :meth:`PartitionProblem.stage_time` with m = 1):
-  ``max(W[b] - W[a] + added[a] + added[b], bound[a], bound[b])`` for units ``a..b-1``, W the
-  work prefix. The models write it linearly as ``end[p_{t+1}] - begin[p_t] <= T`` with
-  ``end = W + added``, ``begin = W - added``, and ``cut[p_t] <= T`` with ``cut = bound`` (the
-  busy time of a cut with overlap, zero without).
+* **Stage rows** (one worker per stage): a stage of units ``a..b-1`` is busy
+  ``w = W[b] - W[a] + added[a] + added[b]`` per microbatch (:meth:`PartitionProblem.stage_work`,
+  W the work prefix), written ``end[p_{t+1}] - begin[p_t] <= T`` with ``end = W + added``,
+  ``begin = W - added``; and ``cut[p_t] <= T`` with ``cut = bound`` (one direction's transfer
+  per microbatch with overlap, zero without).
+* **Window rows** (1F1B: stages i..l hold l - i + 1 microbatches in flight,
+  :func:`pipeopt.cost.rules.steady_period`): for every ``0 <= i < l <= S-1``
+
+      sum_{s=i..l} w_s + sum_{c=i+1..l} trip[p_c] <= (l - i + 1) T,
+
+  which telescopes to ``end[p_{l+1}] - begin[p_i] + sum_{c=i+1..l} mid[p_c] <= (l - i + 1) T``
+  with ``mid = 2 added + trip`` (what an inner cut adds: the sends of the stages on both
+  sides without overlap, the round trip with overlap). With the stage rows (i = l) and the
+  cut rows, the max over all rows is exactly the period: the models minimise
+  ``evaluate``'s bottleneck. O(S^2) rows; none when no cut has a round trip (without
+  overlap, or no bytes cross): a window row is then a sum of l - i + 1 stage times, implied
+  by the stage rows (:attr:`StraightModel.windowed`).
 * **Memory** is exact and has no byte in it: stage t of units ``a..b-1`` fits
   (:func:`pipeopt.cost.rules.fits`, the shared :data:`~pipeopt.cost.rules.MEMORY_SLACK`) iff
   ``b <= reach_t[a]``, the last end that fits (:meth:`PartitionProblem.memory_reach`; memory
@@ -27,10 +41,13 @@ cost model is written in this module.
 
 This module also holds the stage windows (stage t can only start at units ``t .. n-S+t``:
 every stage is non-empty), the integer time scale of CP-SAT, a heuristic warm start
-(:func:`heuristic_split`: Duan & Wu's greedy check bisected with
-:func:`pipeopt.backends.bisection.bisect_limit`, *not* the DP, so that the solvers stay
-independent checks of it) and the driver :func:`solve_exact` that turns the solvers'
-outcomes into a :class:`~pipeopt.result.Result` whose every claim is checked.
+(:func:`heuristic_split`: Duan & Wu's greedy check and a beam search over the window rows
+(:func:`window_beam`) bisected with :func:`pipeopt.backends.bisection.bisect_limit`, then a
+local search (:func:`improve_split`); *not* the DP, so that the solvers stay independent
+checks of it) and the driver :func:`solve_exact` that turns the solvers' outcomes into a
+:class:`~pipeopt.result.Result` whose every claim is checked, with the hook of the second
+phase (:func:`second_phase`: the tie-break among optimal splits, called once the primary
+optimum is proven).
 
 References
 ----------
@@ -51,7 +68,7 @@ import numpy as np
 
 from ...backends.bisection import bisect_limit
 from ...backends.deadline import Deadline, DeadlineReached
-from ...cost import evaluate
+from ...cost import evaluate, rules
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .binary_search import greedy_check, plan_time, split_to_stages
@@ -128,8 +145,8 @@ class StraightModel:
     """The arrays both formulations read (shapes ``(n+1,)`` over boundary positions
     ``c = 0..n``, position c being "before unit c"; seconds).
 
-    Build with :meth:`of`. ``begin``, ``end``, ``cut`` are the linear form of
-    :meth:`PartitionProblem.stage_time` (module docstring); ``reach`` is
+    Build with :meth:`of`. ``begin``, ``end``, ``cut`` are the linear form of the stage rows,
+    ``mid`` what an inner cut adds to the window rows (module docstring); ``reach`` is
     :func:`memory_reach`, ``(S, n+1)``, tightened by :meth:`forbid`; ``lower_bound`` is
     :meth:`PartitionProblem.simple_lower_bound` (seconds, a valid bound without any solver).
     """
@@ -140,6 +157,7 @@ class StraightModel:
     begin: np.ndarray
     end: np.ndarray
     cut: np.ndarray
+    mid: np.ndarray
     reach: np.ndarray
     lower_bound: float
 
@@ -155,8 +173,9 @@ class StraightModel:
         require_straight(problem, method)
         W = np.asarray(problem.work_prefix, dtype=float)
         added, bound = problem.cut_terms
+        mid = 2.0 * np.asarray(added, dtype=float) + np.asarray(problem.trip, dtype=float)
         return cls(problem, problem.n, problem.stages, W - added, W + added, np.asarray(bound, dtype=float),
-                   memory_reach(problem), float(problem.simple_lower_bound()))
+                   mid, memory_reach(problem), float(problem.simple_lower_bound()))
 
     # ---- structure ----------------------------------------------------------------------
     def window(self, t: int) -> range:
@@ -176,6 +195,20 @@ class StraightModel:
         return None
 
     @property
+    def windowed(self) -> bool:
+        """True if the model needs window rows: S >= 2 and some inner cut has a round trip
+        (:attr:`PartitionProblem.trip` > 0, with overlap). Otherwise a window row's left side
+        is a sum of l - i + 1 stage times (``mid = 2 added``) and the stage rows imply it."""
+        return self.S >= 2 and bool(np.any(self.problem.trip[1:-1] > 0))
+
+    def windows(self):
+        """The window rows ``(i, l)``, ``0 <= i < l <= S-1`` (the stage rows i = l aside), or
+        none if not :attr:`windowed`."""
+        if not self.windowed:
+            return []
+        return [(i, l) for l in range(1, self.S) for i in range(l)]
+
+    @property
     def memory_binding(self) -> bool:
         """True if memory rules out some stage."""
         return bool(np.any(self.reach[:, :-1] < self.n))
@@ -189,7 +222,9 @@ class StraightModel:
     # ---- evaluating a split the way the models do ---------------------------------------
     def bottleneck(self, starts) -> float:
         """Bottleneck (seconds) of the split whose stages 1..S-1 start at ``starts``, memory
-        ignored (:func:`pipeopt.problems.partition.binary_search.plan_time`)."""
+        ignored: the exact period (:meth:`PartitionProblem.period`, = :func:`pipeopt.evaluate`'s
+        bottleneck, :func:`pipeopt.problems.partition.binary_search.plan_time`), the max of
+        the model's rows."""
         return plan_time(self.problem, list(starts), memory=False)
 
     def fits(self, starts) -> bool:
@@ -200,6 +235,29 @@ class StraightModel:
     def value(self, starts) -> float:
         """Bottleneck of the split if it fits, else ``inf``."""
         return self.bottleneck(starts) if self.fits(starts) else math.inf
+
+    def rows(self, bounds: np.ndarray) -> np.ndarray:
+        """Every row of many splits, vectorised: for each row of ``bounds`` (``(K, S+1)`` ints
+        ``0 = p_0 < ... < p_S = n``) the values (seconds) of its stage rows, cut rows and
+        window rows over their l - i + 1, ``(K, R)``. Their max is :meth:`bottleneck` (up to
+        float rounding), memory aside."""
+        P = np.atleast_2d(np.asarray(bounds, dtype=np.int64))
+        parts = [self.end[P[:, 1:]] - self.begin[P[:, :-1]], self.cut[P[:, 1:-1]]]
+        if self.windowed:
+            # row (i, l): E[l+1] - B[i], with E[j] = end[p_j] + M[j-1], B[i] = begin[p_i] + M[i]
+            # and M[i] = sum_{c=1..i} mid[p_c]
+            M = np.concatenate([np.zeros((P.shape[0], 1)), np.cumsum(self.mid[P[:, 1:-1]], axis=1)], axis=1)
+            E, B = self.end[P[:, 1:]] + M, self.begin[P[:, :-1]] + M
+            i, l = np.triu_indices(self.S, k=1)
+            parts.append((E[:, l] - B[:, i]) / (l - i + 1))
+        return np.concatenate(parts, axis=1)
+
+    def row_values(self, bounds: np.ndarray) -> np.ndarray:
+        """The value of many splits by the model's rows (:meth:`rows`), ``(K,)`` seconds;
+        ``inf`` where a stage does not fit :attr:`reach`."""
+        P = np.atleast_2d(np.asarray(bounds, dtype=np.int64))
+        fits = np.all(P[:, 1:] <= self.reach[np.arange(self.S), P[:, :-1]], axis=1)
+        return np.where(fits, self.rows(P).max(axis=1), np.inf)
 
     def time_reach(self, upper: float) -> np.ndarray:
         """``R[a]``: the last position a stage starting at or before unit ``a`` can end at with
@@ -215,9 +273,11 @@ class StraightModel:
     # ---- integer scale of the CP-SAT model ----------------------------------------------
     @cached_property
     def top(self) -> float:
-        """Seconds: an upper bound on every time value of the model (``max(end) - min(begin)``
-        or the dearest cut); ``0.0`` only if every time is zero."""
-        return float(max(self.end.max() - self.begin.min(), self.cut.max(initial=0.0), 0.0))
+        """Seconds: an upper bound on the period of every split (``max(end) - min(begin) +
+        max(mid)``, a window row's left side over its l - i + 1 being at most a stage's time
+        plus one inner cut's ``mid``, or the dearest cut); ``0.0`` only if every time is zero."""
+        return float(max(self.end.max() - self.begin.min() + max(self.mid.max(initial=0.0), 0.0),
+                         self.cut.max(initial=0.0), 0.0))
 
     @property
     def time_unit(self) -> float:
@@ -239,11 +299,14 @@ class StraightModel:
 
     @property
     def tolerance(self) -> float:
-        """Seconds: CP-SAT's stage value ``ticks(end)[b] - ticks(begin)[a] - 1`` is below the
-        true ``(end[b] - begin[a]) / tick`` and above it less 2 (plus the guards), and a cut's
-        ``ticks(cut)[c]`` is below its true value and above it less 1: so the integer value of
-        every split is at most its true value (a valid bound) and a split optimal in ticks is
-        within 3 ticks of the true optimum."""
+        """Seconds: CP-SAT's window row (i, l) with k = l - i + 1 (k = 1: a stage row) reads
+        ``ticks(end)[p_{l+1}] - ticks(begin)[p_i] + sum ticks(mid)[p_c] - k <= k T``. Its
+        integer left side is below the true one (in ticks) less k - 1, so the split's true
+        period P satisfies every row at ``T = floor(P / tick)`` (the integer value of every
+        split is at most its true value: a valid bound); and above it less 2k (plus the
+        guards), so the integer value is above ``P / tick - 2`` (a cut's ``ticks(cut)[c]`` is
+        above its true value less 1). A split optimal in ticks is within 3 ticks of the true
+        optimum."""
         return 3.0 * self.tick
 
 
@@ -276,12 +339,136 @@ def balanced_split(model: StraightModel) -> list[int]:
     return starts
 
 
+BEAM_WIDTH = 16
+"""States per stage :func:`window_beam` keeps."""
+
+
+def window_beam(model: StraightModel, limit: float, width: int = BEAM_WIDTH) -> list[int] | None:
+    """A beam search for a split whose every row meets a period limit T (a heuristic check).
+
+    Stage by stage it keeps at most ``width`` partial splits, each summed up by where its last
+    stage ends (b) and the least G of the window rows so far plus the next cut's round trip
+    (:func:`pipeopt.cost.rules.window_step`: what the rows of the later stages inherit). A
+    partial split is extended by every end at which the new stage fits in memory
+    (:attr:`StraightModel.reach`), leaves a unit to each later stage, and meets its stage row,
+    its cut row and every window row ending at it; per end the least G is kept, then the
+    Pareto front (farther end, smaller G), thinned evenly to ``width`` states. ``width = 1``
+    is the greedy that packs each stage as far as it goes.
+
+    Not the DP (which keeps every end): ``None`` does not prove that no split meets T.
+
+    Returns
+    -------
+    list[int] or None
+        Starts of stages 1..S-1 of a split whose period is at most T (and that fits), or
+        ``None`` if the beam dies out.
+    """
+    problem, n, S = model.problem, model.n, model.S
+    D, U = rules.window_tokens([problem.in_flight(t) for t in range(S)], np.ones(S), np.zeros(S, dtype=bool))
+    trip = np.asarray(problem.trip, dtype=float)
+    ends = np.array([0])  # where the kept partial splits' last stage ends
+    carry = np.array([-math.inf])  # their G plus the round trip of the cut at that end
+    parents: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (ends, index of the parent state)
+    for t in range(S):
+        cand_b, cand_g, cand_from = [], [], []
+        for k, (a, c) in enumerate(zip(ends, carry, strict=True)):
+            b = np.arange(a + 1, min(n - (S - 1 - t), int(model.reach[t, a])) + 1)
+            if b.size == 0:
+                continue
+            w = problem.stage_work(a, b)
+            g, ok = rules.window_step(c, 0.0, w, D[t], U[t], limit)
+            ok &= (w <= limit) & (model.cut[b] <= limit)
+            if t == S - 1:
+                ok &= b == n
+            cand_b.append(b[ok])
+            cand_g.append(g[ok])
+            cand_from.append(np.full(int(ok.sum()), k))
+        if not cand_b or sum(x.size for x in cand_b) == 0:
+            return None
+        b, g, src = np.concatenate(cand_b), np.concatenate(cand_g), np.concatenate(cand_from)
+        g = g + trip[b]  # what the next stage's rows inherit (the cut at b; zero at n)
+        order = np.lexsort((g, -b))  # farther end first, then least G
+        b, g, src = b[order], g[order], src[order]
+        front = np.flatnonzero(g < np.minimum.accumulate(np.concatenate([[np.inf], g[:-1]])))
+        if front.size > width:
+            front = front[np.unique(np.linspace(0, front.size - 1, width).round().astype(int))]
+        ends, carry = b[front], g[front]
+        parents.append((ends, src[front]))
+    starts, k = [], 0
+    for t in range(S - 1, 0, -1):
+        k = int(parents[t][1][k])
+        starts.append(int(parents[t - 1][0][k]))
+    return starts[::-1]
+
+
+def improve_split(model: StraightModel, starts: list[int], deadline: Deadline | None = None,
+                  max_rounds: int = 100) -> list[int]:
+    """Local search from a split: move one cut at a time to the position in its range (between
+    its neighbours) that lowers the split's value by the model's rows
+    (:meth:`StraightModel.row_values`, memory included), ties broken by fewer rows at that
+    value (so that plateaus of the max are left); sweep the cuts until no move helps, the
+    deadline passes or ``max_rounds`` sweeps.
+
+    Returns
+    -------
+    list[int]
+        Starts of stages 1..S-1 (``starts`` itself if no move helps).
+    """
+    deadline = Deadline(None) if deadline is None else deadline
+    n, S = model.n, model.S
+    best = np.array([0, *starts, n], dtype=np.int64)
+    value = float(model.row_values(best)[0])
+    if not math.isfinite(value):
+        return list(starts)
+
+    def tight(P, v):
+        """Rows of each split in ``P`` within 1e-12 (relative) of ``v``."""
+        return np.sum(model.rows(P) >= v * (1 - 1e-12), axis=1)
+
+    count = int(tight(best, value)[0])
+
+    def consider(P) -> bool:
+        """Move to the best split of ``P`` if it is better (lower value, or as low with fewer
+        tight rows)."""
+        nonlocal best, value, count
+        vals = model.row_values(P)
+        k = int(np.argmin(vals))
+        if vals[k] < value * (1 - 1e-12):
+            best, value = P[k], float(vals[k])
+            count = int(tight(best, value)[0])
+            return True
+        ties = np.flatnonzero(vals <= value * (1 + 1e-12))
+        if ties.size:
+            counts = tight(P[ties], value)
+            j = int(np.argmin(counts))
+            if counts[j] < count:
+                best, count = P[ties[j]], int(counts[j])
+                return True
+        return False
+
+    for _ in range(max_rounds):
+        moved = False
+        for t in range(1, S):
+            if deadline.expired():
+                return [int(x) for x in best[1:-1]]
+            cands = np.arange(best[t - 1] + 1, best[t + 1])
+            cands = cands[cands != best[t]]
+            if cands.size:
+                P = np.repeat(best[None, :], cands.size, axis=0)
+                P[:, t] = cands
+                moved |= consider(P)
+        if not moved:
+            break
+    return [int(x) for x in best[1:-1]]
+
+
 def heuristic_split(model: StraightModel, deadline: Deadline | None = None) -> list[int]:
     """A heuristic split for the solvers' warm start / hint: the best (fitting, then fastest)
-    of :func:`balanced_split` and Duan & Wu's greedy check
+    of :func:`balanced_split`, Duan & Wu's greedy check
     (:func:`~pipeopt.problems.partition.binary_search.greedy_check`, completed to S stages by
-    :func:`~pipeopt.problems.partition.binary_search.split_to_stages`) bisected on the
-    bottleneck limit by :func:`pipeopt.backends.bisection.bisect_limit`.
+    :func:`~pipeopt.problems.partition.binary_search.split_to_stages`) and the window rows'
+    beam search (:func:`window_beam`), each bisected on the limit by
+    :func:`pipeopt.backends.bisection.bisect_limit`; then improved by :func:`improve_split`.
 
     Not the DP (the solvers stay independent checks of it); neither optimal nor
     memory-feasible in general.
@@ -291,13 +478,14 @@ def heuristic_split(model: StraightModel, deadline: Deadline | None = None) -> l
     model
         The model arrays.
     deadline
-        The method's clock; the heuristic stops its bisection at it.
+        The method's clock; the heuristic stops its bisections and local search at it.
 
     Returns
     -------
     list[int]
         Starts of stages 1..S-1.
     """
+    deadline = Deadline(None) if deadline is None else deadline
     problem = model.problem
     best = balanced_split(model)
 
@@ -306,9 +494,13 @@ def heuristic_split(model: StraightModel, deadline: Deadline | None = None) -> l
         return None if found is None else split_to_stages(problem, found)
 
     lo = model.lower_bound
-    hi = float(problem.work_prefix[-1] + model.top) * (1 + 1e-9)  # every stage time is below it
+    hi = float(problem.work_prefix[-1] + model.top) * (1 + 1e-9)  # every period is below it
     found = bisect_limit(check, lo, hi, best, rel_tol=1e-9, deadline=deadline, max_iter=60, score=model.value)
-    return list(found.starts)
+    best = list(found.starts)
+    found = bisect_limit(lambda T: window_beam(model, T), lo, hi, best, rel_tol=1e-9, deadline=deadline,
+                         max_iter=60, score=model.value)
+    best = min([best, list(found.starts)], key=model.value)
+    return improve_split(model, best, deadline)
 
 
 # ---- the driver ------------------------------------------------------------------------------
@@ -352,6 +544,29 @@ def _violations(problem: PartitionProblem, starts: list[int]) -> tuple[float, bo
     return ev.objective, False, over
 
 
+def second_phase(
+    problem: PartitionProblem,
+    model: StraightModel,
+    starts: list[int],
+    value: float,
+    bound: float,
+    deadline: Deadline,
+    info: dict,
+) -> list[int]:
+    """The hook of the secondary objective (tie-breaking among plans of optimal primary value).
+
+    :func:`solve_exact` calls it once, only after the primary optimum is proven (status
+    ``OPTIMAL``: ``starts`` fits, its evaluated objective ``value`` is within the claim's
+    tolerance of the valid bound ``bound``), with the method's clock and the ``info`` dict of
+    the result (to record e.g. ``info["secondary"]``). It returns the split to report;
+    :func:`solve_exact` re-scores it with :func:`pipeopt.evaluate` and keeps it only if it fits
+    and its primary value is still within the tolerance of ``bound`` (else ``starts`` stays,
+    with a note). Today it returns ``starts`` unchanged: the second phase (fixing T at the
+    proven optimum and minimising the secondary objective) is not written yet.
+    """
+    return starts
+
+
 def solve_exact(
     problem: PartitionProblem,
     method: str,
@@ -373,7 +588,8 @@ def solve_exact(
        that breaks memory is never returned: its offending stages are removed from the model
        (:meth:`StraightModel.forbid`) and ``solve`` runs again while time is left.
     4. Status ``OPTIMAL`` only if the solver proved its model optimal, the plan fits and its
-       evaluated objective is within ``max(abs_tol, rel_tol * objective)`` of the bound;
+       evaluated objective is within ``max(abs_tol, rel_tol * objective)`` of the bound (then
+       :func:`second_phase`, the tie-breaking hook, may replace the plan by a tied one);
        ``TIME_LIMIT`` if the solver stopped at its time limit (what was left of the deadline,
        its only limit) or the deadline passed, with the best fitting plan seen, if any, and
        the bound; ``FEASIBLE`` (the best fitting plan, the bound) if the solver's answer could
@@ -474,6 +690,15 @@ def solve_exact(
     stopped = att.status in ("feasible", "no_solution")  # the solver's one limit is the deadline
     if proven and inc_value - bound <= max(abs_tol, rel_tol * inc_value):
         status = Status.OPTIMAL
+        chosen = second_phase(problem, model, list(incumbent), inc_value, bound, deadline, info)
+        if list(chosen) != list(incumbent):
+            value, fits, _ = _violations(problem, list(chosen))
+            if fits and value - bound <= max(abs_tol, rel_tol * value):
+                incumbent, inc_value = list(chosen), value
+                info["incumbent"] = "second phase"
+            else:
+                notes.append(f"second phase returned {list(chosen)}, not within the tolerance of the "
+                             "bound: ignored")
     elif stopped or deadline.expired() or incumbent is None:
         status = Status.TIME_LIMIT
         if incumbent is None and not (stopped or deadline.expired()):  # pragma: no cover - defensive
@@ -484,7 +709,7 @@ def solve_exact(
             notes.append("the solver's optimum is not confirmed by the valid bound within the tolerance")
     if notes:
         info["notes"] = notes
-    if incumbent is not None and incumbent != att.starts:
+    if incumbent is not None and incumbent != att.starts and "incumbent" not in info:
         info["incumbent"] = "warm start" if incumbent == hint else "an earlier solver run"
     plan = problem.plan(incumbent) if incumbent is not None else None
     return problem.result(method, plan, status, lower_bound=bound, started=deadline.started, info=info)

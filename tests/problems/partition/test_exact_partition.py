@@ -204,12 +204,17 @@ def test_cpsat_rounding_relaxes(overlap, profile_dir):
 
     inst = profile("inception_v3").with_settings(overlap=overlap)
     m = StraightModel.of(PartitionProblem(inst, 6))
-    b, e, c = m.ticks(m.begin), m.ticks(m.end), m.ticks(m.cut)
+    assert m.windowed == overlap
+    b, e, c, q = m.ticks(m.begin), m.ticks(m.end), m.ticks(m.cut), m.ticks(m.mid)
     rng = random.Random(1)
     for _ in range(300):
         starts = sorted(rng.sample(range(1, m.n), m.S - 1))
         p = [0, *starts, m.n]
-        integer = max([e[p[i + 1]] - b[p[i]] - 1 for i in range(m.S)] + [c[x] for x in starts]) * m.tick
+        rows = [e[p[i + 1]] - b[p[i]] - 1 for i in range(m.S)] + [c[x] for x in starts]
+        for i, l in m.windows():  # window rows: ceil((left side - k) / k)
+            k = l - i + 1
+            rows.append(-(-(e[p[l + 1]] - b[p[i]] + sum(q[p[x]] for x in range(i + 1, l + 1)) - k) // k))
+        integer = max(rows) * m.tick
         true = m.bottleneck(starts)
         assert true - m.tolerance <= integer <= true
     assert m.tolerance < 1e-8 * m.top
