@@ -3,9 +3,16 @@
 All three keep the same partition (:func:`base_partition`) so that their objectives compare
 directly.
 
-* :func:`solve_lp` - the optimal forward share per worker and kind: the allocation LP
-  ``max r s.t. sum_k beta_k R_k/F_k >= r, sum_k (1-beta_k) R_k/B_k >= r, 0 <= beta <= 1``
-  per stage, solved exactly in closed form (:func:`pipeopt.problems.resource.best_split`). OPTIMAL.
+* :func:`solve_lp` - the optimal forward share per worker and kind for the objective,
+  evaluate's ``bottleneck`` (the 1F1B steady period with its window rows, every stage in split
+  execution): the least period over all shares,
+  :meth:`~pipeopt.problems.resource.ResourceProblem.period`. At a trial period T every stage
+  takes the share of least ``f + b`` with both passes within T (closed form,
+  :func:`pipeopt.problems.resource.split.least_busy`) - best for every window row at once -
+  so "period <= T" is decided exactly and bisected on T down to adjacent floats. OPTIMAL,
+  with the largest T found infeasible as its bound. (Each stage's least-time share, the
+  allocation LP of Duan & Wu, :func:`pipeopt.problems.resource.best_split`, is optimal only
+  when no window row binds.)
 * :func:`theorem` - Duan & Wu's beta = c/(c+1) with c the worker's forward/backward time
   ratio: optimal when F_k/B_k = c for every kind, a heuristic otherwise.
 * :func:`sequential` - forward and backward one after the other on all resources (beta None),
@@ -56,13 +63,13 @@ def _run(problem: AllocateProblem, method: str, mode: str, time_limit) -> Result
     plan = problem.plan(starts, groups, mode)
     seq = problem.plan_value(starts, groups, "sequential")
     info = {"sequential_objective": seq}
-    if mode == "split":  # the optimum of the fixed partition: its own bound
-        value = problem.plan_value(starts, groups, "split")
+    if mode == "split":  # the optimum of the fixed partition, and the largest T found infeasible
+        value, _, lower = problem.period(starts, groups, "split")
         if not math.isfinite(value):  # the shares change neither memory nor which kinds can run a layer
             raise InfeasibleError(f"allocate on {problem.instance.name}: a stage of the partition breaks memory or "
                                   "holds a layer its worker cannot run, whatever the split")
-        res = problem.result(method, plan, Status.OPTIMAL, lower_bound=value, started=deadline.started,
-                             space="split", info=info)
+        res = problem.result(method, plan, Status.OPTIMAL, lower_bound=lower, started=deadline.started,
+                             space="split", info={**info, "bound": "largest period T found infeasible"})
     else:
         res = problem.result(method, plan, Status.FEASIBLE, started=deadline.started,
                              space="sequential" if mode == "sequential" else "split", info=info)
@@ -72,7 +79,7 @@ def _run(problem: AllocateProblem, method: str, mode: str, time_limit) -> Result
 
 def solve_lp(problem: AllocateProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
              threads: int = 2) -> Result:
-    """The optimal split of the fixed partition (one LP per stage, closed form).
+    """The optimal split of the fixed partition: the shares of least period (window rows included).
 
     Parameters
     ----------
@@ -87,15 +94,17 @@ def solve_lp(problem: AllocateProblem, *, time_limit: float | Deadline = 60.0, s
     Returns
     -------
     Result
-        Status ``OPTIMAL`` in the split space of the fixed partition (``lower_bound`` =
-        objective); ``info["sequential_objective"]`` is the same plan without the split and
+        Status ``OPTIMAL`` in the split space of the fixed partition (``lower_bound``: the
+        largest period found infeasible, within float rounding of the objective);
+        ``info["sequential_objective"]`` is the same plan without the split and
         ``info["gain_over_sequential"]`` their ratio.
 
     Raises
     ------
     InfeasibleError
-        If a stage of the partition breaks memory or holds a layer its worker cannot run (the
-        shares change neither: no split fits).
+        If a stage of the partition breaks memory under split execution (``2 (S - s)``
+        microbatches in flight) or holds a layer its worker cannot run (the shares change
+        neither: no split fits).
     """
     return _run(problem, "lp", "split", time_limit)
 

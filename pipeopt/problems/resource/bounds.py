@@ -1,9 +1,10 @@
-"""Bounds on the bottleneck of the joint and group problems, for their exact methods.
+"""Bounds on the objective of the joint and group problems (the steady period with its window
+rows, :meth:`~pipeopt.problems.resource.ResourceProblem.period`), for their exact methods.
 
 * :func:`lower_bound` - a valid lower bound on the optimum: the larger of the slowest single
   unit on the strongest conceivable worker (:func:`unit_bound`) and the total work spread over
   the whole cluster (:func:`work_bound`, an LP through the PuLP door).
-* :func:`top_limit` - a limit that the bottleneck of every plan that fits memory stays under
+* :func:`top_limit` - a limit that the period of every plan that fits memory stays under
   (if any plan fits at all): the bisection's upper end when no heuristic plan fits memory, so
   that the exact methods never need a feasible start.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pulp
 
 from ...backends.deadline import Deadline
@@ -67,9 +69,12 @@ def work_bound(problem: ResourceProblem, res: dict, deadline: Deadline | None = 
     """A lower bound from the total work on resources ``res`` (the whole cluster), with every
     unit's forward and backward work divisible among kinds unit by unit.
 
-    LP: minimise T s.t. ``sum_k psi_f[i,k] = sum_k psi_b[i,k] = 1`` for every unit i and
-    ``sum_i psi_f[i,k] fwd[i,k] + psi_b[i,k] bwd[i,k] <= T R_k`` for every kind. Any plan
-    gives a feasible point (psi = its stage's work fractions), so the LP optimum (HiGHS through
+    LP: minimise T s.t. ``sum_k psi_f[i,k] = sum_k psi_b[i,k] = 1`` for every unit i (over the
+    kinds that run that pass of unit i) and ``sum_i psi_f[i,k] fwd[i,k] + psi_b[i,k] bwd[i,k]
+    <= T R_k`` for every kind. Any plan of period T gives a feasible point (psi = its
+    stages' work fractions: a stage's forward share of kind k does ``psi_f F_k`` unit-seconds
+    of forward work in ``f <= T`` seconds on ``beta_k R_k`` units, its backward share likewise,
+    so the two fit ``R_k T``), so the LP optimum (HiGHS through
     :func:`pipeopt.backends.pulp.solve_pulp`, in this process) bounds the bottleneck from
     below; :data:`LP_TOLERANCE` is taken off.
 
@@ -97,10 +102,10 @@ def work_bound(problem: ResourceProblem, res: dict, deadline: Deadline | None = 
     m += T
     load: dict = {k: [] for k in kinds}
     for i in range(problem.n):
-        usable = [k for k in kinds if math.isfinite(problem.fwd[k][i]) and math.isfinite(problem.bwd[k][i])]
-        if not usable:
-            return math.inf
         for name, arr in (("f", problem.fwd), ("b", problem.bwd)):
+            usable = [k for k in kinds if math.isfinite(arr[k][i])]  # kinds that run this pass of unit i
+            if not usable:
+                return math.inf
             psi = {k: pulp.LpVariable(f"p{name}_{i}_{k}", 0, 1) for k in usable}
             m += pulp.lpSum(psi.values()) == 1
             for k in usable:
@@ -128,23 +133,29 @@ def lower_bound(problem: ResourceProblem, deadline: Deadline | None = None) -> f
 
 
 def top_limit(problem: ResourceProblem) -> float:
-    """A limit every plan that fits memory passes: its bottleneck is at most this (seconds).
+    """A limit every plan that fits memory passes: its period is at most this (seconds).
 
-    A stage with a finite time has a kind k that runs all its units and that its worker has;
-    on that kind alone it takes at most ``(F_k + B_k) / R_k``, so at most the whole chain's
-    work on k (units that run on k) over the smallest positive amount of k a worker can have.
-    The cuts add their transfer times. :data:`TOP_MARGIN` covers float rounding.
+    A stage with a finite time has a kind that runs its whole forward pass and a kind that
+    runs its whole backward pass; giving each its whole amount (half each if they are the same
+    kind) keeps ``f`` and ``b`` within ``tau = 2 max_k W_k / least_k`` (``W_k`` the chain's
+    forward plus backward work on k over the units that run on k, ``least_k`` the smallest
+    positive amount of k a worker can have) and ``f + b`` within ``2 tau``. So at
+    ``T = tau + max cut`` every stage passes on its own, every cut (its own row) passes, and
+    every window row ``(sum_{s>=i} (f_s + b_s) + sum round trips) / (2 (S - i))`` is at most
+    ``tau + max cut`` (a round trip is twice a cut time). :data:`TOP_MARGIN` covers float
+    rounding.
     """
     if isinstance(problem, GroupProblem):
         amounts = [d.resources for d in problem.instance.cluster.devices]
     else:
         amounts = [problem.pooled(g) for g in problem.groups]
-    top = float(max(problem.cut_time)) if problem.n > 1 else 0.0
+    cut = float(max(problem.cut_time)) if problem.n > 1 else 0.0
+    tau = 0.0
     for k in problem.kinds:
         least = min((r.get(k, 0.0) for r in amounts if r.get(k, 0.0) > 0), default=0.0)
         if least <= 0:
             continue
         f, b = problem.fwd[k], problem.bwd[k]
-        work = math.fsum(float(f[i] + b[i]) for i in range(problem.n) if math.isfinite(f[i]) and math.isfinite(b[i]))
-        top = max(top, work / least)
-    return top * (1 + TOP_MARGIN)
+        work = math.fsum(float(v) for v in (*f[np.isfinite(f)], *b[np.isfinite(b)]))
+        tau = max(tau, 2.0 * work / least)
+    return (tau + cut) * (1 + TOP_MARGIN) + 1e-300

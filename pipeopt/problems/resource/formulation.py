@@ -1,4 +1,4 @@
-"""The MILP of the joint and group problems at a fixed bottleneck limit T (PuLP).
+"""The MILP of the joint and group problems at a fixed limit T on the period (PuLP).
 
 Variables (S stages, n units, K resource kinds, D devices):
 
@@ -19,14 +19,30 @@ Variables (S stages, n units, K resource kinds, D devices):
   in one worker, every worker non-empty; ``R_{s,k} = sum_c r[c,k] n[c,s]``. Counting
   identical devices removes their symmetry; workers are not interchangeable (worker s runs
   stage s), so no other symmetry remains.
-* cuts (overlap): a boundary whose transfer exceeds T is no cut; memory: stage s's bytes,
-  read from the cost table (:attr:`pipeopt.cost.CostTable.mem_prefix`: in-flight count and
-  weight versions of stage s), at most :func:`pipeopt.cost.rules.memory_limit` of the
-  worker's capacity.
+* cuts (overlap): a boundary whose transfer exceeds T is no cut; memory: stage s's bytes
+  with split execution's ``2 (S - s)`` microbatches in flight
+  (:meth:`~pipeopt.problems.resource.ResourceProblem.stage_memory`), at most
+  :func:`pipeopt.cost.rules.memory_limit` of the worker's capacity.
+* window rows (:func:`pipeopt.cost.rules.steady_period`; split execution: ``D_i = 2 (S - i)``,
+  ``U = 0``, so the rows ending at the last stage dominate), added on the first plan that
+  breaks one (:meth:`MilpProbe._windows`; most limits never need them): ``t[s] >= 0`` is stage
+  s's busy time ``f_s + b_s`` in units of T, ``e[c, s] >= x[c, s] - x[c-1, s]`` marks stage s
+  starting at unit c (exact: the rows only bound e from above), and for every i
+  ``sum_{s>=i} t[s] + sum_{s>i} sum_c trip_c / T e[c, s] <= 2 (S - i)``. The busy time is not
+  linear in the stage's units or worker (:func:`~.split.least_busy`; it is superadditive in
+  the units and convex in the worker's resources), so ``t`` is bounded below by cuts (outer
+  approximation): the sum of its units' own busy times (on the strongest conceivable worker
+  for grouping), and where a plan breaks a row (:meth:`MilpProbe.window`)
+  ``t[s] >= (const - sum_c coef_c n[c, s]) / T`` whenever stage s holds units ``a`` and
+  ``b - 1`` (:func:`~.split.busy_cut`, a supporting plane valid for every worker and, as the
+  busy time grows with the units, every stage containing ``a..b-1``; fixed workers: the
+  exact busy time), per-unit planes of the same kind, and a no-good for the failing stages.
+  The model is a relaxation of the true constraints throughout: an infeasible answer is a
+  proof.
 
 Rows are scaled for the solver's tolerances: times are divided by T (a load row reads
-"resources needed <= resources"), memory rows by the capacity. Plans are certified under the
-cost model afterwards (:func:`pipeopt.problems.resource.search.certify`).
+"resources needed <= resources"), memory rows by the capacity. Plans are checked exactly
+afterwards (:func:`pipeopt.problems.resource.search.certify`).
 """
 
 from __future__ import annotations
@@ -39,8 +55,10 @@ from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import solve_pulp
 from ...cost import rules
+from .bounds import strongest_worker
 from .problem import GroupProblem, ResourceProblem
 from .search import certify
+from .split import busy_cut, least_busy
 
 ISOLATE_VARIABLES = 2000
 """HiGHS runs in a child process that is ended at the deadline (the PuLP door's guarantee)
@@ -67,16 +85,18 @@ class MilpProbe:
         n, S, kinds = problem.n, problem.num_stages, problem.kinds
         self.fwd = [[float(problem.fwd[k][i]) for k in kinds] for i in range(n)]
         self.bwd = [[float(problem.bwd[k][i]) for k in kinds] for i in range(n)]
-        self.usable = [[math.isfinite(self.fwd[i][j]) and math.isfinite(self.bwd[i][j]) for j in range(len(kinds))]
-                       for i in range(n)]
-        table = problem.table
-        self.mem = [[float(table.mem_prefix[s, i + 1] - table.mem_prefix[s, i]) for i in range(n)] for s in range(S)]
+        # a kind serves a pass of a stage only if it runs that pass of every unit of the stage
+        self.runs = {"f": [[math.isfinite(v) for v in row] for row in self.fwd],
+                     "b": [[math.isfinite(v) for v in row] for row in self.bwd]}
+        self.mem = [[problem.stage_memory(i, i + 1, s) for i in range(n)] for s in range(S)]  # split: 2 (S - s)
+        self.strong = strongest_worker(problem)[0]
+        self.pool: set = set()  # (s, a, b, group) of stages that broke a window row at some limit
         if self.group:  # one row per device class
             devices = problem.instance.cluster.devices
             self.classes = problem.device_classes
             rep = [devices[cls[0]] for cls in self.classes]
             self.res = [[d.resources.get(k, 0.0) for k in kinds] for d in rep]
-            demand = float(table.mem_prefix[:, -1].max()) + 1.0  # more than any stage can need
+            demand = max(problem.stage_memory(0, n, s) for s in range(S)) + 1.0  # more than any stage can need
             self.limit = [min(float(rules.memory_limit(d.memory)), demand) for d in rep]
             self.memory_limited = any(math.isfinite(d.memory) for d in devices)
         else:
@@ -85,12 +105,13 @@ class MilpProbe:
             self.memory_limited = any(math.isfinite(c) for c in self.limit)
 
     def __call__(self, T: float, deadline: Deadline | None) -> Probe:
-        """Is there a plan with bottleneck <= T seconds? (:class:`~pipeopt.backends.bisection.Probe`)."""
+        """Is there a plan with period <= T seconds? (:class:`~pipeopt.backends.bisection.Probe`)."""
         try:
             model = self.build(T, deadline)
         except DeadlineReached:
             return Probe(UNKNOWN)
-        return certify(self.problem, T, lambda: self.solve(model, deadline), lambda *st: self.forbid(model, *st))
+        return certify(self.problem, T, lambda: self.solve(model, deadline), lambda *st: self.forbid(model, *st),
+                       lambda *w: self.window(model, *w))
 
     # ---- the model at T --------------------------------------------------------------------------
     def build(self, T: float, deadline: Deadline | None = None) -> dict:
@@ -148,8 +169,8 @@ class MilpProbe:
                     if have is not None:  # only a kind the worker has
                         prob += phi <= pulp.lpSum(g[c, s] for c in have)
                     for i in units_of[s]:
-                        if not self.usable[i][j]:
-                            prob += phi + x[i, s] <= 1  # kind j cannot run unit i
+                        if not self.runs[name][i][j]:
+                            prob += phi + x[i, s] <= 1  # kind j cannot run this pass of unit i
                         elif costs[i][j] > 0:
                             w = pulp.LpVariable(f"w{name}_{i}_{s}_{j}", 0)
                             prob += w >= phi + x[i, s] - 1
@@ -170,7 +191,131 @@ class MilpProbe:
                 elif math.isfinite(self.limit[s]):
                     scale = 1.0 / self.limit[s] if self.limit[s] > 0 else 1.0
                     prob += pulp.lpSum(c * scale * v for c, v in need) <= self.limit[s] * scale
-        return {"prob": prob, "x": x, "g": g}
+        model = {"prob": prob, "x": x, "g": g, "t": None, "T": T, "cuts": 0, "units_of": units_of}
+        for stage in sorted(self.pool):  # the stages that broke window rows at other limits
+            self._cut(model, *stage)
+        return model
+
+    def _windows(self, model: dict) -> list:
+        """Add the window rows over busy-time variables ``t[s]`` (units of T) to the model - on the
+        first plan that breaks one: most limits never need them - and return ``t``.
+
+        Besides the cuts :meth:`window` adds, ``t[s] >= sum_i w_i x[i, s] / T`` from the start,
+        ``w_i`` unit i's least busy time at T on stage s's worker (joint) or on the strongest
+        conceivable worker (group): the least busy time is superadditive over the units (for
+        fixed shares each pass's time ``1 / sum_k beta_k R_k / F_k`` is concave and
+        homogeneous in the loads, hence superadditive, and the caps only tighten for the union)."""
+        p, prob, x, units_of, T = self.problem, model["prob"], model["x"], model["units_of"], model["T"]
+        S = p.num_stages
+        t = [pulp.LpVariable(f"t_{s}", 0) for s in range(S)]
+        for s in range(S):
+            terms = []
+            for i in units_of[s]:
+                F, B = p.load(i, i + 1)
+                if self.group:
+                    _, f, b = least_busy(self.strong, F, B, T)
+                else:
+                    _, f, b = p.busy(i, i + 1, p.groups[s], s, T)
+                if math.isfinite(f + b) and f + b > 0:
+                    terms.append((f + b) / T * x[i, s])
+            if terms:
+                prob += t[s] >= pulp.lpSum(terms)
+        trip = p.round_trip
+        enter = {s: [] for s in range(S)}  # (round trip / T, e[c, s]) of stage s's start
+        for s in range(1, S):
+            for c in units_of[s]:
+                if trip[c] <= 0:
+                    continue
+                e = pulp.LpVariable(f"e_{c}_{s}", 0)
+                prob += e >= x[c, s] - (x[c - 1, s] if (c - 1, s) in x else 0)
+                enter[s].append((float(trip[c]) / T, e))
+        for i in range(S - 1):  # row i = S - 1 (t <= 2) holds for every stage that passes T
+            prob += (pulp.lpSum(t[i:]) + pulp.lpSum(v * e for s in range(i + 1, S) for v, e in enter[s])
+                     <= 2 * (S - i))
+        model["t"] = t
+        return t
+
+    def window(self, model: dict, row: tuple, starts: list, groups: list, check) -> None:
+        """A plan breaks window row ``row = (i, l)``: for each of its stages i..l add the cuts of
+        :meth:`_cut`, and a no-good: not all of stages i..l containing their units on at most
+        their devices (their busy times only grow then, and the row's round trips stay the
+        same). The stages are remembered: the probes at other limits start with their cuts
+        (valid at every T, recomputed there)."""
+        p, prob, x, g = self.problem, model["prob"], model["x"], model["g"]
+        bounds = [0, *starts, p.n]
+        i, l = row
+        nogood = []
+        for s in range(i, l + 1):
+            a, b = bounds[s], bounds[s + 1]
+            self._cut(model, s, a, b, tuple(groups[s]))
+            self.pool.add((s, a, b, tuple(groups[s])))
+            nogood += [(1 - x[a, s]) + (1 - x[b - 1, s]) if b - 1 != a else 1 - x[a, s]]
+            if g is not None:
+                nogood += self._more(model, s, groups[s])
+        prob += pulp.lpSum(nogood) >= 1
+
+    def _cut(self, model: dict, s: int, a: int, b: int, group: tuple) -> None:
+        """``t[s] >= (const - sum_c coef_c n[c, s]) / T`` when stage s holds units ``a..b-1``
+        (:func:`~.split.busy_cut` at worker ``group``: tight there, valid for every worker and,
+        the busy time growing with the units, every stage containing ``a..b-1``; fixed workers:
+        the exact busy time), and grouping's per-unit cuts (:meth:`_unit_cuts`)."""
+        p, prob, x, g, T = self.problem, model["prob"], model["x"], model["g"], model["T"]
+        if T <= 0 or (a, s) not in x or (b - 1, s) not in x:
+            return
+        if model["t"] is None:
+            self._windows(model)
+        held = (1 - x[a, s]) + (1 - x[b - 1, s]) if b - 1 != a else 1 - x[a, s]
+        F, B = p.load(a, b)
+        if g is None:
+            _, f, bb = p.busy(a, b, group, s, T)
+            const, rhs = f + bb, 0
+        else:
+            coef, const = busy_cut(p.pooled(group), F, B, T)
+            per = [min(const, sum(self.res[c][j] * coef.get(k, 0.0) for j, k in enumerate(p.kinds)
+                                  if self.res[c][j] > 0)) for c in range(len(self.classes))]
+            rhs = pulp.lpSum(per[c] / T * g[c, s] for c in range(len(per)) if per[c] > 0)
+            if b - a > 1:
+                self._unit_cuts(model, s, a, b, group)
+        if 0 < const < math.inf:
+            prob += model["t"][s] >= const / T - rhs - const / T * held
+
+    def _unit_cuts(self, model: dict, s: int, a: int, b: int, group: tuple) -> None:
+        """Grouping: per-unit cuts ``u[i, s] >= (const_i - sum_c coef_ic n[c, s]) / T`` when unit i
+        is in stage s (:func:`~.split.busy_cut` of unit i alone at this worker), with
+        ``t[s] >= sum_i u[i, s]`` (superadditivity, :meth:`_windows`): they hold for every stage
+        containing the unit on every worker."""
+        p, prob, x, g, T = self.problem, model["prob"], model["x"], model["g"], model["T"]
+        u = model.setdefault("u", {})
+        res = p.pooled(group)
+        for i in range(a, b):
+            F, B = p.load(i, i + 1)
+            coef, const = busy_cut(res, F, B, T)
+            if const <= 0:
+                continue
+            if (i, s) not in u:
+                u[i, s] = pulp.LpVariable(f"u_{i}_{s}", 0)
+                model.setdefault("u_rows", {}).setdefault(s, []).append(u[i, s])
+            per = [min(const, sum(self.res[c][j] * coef.get(k, 0.0) for j, k in enumerate(p.kinds)
+                                  if self.res[c][j] > 0)) for c in range(len(self.classes))]
+            prob += (u[i, s] >= const / T - pulp.lpSum(per[c] / T * g[c, s] for c in range(len(per)) if per[c] > 0)
+                     - const / T * (1 - x[i, s]))
+        rows = model.setdefault("u_sum", {})
+        if len(model["u_rows"].get(s, [])) > rows.get(s, 0):  # t[s] >= the sum over every unit with a cut
+            prob += model["t"][s] >= pulp.lpSum(model["u_rows"][s])
+            rows[s] = len(model["u_rows"][s])
+
+    def _more(self, model: dict, s: int, group: tuple) -> list:
+        """Indicators ``z_c``: worker s has more devices of class c than ``group`` (``n[c, s] >=
+        k_c + 1`` if set)."""
+        g, prob = model["g"], model["prob"]
+        model["cuts"] += 1
+        out = []
+        for c, k in enumerate(self.problem.class_counts(group)):
+            if k < len(self.classes[c]):
+                z = pulp.LpVariable(f"z_{model['cuts']}_{c}", cat=pulp.LpBinary)
+                prob += g[c, s] >= (k + 1) * z
+                out.append(z)
+        return out
 
     def solve(self, model: dict, deadline: Deadline | None) -> Probe:
         """One solve through :func:`pipeopt.backends.pulp.solve_pulp`: a plan ``(starts, groups)``
@@ -200,16 +345,10 @@ class MilpProbe:
 
     def forbid(self, model: dict, s: int, a: int, b: int, group: tuple) -> None:
         """Cut off stage s holding units ``a`` and ``b - 1`` (so all of ``a..b-1``) on a worker with
-        at most ``group``'s devices of every class: valid when that stage exceeds T, since a
-        stage's time only grows with its units and shrinks with its devices. Indicators
-        ``z_c`` (``n[c, s] >= k_c + 1`` if set) say which class has more."""
+        at most ``group``'s devices of every class: valid when that stage cannot pass T, since a
+        stage's time only grows with its units and shrinks with its devices."""
         x, g, prob = model["x"], model["g"], model["prob"]
-        lhs = (1 - x[a, s]) + (1 - x[b - 1, s]) if b - 1 != a else 1 - x[a, s]
+        lhs = [(1 - x[a, s]) + (1 - x[b - 1, s]) if b - 1 != a else 1 - x[a, s]]
         if g is not None:
-            model["cuts"] = model.get("cuts", 0) + 1
-            for c, k in enumerate(self.problem.class_counts(group)):
-                if k < len(self.classes[c]):
-                    z = pulp.LpVariable(f"z_{model['cuts']}_{c}", cat=pulp.LpBinary)
-                    prob += g[c, s] >= (k + 1) * z
-                    lhs = lhs + z
-        prob += lhs >= 1
+            lhs += self._more(model, s, group)
+        prob += pulp.lpSum(lhs) >= 1

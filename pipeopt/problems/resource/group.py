@@ -1,20 +1,27 @@
 """Exact grouping of heterogeneous devices into workers, with the partition and the split.
 
-Two exact methods for :class:`~pipeopt.problems.resource.GroupProblem`, both a model at a fixed
-bottleneck limit T bisected on T (:mod:`pipeopt.problems.resource.search`); identical devices
-are ordered to break their symmetry; worker s runs stage s, so workers are not
-interchangeable:
+The objective is evaluate's ``bottleneck``: the 1F1B steady period with its window rows, every
+stage in split execution (``2 (S - s)`` microbatches in flight) with the shares of least
+period (:meth:`~pipeopt.problems.resource.ResourceProblem.period`). Two exact methods for
+:class:`~pipeopt.problems.resource.GroupProblem`, both a model at a fixed limit T bisected on
+T (:mod:`pipeopt.problems.resource.search`); identical devices are counted, not named, to
+break their symmetry; worker s runs stage s, so workers are not interchangeable:
 
 * :func:`solve_milp` - the MILP of :mod:`pipeopt.problems.resource.formulation`
-  (device-to-worker binaries ``g``, unit-to-stage binaries ``x``, per-stage work fractions
+  (device-to-worker counts ``n``, unit-to-stage binaries ``x``, per-stage work fractions
   per resource kind, products linearised exactly), PuLP door (CBC or HiGHS).
 * :func:`solve_cpsat` - CP-SAT over stage intervals, whose split feasibility on the worker's
   devices is linear by LP duality (:mod:`pipeopt.problems.resource.intervals`).
 
-Both start from the better of Algorithm 2 and round-robin when one of them fits memory, and
-otherwise from a limit every plan that fits passes (no feasible start needed). Bound: the
-largest T proven infeasible. ``OPTIMAL`` means optimal *within a relative gap of 1e-4*
-(:data:`pipeopt.problems.resource.search.MIN_REL_GAP`).
+Both hold the stages' own rows and relax the window rows (busy-time variables bounded below
+by supporting planes linear in the worker's devices, added where a plan breaks a row); every
+plan is checked exactly (:func:`~pipeopt.problems.resource.search.certify`), so a feasible
+answer passes T and an infeasible one is a proof. Both start from the better of Algorithm 2
+and round-robin when one of them fits memory, and otherwise from a limit every plan that
+fits passes (no feasible start needed). Bound: the largest T proven infeasible. ``OPTIMAL``
+means optimal *within a relative gap of 1e-4*
+(:data:`pipeopt.problems.resource.search.MIN_REL_GAP`); a limit a probe cannot settle (after
+its repairs, or out of time) leaves status ``FEASIBLE`` or ``TIME_LIMIT`` with a valid bound.
 
 References
 ----------

@@ -1,11 +1,14 @@
-"""The CP-SAT models of the joint and group problems at a fixed bottleneck limit T.
+"""The CP-SAT models of the joint and group problems at a fixed limit T on the period.
+
+Each model holds every stage's own rows (both passes within T, memory with split execution's
+``2 (S - s)`` microbatches in flight, cut transfers within T) exactly or relaxed, and the
+window rows (:func:`pipeopt.cost.rules.steady_period`) as a relaxation:
 
 * Fixed workers (joint): the stage time of units ``a..b-1`` on its worker only grows with b
   (:meth:`~pipeopt.problems.resource.ResourceProblem.fit_time`), so stage s may start at
   ``c_s`` and end at ``c_{s+1}`` iff ``c_{s+1} <= reach_s(c_s)``, the farthest end that passes
   T, tabulated exactly beforehand: integer stage starts ``c_s`` whose domains are the cuts
-  whose transfer passes T, one element constraint per stage. The model is exact and of size
-  O(S n) (:meth:`IntervalProbe.build_fixed`).
+  whose transfer passes T, one element constraint per stage (:meth:`IntervalProbe.build_fixed`).
 * Grouping, stage intervals (:meth:`IntervalProbe.build`): Booleans ``y[a, b, s]`` (stage s
   covers units ``a..b-1``) form a path from unit 0 to n through S stages; an interval is
   offered only if its cut transfers pass T, it passes T on the strongest conceivable worker
@@ -15,10 +18,18 @@
   devices are interchangeable, so counting them removes their symmetry and shrinks every row
   to one term per class. By LP duality the split feasibility of an interval on a worker is
   *linear in the worker's devices* (:func:`interval_cover_coefficients`); ``y`` enforces
-  those rows and the interval's memory on the worker's devices. Coefficients are scaled to
-  integers and rounded in the relaxing direction (:data:`COVER_SCALE`,
-  :data:`MEMORY_SCALE`), so an infeasible answer is a proof; plans are certified under the
-  cost model afterwards (:func:`pipeopt.problems.resource.search.certify`).
+  those rows and the interval's memory on the worker's devices.
+* Window rows (both models; split execution: ``D_i = 2 (S - i)``, ``U = 0``): integer busy
+  times ``t[s]`` in units of ``T / WINDOW_SCALE`` (at most ``2 T``) and, for every i,
+  ``sum_{s>=i} t[s] + sum_{s>i} (round trip of stage s's first cut) <= 2 (S - i) T``. The busy
+  time ``f + b`` of a stage is not linear in its units or worker, so ``t`` gets cuts where a
+  plan breaks a row (:meth:`IntervalProbe.window`): the exact busy time when the stage
+  contains the same units (fixed workers), or a supporting plane linear in the worker's
+  devices (:func:`~pipeopt.problems.resource.split.busy_cut`, grouping), plus a no-good.
+
+Coefficients are scaled to integers and rounded in the relaxing direction
+(:data:`COVER_SCALE`, :data:`MEMORY_SCALE`, :data:`WINDOW_SCALE`), so an infeasible answer is
+a proof; plans are checked exactly afterwards (:func:`pipeopt.problems.resource.search.certify`).
 
 Solved through :func:`pipeopt.backends.cpsat.solve_cpsat`.
 """
@@ -36,6 +47,7 @@ from ...cost import rules
 from .bounds import strongest_worker
 from .problem import GroupProblem, ResourceProblem
 from .search import certify
+from .split import busy_cut
 
 COVER_SCALE = 10**6
 """Right-hand side of the integer split-feasibility rows (coefficients rounded up, in the
@@ -44,6 +56,13 @@ infeasible; 1e6 passes the cross-checks."""
 
 MEMORY_SCALE = 10**6
 """The largest device capacity in integer memory units (capacities rounded up, needs down)."""
+
+WINDOW_SCALE = 10**6
+"""Integer time units per T in the window rows (busy times and round trips rounded down, the
+rows' right-hand sides exact: a relaxation)."""
+
+WINDOW_CAP = 2**40
+"""Largest integer round trip (a cut that long is no cut at T anyway)."""
 
 
 def interval_cover_coefficients(F: dict, B: dict, kinds: tuple) -> list[dict]:
@@ -54,22 +73,22 @@ def interval_cover_coefficients(F: dict, B: dict, kinds: tuple) -> list[dict]:
     whose kinks ``F_k / (F_k + B_k)`` do not depend on R. So a stage with loads F, B runs
     within T on resources R iff ``sum_k R_k c_k(lambda) >= 1 / T`` for every lambda in
     {0, 1, F_k / (F_k + B_k)}: constraints *linear in R*, hence in the device assignment.
-    Only kinds that run the whole load (finite F_k and B_k) count, as in
-    :func:`pipeopt.problems.resource.best_split`.
+    A kind counts for a pass if it runs that pass of the whole load (finite F_k, resp. B_k;
+    ``1 / inf = 0``), as in :func:`pipeopt.problems.resource.best_split`.
 
     Returns
     -------
     list[dict[kind, float]]
         One row per lambda (``inf`` where a pass has no work on a kind).
     """
-    usable = [k for k in kinds if math.isfinite(F[k]) and math.isfinite(B[k])]
+    usable = [k for k in kinds if math.isfinite(F[k]) or math.isfinite(B[k])]
     lams = {0.0, 1.0}
     for k in usable:
-        if F[k] + B[k] > 0:
+        if math.isfinite(F[k] + B[k]) and F[k] + B[k] > 0:
             lams.add(F[k] / (F[k] + B[k]))
 
     def ratio(x, y):
-        return 0.0 if x == 0 else (math.inf if y == 0 else x / y)
+        return 0.0 if x == 0 or math.isinf(y) else (math.inf if y == 0 else x / y)
 
     return [{k: max(ratio(lam, F[k]), ratio(1 - lam, B[k])) for k in usable} for lam in sorted(lams)]
 
@@ -97,21 +116,22 @@ class IntervalProbe:
             devices = problem.instance.cluster.devices
             self.classes = problem.device_classes
             self.rep = [devices[cls[0]] for cls in self.classes]  # one device of each class
-            demand = float(problem.table.mem_prefix[:, -1].max()) + 1.0  # more than any stage can need
+            demand = max(problem.stage_memory(0, problem.n, s) for s in range(problem.num_stages)) + 1.0
             limits = [min(float(rules.memory_limit(d.memory)), demand) for d in self.rep]
             self.memory_limited = any(math.isfinite(d.memory) for d in devices)
             self.mem_scale = MEMORY_SCALE / max(max(limits), 1e-300)
             self.mem_coef = [math.ceil(c * self.mem_scale) for c in limits]
 
     def __call__(self, T: float, deadline: Deadline | None) -> Probe:
-        """Is there a plan with bottleneck <= T seconds? (:class:`~pipeopt.backends.bisection.Probe`)."""
+        """Is there a plan with period <= T seconds? (:class:`~pipeopt.backends.bisection.Probe`)."""
         try:
             model = self.build(T, deadline) if self.group else self.build_fixed(T, deadline)
         except DeadlineReached:
             return Probe(UNKNOWN)
         if model is None:
             return Probe(INFEASIBLE)
-        return certify(self.problem, T, lambda: self.solve(model, deadline), lambda *st: self.forbid(model, *st))
+        return certify(self.problem, T, lambda: self.solve(model, deadline), lambda *st: self.forbid(model, *st),
+                       lambda *w: self.window(model, *w))
 
     # ---- cached, T-independent pieces -------------------------------------------------------------
     def _strong(self, a: int, b: int) -> float:
@@ -184,7 +204,13 @@ class IntervalProbe:
             model.add_element(c[s], reach[s], end)
             model.add(c[s + 1] >= c[s] + 1)
             model.add(c[s + 1] <= end)
-        return {"model": model, "c": c}
+        trips = [self._trip(x, T) for x in range(n + 1)]
+        enter = [0]
+        for s in range(1, S):
+            v = model.new_int_var(0, max(trips), f"trip_{s}")
+            model.add_element(c[s], trips, v)
+            enter.append(v)
+        return {"model": model, "c": c, "t": self._windows(model, enter), "T": T}
 
     def build(self, T: float, deadline: Deadline | None = None) -> dict | None:
         """Grouping: ``{"model", "y", "g"}`` (``y[a, b, s]``: stage s is units ``a..b-1``;
@@ -251,7 +277,24 @@ class IntervalProbe:
                 if ins or outs:
                     model.add(sum(ins) == sum(outs))
         model.add_exactly_one(into.get((n, S - 1), []) or [model.new_constant(0)])
-        return {"model": model, "y": y, "g": g}
+        enter = [0] + [sum(self._trip(a, T) * v for (a, _, s2), v in y.items() if s2 == s) for s in range(1, S)]
+        return {"model": model, "y": y, "g": g, "t": self._windows(model, enter), "T": T}
+
+    # ---- the window rows ------------------------------------------------------------------------------
+    def _trip(self, c: int, T: float) -> int:
+        """The round trip over a cut at unit c in units of ``T / WINDOW_SCALE``, rounded down."""
+        trip = float(self.problem.round_trip[c]) if T > 0 else 0.0
+        return 0 if trip <= 0 else min(WINDOW_CAP, math.floor(trip / T * WINDOW_SCALE))
+
+    def _windows(self, model, enter: list) -> list:
+        """Busy-time variables ``t[s]`` (units of ``T / WINDOW_SCALE``, at most 2 T: both passes
+        pass T) and the window rows ``sum_{s>=i} t[s] + sum_{s>i} enter[s] <= 2 (S - i)``
+        (``enter[s]``: the round trip of stage s's first cut, rounded down)."""
+        S = self.problem.num_stages
+        t = [model.new_int_var(0, 2 * WINDOW_SCALE, f"t_{s}") for s in range(S)]
+        for i in range(S - 1):
+            model.add(sum(t[i:]) + sum(enter[i + 1:]) <= 2 * (S - i) * WINDOW_SCALE)
+        return t
 
     def _enforce(self, model, g, v, a: int, b: int, s: int, T: float) -> None:
         """Interval ``a..b-1`` at stage s (literal ``v``) on the devices of worker s: the cover rows
@@ -292,20 +335,63 @@ class IntervalProbe:
                                        for c in range(len(self.classes))])
         return Probe(FEASIBLE, (starts, groups))
 
+    def _more(self, model: dict, s: int, group: tuple) -> list:
+        """Literals ``n[c, s] >= k_c + 1``: worker s has more devices of class c than ``group``."""
+        m, out = model["model"], []
+        for c, k in enumerate(self.problem.class_counts(group)):
+            if k < len(self.classes[c]):
+                more = m.new_bool_var(f"more_{c}_{s}")
+                m.add(model["g"][c, s] >= k + 1).only_enforce_if(more)
+                out.append(more)
+        return out
+
+    def _holds(self, model: dict, s: int, a: int, b: int) -> list:
+        """Stage-start model: literals "stage s starts at or before a" and "ends at or after b"."""
+        m, c = model["model"], model["c"]
+        early, late = m.new_bool_var(f"early_{s}"), m.new_bool_var(f"late_{s}")
+        m.add(c[s] <= a).only_enforce_if(early)
+        m.add(c[s] >= a + 1).only_enforce_if(early.Not())
+        m.add(c[s + 1] >= b).only_enforce_if(late)
+        m.add(c[s + 1] <= b - 1).only_enforce_if(late.Not())
+        return [early, late]
+
     def forbid(self, model: dict, s: int, a: int, b: int, group: tuple) -> None:
         """Cut off interval ``a..b-1`` at stage s on a worker with at most ``group``'s devices of
         every class (it exceeds T there: fewer devices only make it slower)."""
         m = model["model"]
         if "c" in model:  # no stage s that starts at or before a and ends at or after b
-            later, earlier = m.new_bool_var(f"later_{s}"), m.new_bool_var(f"earlier_{s}")
-            m.add(model["c"][s] >= a + 1).only_enforce_if(later)
-            m.add(model["c"][s + 1] <= b - 1).only_enforce_if(earlier)
-            m.add_bool_or([later, earlier])
+            m.add_bool_or([v.Not() for v in self._holds(model, s, a, b)])
             return
-        clause = [model["y"][a, b, s].Not()]
-        for c, k in enumerate(self.problem.class_counts(group)):
-            if k < len(self.classes[c]):
-                more = m.new_bool_var(f"more_{c}_{s}")
-                m.add(model["g"][c, s] >= k + 1).only_enforce_if(more)
-                clause.append(more)
-        m.add_bool_or(clause)
+        m.add_bool_or([model["y"][a, b, s].Not(), *self._more(model, s, group)])
+
+    def window(self, model: dict, row: tuple, starts: list, groups: list, check) -> None:
+        """A plan breaks window row ``row = (i, l)``: for each of its stages i..l a cut on ``t[s]``
+        - the exact busy time when stage s holds its units (fixed workers; valid for any stage
+        containing them, the busy time grows with the units), or :func:`~.split.busy_cut` at the
+        plan's worker when stage s is exactly its interval (grouping: valid for every worker,
+        tight at this one) - rounded in the relaxing direction, and a no-good: not all of stages
+        i..l holding their units on at most their devices (their busy times only grow then, the
+        row's round trips stay the same)."""
+        p, m, t, T = self.problem, model["model"], model["t"], model["T"]
+        bounds = [0, *starts, p.n]
+        unit = T / WINDOW_SCALE
+        i, l = row
+        nogood = []
+        for s in range(i, l + 1):
+            a, b = bounds[s], bounds[s + 1]
+            if "c" in model:
+                lits = self._holds(model, s, a, b)
+                need = math.floor((check.ops[s][1] + check.ops[s][2]) / unit)
+                m.add(t[s] >= min(need, 2 * WINDOW_SCALE)).only_enforce_if(lits)
+                nogood += [v.Not() for v in lits]
+                continue
+            F, B = p.load(a, b)
+            coef, const = busy_cut(p.pooled(groups[s]), F, B, T)
+            per = [min(const, sum(dv.resources.get(k, 0.0) * coef.get(k, 0.0) for k in p.kinds
+                                  if dv.resources.get(k, 0.0) > 0)) for dv in self.rep]
+            base = math.floor(const / unit)
+            if base > 0:
+                terms = [(model["g"][c, s], math.ceil(v / unit)) for c, v in enumerate(per) if v > 0]
+                m.add(t[s] + sum(w * g for g, w in terms) >= base).only_enforce_if(model["y"][a, b, s])
+            nogood += [model["y"][a, b, s].Not(), *self._more(model, s, groups[s])]
+        m.add_bool_or(nogood)

@@ -1,18 +1,28 @@
 """Exact joint partition and forward/backward split on identical multi-resource workers.
 
-Three exact methods for :class:`~pipeopt.problems.resource.JointProblem`:
+The objective is evaluate's ``bottleneck``: the 1F1B steady period with its window rows, every
+stage in split execution (``2 (S - s)`` microbatches in flight) with the shares of least
+period (:meth:`~pipeopt.problems.resource.ResourceProblem.period`). Three exact methods for
+:class:`~pipeopt.problems.resource.JointProblem`, each a probe at a trial period T bisected on
+T (:mod:`pipeopt.problems.resource.search`):
 
-* :func:`solve_dp` - with the workers fixed (stage s on device s), the best split of a unit
-  range is a closed-form LP (:func:`pipeopt.problems.resource.best_split`), so the min-max DP over
-  cut positions is exact: O(S n^2) stage evaluations. Status OPTIMAL, bound = objective.
-* :func:`solve_milp` - the MILP of :mod:`pipeopt.problems.resource.formulation` (products of a
-  share and a binary assignment linearised exactly) at fixed T, bisected on T
-  (:mod:`pipeopt.problems.resource.search`). Bound: the largest T the solver proved infeasible.
-* :func:`solve_cpsat` - CP-SAT at fixed T over stage intervals (each interval's split time
-  checked exactly beforehand; :mod:`pipeopt.problems.resource.intervals`), bisected on T.
+* :func:`solve_dp` - the chain DP at T (:class:`~pipeopt.problems.resource.problem.ChainProbe`):
+  each unit range takes its least busy time ``f + b`` with both passes within T (closed form,
+  :func:`~pipeopt.problems.resource.split.least_busy`), and the least window slack per
+  (stage, end unit) is kept - exact; O(S n^2) per probe, bisected down to a relative gap of
+  :data:`~pipeopt.problems.resource.problem.CHAIN_REL_TOL`.
+* :func:`solve_milp` - the MILP of :mod:`pipeopt.problems.resource.formulation` at T (the
+  stages' own rows exactly, the window rows over busy-time variables with the exact busy
+  times added as cuts where a plan breaks a row), bisected on T.
+* :func:`solve_cpsat` - CP-SAT at T over stage starts (each range's split time checked
+  exactly beforehand, the window rows as in the MILP; :mod:`pipeopt.problems.resource.intervals`),
+  bisected on T.
 
-The MILP and CP-SAT report ``OPTIMAL`` *within a relative gap of 1e-4*
-(:data:`pipeopt.problems.resource.search.MIN_REL_GAP`); the DP is exact.
+Every plan a probe returns is checked exactly (:func:`~pipeopt.problems.resource.search.certify`),
+and the bound is the largest T a probe proved infeasible. The MILP and CP-SAT report
+``OPTIMAL`` *within a relative gap of 1e-4* (:data:`pipeopt.problems.resource.search.MIN_REL_GAP`),
+the DP within 1e-12; a probe that cannot settle its T leaves status ``FEASIBLE`` (or
+``TIME_LIMIT``) with a valid bound.
 
 References
 ----------
@@ -22,16 +32,13 @@ DNN Training*, ICPADS 2022 (the model; they solve it in two heuristic steps).
 
 from __future__ import annotations
 
-import math
-
-from ...backends.deadline import Deadline, DeadlineReached
-from ...errors import InfeasibleError
-from ...result import Result, Status
-from .bounds import lower_bound
+from ...backends.bisection import FEASIBLE, Probe
+from ...backends.deadline import Deadline
+from ...result import Result
 from .duan_wu import bisection_partition
 from .formulation import MilpProbe
 from .intervals import IntervalProbe
-from .problem import JointProblem, minmax_chain_dp
+from .problem import CHAIN_REL_TOL, ChainProbe, JointProblem
 from .search import exact_search
 
 
@@ -47,47 +54,41 @@ def _starts(problem: JointProblem):
 
 def solve_dp(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
              threads: int = 2) -> Result:
-    """Exact joint optimum by the min-max DP over cut positions with the LP split per stage.
+    """Exact joint optimum by the chain DP at a trial period T, bisected on T.
 
     Parameters
     ----------
     problem
         :class:`~pipeopt.problems.resource.JointProblem`.
     time_limit
-        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`; the DP checks it
-        once per table row.
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline` (bounds, start,
+        every probe; the DP checks it once per stage).
     solver, seed, threads
         Unused; accepted for the common signature.
 
     Returns
     -------
     Result
-        Status ``OPTIMAL``, ``lower_bound`` = objective, space ``"split"``; at the deadline
-        ``TIME_LIMIT`` with the binary-search plan (if it fits) and the lower bound of
-        :func:`pipeopt.problems.resource.bounds.lower_bound`, both given a short extra time
-        (5 % of the limit, at most 1 s).
+        Status ``OPTIMAL`` within a relative gap of
+        :data:`~pipeopt.problems.resource.problem.CHAIN_REL_TOL` (``lower_bound``: the largest
+        T the DP proved infeasible), space ``"split"``; at the deadline ``TIME_LIMIT`` with the
+        best plan found (the binary-search start if nothing better) and the bound.
 
     Raises
     ------
     InfeasibleError
-        If no split fits the workers' memory (the DP enumerates every split).
+        If no split fits the workers' memory (the DP proved it at a limit every split that
+        fits passes).
     """
     deadline = Deadline.of(time_limit)
-    try:
-        starts, value = minmax_chain_dp(problem, problem.groups, "split", deadline)
-    except DeadlineReached:  # the binary-search plan and the bounds, in a short extra time
-        extra = Deadline(min(1.0, 0.05 * deadline.limit))
-        bound = lower_bound(problem, extra)
-        fallback, fvalue = bisection_partition(problem, problem.groups, mode="split", deadline=extra)
-        plan = problem.plan(fallback, problem.groups, "split") if math.isfinite(fvalue) else None
-        return problem.result("dp", plan, Status.TIME_LIMIT, lower_bound=bound, started=deadline.started,
-                              space="split", info={"incumbent": "binary-search partition (the DP did not finish)"})
-    if not math.isfinite(value):
-        raise InfeasibleError(f"no split of {problem.instance.name} into {problem.stages} stages fits in memory "
-                              "(the DP enumerated every split)")
-    plan = problem.plan(starts, problem.groups, "split")
-    return problem.result("dp", plan, Status.OPTIMAL, lower_bound=value, started=deadline.started, space="split",
-                          info={"dp_value": value})
+    chain = ChainProbe(problem, problem.groups, "split")
+
+    def probe(T: float, step: Deadline | None) -> Probe:
+        out = chain(T, step)
+        return Probe(FEASIBLE, (out.plan, problem.groups), out.value) if out.outcome == FEASIBLE else out
+
+    return exact_search(problem, "dp", probe, deadline, _starts(problem),
+                        {"bound": "largest T the chain DP proved infeasible"}, rel_tol=CHAIN_REL_TOL)
 
 
 def solve_milp(problem: JointProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,

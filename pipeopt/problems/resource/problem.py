@@ -1,13 +1,22 @@
 """Duan & Wu's resource problems: allocate, joint, group (DESIGN.md problems 2-4).
 
 All three share :class:`ResourceProblem`: the per-unit forward and backward times of every
-resource kind, the cut transfer times and the memory of a contiguous stage, the stage time of
-a unit range on a worker (split or sequential), and the translation of cut positions and
-device groups into a :class:`~pipeopt.plan.Plan` scored by :func:`~pipeopt.cost.evaluate`.
+resource kind, the cut transfer times and the memory of a contiguous stage, the exact
+objective of a partition on workers (:meth:`ResourceProblem.period`, the best shares
+included) and the translation of cut positions and device groups into a
+:class:`~pipeopt.plan.Plan` scored by :func:`~pipeopt.cost.evaluate`.
+
+The objective is evaluate's ``bottleneck``: the 1F1B steady period with its window rows
+(:func:`pipeopt.cost.rules.steady_period`). A split-execution stage keeps ``2 k``
+microbatches in flight (``k = S - s``) and adds ``f + b`` to the window rows through it, so
+its best share depends on the period: :meth:`ResourceProblem.check` decides "period <= T"
+exactly, :class:`ChainProbe` is the exact DP over the splits of the chain on fixed workers at
+a trial T, and both are bisected on T.
 
 Scope of the models (the exact methods rely on it; the constructors check it): the
 objective is the steady-state bottleneck with communication overlapped (the default
-:class:`~pipeopt.instance.Settings`), no replication, one worker per stage.
+:class:`~pipeopt.instance.Settings`), no replication, one worker per stage; in the split
+space every stage runs split execution.
 
 References
 ----------
@@ -24,16 +33,44 @@ from functools import cached_property
 
 import numpy as np
 
-from ...backends.deadline import Deadline
+from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Bisection, Probe, bisect
+from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import CostTable, check_plan, rules, stage_compute
 from ...errors import InvalidProblemError
 from ...instance import Instance
 from ..partition.problem import check_stage_count
 from ...plan import Plan, Stage
 from ...result import Result
-from .split import best_split, theorem_split
+from .split import best_split, least_busy, least_busy_many, theorem_split
 
 SPLIT_MODES = ("split", "sequential", "theorem")
+
+
+@dataclass
+class Check:
+    """What :meth:`ResourceProblem.check` finds for a plan at a limit T (seconds).
+
+    Attributes
+    ----------
+    ok
+        The plan has period <= T with the shares of the mode (split: the best shares at T).
+    over
+        ``[(s, a, b, group)]``: stages that cannot pass T on their own - over memory, or
+        no share keeps both passes within T (sequential: ``tau > T``).
+    cuts
+        Stage starts whose cut transfer exceeds T.
+    row
+        ``(i, l)``: the first window row found to fail (stages i..l), or ``None``.
+    ops
+        Per stage ``(beta, f, b)``: the shares and the forward and backward op times at T
+        (``(None, inf, inf)`` for a stage in ``over``).
+    """
+
+    ok: bool
+    over: list
+    cuts: list
+    row: tuple | None
+    ops: list
 
 
 class ResourceProblem:
@@ -41,6 +78,16 @@ class ResourceProblem:
 
     Subclasses provide ``instance`` and :attr:`num_stages`. Units are those of the chain
     (:class:`pipeopt.graph.Chain`): layers, with pinned input layers glued to the first one.
+
+    **The objective.** A plan's value is :func:`pipeopt.evaluate`'s ``bottleneck``, the 1F1B
+    steady period :func:`pipeopt.cost.rules.steady_period` with its window rows. In the split
+    space every stage runs split execution (its forward and backward shares concurrently,
+    ``2 k`` microbatches in flight, ``k = S - s``), and the shares are a choice: the value of
+    a partition on workers is the least period over all shares, :meth:`period`. At a trial
+    period T the best share of every stage is the one of least ``f + b`` with ``f, b <= T``
+    (:func:`~pipeopt.problems.resource.split.least_busy`), whatever the other stages: the
+    window rows only bound sums of ``f_s + b_s``. So "is the period of this plan <= T?" is
+    exact (:meth:`check`), and the period is the least T that passes (bisected to the float).
     """
 
     instance: Instance
@@ -85,30 +132,82 @@ class ResourceProblem:
         """F_k and B_k of units ``a..b-1``: ``(dict[kind, s], dict[kind, s])``, ``inf`` if a unit cannot run on k."""
         return self.table.load(a, b, self.kinds)
 
+    @cached_property
+    def load_prefix(self) -> dict:
+        """``{(pass, kind): (prefix of the finite seconds, prefix of the units that cannot run)}``,
+        ``ndarray (n+1,)`` each (pass ``"fwd"`` or ``"bwd"``): :meth:`loads` of many ranges at once."""
+        out = {}
+        for name, arrs in (("fwd", self.fwd), ("bwd", self.bwd)):
+            for k, v in arrs.items():
+                finite = np.isfinite(v)
+                out[name, k] = (np.concatenate([[0.0], np.cumsum(np.where(finite, v, 0.0))]),
+                                np.concatenate([[0], np.cumsum(~finite)]))
+        return out
+
+    def loads(self, a, b) -> tuple[dict, dict]:
+        """:meth:`load` of many unit ranges: ``a``, ``b`` integer arrays broadcast together;
+        ``dict[kind, ndarray]`` each."""
+        out = []
+        for name in ("fwd", "bwd"):
+            d = {}
+            for k in self.kinds:
+                s, bad = self.load_prefix[name, k]
+                d[k] = np.where(bad[b] - bad[a] > 0, np.inf, s[b] - s[a])
+            out.append(d)
+        return out[0], out[1]
+
     @property
     def cut_time(self) -> np.ndarray:
-        """``ndarray (n+1,)``: seconds to send activations forward and gradients back across
-        the boundary before unit c (:attr:`CostTable.cut_time`; 0 at both ends)."""
+        """``ndarray (n+1,)``: seconds the busier direction of the cut before unit c is busy per
+        microbatch (:attr:`CostTable.cut_time`, one link; 0 at both ends): the cut's own row."""
         return self.table.cut_time
 
-    def stage_memory(self, a: int, b: int, stage: int) -> float:
-        """Bytes that units ``a..b-1`` need as stage ``stage`` (activations in flight + parameters)."""
-        return float(self.table.stage_memory(a, b, stage))
+    @property
+    def round_trip(self) -> np.ndarray:
+        """``ndarray (n+1,)``: seconds of one microbatch's activations forward plus gradients back
+        over the cut before unit c (:attr:`CostTable.round_trip`): what it adds to the window rows."""
+        return self.table.round_trip
+
+    # ---- memory ------------------------------------------------------------------------
+    def in_flight(self, stage: int, mode: str = "split") -> int:
+        """Microbatches stage ``stage`` keeps: ``S - s`` sequential, ``2 (S - s)`` with split
+        execution (``"split"``, ``"theorem"``; :func:`pipeopt.cost.rules.in_flight`)."""
+        return int(rules.in_flight(stage, self.num_stages, split=mode != "sequential"))
+
+    def stage_memory(self, a: int, b: int, stage: int, mode: str = "split") -> float:
+        """Bytes that units ``a..b-1`` need as stage ``stage`` (activations of the microbatches in
+        flight under ``mode``, :meth:`in_flight`, and the weight versions)."""
+        return float(self.table.memory(a, b, self.in_flight(stage, mode)))
+
+    def fits(self, a: int, b: int, devices, stage: int, mode: str = "split") -> bool:
+        """Do units ``a..b-1`` fit the memory of worker ``devices`` as stage ``stage``?"""
+        return bool(rules.fits(self.stage_memory(a, b, stage, mode), self.capacity(devices)))
 
     # ---- workers -----------------------------------------------------------------------
+    @cached_property
+    def _pool_cache(self) -> dict:
+        return {}
+
+    def _pool(self, devices) -> tuple[dict, float]:
+        key = tuple(devices)
+        v = self._pool_cache.get(key)
+        if v is None:
+            v = self._pool_cache[key] = rules.pool(self.instance.cluster.device(name) for name in key)
+        return v
+
     def pooled(self, devices) -> dict:
         """``dict[kind, units]``: resources pooled over device names ``devices``."""
-        return rules.pool(self.instance.cluster.device(name) for name in devices)[0]
+        return self._pool(devices)[0]
 
     def capacity(self, devices) -> float:
         """Bytes of memory of the worker made of ``devices``."""
-        return float(rules.pool(self.instance.cluster.device(d) for d in devices)[1])
+        return float(self._pool(devices)[1])
 
     @staticmethod
     def share(res: dict, F: dict, B: dict, mode: str = "split") -> dict | None:
-        """The forward share per kind a stage with loads ``F``, ``B`` gets on resources ``res``.
-
-        ``mode``: ``"split"`` (optimal, :func:`best_split`), ``"theorem"`` (beta = c / (c + 1),
+        """The forward share per kind a stage with loads ``F``, ``B`` gets on resources ``res``
+        when nothing else counts: ``"split"``, the least stage time (:func:`best_split`; the
+        plan's best shares are :meth:`period`'s), ``"theorem"`` (beta = c / (c + 1),
         :func:`theorem_split`) or ``"sequential"`` (``None``: no split).
 
         Raises
@@ -125,15 +224,17 @@ class ResourceProblem:
         raise InvalidProblemError(f"unknown split mode {mode!r}; choose from {SPLIT_MODES}")
 
     def compute_time(self, a: int, b: int, res: dict, mode: str = "split") -> float:
-        """Compute time per microbatch (seconds) of units ``a..b-1`` on resources ``res`` with the
-        share of ``mode`` (:meth:`share`): :func:`pipeopt.cost.stage_compute`, the rule
-        :func:`pipeopt.evaluate` applies to the plan."""
+        """Stage time ``tau`` (seconds per microbatch) of units ``a..b-1`` on resources ``res`` with
+        the share of ``mode`` (:meth:`share`): :func:`pipeopt.cost.stage_compute`. With
+        ``"split"`` the least ``max(f, b)`` over all shares: a lower bound on the stage's own
+        rows, hence on the period of any plan with this stage."""
         F, B = self.load(a, b)
         return stage_compute(res, F, B, self.share(res, F, B, mode))[2]
 
     def stage_time(self, a: int, b: int, devices, stage: int, mode: str = "split") -> float:
-        """Time per microbatch of stage ``stage`` = units ``a..b-1`` on the worker ``devices``,
-        with its two cuts (overlap) and ``inf`` if it does not fit in memory."""
+        """:meth:`fit_time` and the two cuts' own rows (seconds): the greedy probe's stage time
+        (Duan & Wu's heuristics); a lower bound on the period of any plan with this stage
+        (the window rows come on top)."""
         return max(self.fit_time(a, b, devices, stage, mode), float(self.cut_time[a]), float(self.cut_time[b]))
 
     @cached_property
@@ -141,10 +242,10 @@ class ResourceProblem:
         return {}
 
     def fit_time(self, a: int, b: int, devices, stage: int, mode: str = "split") -> float:
-        """Compute time of stage ``stage`` = units ``a..b-1`` on worker ``devices``, ``inf`` if
-        it does not fit in memory (non-decreasing in b, non-increasing in a). The compute time
-        is cached per unit range, pooled resources and mode (workers with equal resources share it)."""
-        if not rules.fits(self.stage_memory(a, b, stage), self.capacity(devices)):
+        """Stage time of stage ``stage`` = units ``a..b-1`` on worker ``devices`` (:meth:`compute_time`),
+        ``inf`` if it does not fit in memory under ``mode`` (non-decreasing in b, non-increasing
+        in a). Cached per unit range, pooled resources and mode."""
+        if not self.fits(a, b, devices, stage, mode):
             return math.inf
         res = self.pooled(devices)
         key = (a, b, tuple(sorted(res.items())), mode)
@@ -153,11 +254,154 @@ class ResourceProblem:
             v = self._compute_cache[key] = self.compute_time(a, b, res, mode)
         return v
 
+    def busy(self, a: int, b: int, devices, stage: int, limit: float) -> tuple[dict | None, float, float]:
+        """The split of stage ``stage`` = units ``a..b-1`` on worker ``devices`` at a trial period
+        T = ``limit``: :func:`least_busy` (least ``f + b`` with both passes within T), or
+        ``(None, inf, inf)`` if the stage does not fit memory (split execution) or no share
+        keeps both passes within T."""
+        if not self.fits(a, b, devices, stage, "split"):
+            return None, math.inf, math.inf
+        F, B = self.load(a, b)
+        return least_busy(self.pooled(devices), F, B, limit)
+
+    # ---- the objective of a plan ---------------------------------------------------------
+    def _fixed_ops(self, a: int, b: int, devices, stage: int, mode: str) -> tuple[dict | None, float, float]:
+        """Shares and op times of a stage with the fixed share of ``mode`` (sequential or theorem);
+        ``inf`` ops if it breaks memory."""
+        if not self.fits(a, b, devices, stage, mode):
+            return None, math.inf, math.inf
+        res = self.pooled(devices)
+        F, B = self.load(a, b)
+        beta = self.share(res, F, B, mode)
+        f, bb, tau = stage_compute(res, F, B, beta)
+        if not math.isfinite(tau):
+            return beta, math.inf, math.inf
+        f_op, b_op = rules.replica_ops(tau, f, bb, split=beta is not None)
+        return beta, f_op, b_op
+
+    def steady(self, starts, ops, mode: str = "split") -> float:
+        """:func:`pipeopt.cost.rules.steady_period` of the plan with stages starting at
+        ``[0, *starts]`` whose stages' op times are ``ops`` (``[(beta, f, b), ...]``): the value
+        :func:`pipeopt.evaluate` gives (one replica per stage, one link per cut, overlap)."""
+        S = len(ops)
+        f = [o[1] for o in ops]
+        b = [o[2] for o in ops]
+        if not all(map(math.isfinite, f + b)):
+            return math.inf
+        cuts = np.asarray([int(c) for c in starts], dtype=int)
+        one = self.table.send_time[cuts]  # activations forward = gradients back, bytes / bandwidth
+        split = [mode != "sequential"] * S
+        return float(rules.steady_period(f, b, np.ones(S), [S - s for s in range(S)], split, one, one, np.ones(S - 1)))
+
+    def check(self, starts, groups, limit: float, mode: str = "split") -> Check:
+        """Is the period of the plan (stages starting at ``[0, *starts]`` on workers ``groups``)
+        at most T = ``limit`` with the shares of ``mode``? Exact: ``"split"`` gives every stage
+        its best share at T (:meth:`busy`), which is best for every window row at once.
+
+        The window rows are checked by the recursion of :func:`pipeopt.cost.rules.window_step`
+        (``G_l = w_l + max(-D_l T, G_{l-1} + C_{l-1})``, the rows ending at l hold iff
+        ``G_l <= -U_l T``), keeping the first stage of the worst row.
+
+        Returns
+        -------
+        Check
+        """
+        S = len(groups)
+        bounds = [0, *[int(c) for c in starts], self.n]
+        cuts = [c for c in bounds[1:-1] if self.cut_time[c] > limit]
+        ops, over = [], []
+        for s in range(S):
+            a, b, g = bounds[s], bounds[s + 1], tuple(groups[s])
+            if mode == "split":
+                op = self.busy(a, b, g, s, limit)
+            else:
+                op = self._fixed_ops(a, b, g, s, mode)
+                own = op[1] + op[2] if mode == "sequential" else max(op[1], op[2])
+                if not own <= limit:
+                    op = (None, math.inf, math.inf)
+            if not math.isfinite(op[1]):
+                over.append((s, a, b, g))
+            ops.append(op)
+        if over or cuts:
+            return Check(False, over, cuts, None, ops)
+        D, U = rules.window_tokens([S - s for s in range(S)], np.ones(S), [mode != "sequential"] * S)
+        G, first, row = -math.inf, 0, None
+        for l in range(S):
+            w = ops[l][1] + ops[l][2]
+            go_on = G + (self.round_trip[bounds[l]] if l else 0.0)
+            if -D[l] * limit >= go_on:
+                G, first = w - D[l] * limit, l
+            else:
+                G = w + go_on
+            if G > -U[l] * limit:
+                row = (first, l)
+                break
+        return Check(row is None, [], [], row, ops)
+
+    def period(self, starts, groups, mode: str = "split") -> tuple[float, list, float]:
+        """The objective of a partition on workers: its least steady period (seconds) over the
+        shares of ``mode``.
+
+        ``"sequential"`` and ``"theorem"`` fix the shares: the period is
+        :func:`~pipeopt.cost.rules.steady_period` of the plan. ``"split"``: the least period over
+        all shares (the allocate problem of the partition), by bisection on T of the exact
+        :meth:`check` between a lower bound (the largest cut and least stage time: every
+        share has a stage or a cut that slow) and twice it (at ``2 tau`` every stage's
+        least-time share has ``f + b <= 2 tau``, so every window row holds), down to adjacent
+        floats; the shares are those of the upper end. ``inf`` if a stage breaks memory or
+        holds a layer its worker cannot run.
+
+        Returns
+        -------
+        (value, shares, lower)
+            The period (= :func:`pipeopt.evaluate`'s bottleneck of the plan with ``shares``),
+            the shares of each stage (``None`` per stage for sequential), and a lower bound on
+            the period over all shares (the largest T the bisection found infeasible; = value
+            for fixed shares).
+        """
+        S = len(groups)
+        bounds = [0, *[int(c) for c in starts], self.n]
+        if mode != "split":
+            ops = [self._fixed_ops(bounds[s], bounds[s + 1], tuple(groups[s]), s, mode) for s in range(S)]
+            value = self.steady(starts, ops, mode)
+            return value, [o[0] for o in ops], value
+        fallback, broken = [], False
+        lo = max((float(self.cut_time[c]) for c in bounds[1:-1]), default=0.0)
+        for s in range(S):
+            a, b, g = bounds[s], bounds[s + 1], tuple(groups[s])
+            F, B = self.load(a, b)
+            beta, tau = best_split(self.pooled(g), F, B)
+            fallback.append(beta)
+            broken = broken or not self.fits(a, b, g, s) or not math.isfinite(tau)
+            lo = max(lo, tau)
+        if broken:
+            return math.inf, fallback, math.inf
+        chk = self.check(starts, groups, lo)
+        if chk.ok:
+            hi = lo
+        else:
+            hi = 2.0 * lo if lo > 0 else 1.0
+            for _ in range(64):
+                chk = self.check(starts, groups, hi)
+                if chk.ok:
+                    break
+                lo, hi = hi, 2.0 * hi
+            for _ in range(PERIOD_ITERATIONS):
+                mid = 0.5 * (lo + hi)
+                if not lo < mid < hi:
+                    break
+                c = self.check(starts, groups, mid)
+                if c.ok:
+                    hi, chk = mid, c
+                else:
+                    lo = mid
+        value = self.steady(starts, chk.ops)
+        return value, [o[0] for o in chk.ops], min(lo, value)
+
     def plan_value(self, starts, groups, mode: str = "split") -> float:
-        """Bottleneck of the plan given by ``starts`` and ``groups`` as computed here (equals
-        ``evaluate(...).objective`` of :meth:`plan`, which the tests check)."""
-        bounds = [0, *starts, self.n]
-        return max(self.stage_time(bounds[s], bounds[s + 1], groups[s], s, mode) for s in range(len(groups)))
+        """The objective of the plan given by ``starts`` and ``groups`` (:meth:`period`): equal to
+        ``evaluate(...).bottleneck`` of :meth:`plan` (the tests check it)."""
+        return self.period(starts, groups, mode)[0]
 
     # ---- plans and results ------------------------------------------------------------
     def plan(self, starts, groups, mode: str = "split") -> Plan:
@@ -170,19 +414,17 @@ class ResourceProblem:
         groups
             ``list[tuple[str, ...]]``: device names of each stage's worker (S entries).
         mode
-            ``"split"``: each stage gets its optimal forward share (LP); ``"theorem"``: the
-            closed form c / (c + 1); ``"sequential"``: no split (``beta = None``).
+            ``"split"``: the shares of least period (:meth:`period`; the least-time shares if
+            the plan breaks memory); ``"theorem"``: the closed form c / (c + 1);
+            ``"sequential"``: no split (``beta = None``).
         """
         starts = [int(c) for c in starts]
         layer_sets = self.instance.chain.stages_from_cuts(starts)
         if len(layer_sets) != len(groups):
             raise InvalidProblemError(f"{len(layer_sets)} stages but {len(groups)} workers")
-        bounds = [0, *starts, self.n]
-        stages = []
-        for s, (layers, devs) in enumerate(zip(layer_sets, groups, strict=True)):
-            F, B = self.load(bounds[s], bounds[s + 1])
-            beta = self.share(self.pooled(devs), F, B, mode)
-            stages.append(Stage(layers=layers, devices=tuple(devs), beta=beta))
+        _, shares, _ = self.period(starts, groups, mode)
+        stages = [Stage(layers=layers, devices=tuple(devs), beta=beta)
+                  for layers, devs, beta in zip(layer_sets, groups, shares, strict=True)]
         return Plan(tuple(stages))
 
     def starts_of(self, plan: Plan) -> list[int]:
@@ -416,19 +658,23 @@ class AllocateProblem(ResourceProblem):
 
 
 def optimal_split(instance: Instance, plan: Plan) -> Plan:
-    """The same stages with the optimal forward share per worker and resource kind.
+    """The same stages with the best forward share per worker and resource kind.
+
+    Within the allocate problem's scope (a contiguous plan without replication or
+    Bi-Partition, the bottleneck objective with overlap) the shares of least period, window
+    rows included (:meth:`ResourceProblem.period`); otherwise each stage's least-time share
+    (:func:`pipeopt.problems.resource.split.best_split`), which ignores the window rows.
 
     Parameters
     ----------
     instance
         The instance.
     plan
-        A valid contiguous plan (layers and devices are kept; ``beta`` is replaced).
+        A valid plan (layers and devices are kept; ``beta`` is replaced).
 
     Returns
     -------
     Plan
-        Each stage's ``beta`` solves the allocation LP (:func:`pipeopt.problems.resource.split.best_split`).
 
     Raises
     ------
@@ -436,27 +682,46 @@ def optimal_split(instance: Instance, plan: Plan) -> Plan:
         If the plan is invalid (dropped layer, share outside [0, 1], ...).
     """
     check_plan(instance, plan)
+    try:
+        problem = AllocateProblem(instance, plan_given=plan)
+    except InvalidProblemError:
+        problem = None
+    if problem is not None:
+        return problem.plan(problem.starts_of(plan), [tuple(st.devices) for st in plan.stages], "split")
     graph = instance.graph
     stages = []
     for st in plan.stages:
-        res: dict = {}
-        for name in st.devices:
-            for k, r in instance.cluster.device(name).resources.items():
-                res[k] = res.get(k, 0.0) + r / st.replicas
+        res, _ = rules.pool((instance.cluster.device(d) for d in st.devices), st.replicas)
         F = {k: sum(graph.nodes[n]["fwd"].get(k, math.inf) for n in st.layers) for k in res}
         B = {k: sum(graph.nodes[n]["bwd"].get(k, math.inf) for n in st.backward_layers) for k in res}
         stages.append(Stage(st.layers, st.devices, st.replicas, best_split(res, F, B)[0], st.bwd_layers))
     return Plan(tuple(stages))
 
 
-# ---- exact references for tiny instances --------------------------------------------------
+# ---- the exact chain DP over fixed workers ----------------------------------------------------
 
-def minmax_chain_dp(problem: ResourceProblem, groups: list, mode: str = "split",
-                    deadline: Deadline | None = None) -> tuple[list[int], float]:
-    """Best contiguous split of the chain over the fixed workers ``groups`` (stage s on groups[s]).
+CHAIN_REL_TOL = 1e-12
+"""Relative width at which :func:`chain_optimum`'s bisection on T stops (or at adjacent floats):
+its plan is optimal to within this factor, its bound the largest T the DP proved infeasible."""
 
-    ``best[s][j] = min_i max(best[s-1][i], stage_time(i, j, groups[s-1], s-1))``: exact for
-    any stage time (it enumerates every cut through the DP), O(S n^2) stage-time calls.
+PERIOD_ITERATIONS = 200
+"""Most bisection steps of :meth:`ResourceProblem.period` (it stops at adjacent floats first)."""
+
+
+class ChainProbe:
+    """``probe(T, deadline)`` for :func:`pipeopt.backends.bisection.bisect`: is there a contiguous
+    split of the chain over the fixed workers ``groups`` (stage s on ``groups[s]``) whose period
+    is at most T? Exact.
+
+    At a trial T every stage takes its least busy time ``w = f + b`` with ``f, b <= T``
+    (split, :func:`least_busy_many`; sequential: ``w = tau <= T``), and the window rows are
+    the recursion of :func:`pipeopt.cost.rules.window_step`: with ``G_s(j)`` the least
+    ``G`` over the splits of units ``0..j-1`` into stages ``0..s``,
+    ``G_s(j) = min_i w_s(i, j) + max(-D_s T, G_{s-1}(i) + C(i))``, kept only where
+    ``G_s(j) <= -U_s T`` (the rows ending at stage s). A smaller G is better for every later
+    stage, so keeping the least G per ``(s, j)`` loses nothing; memory (with the mode's
+    in-flight count) and the cuts' own rows (``cut_time <= T``) prune the ranges. One probe
+    is O(S n^2), vectorised over the unit ranges.
 
     Parameters
     ----------
@@ -465,45 +730,178 @@ def minmax_chain_dp(problem: ResourceProblem, groups: list, mode: str = "split",
     groups
         ``list[tuple[str, ...]]``: the worker of each stage.
     mode
-        Stage time: ``"split"``, ``"sequential"`` or ``"theorem"``.
+        ``"split"`` (the shares are chosen) or ``"sequential"``; ``"theorem"`` is scored range
+        by range (slow, for small chains).
+    """
+
+    def __init__(self, problem: ResourceProblem, groups: list, mode: str = "split"):
+        if mode not in SPLIT_MODES:
+            raise InvalidProblemError(f"unknown split mode {mode!r}; choose from {SPLIT_MODES}")
+        self.problem, self.groups, self.mode = problem, [tuple(g) for g in groups], mode
+        n, S = problem.n, len(groups)
+        self.ii, self.jj = np.triu_indices(n + 1, 1)
+        self.F, self.B = problem.loads(self.ii, self.jj)
+        self.room = []  # per stage: ranges that fit memory and leave one unit to every other stage
+        for s in range(S):
+            need = problem.table.memory(self.ii, self.jj, problem.in_flight(s, mode))
+            self.room.append(rules.fits(need, problem.capacity(self.groups[s]))
+                             & (self.ii >= s) & (self.jj <= n - (S - 1 - s)))
+        self.D, self.U = rules.window_tokens([S - s for s in range(S)], np.ones(S), [mode != "sequential"] * S)
+        self.keys = [tuple(sorted(problem.pooled(g).items())) for g in self.groups]
+
+    def busy(self, s: int, T: float, cache: dict) -> np.ndarray:
+        """``ndarray (P,)``: the least busy time of every unit range on stage s's worker at T
+        (``inf`` where no share passes T)."""
+        key = (self.keys[s], self.mode)
+        if key in cache:
+            return cache[key]
+        res, p = dict(self.keys[s]), self.problem
+        if self.mode == "split":
+            w, _, _ = least_busy_many(res, self.F, self.B, T, kinds=p.kinds)
+            for q in np.flatnonzero(np.isnan(w)):  # a free pass, or nothing to choose
+                _, f, b = least_busy(res, {k: float(v[q]) for k, v in self.F.items()},
+                                     {k: float(v[q]) for k, v in self.B.items()}, T)
+                w[q] = f + b
+        elif self.mode == "sequential":
+            rate = np.zeros(self.ii.shape)
+            for k in p.kinds:
+                r = res.get(k, 0.0)
+                if r > 0:
+                    t = self.F[k] + self.B[k]
+                    with np.errstate(divide="ignore"):
+                        rate = rate + np.where(np.isfinite(t), np.where(t > 0, r / np.where(t > 0, t, 1.0), np.inf), 0.0)
+            with np.errstate(divide="ignore"):
+                tau = np.where(rate > 0, 1.0 / rate, np.inf)
+            w = np.where(tau <= T, tau, np.inf)
+        else:
+            w = np.full(self.ii.shape, np.inf)
+            for q in range(w.size):
+                F = {k: float(v[q]) for k, v in self.F.items()}
+                B = {k: float(v[q]) for k, v in self.B.items()}
+                f, b, tau = stage_compute(res, F, B, theorem_split(res, F, B))
+                if tau <= T:
+                    w[q] = f + b
+        cache[key] = w
+        return w
+
+    def solve(self, T: float, deadline: Deadline | None = None) -> list[int] | None:
+        """Stage starts of a split with period <= T, or ``None`` if there is none.
+
+        Raises
+        ------
+        DeadlineReached
+            If ``deadline`` passes (checked once per stage).
+        """
+        p, n, S = self.problem, self.problem.n, len(self.groups)
+        ii, jj = self.ii, self.jj
+        cut_ok = p.cut_time <= T
+        trip = p.round_trip
+        cache: dict = {}
+        G = np.full(n + 1, np.inf)
+        args = []
+        for s in range(S):
+            if deadline is not None:
+                deadline.check(f"the chain DP (stage {s})")
+            w = self.busy(s, T, cache)
+            ok = self.room[s] & np.isfinite(w) & (cut_ok[ii] if s else ii == 0) & (cut_ok[jj] if s < S - 1 else jj == n)
+            prev = np.full(ii.shape, -self.D[s] * T) if s == 0 else np.maximum(-self.D[s] * T, G[ii] + trip[ii])
+            cand = np.where(ok, w + prev, np.inf)
+            table = np.full((n + 1, n + 1), np.inf)
+            table[ii, jj] = cand
+            arg = np.argmin(table, axis=0)
+            G = table[arg, np.arange(n + 1)]
+            G = np.where(G <= -self.U[s] * T, G, np.inf)
+            args.append(arg)
+        if not math.isfinite(G[n]):
+            return None
+        starts, j = [], n
+        for s in range(S - 1, 0, -1):
+            j = int(args[s][j])
+            starts.append(j)
+        return starts[::-1]
+
+    def __call__(self, T: float, deadline: Deadline | None = None) -> Probe:
+        """:class:`~pipeopt.backends.bisection.Probe`: feasible with the starts and their exact
+        period (:meth:`ResourceProblem.plan_value`), infeasible (proven), or unknown at the deadline."""
+        try:
+            starts = self.solve(T, deadline)
+        except DeadlineReached:
+            return Probe(UNKNOWN)
+        if starts is None:
+            return Probe(INFEASIBLE)
+        return Probe(FEASIBLE, starts, self.problem.plan_value(starts, self.groups, self.mode))
+
+    def top(self) -> float:
+        """A limit every split that fits memory passes (seconds): a stage of finite time has a
+        kind that runs its whole forward pass and one that runs its whole backward pass
+        (sequential: one kind for both); giving each its whole amount (half each if they are
+        the same kind) keeps both passes and ``f + b`` within ``tau_max = 2 max_k (chain's work
+        on k) / (least amount of k on a worker)``, so every window row is within
+        ``tau_max + 2 max cut``."""
+        p = self.problem
+        work = 0.0
+        for k in p.kinds:
+            least = min((p.pooled(g).get(k, 0.0) for g in self.groups if p.pooled(g).get(k, 0.0) > 0), default=0.0)
+            if least > 0:
+                f, b = p.fwd[k], p.bwd[k]
+                total = math.fsum(float(v) for v in np.concatenate([f[np.isfinite(f)], b[np.isfinite(b)]]))
+                work = max(work, 2.0 * total / least)
+        return (work + 2.0 * float(max(p.cut_time, default=0.0))) * (1 + 1e-9) + 1e-300
+
+
+def chain_optimum(problem: ResourceProblem, groups: list, mode: str = "split",
+                  deadline: Deadline | None = None) -> Bisection:
+    """The least-period contiguous split of the chain over the fixed workers ``groups``:
+    :class:`ChainProbe` bisected on T (:func:`pipeopt.backends.bisection.bisect`) from the split
+    it finds at :meth:`ChainProbe.top` down to :data:`CHAIN_REL_TOL` (or adjacent floats).
+
+    Returns
+    -------
+    Bisection
+        ``plan`` (stage starts, ``None`` if no split fits memory - then ``closed``), ``value``
+        (its period, = :func:`pipeopt.evaluate`'s bottleneck of ``problem.plan(plan, groups,
+        mode)``), ``lower`` (the largest T proven infeasible), ``closed`` and ``stop``.
+    """
+    probe = ChainProbe(problem, groups, mode)
+    deadline = deadline if deadline is not None else Deadline(None)
+    return bisect(probe, 0.0, probe.top(), rel_tol=CHAIN_REL_TOL, deadline=deadline)
+
+
+def minmax_chain_dp(problem: ResourceProblem, groups: list, mode: str = "split",
+                    deadline: Deadline | None = None) -> tuple[list[int], float]:
+    """Best contiguous split of the chain over the fixed workers ``groups`` (stage s on
+    ``groups[s]``) for the objective - the steady period with its window rows
+    (:func:`chain_optimum`; the name is that of the min-max stage-time DP it replaced, which
+    ignored the window rows and the shares' effect on them).
+
+    Parameters
+    ----------
+    problem
+        A resource problem.
+    groups
+        ``list[tuple[str, ...]]``: the worker of each stage.
+    mode
+        ``"split"`` (the best shares), ``"sequential"`` or ``"theorem"``.
     deadline
-        Checked once per table row (:class:`~pipeopt.backends.deadline.Deadline`, or ``None``).
+        :class:`~pipeopt.backends.deadline.Deadline`, or ``None``.
 
     Returns
     -------
     (starts, value)
-        Cut positions and the bottleneck (``inf`` if nothing fits memory).
+        Cut positions and the period (``inf`` if nothing fits memory), optimal within
+        :data:`CHAIN_REL_TOL`.
 
     Raises
     ------
     DeadlineReached
-        If ``deadline`` passes before the table is complete.
+        If ``deadline`` passes before the bisection closes.
     """
-    n, S = problem.n, len(groups)
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    args = []
-    for s in range(S):
-        new = np.full(n + 1, np.inf)
-        arg = np.zeros(n + 1, dtype=int)
-        lo_j, hi_j = s + 1, n - (S - 1 - s)
-        for j in range(lo_j, hi_j + 1):
-            if deadline is not None:
-                deadline.check(f"the min-max DP (stage {s}, unit {j})")
-            for i in range(s, j):
-                if not math.isfinite(best[i]) or best[i] >= new[j]:
-                    continue
-                v = max(best[i], problem.stage_time(i, j, groups[s], s, mode))
-                if v < new[j]:
-                    new[j], arg[j] = v, i
-        best = new
-        args.append(arg)
-    value = float(best[n])
-    starts, j = [], n
-    for s in range(S - 1, 0, -1):
-        j = int(args[s][j])
-        starts.append(j)
-    return starts[::-1], value
+    found = chain_optimum(problem, groups, mode, deadline)
+    if not found.closed and found.stop in ("deadline", "undecided"):
+        raise DeadlineReached("the chain DP", deadline.elapsed() if deadline is not None else 0.0)
+    if found.plan is None:
+        return [round(problem.n * s / len(groups)) for s in range(1, len(groups))], math.inf
+    return list(found.plan), float(found.value)
 
 
 def groupings(num_devices: int, q: int):
@@ -516,17 +914,18 @@ def groupings(num_devices: int, q: int):
 
 
 def brute_force(problem: ResourceProblem, mode: str = "split") -> tuple[list[int], list[tuple], float]:
-    """Enumerate every plan of a tiny joint or group problem: all cut sets, all groupings.
+    """Enumerate every plan of a tiny joint or group problem: all cut sets, all groupings, each
+    with its exact period (:meth:`ResourceProblem.plan_value`: the best shares).
 
     Returns
     -------
     (starts, groups, value)
-        A best plan and its bottleneck.
+        A best plan and its period.
 
     Raises
     ------
     InvalidProblemError
-        If the enumeration would exceed 10^6 plans.
+        If the enumeration would exceed 10^5 plans.
     """
     n, S = problem.n, problem.num_stages
     if isinstance(problem, GroupProblem):
@@ -535,11 +934,15 @@ def brute_force(problem: ResourceProblem, mode: str = "split") -> tuple[list[int
     else:
         all_groups = [problem.groups]
     count = math.comb(n - 1, S - 1) * len(all_groups)
-    if count > 10**6:
+    if count > 10**5:
         raise InvalidProblemError(f"brute force would enumerate {count} plans")
     best = (None, None, math.inf)
     for groups in all_groups:
         for starts in itertools.combinations(range(1, n), S - 1):
+            bounds = [0, *starts, n]
+            # every stage's own rows and its cuts bound the period from below: skip what cannot win
+            if max(problem.stage_time(bounds[s], bounds[s + 1], groups[s], s, mode) for s in range(S)) >= best[2]:
+                continue
             v = problem.plan_value(list(starts), groups, mode)
             if v < best[2]:
                 best = (list(starts), groups, v)

@@ -1,8 +1,11 @@
 """The exact joint and group methods' common search: bounds, a start, the bisection on T.
 
-Every exact method of the two problems is a *probe* - a model at a fixed bottleneck limit T
-(the MILP of :mod:`.formulation`, the CP-SAT interval model of :mod:`.intervals`) - bisected
-on T by the one bisection :func:`pipeopt.backends.bisection.bisect`:
+The objective is the steady period with its window rows (evaluate's ``bottleneck``,
+:meth:`~pipeopt.problems.resource.ResourceProblem.period`). Every exact method of the two
+problems is a *probe* - a model at a fixed limit T (the MILP of :mod:`.formulation`, the
+CP-SAT models of :mod:`.intervals`, the chain DP of
+:class:`~pipeopt.problems.resource.problem.ChainProbe`) - bisected on T by the one bisection
+:func:`pipeopt.backends.bisection.bisect`:
 
 1. ``deadline = Deadline.of(time_limit)``: the bounds, the heuristic starts, every probe and
    every solver call draw from it.
@@ -11,15 +14,23 @@ on T by the one bisection :func:`pipeopt.backends.bisection.bisect`:
    every plan that fits memory passes, probed first: the exact methods never need a feasible
    start, and :class:`~pipeopt.errors.InfeasibleError` is raised only when that probe *proves*
    that no plan fits.
-3. Each probe's plan is certified exactly (:func:`certify`): a stage whose time under the cost
-   model (:meth:`~pipeopt.problems.resource.ResourceProblem.fit_time`) exceeds T - possible
-   only through the solver's tolerances or the CP-SAT model's rounding, which is always in the
-   relaxing direction - is cut off with a no-good and the model solved again. So a feasible
-   answer is a plan whose exact bottleneck is <= T, and an infeasible answer is a proof.
+3. Each model's plan is checked exactly (:func:`certify`,
+   :meth:`~pipeopt.problems.resource.ResourceProblem.check`: the best shares at T, every
+   window row). The models hold each stage's own rows and a *relaxation* of the window rows
+   (rows over per-stage busy-time variables bounded below by cuts), so a plan may fail the
+   exact check: a stage that cannot pass T on its worker is cut off with a no-good, a window
+   row that fails gets its stages' exact busy times as cuts (valid for every plan: tangent
+   planes of a convex function of the worker, :func:`~.split.busy_cut`) and a no-good, and
+   the model is solved again. So a feasible answer is a plan whose exact period is <= T, and
+   an infeasible answer is a proof (the model relaxes the true constraints).
 
-Status ``OPTIMAL`` means *optimal within a relative gap of* :data:`MIN_REL_GAP`: the bracket
-closed, ``objective <= (1 + 1e-4) * lower_bound``, and the lower bound is the largest T proven
-infeasible (never above the optimum). ``info["rel_gap_target"]`` states the tolerance.
+Status ``OPTIMAL`` means *optimal within a relative gap of* :data:`MIN_REL_GAP` (the chain
+DP: :data:`~pipeopt.problems.resource.problem.CHAIN_REL_TOL`): the bracket closed,
+``objective <= (1 + gap) * lower_bound``, and the lower bound is the largest T proven
+infeasible (never above the optimum). ``info["rel_gap_target"]`` states the tolerance. A
+probe that cannot settle T (after :data:`MAX_REPAIRS` repairs, or out of time) leaves the
+bracket open: status ``FEASIBLE`` (or ``TIME_LIMIT`` at the deadline) with a valid bound,
+never a false claim.
 
 References
 ----------
@@ -37,7 +48,7 @@ from ...backends.deadline import Deadline
 from ...errors import InfeasibleError
 from ...result import Result, Status
 from .bounds import lower_bound, top_limit
-from .problem import ResourceProblem
+from .problem import Check, ResourceProblem
 
 MIN_REL_GAP = 1e-4
 """Relative gap at which the bisection stops and the method reports ``OPTIMAL``: the plan's
@@ -46,19 +57,20 @@ bottleneck is within ``(1 + 1e-4)`` of the proven lower bound, hence of the opti
 STEP_SHARE = 0.34
 """Share of the time left each bisection probe may use (at least 1 s)."""
 
-MAX_REPAIRS = 25
-"""Most no-good cuts one probe adds before it gives up (answers unknown)."""
+MAX_REPAIRS = 60
+"""Most repairs (no-goods and cuts added after an exact check) one probe makes before it gives
+up (answers unknown)."""
 
 
 def stages_over(problem: ResourceProblem, starts: list[int], groups: list, T: float) -> list[tuple]:
-    """Stages of a plan whose compute-and-memory time exceeds T: ``[(s, a, b, group), ...]``."""
-    bounds = [0, *starts, problem.n]
-    return [(s, bounds[s], bounds[s + 1], tuple(groups[s])) for s in range(len(groups))
-            if problem.fit_time(bounds[s], bounds[s + 1], groups[s], s) > T]
+    """Stages of a plan that cannot pass T on their own (memory, or no share keeps both passes
+    within T): ``[(s, a, b, group), ...]``."""
+    return problem.check(starts, groups, T).over
 
 
 def certify(problem: ResourceProblem, T: float, solve_once: Callable[[], Probe],
-            forbid: Callable[[int, int, int, tuple], None]) -> Probe:
+            forbid: Callable[[int, int, int, tuple], None],
+            window: Callable[[tuple, list, list, Check], None] | None = None) -> Probe:
     """Solve a model at limit T until its plan passes T under the cost model.
 
     Parameters
@@ -72,31 +84,40 @@ def certify(problem: ResourceProblem, T: float, solve_once: Callable[[], Probe],
     forbid
         ``forbid(s, a, b, group)``: cut off stage s = units ``a..b-1`` on ``group`` (and any
         stage that contains those units on a subset of the devices) from the model.
+    window
+        ``window(row, starts, groups, check)``: the plan's window row ``row = (i, l)`` fails
+        (:class:`~pipeopt.problems.resource.problem.Check`); cut off this plan's stages
+        ``i..l`` (and add what the model should know of their busy times). ``None``: such a
+        plan leaves T undecided.
 
     Returns
     -------
     Probe
-        Feasible with the plan ``(starts, groups)`` and its exact bottleneck (<= T), or the
-        model's infeasible / unknown answer; unknown after :data:`MAX_REPAIRS` cuts.
+        Feasible with the plan ``(starts, groups)`` and its exact period (<= T up to float
+        rounding), or the model's infeasible / unknown answer; unknown after
+        :data:`MAX_REPAIRS` repairs.
     """
     for _ in range(MAX_REPAIRS):
         out = solve_once()
         if out.outcome != FEASIBLE:
             return out
         starts, groups = out.plan
-        value = problem.plan_value(starts, groups)
-        if value <= T:
-            return Probe(FEASIBLE, (starts, groups), value)
-        over = stages_over(problem, starts, groups, T)
-        if not over:  # over T through a cut: the models exclude those exactly, so this is no plan at T
+        chk = problem.check(starts, groups, T)
+        if chk.ok:
+            return Probe(FEASIBLE, (starts, groups), problem.plan_value(starts, groups))
+        if chk.over:
+            for stage in chk.over:
+                forbid(*stage)
+        elif chk.row is not None and window is not None:
+            window(chk.row, starts, groups, chk)
+        else:  # over T through a cut: the models exclude those exactly, so this is no plan at T
             return Probe(UNKNOWN)
-        for stage in over:
-            forbid(*stage)
     return Probe(UNKNOWN)
 
 
 def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, Deadline], Probe],
-                 deadline: Deadline, starts: Callable[[Deadline], list[tuple]], info: dict) -> Result:
+                 deadline: Deadline, starts: Callable[[Deadline], list[tuple]], info: dict,
+                 rel_tol: float = MIN_REL_GAP) -> Result:
     """Bound, start and bisect: the body of every exact joint and group method.
 
     Parameters
@@ -114,11 +135,13 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         fits memory is the incumbent.
     info
         Details for ``Result.info`` (solver, ...).
+    rel_tol
+        The bisection's relative gap (default :data:`MIN_REL_GAP`).
 
     Returns
     -------
     Result
-        ``OPTIMAL`` (within :data:`MIN_REL_GAP`) or ``TIME_LIMIT`` with the incumbent (or no
+        ``OPTIMAL`` (within ``rel_tol``) or ``TIME_LIMIT`` with the incumbent (or no
         plan if none was found) and the proven bound; ``FEASIBLE`` with the incumbent and the
         bound if the search stopped before the deadline without closing the bracket
         (``info["stop"]`` says why: a probe that could not decide even with all the time left).
@@ -136,9 +159,9 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
             best = (cand, value)
     top = best[1] if best is not None else top_limit(problem)
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
-                   start_value=None if best is None else best[1], rel_tol=MIN_REL_GAP, deadline=deadline,
+                   start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,
                    step_share=STEP_SHARE)
-    info = {**info, "rel_gap_target": MIN_REL_GAP, "start": "heuristic" if best is not None else "none fits",
+    info = {**info, "rel_gap_target": rel_tol, "start": "heuristic" if best is not None else "none fits",
             "bisection_steps": len(found.steps), "step_outcomes": [o for _, o in found.steps], "stop": found.stop}
     if found.plan is None:
         if found.closed:
