@@ -343,7 +343,8 @@ BEAM_WIDTH = 16
 """States per stage :func:`window_beam` keeps."""
 
 
-def window_beam(model: StraightModel, limit: float, width: int = BEAM_WIDTH) -> list[int] | None:
+def window_beam(model: StraightModel, limit: float, width: int = BEAM_WIDTH,
+                deadline: Deadline | None = None) -> list[int] | None:
     """A beam search for a split whose every row meets a period limit T (a heuristic check).
 
     Stage by stage it keeps at most ``width`` partial splits, each summed up by where its last
@@ -355,7 +356,8 @@ def window_beam(model: StraightModel, limit: float, width: int = BEAM_WIDTH) -> 
     Pareto front (farther end, smaller G), thinned evenly to ``width`` states. ``width = 1``
     is the greedy that packs each stage as far as it goes.
 
-    Not the DP (which keeps every end): ``None`` does not prove that no split meets T.
+    Not the DP (which keeps every end): ``None`` does not prove that no split meets T. It also
+    gives up (``None``) when ``deadline`` passes.
 
     Returns
     -------
@@ -370,6 +372,8 @@ def window_beam(model: StraightModel, limit: float, width: int = BEAM_WIDTH) -> 
     carry = np.array([-math.inf])  # their G plus the round trip of the cut at that end
     parents: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (ends, index of the parent state)
     for t in range(S):
+        if deadline is not None and deadline.expired():
+            return None
         cand_b, cand_g, cand_from = [], [], []
         for k, (a, c) in enumerate(zip(ends, carry, strict=True)):
             b = np.arange(a + 1, min(n - (S - 1 - t), int(model.reach[t, a])) + 1)
@@ -497,8 +501,8 @@ def heuristic_split(model: StraightModel, deadline: Deadline | None = None) -> l
     hi = float(problem.work_prefix[-1] + model.top) * (1 + 1e-9)  # every period is below it
     found = bisect_limit(check, lo, hi, best, rel_tol=1e-9, deadline=deadline, max_iter=60, score=model.value)
     best = list(found.starts)
-    found = bisect_limit(lambda T: window_beam(model, T), lo, hi, best, rel_tol=1e-9, deadline=deadline,
-                         max_iter=60, score=model.value)
+    found = bisect_limit(lambda T: window_beam(model, T, deadline=deadline), lo, hi, best, rel_tol=1e-9,
+                         deadline=deadline, max_iter=60, score=model.value)
     best = min([best, list(found.starts)], key=model.value)
     return improve_split(model, best, deadline)
 
