@@ -168,18 +168,38 @@ def pooled(instance, devices) -> dict:
 
 
 def with_optimal_shares(instance, plan: Plan, _cache: dict | None = None) -> Plan:
-    """``plan`` with every stage's ``beta`` replaced by :func:`optimal_beta` (no replication)."""
-    stages = []
-    for st in plan.stages:
-        key = (st.layers, st.backward_layers, st.devices)
-        beta = None if _cache is None else _cache.get(key)
-        if beta is None:
+    """``plan`` with the shares of least steady period (no replication).
+
+    With the window rows a stage's best share depends on the other stages (the least ``f + b``
+    within the period, not its own least time, :func:`optimal_beta`), so the shares are the
+    plan-level optimum of the allocate problem (:func:`pipeopt.problems.resource.allocate.solve_lp`,
+    itself checked against fine share grids scored by evaluate in
+    ``tests/problems/resource/test_windows.py``); this module still enumerates every split and
+    grouping independently. Falls back to :func:`optimal_beta` per stage when the plan breaks
+    memory (its value is then inf either way).
+    """
+    from pipeopt.errors import InfeasibleError
+    from pipeopt.problems.resource.allocate import solve_lp
+    from pipeopt.problems.resource.problem import AllocateProblem
+
+    key = tuple((st.layers, st.backward_layers, st.devices) for st in plan.stages)
+    if _cache is not None and key in _cache:
+        return _cache[key]
+    try:
+        res = solve_lp(AllocateProblem(instance, plan_given=plan), time_limit=math.inf)
+        out = res.plan
+    except InfeasibleError:
+        out = None
+    if out is None:
+        stages = []
+        for st in plan.stages:
             F, B = loads(instance, st.layers, st.backward_layers)
-            beta = optimal_beta(pooled(instance, st.devices), F, B)
-            if _cache is not None:
-                _cache[key] = beta
-        stages.append(Stage(st.layers, st.devices, st.replicas, beta, st.bwd_layers))
-    return Plan(tuple(stages))
+            stages.append(Stage(st.layers, st.devices, st.replicas, optimal_beta(pooled(instance, st.devices), F, B),
+                                st.bwd_layers))
+        out = Plan(tuple(stages))
+    if _cache is not None:
+        _cache[key] = out
+    return out
 
 
 # ---- candidate plans of each problem ----------------------------------------------------------

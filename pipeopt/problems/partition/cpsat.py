@@ -50,6 +50,7 @@ from ortools.sat.python import cp_model
 
 from ...backends.cpsat import solve_cpsat as solve_cpsat_model
 from ...backends.deadline import Deadline
+from ...errors import InvalidProblemError
 from ...result import Result
 from .model import Attempt, StraightModel, check_options, solve_exact
 from .problem import PartitionProblem
@@ -228,7 +229,8 @@ def solve_cpsat(
     Raises
     ------
     InvalidProblemError
-        If ``problem.replication`` is set (replication is solved by the DP only),
+        If the objective is not ``"bottleneck"`` (the finite-M objectives are solved by
+        ``milp``), if ``problem.replication`` is set (replication is solved by the DP only),
         ``threads`` < 1 or ``seed`` < 0, or the time limit is not a positive number.
     InfeasibleError
         Only when proven: the only split (S = 1 or S = n) breaks memory, or CP-SAT proves that
@@ -240,6 +242,11 @@ def solve_cpsat(
     partitioning); Narayanan et al., PipeDream, SOSP 2019 (1F1B memory).
     """
     deadline = Deadline.of(time_limit)
+    if problem.instance.settings.objective != "bottleneck":
+        raise InvalidProblemError(
+            f"cpsat minimises the steady-state bottleneck; objective {problem.instance.settings.objective!r} "
+            "is solved exactly by 'milp' (its event-time model)"
+        )
     check_options("cpsat", threads, seed)
 
     def run(model: StraightModel, hint: list[int], upper: float | None, dl: Deadline) -> Attempt:
@@ -259,4 +266,5 @@ def solve_cpsat(
         return Attempt(out.status, starts, bound, info)
 
     return solve_exact(problem, "cpsat", deadline, run, rel_tol=0.0, abs_tol=lambda model: model.tolerance,
-                       warm_start=warm_start, info={"solver": "cp-sat"})
+                       warm_start=warm_start, info={"solver": "cp-sat"},
+                       phase2={"solver": solver, "threads": int(threads), "seed": int(seed)})

@@ -45,7 +45,6 @@ from ...cost import evaluate, rules
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
-from .events import CAP_REL
 from .tiebreak import SECONDARY, break_ties
 
 REL_TOL = 1e-12
@@ -144,39 +143,6 @@ def _dp(p: PartitionProblem, stages: _Stages, T: float | None, deadline: Deadlin
     return value, arg_i, arg_m
 
 
-def _tied(p: PartitionProblem, stages: _Stages, T: float, deadline: Deadline) -> bool:
-    """True if at least two splits (straight space) have a period <= T.
-
-    The probe of :func:`_dp` keeping the two least window slacks G per state (over distinct
-    partial splits) instead of one: if any partial split of a state extends to a full split
-    of period <= T, so do the ones of smaller G (a smaller G is better for every later row),
-    so two feasible full splits exist iff the end state keeps two. When it keeps one, the
-    optimal split is unique and the tie-break has nothing to choose.
-    """
-    n, S = p.n, p.stages
-    first = np.full(n + 1, np.inf)
-    second = np.full(n + 1, np.inf)
-    first[0] = -np.inf
-    ends = np.arange(n + 1)
-    for s in range(S):
-        deadline.check(f"tie check, stage {s}")
-        k = S - s
-        work = stages.work(1)
-        link = stages.bound
-        both = []
-        for prev in (first, second):
-            carry = np.maximum(-k * T, prev + stages.trip)
-            cand = work + carry[None, :]
-            bad = (cand > -(k - 1) * T) | (link[None, :] > T) | (link[:, None] > T) | ~(prev < np.inf)[None, :]
-            if math.isfinite(p.memory):
-                bad |= ends[:, None] > p.memory_reach(k)[None, :]
-            both.append(np.where(bad, np.inf, cand))
-        cand = np.concatenate(both, axis=1)
-        two = np.partition(cand, 1, axis=1)[:, :2] if cand.shape[1] > 1 else np.hstack([cand, np.full_like(cand, np.inf)])
-        first, second = two[:, 0].copy(), two[:, 1].copy()
-    return bool(second[n] < np.inf)
-
-
 def _split(p: PartitionProblem, arg_i, arg_m) -> tuple[list[int], list[int]]:
     starts, reps, state, j = [], [], p.stages, p.n
     while j > 0:
@@ -264,11 +230,7 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     info.update({"min_max": float(value[problem.stages, problem.n]), "probes": probes})
     if status == Status.OPTIMAL:  # the secondary objective (tie-break), in the straight space
         try:
-            if problem.replication or _tied(problem, stages, upper * (1 + CAP_REL), deadline):
-                best = (break_ties(problem, best[0], deadline, info, solver=solver, threads=threads, seed=seed),
-                        best[1])
-            else:
-                info["secondary"] = {"objective": SECONDARY, "proven": True, "unique": True}
+            best = (break_ties(problem, best[0], deadline, info, solver=solver, threads=threads, seed=seed), best[1])
         except DeadlineReached:
             info.setdefault("secondary", {})["proven"] = False
     else:

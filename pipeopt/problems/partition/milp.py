@@ -48,6 +48,7 @@ itself, so a limit holds even inside CBC's preprocessing; HiGHS runs in a child 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pulp
@@ -55,11 +56,11 @@ import pulp
 from ...backends.deadline import Deadline
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...errors import InvalidProblemError
-from ...result import Result
-from .model import Attempt, StraightModel, check_options, solve_exact
+from ...result import Result, Status
+from .model import Attempt, StraightModel, check_options, infeasible_memory, solve_exact
 from .problem import PartitionProblem
 
-__all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_milp"]
+__all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_iteration", "solve_milp"]
 
 MILP_REL_GAP = 1e-7
 """Relative optimality gap at which the MILP solvers stop (about zero)."""
@@ -264,6 +265,9 @@ def solve_milp(
         and (slackened) bound in seconds; ``info["bound_source"]`` says where the bound
         comes from.
 
+        With objective ``"iteration"`` or ``"gpipe"`` (M microbatches under 1F1B with a
+        flush, or GPipe) the event-time model of :func:`solve_iteration` runs instead.
+
         ``lower_bound`` (seconds) is valid for the true straight optimum: the largest of
         :meth:`PartitionProblem.simple_lower_bound` (total work / S, largest unit) and the
         solver's dual bound less :data:`BOUND_SLACK` (relative). Memory is exact (0/1 reach
@@ -287,6 +291,8 @@ def solve_milp(
     PipeDream, SOSP 2019 (1F1B memory, weight stashing).
     """
     deadline = Deadline.of(time_limit)
+    if problem.instance.settings.objective != "bottleneck":
+        return solve_iteration(problem, deadline, solver=solver, threads=threads, seed=seed)
     check_options("milp", threads, seed)
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {SOLVERS}")
@@ -319,7 +325,38 @@ def solve_milp(
         return Attempt(status, starts, bound, info)
 
     return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
-                       warm_start=warm_start, info={"solver": solver})
+                       warm_start=warm_start, info={"solver": solver},
+                       phase2={"solver": solver, "threads": int(threads), "seed": int(seed)})
+
+
+def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: str = "cbc", threads: int = 1,
+                    seed: int = 0) -> Result:
+    """The exact straight split for the finite-M objectives (``"iteration"``: 1F1B with a
+    flush; ``"gpipe"``: fill-drain): the event-time MILP of
+    :func:`pipeopt.problems.partition.events.solve_events`, one start time per operation of
+    the run (no closed form exists for 1F1B's; GPipe's is a sum of two flow shops), turned
+    into a :class:`Result` scored by :func:`pipeopt.evaluate`.
+
+    Raises
+    ------
+    InvalidProblemError
+        If the problem is replicated (the event-time model has one worker per stage).
+    InfeasibleError
+        If no split fits the memory (proven by the model).
+    """
+    from .events import solve_events  # events builds on this module's model helpers
+
+    schedule = "gpipe" if problem.instance.settings.objective == "gpipe" else "1f1b"
+    out = solve_events(problem, schedule, deadline=deadline, solver=solver, threads=int(threads), seed=int(seed))
+    if out.status == "infeasible":
+        raise infeasible_memory(problem, "milp", "proven infeasible by the event-time model")
+    status = {"optimal": Status.OPTIMAL, "feasible": Status.FEASIBLE}.get(out.status, Status.TIME_LIMIT)
+    plan = problem.plan(out.starts) if out.starts is not None else None
+    if plan is None and status != Status.TIME_LIMIT:
+        status = Status.TIME_LIMIT
+    bound = min(out.bound, out.value) if plan is not None else out.bound
+    return problem.result("milp", plan, status, lower_bound=bound if math.isfinite(bound) else None,
+                          started=deadline.started, info={**out.info, "model": f"event-time ({schedule})"})
 
 
 def starts_from_cumulative(values, model: StraightModel) -> list[int]:

@@ -556,19 +556,27 @@ def second_phase(
     bound: float,
     deadline: Deadline,
     info: dict,
+    options: dict | None = None,
 ) -> list[int]:
-    """The hook of the secondary objective (tie-breaking among plans of optimal primary value).
+    """The secondary objective (tie-breaking among plans of optimal primary value).
 
     :func:`solve_exact` calls it once, only after the primary optimum is proven (status
     ``OPTIMAL``: ``starts`` fits, its evaluated objective ``value`` is within the claim's
     tolerance of the valid bound ``bound``), with the method's clock and the ``info`` dict of
-    the result (to record e.g. ``info["secondary"]``). It returns the split to report;
-    :func:`solve_exact` re-scores it with :func:`pipeopt.evaluate` and keeps it only if it fits
-    and its primary value is still within the tolerance of ``bound`` (else ``starts`` stays,
-    with a note). Today it returns ``starts`` unchanged: the second phase (fixing T at the
-    proven optimum and minimising the secondary objective) is not written yet.
+    the result. It returns :func:`pipeopt.problems.partition.tiebreak.break_ties`'s split (the
+    least 1F1B-flush iteration time among splits of the optimal period; ``info["secondary"]``
+    says whether that was proven); :func:`solve_exact` re-scores it with
+    :func:`pipeopt.evaluate` and keeps it only if it fits and its primary value is still within
+    the tolerance of ``bound`` (else ``starts`` stays, with a note). ``options``: ``solver``,
+    ``threads``, ``seed`` of the second phase's MILP.
     """
-    return starts
+    from .tiebreak import break_ties  # tiebreak -> events -> model: imported when needed
+
+    try:
+        return break_ties(problem, list(starts), deadline, info, **(options or {}))
+    except DeadlineReached:
+        info.setdefault("secondary", {})["proven"] = False
+        return list(starts)
 
 
 def solve_exact(
@@ -581,6 +589,7 @@ def solve_exact(
     abs_tol: float | Callable[[StraightModel], float],
     warm_start: bool = True,
     info: dict | None = None,
+    phase2: dict | None = None,
 ) -> Result:
     """Run an exact straight-space method and turn what it proves into a :class:`Result`.
 
@@ -694,7 +703,7 @@ def solve_exact(
     stopped = att.status in ("feasible", "no_solution")  # the solver's one limit is the deadline
     if proven and inc_value - bound <= max(abs_tol, rel_tol * inc_value):
         status = Status.OPTIMAL
-        chosen = second_phase(problem, model, list(incumbent), inc_value, bound, deadline, info)
+        chosen = second_phase(problem, model, list(incumbent), inc_value, bound, deadline, info, phase2)
         if list(chosen) != list(incumbent):
             value, fits, _ = _violations(problem, list(chosen))
             if fits and value - bound <= max(abs_tol, rel_tol * value):

@@ -23,6 +23,10 @@ event-time model covers one worker per stage); its results say so.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ...backends.deadline import Deadline
 from ...cost import evaluate
 from .events import CAP_REL, solve_events
@@ -39,10 +43,46 @@ event-time MILP can take tens of seconds at S = 16). Whether it was proven is in
 ``info["secondary"]["proven"]``."""
 
 
+def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
+    """True if at least two straight splits fit in memory and have a period <= T.
+
+    The DP's feasibility probe at T (:mod:`pipeopt.problems.partition.dp`) keeping the two
+    least window slacks G per (stage, end unit) over distinct partial splits instead of one:
+    if a partial split extends to a full split of period <= T, so do the ones of smaller G (a
+    smaller G is better for every later row, :func:`pipeopt.cost.rules.window_step`), so two
+    feasible full splits exist iff the end state keeps two. When it keeps one, the optimal
+    split is unique and the second phase has nothing to choose. O(S n^2).
+    """
+    n, S = problem.n, problem.stages
+    _, bound = problem.cut_terms
+    trip = np.asarray(problem.trip, dtype=float)
+    j = np.arange(n + 1)[:, None]
+    i = np.arange(n + 1)[None, :]
+    work = np.where(j > i, problem.stage_work(i, j), np.inf)
+    link_bad = (bound[None, :] > T) | (bound[:, None] > T)
+    first = np.full(n + 1, np.inf)
+    second = np.full(n + 1, np.inf)
+    first[0] = -np.inf
+    for s in range(S):
+        deadline.check(f"tie check, stage {s}")
+        k = S - s
+        both = []
+        for prev in (first, second):
+            cand = work + np.maximum(-k * T, prev + trip)[None, :]
+            bad = link_bad | (cand > -(k - 1) * T) | ~(prev < np.inf)[None, :]
+            if math.isfinite(problem.memory):
+                bad |= j > problem.memory_reach(k)[None, :]
+            both.append(np.where(bad, np.inf, cand))
+        two = np.partition(np.concatenate(both, axis=1), 1, axis=1)[:, :2]
+        first, second = two[:, 0].copy(), two[:, 1].copy()
+    return bool(second[n] < np.inf)
+
+
 def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline, info: dict, *,
                solver: str = "cbc", threads: int = 1, seed: int = 0) -> list[int]:
     """The split of least 1F1B-flush iteration time among those of period <= the period of
-    ``starts`` (the proven primary optimum).
+    ``starts`` (the proven primary optimum). If :func:`has_tie` finds no other such split,
+    ``starts`` is returned at once (proven).
 
     Parameters
     ----------
@@ -60,6 +100,11 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     solver, threads, seed
         For the event-time MILP (:func:`pipeopt.problems.partition.events.solve_events`).
 
+    Raises
+    ------
+    DeadlineReached
+        If the clock runs out during the tie check (the caller keeps ``starts``).
+
     Returns
     -------
     list[int]
@@ -74,8 +119,10 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     current = evaluate(inst, problem.plan(starts)).iteration_time
     record = {"objective": SECONDARY, "iteration_time": current, "proven": False}
     info["secondary"] = record
-    if problem.stages in (1, problem.n) or deadline.remaining() <= 0:
-        record["proven"] = problem.stages in (1, problem.n)
+    if problem.stages in (1, problem.n) or not has_tie(problem, period * (1 + CAP_REL), deadline):
+        record.update(proven=True, unique=True)  # no other split has the optimal period
+        return list(starts)
+    if deadline.remaining() <= 0:
         return list(starts)
     budget = deadline.sub(min(SECONDARY_LIMIT, SECONDARY_SHARE * deadline.remaining()))
     out = solve_events(problem, "1f1b", period_cap=period, deadline=budget, solver=solver,
