@@ -342,6 +342,9 @@ def _row(inst, name, size, spec, space, **solve_options) -> dict:
         row.update(status="infeasible", runtime=time.perf_counter() - started, note=str(exc))
     except PipeoptError as exc:
         row.update(status="skipped", runtime=time.perf_counter() - started, note=str(exc))
+    except RuntimeError as exc:  # a solver process that crashed (e.g. CBC killed by a signal): a row, not a stop
+        logger.warning("%s on %s: %s", spec.name, inst.name, exc)
+        row.update(status="error", runtime=time.perf_counter() - started, note=f"{type(exc).__name__}: {exc}"[:200])
     return row
 
 
