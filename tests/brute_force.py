@@ -167,7 +167,25 @@ def pooled(instance, devices) -> dict:
     return out
 
 
-def with_optimal_shares(instance, plan: Plan, _cache: dict | None = None) -> Plan:
+def with_stage_shares(instance, plan: Plan, _cache: dict | None = None) -> Plan:
+    """``plan`` with every stage's ``beta`` replaced by :func:`optimal_beta`: each stage's own
+    least-time share (no replication). Its period is an upper bound on the plan's best, and
+    its own terms (stage and cut times) a lower bound: :func:`optimum` prices plans with it
+    and refines only those that could win."""
+    stages = []
+    for st in plan.stages:
+        key = (st.layers, st.backward_layers, st.devices)
+        beta = None if _cache is None else _cache.get(key)
+        if beta is None:
+            F, B = loads(instance, st.layers, st.backward_layers)
+            beta = optimal_beta(pooled(instance, st.devices), F, B)
+            if _cache is not None:
+                _cache[key] = beta
+        stages.append(Stage(st.layers, st.devices, st.replicas, beta, st.bwd_layers))
+    return Plan(tuple(stages))
+
+
+def with_optimal_shares(instance, plan: Plan) -> Plan:
     """``plan`` with the shares of least steady period (no replication).
 
     With the window rows a stage's best share depends on the other stages (the least ``f + b``
@@ -175,31 +193,18 @@ def with_optimal_shares(instance, plan: Plan, _cache: dict | None = None) -> Pla
     plan-level optimum of the allocate problem (:func:`pipeopt.problems.resource.allocate.solve_lp`,
     itself checked against fine share grids scored by evaluate in
     ``tests/problems/resource/test_windows.py``); this module still enumerates every split and
-    grouping independently. Falls back to :func:`optimal_beta` per stage when the plan breaks
-    memory (its value is then inf either way).
+    grouping independently. A plan over memory keeps its stage shares (its value is inf-like
+    either way: it does not fit).
     """
     from pipeopt.errors import InfeasibleError
     from pipeopt.problems.resource.allocate import solve_lp
     from pipeopt.problems.resource.problem import AllocateProblem
 
-    key = tuple((st.layers, st.backward_layers, st.devices) for st in plan.stages)
-    if _cache is not None and key in _cache:
-        return _cache[key]
     try:
-        res = solve_lp(AllocateProblem(instance, plan_given=plan), time_limit=math.inf)
-        out = res.plan
+        out = solve_lp(AllocateProblem(instance, plan_given=plan), time_limit=math.inf).plan
     except InfeasibleError:
         out = None
-    if out is None:
-        stages = []
-        for st in plan.stages:
-            F, B = loads(instance, st.layers, st.backward_layers)
-            stages.append(Stage(st.layers, st.devices, st.replicas, optimal_beta(pooled(instance, st.devices), F, B),
-                                st.bwd_layers))
-        out = Plan(tuple(stages))
-    if _cache is not None:
-        _cache[key] = out
-    return out
+    return out if out is not None else with_stage_shares(instance, plan)
 
 
 # ---- candidate plans of each problem ----------------------------------------------------------
@@ -227,7 +232,7 @@ def joint_plans(instance, stages: int):
     """Every plan of the joint problem: stage s on device s, optimal shares."""
     cache: dict = {}
     for plan in partition_plans(instance, stages):
-        yield with_optimal_shares(instance, plan, cache)
+        yield with_stage_shares(instance, plan, cache)
 
 
 def groupings(names: list, q: int):
@@ -245,7 +250,7 @@ def group_plans(instance, workers: int):
     for gs in groupings(names, workers):
         for b in splits(len(us), workers):
             plan = Plan(tuple(Stage(L, g) for L, g in zip(stage_layers(us, b), gs)))
-            yield with_optimal_shares(instance, plan, cache)
+            yield with_stage_shares(instance, plan, cache)
 
 
 def bipartition_plans(instance, stages: int, max_shift: int | None = None):
@@ -292,17 +297,37 @@ class Optimum:
 
 
 def optimum(instance, plans) -> Optimum:
-    """Score every plan with :func:`pipeopt.evaluate`; the best one that fits memory."""
+    """Score every plan with :func:`pipeopt.evaluate`; the best one that fits memory.
+
+    Plans with a forward share on every stage (joint, group, allocate) are priced first with
+    their stages' own least-time shares (:func:`with_stage_shares`): the largest stage or cut
+    time is then a lower bound on the plan's best period over all shares. In increasing order
+    of that bound, each plan that could still win gets its plan-level optimal shares
+    (:func:`with_optimal_shares`) and is scored again; the rest cannot beat the best found.
+    """
     out = Optimum()
+    refine = []
     for plan in plans:
         ev = evaluate(instance, plan)
         out.plans += 1
         out.least_infeasible = min(out.least_infeasible, ev.objective)
-        if ev.feasible:
-            out.feasible += 1
-            out.values.append(ev.objective)
-            if ev.objective < out.value:
-                out.value, out.plan = ev.objective, plan
+        if not ev.feasible:
+            continue
+        out.feasible += 1
+        if all(st.beta is not None for st in plan.stages):
+            refine.append((max(ev.stage_time + ev.comm_time), ev.objective, plan))
+            continue
+        out.values.append(ev.objective)
+        if ev.objective < out.value:
+            out.value, out.plan = ev.objective, plan
+    for lower, _, plan in sorted(refine, key=lambda x: (x[0], x[1])):
+        if lower > out.value * (1 + 1e-12):
+            break
+        best = with_optimal_shares(instance, plan)
+        ev = evaluate(instance, best)
+        out.values.append(ev.objective)
+        if ev.feasible and ev.objective < out.value:
+            out.value, out.plan = ev.objective, best
     return out
 
 
@@ -328,4 +353,4 @@ def bipartition_optimum(instance, stages: int, max_shift: int | None = None) -> 
 
 def allocate_optimum(instance, plan: Plan) -> Optimum:
     """The given plan with the optimal shares (one candidate)."""
-    return optimum(instance, [with_optimal_shares(instance, plan)])
+    return optimum(instance, [with_stage_shares(instance, plan)])
