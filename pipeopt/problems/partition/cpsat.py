@@ -54,6 +54,7 @@ from ...errors import InvalidProblemError
 from ...result import Result
 from .model import Attempt, StraightModel, check_options, solve_exact
 from .problem import PartitionProblem
+from .tiebreak import break_ties
 
 __all__ = ["WINDOW_TERMS", "build_cpsat", "solve_cpsat"]
 
@@ -267,4 +268,4 @@ def solve_cpsat(
 
     return solve_exact(problem, "cpsat", deadline, run, rel_tol=0.0, abs_tol=lambda model: model.tolerance,
                        warm_start=warm_start, info={"solver": "cp-sat"},
-                       phase2={"solver": solver, "threads": int(threads), "seed": int(seed)})
+                       phase2={"run": break_ties, "solver": solver, "threads": int(threads), "seed": int(seed)})

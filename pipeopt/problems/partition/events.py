@@ -84,8 +84,18 @@ from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate
 from ...cost.schedule import FLUSH_SCHEDULES, RunGraph, makespan, run_graph
 from ...errors import InvalidProblemError
-from .milp import BOUND_SLACK, MILP_ABS_GAP, MILP_REL_GAP, MILP_TOLERANCE, starts_from_cumulative
-from .model import HEURISTIC_SHARE, StraightModel, balanced_split, check_options, heuristic_split
+from .model import (
+    BOUND_SLACK,
+    HEURISTIC_SHARE,
+    MILP_ABS_GAP,
+    MILP_REL_GAP,
+    MILP_TOLERANCE,
+    StraightModel,
+    balanced_split,
+    check_options,
+    heuristic_split,
+    starts_from_cumulative,
+)
 from .problem import PartitionProblem
 
 __all__ = [
@@ -128,7 +138,7 @@ class EventOutcome:
         Seconds: a valid lower bound on the least iteration time of the admitted splits
         (``inf`` if proven infeasible, ``0.0`` if nothing better is known).
     status
-        ``"optimal"`` (proven: value within :data:`~pipeopt.problems.partition.milp.MILP_TOLERANCE`
+        ``"optimal"`` (proven: value within :data:`~pipeopt.problems.partition.model.MILP_TOLERANCE`
         relative of bound), ``"feasible"`` (a split, no proof), ``"time_limit"`` (stopped at the
         deadline, with the best split seen if any) or ``"infeasible"`` (proven: no split fits,
         or none fits with period at most the cap).
@@ -445,7 +455,7 @@ def solve_events(
         ``value`` is ``evaluate(instance.with_settings(objective=OBJECTIVE_OF[schedule]),
         plan).objective`` (seconds), ``bound`` a valid lower bound (seconds) on the least
         iteration time of the admitted splits (the solver's dual bound less
-        :data:`~pipeopt.problems.partition.milp.BOUND_SLACK` relative). S = 1 and S = n have
+        :data:`~pipeopt.problems.partition.model.BOUND_SLACK` relative). S = 1 and S = n have
         one split: it is scored directly.
 
     Raises

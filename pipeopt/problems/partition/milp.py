@@ -57,25 +57,25 @@ from ...backends.deadline import Deadline
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...errors import InvalidProblemError
 from ...result import Result, Status
-from .model import Attempt, StraightModel, check_options, infeasible_memory, solve_exact
+from .events import solve_events
+from .model import (
+    BOUND_SLACK,
+    MILP_ABS_GAP,
+    MILP_REL_GAP,
+    MILP_TOLERANCE,
+    Attempt,
+    StraightModel,
+    check_options,
+    infeasible_memory,
+    solve_exact,
+    starts_from_cumulative,
+)
+from .tiebreak import break_ties
 from .problem import PartitionProblem
 
 __all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_iteration", "solve_milp"]
 
-MILP_REL_GAP = 1e-7
-"""Relative optimality gap at which the MILP solvers stop (about zero)."""
 
-MILP_ABS_GAP = 1e-7
-"""Absolute gap, in the MILP's time units (1/100 of the simple lower bound)."""
-
-BOUND_SLACK = 1e-7
-"""Relative amount taken off a MILP solver's dual bound before quoting it as a proven bound
-(covers the solver's feasibility and integrality tolerances, about 1e-9 relative on these
-scaled rows)."""
-
-MILP_TOLERANCE = 1e-6
-"""Relative tolerance of an ``optimal`` claim: the evaluated objective of the plan is within
-it of the method's valid lower bound (the gap, :data:`BOUND_SLACK` and the tolerances)."""
 
 
 def build_milp(
@@ -326,7 +326,7 @@ def solve_milp(
 
     return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
                        warm_start=warm_start, info={"solver": solver},
-                       phase2={"solver": solver, "threads": int(threads), "seed": int(seed)})
+                       phase2={"run": break_ties, "solver": solver, "threads": int(threads), "seed": int(seed)})
 
 
 def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: str = "cbc", threads: int = 1,
@@ -344,8 +344,6 @@ def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: st
     InfeasibleError
         If no split fits the memory (proven by the model).
     """
-    from .events import solve_events  # events builds on this module's model helpers
-
     schedule = "gpipe" if problem.instance.settings.objective == "gpipe" else "1f1b"
     out = solve_events(problem, schedule, deadline=deadline, solver=solver, threads=int(threads), seed=int(seed))
     if out.status == "infeasible":
@@ -359,28 +357,4 @@ def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: st
                           started=deadline.started, info={**out.info, "model": f"event-time ({schedule})"})
 
 
-def starts_from_cumulative(values, model: StraightModel) -> list[int]:
-    """Starts of stages 1..S-1 from cumulative indicators ``values[t][c]`` ("stage t has
-    started by unit c", t = 1..S-1, c over the window), read with a 0.5 threshold.
-
-    A value ``None`` reads as 0.
-
-    Raises
-    ------
-    RuntimeError
-        If the values do not describe S non-empty contiguous stages (a modelling bug).
-    """
-    starts = []
-    for t in range(1, model.S):
-        win = model.window(t)
-        start = win[-1]
-        for c in win[:-1]:
-            v = values[t].get(c)
-            if v is not None and v > 0.5:
-                start = c
-                break
-        starts.append(start)
-    if any(a >= b for a, b in zip([0, *starts], [*starts, model.n], strict=True)):
-        raise RuntimeError(f"solver values do not give {model.S} non-empty stages: starts {starts}")
-    return starts
 

@@ -87,6 +87,21 @@ _TIME_GUARD = 1e-12
 float rounding of ``end[b] - begin[a]`` cannot cut off the incumbent itself (the time reach
 rows only remove splits worse than it)."""
 
+MILP_REL_GAP = 1e-7
+"""Relative optimality gap at which the MILP solvers stop (about zero)."""
+
+MILP_ABS_GAP = 1e-7
+"""Absolute gap, in the MILP's time units (1/100 of the simple lower bound)."""
+
+BOUND_SLACK = 1e-7
+"""Relative amount taken off a MILP solver's dual bound before quoting it as a proven bound
+(covers the solver's feasibility and integrality tolerances, about 1e-9 relative on these
+scaled rows)."""
+
+MILP_TOLERANCE = 1e-6
+"""Relative tolerance of an ``optimal`` claim: the evaluated objective of the plan is within
+it of the method's valid lower bound (the gap, :data:`BOUND_SLACK` and the tolerances)."""
+
 HEURISTIC_SHARE = 0.25
 """At most this share of the time limit goes to the warm start heuristic."""
 
@@ -548,6 +563,32 @@ def _violations(problem: PartitionProblem, starts: list[int]) -> tuple[float, bo
     return ev.objective, False, over
 
 
+def starts_from_cumulative(values, model: StraightModel) -> list[int]:
+    """Starts of stages 1..S-1 from cumulative indicators ``values[t][c]`` ("stage t has
+    started by unit c", t = 1..S-1, c over the window), read with a 0.5 threshold.
+
+    A value ``None`` reads as 0.
+
+    Raises
+    ------
+    RuntimeError
+        If the values do not describe S non-empty contiguous stages (a modelling bug).
+    """
+    starts = []
+    for t in range(1, model.S):
+        win = model.window(t)
+        start = win[-1]
+        for c in win[:-1]:
+            v = values[t].get(c)
+            if v is not None and v > 0.5:
+                start = c
+                break
+        starts.append(start)
+    if any(a >= b for a, b in zip([0, *starts], [*starts, model.n], strict=True)):
+        raise RuntimeError(f"solver values do not give {model.S} non-empty stages: starts {starts}")
+    return starts
+
+
 def second_phase(
     problem: PartitionProblem,
     model: StraightModel,
@@ -567,13 +608,17 @@ def second_phase(
     least 1F1B-flush iteration time among splits of the optimal period; ``info["secondary"]``
     says whether that was proven); :func:`solve_exact` re-scores it with
     :func:`pipeopt.evaluate` and keeps it only if it fits and its primary value is still within
-    the tolerance of ``bound`` (else ``starts`` stays, with a note). ``options``: ``solver``,
-    ``threads``, ``seed`` of the second phase's MILP.
+    the tolerance of ``bound`` (else ``starts`` stays, with a note). ``options``: ``run``, the
+    tie-break (:func:`~pipeopt.problems.partition.tiebreak.break_ties`, given by the method so
+    that this module does not import the modules built on it), and its ``solver``,
+    ``threads``, ``seed``; without ``run`` the split is returned unchanged.
     """
-    from .tiebreak import break_ties  # tiebreak -> events -> model: imported when needed
-
+    options = dict(options or {})
+    run = options.pop("run", None)
+    if run is None:
+        return list(starts)
     try:
-        return break_ties(problem, list(starts), deadline, info, **(options or {}))
+        return run(problem, list(starts), deadline, info, **options)
     except DeadlineReached:
         info.setdefault("secondary", {})["proven"] = False
         return list(starts)
