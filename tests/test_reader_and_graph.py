@@ -68,15 +68,16 @@ def test_gnmt_list_activation_sizes_are_summed():
     assert g.nodes["node7"]["out_bytes"] == 6291456.0 + 131072.0 + 131072.0
 
 
-def test_cut_bytes_count_every_crossing_edge():
+def test_a_tensor_crosses_a_cut_once():
     g = nx.DiGraph()
     for i, b in enumerate([10.0, 20.0, 30.0, 40.0]):
         g.add_node(f"n{i}", fwd={"gpu": 1.0}, bwd={"gpu": 1.0}, out_bytes=b, act_bytes=0.0, param_bytes=0.0)
     g.add_edges_from([("n0", "n1"), ("n1", "n2"), ("n2", "n3"), ("n0", "n3")])
     g.edges["n0", "n3"]["bytes"] = 5.0
     table = CostTable(Instance(g, Cluster.homogeneous(2)), 2)
-    # cut after n0: n0->n1 (10) + n0->n3 (5); after n1: n1->n2 (20) + 5; after n2: n2->n3 (30) + 5
-    assert list(table.boundary_bytes) == [0.0, 15.0, 25.0, 35.0, 0.0]
+    # cut after n0: n0's tensor once, the largest of its edges beyond the cut (10, not 10 + 5);
+    # after n1: n1->n2 (20) + n0's tensor relayed to n3 (5); after n2: n2->n3 (30) + 5
+    assert list(table.boundary_bytes) == [0.0, 10.0, 25.0, 35.0, 0.0]
 
 
 @pytest.mark.parametrize(

@@ -125,8 +125,12 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     if deadline.remaining() <= 0:
         return list(starts)
     budget = deadline.sub(min(SECONDARY_LIMIT, SECONDARY_SHARE * deadline.remaining()))
-    out = solve_events(problem, "1f1b", period_cap=period, deadline=budget, solver=solver,
-                       threads=threads, seed=seed, hint=list(starts))
+    try:
+        out = solve_events(problem, "1f1b", period_cap=period, deadline=budget, solver=solver,
+                           threads=threads, seed=seed, hint=list(starts))
+    except RuntimeError as exc:  # the solver process crashed (CBC has segfaulted here): keep the proven plan
+        record["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        return list(starts)
     record["bound"] = out.bound
     record["status"] = str(out.status)
     chosen = list(starts)
