@@ -72,7 +72,6 @@ Every plan is re-scored by :func:`pipeopt.evaluate` with objective ``"iteration"
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -90,6 +89,7 @@ from .model import (
     MILP_ABS_GAP,
     MILP_REL_GAP,
     MILP_TOLERANCE,
+    CumulativeSplit,
     StraightModel,
     balanced_split,
     check_options,
@@ -221,15 +221,6 @@ def schedule_reach(problem: PartitionProblem, schedule: str) -> np.ndarray:
 
 
 # ---- the model -----------------------------------------------------------------------------
-def _at(model: StraightModel, y: dict, arr, t: int, scale: float) -> tuple[list, float]:
-    """``arr[p_t] * scale`` as (terms, constant) in the cumulative binaries (t = 0..S)."""
-    n, S = model.n, model.S
-    if t == 0 or t == S:
-        return [], float(arr[0 if t == 0 else n]) * scale
-    hi = model.window(t)[-1]
-    return [(y[t][c], -float(arr[c + 1] - arr[c]) * scale) for c in y[t]], float(arr[hi]) * scale
-
-
 def build_events(
     model: StraightModel,
     schedule: str,
@@ -271,46 +262,18 @@ def build_events(
     lp = pulp.LpProblem("partition_events", pulp.LpMinimize)
     Z = lp.add_variable("iteration", lowBound=0.0)
     lp += Z, "iteration_time"
-    y = {t: {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in model.window(t)[:-1]}
-         for t in range(1, S)}
+    split = CumulativeSplit(lp, model)
+    y, add = split.y, split.add
     v = {"Z": Z, "y": y, "graph": graph}
-
-    def add(terms, constant: float, name: str, sense=pulp.LpConstraintLE) -> None:
-        """``sum(coef * var) + constant (<= or ==) 0``."""
-        lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms, constant), sense), name)
-
-    def started(t, c):
-        win = model.window(t)
-        if c >= win[-1]:
-            return 1
-        if c < win[0]:
-            return 0
-        return y[t][c]
 
     # structure of the split
     for t in range(1, S):
-        for a, b in itertools.pairwise(list(y[t])):
-            add([(y[t][a], 1.0), (y[t][b], -1.0)], 0.0, f"monotone_{t}_{a}")
-        if t + 1 < S:
-            for c in y[t + 1]:
-                add([(y[t + 1][c], 1.0), (y[t][c - 1], -1.0)], 0.0, f"nonempty_{t}_{c}")
+        split.structure_rows(t)
     # memory: p_t <= a implies p_{t+1} <= reach_t[a]
     for t in range(S):
         deadline.check("building the event MILP")
-        R = model.reach[t]
-        win = list(model.window(t))
-        for i, a in enumerate(win):
-            if i + 1 < len(win) and R[win[i + 1]] == R[a]:
-                continue  # implied by the row of the next a (y[t] is monotone)
-            lhs, rhs = started(t, a), started(t + 1, int(R[a]))
-            if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
-                continue
-            if isinstance(lhs, int) and isinstance(rhs, int):
-                return None, v
-            terms = (([] if isinstance(lhs, int) else [(lhs, 1.0)])
-                     + ([] if isinstance(rhs, int) else [(rhs, -1.0)]))
-            add(terms, float(lhs if isinstance(lhs, int) else 0) - float(rhs if isinstance(rhs, int) else 0),
-                f"reach_{t}_{a}")
+        if not split.reach_rows(t, model.reach[t]):
+            return None, v
     u = 1.0 / unit
     # durations
     arr = op_prefixes(problem)
@@ -318,15 +281,15 @@ def build_events(
     dB = [lp.add_variable(f"dur_B_{s}", lowBound=0.0) for s in range(S)]
     for s in range(S):
         for d, end, begin in ((dF[s], arr["f_end"], arr["f_begin"]), (dB[s], arr["b_end"], arr["b_begin"])):
-            e_terms, e_const = _at(model, y, end, s + 1, u)
-            b_terms, b_const = _at(model, y, begin, s, u)
+            e_terms, e_const = split.at(end, s + 1, u)
+            b_terms, b_const = split.at(begin, s, u)
             add(e_terms + [(x, -c) for x, c in b_terms] + [(d, -1.0)], e_const - b_const, f"{d.name}_def",
                 pulp.LpConstraintEQ)
     dX = []
     if problem.instance.settings.overlap:
         for c in range(S - 1):
             d = lp.add_variable(f"dur_X_{c}", lowBound=0.0)
-            terms, const = _at(model, y, arr["xfer"], c + 1, u)
+            terms, const = split.at(arr["xfer"], c + 1, u)
             add(terms + [(d, -1.0)], const, f"dur_X_{c}_def", pulp.LpConstraintEQ)
             dX.append(d)
     v.update(dF=dF, dB=dB, dX=dX)
@@ -355,18 +318,18 @@ def build_events(
         for c in range(1, S):
             if np.any(mid[list(model.window(c))] != 0):
                 mv = lp.add_variable(f"cut_trip_{c}", lowBound=0.0)
-                terms, const = _at(model, y, mid, c, u)
+                terms, const = split.at(mid, c, u)
                 add(terms + [(mv, -1.0)], const, f"cut_trip_{c}_def", pulp.LpConstraintEQ)
                 mvars[c] = mv
             if np.max(np.asarray(bound)[list(model.window(c))], initial=0.0) > 0:
-                terms, const = _at(model, y, bound, c, u)
+                terms, const = split.at(bound, c, u)
                 if not terms and const > cap:
                     return None, v
                 add(terms, const - cap, f"cut_cap_{c}")
         for i in range(S):
-            b_terms, b_const = _at(model, y, model.begin, i, u)
+            b_terms, b_const = split.at(model.begin, i, u)
             for l in range(i, S):
-                e_terms, e_const = _at(model, y, model.end, l + 1, u)
+                e_terms, e_const = split.at(model.end, l + 1, u)
                 terms = e_terms + [(x, -c) for x, c in b_terms]
                 terms += [(mvars[c], 1.0) for c in range(i + 1, l + 1) if c in mvars]
                 const = e_const - b_const - (l - i + 1) * cap

@@ -47,7 +47,6 @@ itself, so a limit holds even inside CBC's preprocessing; HiGHS runs in a child 
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -64,6 +63,7 @@ from .model import (
     MILP_REL_GAP,
     MILP_TOLERANCE,
     Attempt,
+    CumulativeSplit,
     StraightModel,
     check_options,
     infeasible_memory,
@@ -111,40 +111,11 @@ def build_milp(
     lp = pulp.LpProblem("partition_straight", pulp.LpMinimize)
     T = lp.add_variable("bottleneck", lowBound=model.lower_bound / time_unit)
     lp += T, "bottleneck_time"
-    y: dict[int, dict[int, pulp.LpVariable]] = {}
-    for t in range(1, S):
-        win = model.window(t)
-        y[t] = {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in win[:-1]}
-
-    def add(terms, constant: float, name: str) -> None:
-        """The row ``sum(coef * var) + constant <= 0`` (built directly: PuLP's operators are
-        slow on tens of thousands of rows)."""
-        lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms, constant), pulp.LpConstraintLE), name)
-
-    def started(t, c):
-        """``1[p_t <= c]``: a variable inside stage t's window, else the constant 0 or 1."""
-        win = model.window(t)
-        if c >= win[-1]:
-            return 1
-        if c < win[0]:
-            return 0
-        return y[t][c]
-
-    def at_start(F, t, scale):
-        """``F[p_t] * scale`` as (terms, constant)."""
-        if t == 0 or t == S:
-            return [], float(F[0 if t == 0 else n]) * scale
-        hi = model.window(t)[-1]
-        return [(y[t][c], -float(F[c + 1] - F[c]) * scale) for c in y[t]], float(F[hi]) * scale
-
+    split = CumulativeSplit(lp, model)
+    y, add, at_start = split.y, split.add, split.at
     for t in range(1, S):
         deadline.check("building the MILP")
-        cs = list(y[t])
-        for a, b in itertools.pairwise(cs):
-            add([(y[t][a], 1.0), (y[t][b], -1.0)], 0.0, f"monotone_{t}_{a}")
-        if t + 1 < S:
-            for c in y[t + 1]:
-                add([(y[t + 1][c], 1.0), (y[t][c - 1], -1.0)], 0.0, f"nonempty_{t}_{c}")
+        split.structure_rows(t)
     u = 1.0 / time_unit
     for t in range(S):
         deadline.check("building the MILP")
@@ -187,18 +158,8 @@ def build_milp(
     for t in range(S):
         deadline.check("building the MILP")
         R = model.reach[t] if time_reach is None else np.minimum(model.reach[t], time_reach)
-        win = list(model.window(t))
-        for i, a in enumerate(win):
-            if i + 1 < len(win) and R[win[i + 1]] == R[a]:
-                continue  # implied by the row of a + 1 (y[t] is monotone)
-            lhs, rhs = started(t, a), started(t + 1, int(R[a]))
-            if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
-                continue
-            if isinstance(lhs, int) and isinstance(rhs, int):  # 1 <= 0 on constants
-                return None, T, y
-            terms = ([] if isinstance(lhs, int) else [(lhs, 1.0)]) + ([] if isinstance(rhs, int) else [(rhs, -1.0)])
-            add(terms, float(lhs if isinstance(lhs, int) else 0) - float(rhs if isinstance(rhs, int) else 0),
-                f"reach_{t}_{a}")
+        if not split.reach_rows(t, R):
+            return None, T, y
     return lp, T, y
 
 

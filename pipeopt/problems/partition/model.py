@@ -64,7 +64,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import itertools
+
 import numpy as np
+import pulp
 
 from ...backends.bisection import bisect_limit
 from ...backends.deadline import Deadline, DeadlineReached
@@ -561,6 +564,82 @@ def _violations(problem: PartitionProblem, starts: list[int]) -> tuple[float, bo
     p = [0, *starts, problem.n]
     over = [(t, p[t], p[t + 1]) for t in range(problem.stages) if not problem.fits(ev.memory[t])]
     return ev.objective, False, over
+
+
+class CumulativeSplit:
+    """A straight split as cumulative binaries in a PuLP model, shared by the MILP
+    (:func:`pipeopt.problems.partition.milp.build_milp`) and the event-time model
+    (:func:`pipeopt.problems.partition.events.build_events`).
+
+    ``y[t][c] = 1[p_t <= c]`` ("stage t has started by unit c") for stages t = 1..S-1 and c
+    in stage t's window but its last unit (where it is 1). Rows are built directly as
+    :class:`pulp.LpConstraint` (PuLP's operators are slow on tens of thousands of rows).
+
+    Parameters
+    ----------
+    lp
+        The PuLP problem the variables and rows go into.
+    model
+        The split's arrays (:class:`StraightModel`: windows, memory reach).
+    """
+
+    def __init__(self, lp: pulp.LpProblem, model: StraightModel) -> None:
+        self.lp, self.model = lp, model
+        self.y = {t: {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in model.window(t)[:-1]}
+                  for t in range(1, model.S)}
+
+    def add(self, terms, constant: float, name: str, sense=pulp.LpConstraintLE) -> None:
+        """The row ``sum(coef * var) + constant (<= or ==) 0``."""
+        self.lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms, constant), sense), name)
+
+    def started(self, t: int, c: int):
+        """``1[p_t <= c]``: a variable inside stage t's window, else the constant 0 or 1."""
+        win = self.model.window(t)
+        if c >= win[-1]:
+            return 1
+        if c < win[0]:
+            return 0
+        return self.y[t][c]
+
+    def at(self, arr, t: int, scale: float) -> tuple[list, float]:
+        """``arr[p_t] * scale`` as (terms, constant), t = 0..S (``p_0 = 0``, ``p_S = n``)."""
+        n, S = self.model.n, self.model.S
+        if t == 0 or t == S:
+            return [], float(arr[0 if t == 0 else n]) * scale
+        hi = self.model.window(t)[-1]
+        return [(yc, -float(arr[c + 1] - arr[c]) * scale) for c, yc in self.y[t].items()], float(arr[hi]) * scale
+
+    def structure_rows(self, t: int) -> None:
+        """Stage t's indicators are monotone in c, and stage t + 1 starts after stage t."""
+        y = self.y
+        for a, b in itertools.pairwise(list(y[t])):
+            self.add([(y[t][a], 1.0), (y[t][b], -1.0)], 0.0, f"monotone_{t}_{a}")
+        if t + 1 < self.model.S:
+            for c in y[t + 1]:
+                self.add([(y[t + 1][c], 1.0), (y[t][c - 1], -1.0)], 0.0, f"nonempty_{t}_{c}")
+
+    def reach_rows(self, t: int, reach: np.ndarray) -> bool:
+        """Stage t ends by ``reach[p_t]`` (memory, :meth:`StraightModel.forbid`): ``p_t <= a``
+        implies ``p_{t+1} <= reach[a]``, one 0/1 row per step of ``reach``.
+
+        Returns
+        -------
+        bool
+            False if a row is false on constants (no split admits stage t at all).
+        """
+        win = list(self.model.window(t))
+        for i, a in enumerate(win):
+            if i + 1 < len(win) and reach[win[i + 1]] == reach[a]:
+                continue  # implied by the row of the next a (y[t] is monotone)
+            lhs, rhs = self.started(t, a), self.started(t + 1, int(reach[a]))
+            if isinstance(lhs, int) and lhs == 0 or isinstance(rhs, int) and rhs == 1:
+                continue
+            if isinstance(lhs, int) and isinstance(rhs, int):  # 1 <= 0 on constants
+                return False
+            terms = ([] if isinstance(lhs, int) else [(lhs, 1.0)]) + ([] if isinstance(rhs, int) else [(rhs, -1.0)])
+            self.add(terms, float(lhs if isinstance(lhs, int) else 0) - float(rhs if isinstance(rhs, int) else 0),
+                     f"reach_{t}_{a}")
+        return True
 
 
 def starts_from_cumulative(values, model: StraightModel) -> list[int]:
