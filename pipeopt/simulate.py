@@ -245,16 +245,17 @@ class SimulationResult:
         return len(self.replicas)
 
     def summary(self) -> str:
-        """A few lines: iteration, steady state against the analytic bottleneck, bubble, and
-        per stage utilisation and peak memory."""
+        """A few lines: iteration and steady state, each beside the cost model's value
+        (:func:`pipeopt.evaluate`, exact: equal to the simulated one unless ``half_duplex``),
+        bubble, and per stage utilisation and peak memory."""
         ratio = self.time_per_microbatch / self.bottleneck if self.bottleneck > 0 else math.nan
         head = (
             f"{self.schedule}: {self.microbatches} microbatches, iteration {self.iteration_time * 1e3:.4f} ms"
-            f" (analytic estimate {self.analytic_iteration_time * 1e3:.4f} ms)"
+            f" (evaluation, pipeopt.evaluate: {self.analytic_iteration_time * 1e3:.4f} ms)"
         )
         steady = (
             f"  steady state {self.time_per_microbatch * 1e3:.4f} ms per microbatch"
-            f" = {ratio:.4f} x the analytic bottleneck {self.bottleneck * 1e3:.4f} ms;"
+            f" = {ratio:.4f} x the bottleneck of pipeopt.evaluate {self.bottleneck * 1e3:.4f} ms;"
             f" bubble {self.bubble_fraction:.1%}"
         )
         lines = [head, steady]

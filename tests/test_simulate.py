@@ -438,7 +438,8 @@ def test_summary_and_analytic_estimate_use_the_simulated_M():
     assert sim.analytic_iteration_time == evaluate(inst.with_settings(microbatches=10), plan).iteration_time
     assert close(sim.iteration_time, (10 + 3 - 1) * 3.0)  # equal stages: (M + S - 1) T
     text = sim.summary()
-    assert "1f1b: 10 microbatches" in text and "1.0000 x the analytic bottleneck" in text
+    assert "1f1b: 10 microbatches" in text and "1.0000 x the bottleneck of pipeopt.evaluate" in text
+    assert "analytic" not in text  # the evaluation is exact, not an estimate
     assert text.count("stage ") == 3 and str(sim) == text
 
 
