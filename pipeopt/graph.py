@@ -15,6 +15,13 @@ Node attributes (units as in DESIGN.md):
     activation bytes kept for the backward pass (per microbatch).
 ``pin_first`` (optional, default ``False``)
     data-loading nodes (PipeDream's ``Input``) that must sit in the first stage.
+``bwd_w`` (optional)
+    ``dict[str, float]``: the part of ``bwd`` that computes the **weight gradient** (W), in
+    seconds on one unit of each kind, ``0 <= bwd_w[k] <= bwd[k]``; the rest, ``bwd[k] -
+    bwd_w[k]``, is the **input gradient** (I) that the previous stage waits for (zero-bubble
+    schedules run the two apart, Qi et al., ICLR 2024). A kind missing from the dict (or the
+    attribute missing) takes the documented default W = B / 2
+    (:data:`pipeopt.cost.passes.DEFAULT_W_SHARE`, reported among the assumptions).
 
 Edge attribute ``bytes`` defaults to the tail's ``out_bytes``.
 """
@@ -90,6 +97,8 @@ def validate_graph(graph: nx.DiGraph) -> None:
             raise InvalidGraphError(
                 f"layer {node!r} has forward times on {sorted(fk)} but backward times on {sorted(bk)}"
             )
+        if "bwd_w" in attrs:
+            _check_weight_gradient(node, attrs["bwd_w"], attrs["bwd"])
         for key in NODE_NUMBERS:
             if key not in attrs:
                 raise InvalidGraphError(f"layer {node!r} has no {key!r} attribute (bytes)")
@@ -108,6 +117,27 @@ def validate_graph(graph: nx.DiGraph) -> None:
         if not _is_number(b) or not math.isfinite(b) or b < 0:
             raise InvalidGraphError(f"edge {u!r} -> {v!r} has a negative or invalid 'bytes' {b!r}")
         _check_bytes(b, f"edge {u!r} -> {v!r} has bytes")
+
+
+def _check_weight_gradient(node, w, bwd: dict) -> None:
+    """The optional ``bwd_w`` of a layer: a dict kind -> seconds with ``0 <= W <= bwd`` on
+    kinds where the layer has a finite backward time."""
+    if not isinstance(w, dict):
+        raise InvalidGraphError(
+            f"layer {node!r}: 'bwd_w' must be a dict kind -> seconds (the weight-gradient part"
+            f" of bwd), got {w!r}"
+        )
+    for kind, t in w.items():
+        b = bwd.get(kind, math.inf)
+        if not math.isfinite(b):
+            raise InvalidGraphError(
+                f"layer {node!r} has a bwd_w time on {kind!r}, where it has no finite backward time"
+            )
+        if not _is_number(t) or math.isnan(t) or not 0 <= t <= b:
+            raise InvalidGraphError(
+                f"layer {node!r}: bwd_w on {kind!r} is {t!r}; it must be a number of seconds in"
+                f" [0, bwd = {b!r}] (the weight-gradient part W of the backward; I = bwd - W)"
+            )
 
 
 def _is_number(x) -> bool:

@@ -38,6 +38,8 @@ A JSON object with these fields (units as in DESIGN.md: seconds, bytes, bytes/s)
           {"id": "conv1",                  # required: the layer name (string or integer)
            "fwd": {"gpu": 1.2e-4},         # seconds on ONE unit of each kind
            "bwd": {"gpu": 2.4e-4},         # seconds on ONE unit of each kind
+           "bwd_w": {"gpu": 1.1e-4},       # optional: the weight-gradient part W of bwd
+                                           #   (I = bwd - W); missing: W = bwd / 2 assumed
            "out_bytes": 1.6e7,             # activation bytes sent to each successor
            "act_bytes": 3.2e7,             # activation bytes stashed for the backward pass
            "param_bytes": 1.4e4,           # parameter bytes
