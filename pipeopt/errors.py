@@ -26,6 +26,18 @@ class InvalidPlanError(PipeoptError):
     a backward edge between stages, unknown device, share outside [0, 1])."""
 
 
+class UnsupportedPlanError(InvalidPlanError):
+    """A valid plan that a pipeline runtime cannot express (:mod:`pipeopt.export`): a cut
+    inside a module the runtime cannot split, a non-contiguous stage, per-stage replication,
+    an embedding or head placement its format has no word for. The message names the
+    runtime and the problem."""
+
+
+class PipelineRunError(PipeoptError):
+    """A real pipeline run failed (``pipeopt run``, :mod:`pipeopt.torch.runtime`): a stage
+    process raised or did not finish in time; the message names the rank and quotes its error."""
+
+
 class InvalidProblemError(PipeoptError):
     """The request cannot be posed on this instance (more stages than layers, more
     workers than devices, unknown method or option)."""
