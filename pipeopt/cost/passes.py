@@ -216,6 +216,8 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
             names.append(f"{d}#{s}")
             copies.append(Device(names[-1], dict(dev.resources), dev.memory))
         stages.append(Stage(st.layers, tuple(names)))
+    taken = {c.name for c in copies}  # the unused devices stay (the instance checks the kinds it has)
+    copies += [d for d in cluster.devices if d.name not in taken]
     settings = Settings(overlap=True, microbatches=instance.settings.microbatches)
     virtual = instance.replace(cluster=Cluster(tuple(copies), cluster.bandwidth), settings=settings)
     ev = evaluate(virtual, Plan(tuple(stages)))

@@ -232,7 +232,8 @@ class Schedule:
         return tuple(keep)
 
     def __str__(self) -> str:
-        lines = [f"{self.name}: {self.ranks} ranks x {self.stages_per_rank} stages, {self.microbatches} microbatches"]
+        head = f"{self.name}: {self.ranks} ranks x {self.stages_per_rank} stages, {self.microbatches} microbatches"
+        lines = [head]
         for r in range(self.ranks):
             cells = [str(s[0]) if len(s) == 1 else "(" + ";".join(map(str, s)) + ")" for s in self.steps[r]]
             lines.append(f"  rank {r}: " + " ".join(cells))

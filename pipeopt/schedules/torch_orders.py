@@ -85,9 +85,9 @@ def _interleaved(name: str, ranks: int, microbatches: int, stages_per_rank: int,
     """The interleaved family, torch ``_get_1f1b_rank_ops``: on rank r, op q of ``v m +
     warmup`` runs a forward on local stage ``(q // per_round) mod v`` while q < ``v m``, and
     from q = ``warmup`` on a backward after it, on local stage ``v - 1 - ((q - warmup) //
-    per_round) mod v`` (the local stages in reverse). With ``zero_bubble`` the backward is I and, from the r-th backward on, each I is
-    followed by the W of the oldest backward without one (ZB1P's delay of r); the rest of the
-    Ws close the order."""
+    per_round) mod v`` (the local stages in reverse). With ``zero_bubble`` the backward is I
+    and, from the r-th backward on, each I is followed by the W of the oldest backward without
+    one (ZB1P's delay of r); the rest of the Ws close the order."""
     p, m = _count(ranks, "ranks"), _count(microbatches, "microbatches")
     v = _count(stages_per_rank, "stages_per_rank")
     per_round = _rounds(name, p, m)
@@ -229,7 +229,9 @@ def dualpipe_v(ranks: int, microbatches: int) -> Schedule:
     torch). Parameters: one copy (the V placement is what spares DualPipe's second copy)."""
     p, m = _count(ranks, "ranks"), _count(microbatches, "microbatches")
     if m < 2 * p:
-        raise InvalidProblemError(f"DualPipeV needs at least as many microbatches as stages (2p = {2 * p}), got {m}")
+        raise InvalidProblemError(
+            f"DualPipeV needs at least as many microbatches as stages (2p = {2 * p}), got {m}"
+        )
     steps = []
     for r in range(p):
         first, second = r, 2 * p - 1 - r
