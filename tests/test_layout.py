@@ -24,6 +24,7 @@ RANKS = {
     "pipeopt.zoo": 4,
     "pipeopt.result": 4,
     "pipeopt.simulate": 4,
+    "pipeopt.schedules": 4,
     "pipeopt.backends": 5,
     "pipeopt.problems": 6,
     "pipeopt.problems.method": 6,
