@@ -552,8 +552,10 @@ def exact_methods(problem: str) -> list:
 
 
 def heuristics(problem: str) -> list:
-    """``(method, space)`` of every heuristic of ``problem``."""
-    return [pytest.param(m.name, m.space, id=m.name) for m in registry.methods(problem) if not m.exact]
+    """``(method, space)`` of every heuristic of ``problem`` that applies to any instance (the
+    frameworks' block-counting splits need a graph of from_torch: tests/problems/partition/test_frameworks.py)."""
+    return [pytest.param(m.name, m.space, id=m.name) for m in registry.methods(problem)
+            if not m.exact and not m.requires]
 
 
 def _straight_methods() -> list:

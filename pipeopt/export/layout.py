@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..errors import UnsupportedPlanError
+from ..errors import InvalidProblemError, UnsupportedPlanError
 from ..graph import layer_order
 from ..plan import Plan
+from ..problems.partition.frameworks import around_container, block_of
 
 FQN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*\Z")
 """A module's fully qualified name as ``nn.Module.named_modules`` writes it."""
@@ -63,6 +64,9 @@ class ModelLayout:
         How ``order`` was obtained (one line, copied into every export's ``notes``).
     edges
         ``tuple[(str, str), ...]``: the layer graph's edges, empty without a graph.
+    ops
+        ``dict[str, str]``: each layer's module class (node attribute ``op`` of
+        ``from_torch``), empty if unknown.
     """
 
     order: tuple
@@ -71,6 +75,7 @@ class ModelLayout:
     granularity: str | None = None
     source: str = ""
     edges: tuple = field(default=(), repr=False)
+    ops: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, plan: Plan, graph: nx.DiGraph | None = None, module=None) -> ModelLayout:
@@ -107,20 +112,19 @@ class ModelLayout:
         order = tuple(str(x) for x in order)
         container = meta.get("container") or _guess_container(order)
         ctype = meta.get("container_type") or _container_type(module, container)
+        ops = {str(n): str(op) for n, op in graph.nodes(data="op") if op is not None}
         return cls(order, container, ctype, meta.get("granularity"), source,
-                   tuple((str(u), str(v)) for u, v in graph.edges))
+                   tuple((str(u), str(v)) for u, v in graph.edges), ops)
 
     # ---- the three parts of a model built around a container of blocks ------------------------
     def block_of(self, name: str) -> str | None:
-        """The container child (``"layers.3"``) holding ``name``, or ``None``."""
-        if self.container is None or not name.startswith(self.container + "."):
-            return None
-        rest = name[len(self.container) + 1:]
-        return f"{self.container}.{rest.split('.', 1)[0]}"
+        """The container child (``"layers.3"``) that ``name`` is or lies in, or ``None``."""
+        return block_of(name, self.container)
 
     def parts(self) -> tuple[list, list, list]:
         """``(before, blocks, after)``: names run before the container's first child, the
-        container's children (blocks) in order, names run after its last one.
+        container's children (blocks) in order, names run after its last one
+        (:func:`pipeopt.problems.partition.frameworks.around_container`).
 
         Raises
         ------
@@ -128,23 +132,10 @@ class ModelLayout:
             If there is no container, or a name outside the container runs between two of
             its children.
         """
-        if self.container is None:
-            raise UnsupportedPlanError(
-                "the model has no container of repeated blocks (graph attribute torch.container, or "
-                "names such as 'layers.0', 'layers.1')"
-            )
-        inside = [i for i, n in enumerate(self.order) if self.block_of(n) is not None]
-        if not inside:
-            raise UnsupportedPlanError(f"no layer of the plan lies in the container {self.container!r}")
-        lo, hi = inside[0], inside[-1]
-        stray = [n for n in self.order[lo:hi + 1] if self.block_of(n) is None]
-        if stray:
-            raise UnsupportedPlanError(
-                f"{stray[0]!r} runs between blocks of {self.container!r}: the model is not "
-                "'modules before, the container's blocks, modules after'"
-            )
-        blocks = list(dict.fromkeys(self.block_of(n) for n in self.order[lo:hi + 1]))
-        return list(self.order[:lo]), blocks, list(self.order[hi + 1:])
+        try:
+            return around_container(self.order, self.container)
+        except InvalidProblemError as exc:
+            raise UnsupportedPlanError(str(exc)) from None
 
 
 def _is_topological(graph: nx.DiGraph, nodes: list) -> bool:

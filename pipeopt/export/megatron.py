@@ -13,8 +13,9 @@ So a pipeopt plan of a decoder profiled at the granularity of its blocks maps to
 the modules before the blocks (the embeddings) sit in one stage, the modules after them (final
 norm, head) in one stage, and every name is a whole block. Rejected, naming the problem:
 
-* a model without a container of blocks, or with nothing before or after it (Megatron's
-  layout has no word for a model without an embedding or an output layer: a CNN);
+* a model without a container of blocks, or with nothing before or after it, or (when the
+  graph records the module classes) without an ``nn.Embedding`` before its blocks or with
+  blocks of several classes: the layout describes a GPT, not a CNN;
 * a cut between the embeddings (``tok_emb`` in one stage, ``pos_emb`` in the next: Megatron's
   embedding is one module) or between the final norm and the head (without MTP layers the
   final layer norm is built on the stage that holds ``L``);
@@ -80,6 +81,18 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
             f"{where}: the model has no {missing} its blocks {layout.container!r}; the layout "
             "describes a GPT (E = embedding, t = decoder layer, L = final norm + output layer + loss)"
         )
+    if layout.ops:
+        kinds = {layout.ops.get(b) for b in blocks}
+        if not any(layout.ops.get(n) == "Embedding" for n in before):
+            raise UnsupportedPlanError(
+                f"{where}: the modules before the blocks ({', '.join(f'{n} ({layout.ops.get(n)})' for n in before)}) "
+                "hold no nn.Embedding; the layout's E is a GPT's token and position embedding"
+            )
+        if len(kinds) > 1:
+            raise UnsupportedPlanError(
+                f"{where}: the blocks of {layout.container!r} are of several classes {sorted(map(str, kinds))}; "
+                "Megatron builds every decoder layer (t) from one layer spec"
+            )
     owner = {n: i for i, st in enumerate(split.stages) for n in st}
     deep = [n for n in layout.order if layout.block_of(n) not in (None, n)]
     if deep:

@@ -34,6 +34,11 @@ class Method:
         Part of the default ``pipeopt bench`` run.
     source
         Paper or framework it implements.
+    requires
+        What an instance must carry for the method to apply (``""``: any instance;
+        ``"torch"``: a layer graph of :func:`pipeopt.torch.from_torch` at a container
+        granularity, which the frameworks' block-counting splits read). Elsewhere the method
+        raises :class:`~pipeopt.errors.InvalidProblemError`.
     """
 
     problem: str
@@ -43,6 +48,7 @@ class Method:
     space: str = "auto"
     default: bool = True
     source: str = ""
+    requires: str = ""
 
     def __call__(self, problem, **kw):
         """Run the method on a problem object."""

@@ -17,6 +17,9 @@ lower bound.
 * :func:`uniform`, :func:`param_balanced` -- DeepSpeed's ``uniform`` and ``parameters``
   partition methods (straight space).
 * :func:`time_balanced` -- torchgpipe's ``balance_by_time`` (straight space).
+* :func:`torchtitan`, :func:`megatron`, :func:`pippy` -- the default splits of torchtitan,
+  Megatron-LM and PiPPy's examples, counting the blocks of a model profiled by
+  :func:`pipeopt.torch.from_torch` (:mod:`.frameworks`; other graphs are refused).
 * :func:`mcmc` -- FlexFlow's Metropolis-Hastings search (Jia, Zaharia & Aiken, SysML 2019):
   five chains (seeds ``seed .. seed + 4``) share the time limit; the median chain's plan.
 """
@@ -25,6 +28,7 @@ from ..method import Method
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
 from .cpsat import solve_cpsat
 from .dp import solve_dp
+from .frameworks import megatron, pippy, torchtitan
 from .mcmc import mcmc
 from .milp import solve_milp
 from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
@@ -54,6 +58,12 @@ METHODS = (
            "DeepSpeed partition_method='parameters'"),
     Method("partition", "time_balanced", time_balanced, False, "straight", True,
            "torchgpipe balance_by_time (Kim et al. 2020)"),
+    Method("partition", "torchtitan", torchtitan, False, "straight", False,
+           "torchtitan v0.2.2 generate_llm_fqn_per_model_part (first/last stage less layers = 1)", "torch"),
+    Method("partition", "megatron", megatron, False, "straight", False,
+           "Megatron-Core 0.19 get_num_layers_to_build (L / S blocks, embedding first, head last)", "torch"),
+    Method("partition", "pippy", pippy, False, "straight", False,
+           "PiPPy examples: layers_per_rank = L // S, the rest on the last stage", "torch"),
     Method("partition", "mcmc", mcmc, False, "straight", True,
            "FlexFlow-style MCMC (Jia, Zaharia, Aiken, SysML 2019); 5 seeds share the time limit, median plan"),
 )
@@ -64,6 +74,8 @@ __all__ = [
     "PartitionProblem",
     "PipeDreamPlan",
     "mcmc",
+    "megatron",
+    "pippy",
     "solve_cpsat",
     "solve_dp",
     "solve_milp",
@@ -78,6 +90,7 @@ __all__ = [
     "spread_balanced_parts",
     "straight_stage_time",
     "time_balanced",
+    "torchtitan",
     "uniform",
     "uniform_parts",
 ]

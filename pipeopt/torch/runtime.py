@@ -1,0 +1,441 @@
+"""Run a plan on torch's own pipeline runtime, on CPU processes, and time it.
+
+:func:`run_plan` exports the plan to ``torch.distributed.pipelining``
+(:mod:`pipeopt.export.torch_pipelining`), spawns one process per stage
+(``torch.multiprocessing``, start method ``spawn``; ``gloo`` process group over a file store;
+``torch.set_num_threads(1)`` in each, as the profile is measured), and in each process:
+
+1. builds the model from its factory (same seed on every rank: equal weights);
+2. ``pipeline(model, mb_args, split_spec=...)`` traces and splits it, ``build_stage`` makes
+   the rank's stage, and the names of the plan's layers found in the stage module's
+   ``named_modules()`` are the stage membership actually built;
+3. runs torch's ``Schedule1F1B`` or ``ScheduleGPipe`` over M microbatches: ``warmup``
+   untimed iterations, then ``iterations`` timed ones, each between two barriers
+   (``dist.barrier(); t0; schedule.step(...); dist.barrier(); t1``), so an iteration's time
+   is the flush time of all stages. The barrier pair's own cost is timed alone and reported.
+
+The loss is ``output.sum()`` (a backward from gradients of ones, as the profiler of
+:mod:`pipeopt.torch.probe` times the layers), so that the run and the profile time the same
+work; no optimizer step (the cost model does not count one).
+
+:func:`prediction` is pipeopt's value for the same plan: :func:`pipeopt.evaluate` with
+objective ``iteration`` (1F1B with a flush) or ``gpipe`` and the same M.
+
+References
+----------
+PyTorch 2.13 ``torch/distributed/pipelining``: ``pipeline``, ``build_stage``,
+``Schedule1F1B``, ``ScheduleGPipe`` (docs.pytorch.org/docs/2.13/distributed.pipelining.html).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import queue as queue_mod
+import statistics
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+
+from ..errors import InvalidProblemError, PipelineRunError
+from ..export import export
+from ..export.torch_pipelining import split_spec_for_torch
+from ..plan import Plan
+
+SCHEDULES = ("1f1b", "gpipe")
+OBJECTIVE = {"1f1b": "iteration", "gpipe": "gpipe"}
+"""pipeopt's objective that models each schedule (M microbatches with a flush)."""
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds a run may take in all (spawn, tracing, warm-up, timed iterations)."""
+
+
+# ---- reading a Pipe back ----------------------------------------------------------------------
+def build_pipe(module: torch.nn.Module, example_inputs: tuple, exported: dict):
+    """``torch.distributed.pipelining.pipeline`` on a copy of ``module`` with the export's split.
+
+    ``pipeline`` annotates the module it is given in place (its split points stay on the
+    module's ``forward``), hence the copy.
+
+    Raises
+    ------
+    PipelineRunError
+        If torch builds another number of stages than the export has.
+    """
+    from torch.distributed.pipelining import pipeline
+
+    pipe = pipeline(copy.deepcopy(module), tuple(example_inputs), split_spec=split_spec_for_torch(exported))
+    if pipe.num_stages != exported["num_stages"]:
+        raise PipelineRunError(
+            f"torch.distributed.pipelining built {pipe.num_stages} stages from a split spec of "
+            f"{exported['num_stages']} stages ({exported['split_spec']})"
+        )
+    return pipe
+
+
+def stage_membership(stage_module: torch.nn.Module, names) -> list[str]:
+    """The names among ``names`` (module FQNs) that a stage module holds, in ``names``' order."""
+    held = {n for n, _ in stage_module.named_modules()}
+    return [n for n in names if n in held]
+
+
+def pipe_stages(pipe, names) -> list[list[str]]:
+    """Stage membership of every stage of a ``Pipe``: :func:`stage_membership` of each."""
+    return [stage_membership(pipe.get_stage_module(i), names) for i in range(pipe.num_stages)]
+
+
+# ---- the run ----------------------------------------------------------------------------------
+@dataclass
+class RunReport:
+    """What a real run measured.
+
+    Attributes
+    ----------
+    schedule, microbatches, iterations, warmup
+        As run.
+    stages
+        ``list[list[str]]``: the layer names each rank's stage module holds (as built).
+    planned
+        ``list[list[str]]``: the plan's stages (execution order).
+    times
+        ``list[float]``: seconds of each timed iteration (the slowest rank's, barriers
+        included).
+    barrier
+        Median seconds of the barrier pair alone (the timing's own overhead).
+    predicted
+        pipeopt's iteration time for the plan (:func:`prediction`), seconds, or ``None``.
+    wall
+        Seconds of the whole run (spawn to join).
+    """
+
+    schedule: str
+    microbatches: int
+    iterations: int
+    warmup: int
+    stages: list
+    planned: list
+    times: list
+    barrier: float
+    predicted: float | None = None
+    wall: float = 0.0
+    info: dict = field(default_factory=dict)
+
+    @property
+    def iteration(self) -> float:
+        """Median measured seconds per iteration."""
+        return statistics.median(self.times)
+
+    @property
+    def per_microbatch(self) -> float:
+        """Median seconds per iteration / M."""
+        return self.iteration / self.microbatches
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured, or ``None`` without a prediction."""
+        if self.predicted is None:
+            return None
+        return (self.predicted - self.iteration) / self.iteration
+
+    @property
+    def membership_matches(self) -> bool:
+        """Whether the stages built are the plan's."""
+        return [sorted(s) for s in self.stages] == [sorted(s) for s in self.planned]
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        lines = [
+            f"{self.schedule}, M = {self.microbatches}, {len(self.stages)} stages on {len(self.stages)} CPU "
+            f"processes (gloo, 1 thread each), {self.iterations} timed iterations after {self.warmup} warm-up",
+            f"  measured  {self.iteration * 1e3:9.3f} ms per iteration (median; min {min(self.times) * 1e3:.3f}, "
+            f"max {max(self.times) * 1e3:.3f}), {self.per_microbatch * 1e3:.3f} ms per microbatch; "
+            f"barrier pair {self.barrier * 1e3:.3f} ms",
+        ]
+        if self.predicted is not None:
+            lines.append(f"  predicted {self.predicted * 1e3:9.3f} ms per iteration (pipeopt.evaluate, objective "
+                         f"{OBJECTIVE[self.schedule]}), {self.predicted / self.microbatches * 1e3:.3f} ms per "
+                         f"microbatch; error {self.error:+.1%}")
+        for i, st in enumerate(self.stages):
+            lines.append(f"  stage {i} built: {_span(st)}")
+        lines.append("  stage membership = plan" if self.membership_matches
+                     else "  stage membership DIFFERS from the plan: " + str(self.planned))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (seconds)."""
+        return {
+            "schedule": self.schedule,
+            "microbatches": self.microbatches,
+            "iterations": self.iterations,
+            "warmup": self.warmup,
+            "measured_iteration": self.iteration,
+            "measured_per_microbatch": self.per_microbatch,
+            "times": list(self.times),
+            "barrier": self.barrier,
+            "predicted_iteration": self.predicted,
+            "error": self.error,
+            "stages": self.stages,
+            "planned": self.planned,
+            "membership_matches": self.membership_matches,
+            "wall": self.wall,
+            "info": self.info,
+        }
+
+
+def _span(names: list) -> str:
+    if len(names) <= 4:
+        return ", ".join(names)
+    return f"{len(names)} layers [{names[0]}, {names[1]} .. {names[-1]}]"
+
+
+def prediction(instance, plan: Plan, schedule: str, microbatches: int) -> float:
+    """pipeopt's predicted seconds per iteration of ``plan``: :func:`pipeopt.evaluate` with the
+    schedule's objective (``iteration`` for 1F1B with a flush, ``gpipe``) and M microbatches."""
+    from ..cost import evaluate
+
+    inst = instance.with_settings(objective=OBJECTIVE[_schedule(schedule)], microbatches=microbatches)
+    return evaluate(inst, plan).objective
+
+
+def _schedule(schedule: str) -> str:
+    if schedule not in SCHEDULES:
+        raise InvalidProblemError(f"unknown schedule {schedule!r}; torch runs {list(SCHEDULES)}")
+    return schedule
+
+
+def _count(value, what: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidProblemError(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def run_plan(
+    plan: Plan,
+    model: str | Callable,
+    *,
+    model_kwargs: dict | None = None,
+    instance=None,
+    schedule: str = "1f1b",
+    microbatches: int = 4,
+    iterations: int = 5,
+    warmup: int = 2,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> RunReport:
+    """Run ``plan`` on ``torch.distributed.pipelining`` with one CPU process per stage.
+
+    Parameters
+    ----------
+    plan
+        A plan whose layers are the model's module FQNs (S stages: S processes).
+    model
+        A shipped model's name (:data:`pipeopt.torch.models.MODELS`), ``"package.module:factory"``
+        (:func:`pipeopt.torch.models.load`), or a picklable factory (a module-level function)
+        returning ``(module, example_inputs)``; ``example_inputs`` is one microbatch (the one
+        the profile was measured with). Every process builds it with the same arguments.
+    model_kwargs
+        Keyword arguments of the factory.
+    instance
+        The profiled instance of the model, or ``None``: gives the execution order for the
+        export and, if given, the prediction (:func:`prediction`).
+    schedule
+        ``"1f1b"`` (``Schedule1F1B``) or ``"gpipe"`` (``ScheduleGPipe``).
+    microbatches
+        M, microbatches per iteration (the batch is M copies of the example microbatch).
+    iterations, warmup
+        Timed and untimed iterations.
+    timeout
+        Seconds for the whole run.
+
+    Returns
+    -------
+    RunReport
+
+    Raises
+    ------
+    InvalidProblemError
+        Unknown schedule or model, counts out of range.
+    UnsupportedPlanError
+        If torch.distributed.pipelining cannot express the plan (:mod:`pipeopt.export`), or it
+        replicates stages (the run has no data-parallel dimension).
+    PipelineRunError
+        If a stage process raises or the run exceeds ``timeout`` (the message names the rank
+        and quotes its error).
+    """
+    from ..errors import UnsupportedPlanError
+    from .models import load
+
+    schedule = _schedule(schedule)
+    microbatches = _count(microbatches, "microbatches", 1)
+    iterations = _count(iterations, "iterations", 1)
+    warmup = _count(warmup, "warmup", 0)
+    if isinstance(model, str):
+        load(model, **dict(model_kwargs or {}))  # a bad name or size fails here, not in S processes
+    exported = export(plan, "torch", graph=instance.graph if instance is not None else None)
+    if exported["data_parallel"] > 1:
+        raise UnsupportedPlanError(
+            f"pipeopt run has no data-parallel dimension: the plan replicates every stage "
+            f"{exported['data_parallel']} times"
+        )
+    names = [n for st in exported["stages"] for n in st]
+    predicted = prediction(instance, plan, schedule, microbatches) if instance is not None else None
+    world = exported["num_stages"]
+    job = {
+        "model": model,
+        "model_kwargs": dict(model_kwargs or {}),
+        "exported": exported,
+        "names": names,
+        "schedule": schedule,
+        "microbatches": microbatches,
+        "iterations": iterations,
+        "warmup": warmup,
+        "timeout": timeout,
+    }
+    started = time.perf_counter()
+    results = _spawn(world, job, timeout)
+    wall = time.perf_counter() - started
+    times = [max(r["times"][k] for r in results) for k in range(iterations)]
+    return RunReport(
+        schedule=schedule,
+        microbatches=microbatches,
+        iterations=iterations,
+        warmup=warmup,
+        stages=[r["stage"] for r in results],
+        planned=[list(s) for s in exported["stages"]],
+        times=times,
+        barrier=statistics.median(max(r["barrier"][k] for r in results) for k in range(len(results[0]["barrier"]))),
+        predicted=predicted,
+        wall=wall,
+        info={"trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
+              "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results]},
+    )
+
+
+def _spawn(world: int, job: dict, timeout: float) -> list[dict]:
+    """Start ``world`` stage processes, collect their results (rank order) or fail naming one."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results: queue_mod.Queue = ctx.Queue()
+    fd, store = tempfile.mkstemp(prefix="pipeopt-run-")
+    os.close(fd)
+    os.unlink(store)  # the file store creates it
+    procs = [ctx.Process(target=_worker, args=(rank, world, store, job, results), daemon=True)
+             for rank in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    out: dict = {}
+    try:
+        while len(out) < world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PipelineRunError(f"the pipeline run did not finish within {timeout:g} s "
+                                       f"(ranks {sorted(set(range(world)) - set(out))} still running)")
+            try:
+                msg = results.get(timeout=min(left, 1.0))
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(procs) if r not in out and p.exitcode not in (None, 0)]
+                if dead:
+                    raise PipelineRunError(f"stage process {dead[0]} died with exit code "
+                                           f"{procs[dead[0]].exitcode} before reporting") from None
+                continue
+            if "error" in msg:
+                raise PipelineRunError(f"stage process {msg['rank']} failed: {msg['error']}")
+            out[msg["rank"]] = msg
+    finally:
+        for p in procs:
+            p.join(timeout=5.0)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5.0)
+        if os.path.exists(store):
+            os.unlink(store)
+    return [out[r] for r in range(world)]
+
+
+def _factory(job: dict):
+    if isinstance(job["model"], str):
+        from .models import load
+
+        return load(job["model"], **job["model_kwargs"])
+    return job["model"](**job["model_kwargs"])
+
+
+def _worker(rank: int, world: int, store: str, job: dict, results) -> None:
+    """One stage process (module-level: spawn pickles it by reference)."""
+    import torch.distributed as dist
+
+    try:
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=job["timeout"]))
+        try:
+            results.put(_stage_run(rank, world, job))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
+        tb = traceback.format_exc(limit=6).strip().splitlines()
+        results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"[:500] + " | " + " / ".join(tb[-3:])})
+
+
+def _stage_run(rank: int, world: int, job: dict) -> dict:
+    import torch.distributed as dist
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, build_stage
+
+    module, example = _factory(job)
+    example = tuple(example)
+    m = job["microbatches"]
+    t0 = time.perf_counter()
+    pipe = build_pipe(module, example, job["exported"])
+    trace_s = time.perf_counter() - t0
+    stage_mod = pipe.get_stage_module(rank)
+    stage = build_stage(stage_mod, rank, pipe.info(), torch.device("cpu"))
+    cls = Schedule1F1B if job["schedule"] == "1f1b" else ScheduleGPipe
+    sched = cls(stage, m, loss_fn=_sum_loss)
+    batch = tuple(torch.cat([x] * m) if isinstance(x, torch.Tensor) else x for x in example)
+    target = torch.zeros(m * (example[0].shape[0] if isinstance(example[0], torch.Tensor) else 1))
+
+    def step() -> None:
+        if rank == 0 and world == 1:
+            sched.step(*batch, target=target)
+        elif rank == 0:
+            sched.step(*batch)
+        elif rank == world - 1:
+            sched.step(target=target)
+        else:
+            sched.step()
+
+    for _ in range(job["warmup"]):
+        step()
+        stage_mod.zero_grad(set_to_none=True)
+    times, barrier = [], []
+    for _ in range(job["iterations"]):
+        dist.barrier()
+        a = time.perf_counter()
+        step()
+        dist.barrier()
+        times.append(time.perf_counter() - a)
+        stage_mod.zero_grad(set_to_none=True)
+    for _ in range(max(3, job["iterations"])):
+        dist.barrier()
+        a = time.perf_counter()
+        dist.barrier()
+        barrier.append(time.perf_counter() - a)
+    return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
+            "stage": stage_membership(stage_mod, job["names"])}
+
+
+def _sum_loss(output, target):
+    """``output.sum()`` (the target is ignored): a backward from gradients of ones."""
+    if isinstance(output, (tuple, list)):
+        return sum(o.sum() for o in output if isinstance(o, torch.Tensor) and o.is_floating_point())
+    return output.sum()
+
+
+__all__ = ["RunReport", "SCHEDULES", "build_pipe", "pipe_stages", "prediction", "run_plan", "stage_membership"]
