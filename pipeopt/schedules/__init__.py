@@ -21,6 +21,7 @@ from .dag import ScheduleGraph as ScheduleGraph
 from .dag import check_schedule as check_schedule
 from .dag import schedule_graph as schedule_graph
 from .execute import Execution as Execution
+from .execute import chunk_plan as chunk_plan
 from .execute import execute as execute
 from .execute import run_schedule as run_schedule
 from .torch_orders import GENERATORS as GENERATORS

@@ -8,7 +8,8 @@ depends on have ended. With GPipe or 1F1B on one stage per rank this is the valu
 :func:`pipeopt.cost.schedule.makespan` gives the same plan (``evaluate(...).gpipe_time`` /
 ``.iteration_time``), to float rounding.
 
-:func:`run_schedule` does the whole thing for an instance and a plan of chunks.
+:func:`run_schedule` does the whole thing for an instance and a plan of chunks
+(:func:`chunk_plan` builds one from layer lists and the schedule's placement).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..cost import rules
 from ..cost.passes import PassTimes, pass_times
 from ..cost.schedule import makespan
 from ..errors import InvalidPlanError, InvalidProblemError
-from ..plan import Plan
+from ..plan import Plan, Stage
 from .actions import Schedule
 from .dag import ScheduleGraph, schedule_graph
 
@@ -167,6 +168,44 @@ def execute(schedule: Schedule, times: PassTimes) -> Execution:
         capacity.append(float(min((times.memory_capacity[s] for s in mine), default=math.inf)))
     return Execution(schedule, total, list(sg.graph.ops), start, start + d, sg.rank,
                      rank_memory(schedule, times), tuple(capacity), tuple(times.assumptions))
+
+
+def chunk_plan(instance, schedule: Schedule, chunks, rank_devices=None) -> Plan:
+    """The :class:`pipeopt.Plan` of ``schedule``'s chunks: chunk s on the devices of rank
+    ``schedule.placement[s]``.
+
+    Parameters
+    ----------
+    instance
+        :class:`pipeopt.Instance`.
+    schedule
+        A :class:`Schedule` with ``S = p * v`` stages.
+    chunks
+        S layer sequences in pipeline order (e.g. ``instance.chain.stages_from_cuts(cuts)``).
+    rank_devices
+        Per rank, the names of its devices; default: rank r is the cluster's r-th device.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    InvalidPlanError
+        If there are not S chunks, not p device lists, or the cluster has fewer than p devices.
+    """
+    chunks = [tuple(c) for c in chunks]
+    if len(chunks) != schedule.stages:
+        raise InvalidPlanError(f"{schedule.name} runs {schedule.stages} chunks; {len(chunks)} given")
+    if rank_devices is None:
+        names = [d.name for d in instance.cluster.devices]
+        if len(names) < schedule.ranks:
+            raise InvalidPlanError(f"{schedule.ranks} ranks need {schedule.ranks} devices; the cluster has {len(names)}")
+        rank_devices = [(n,) for n in names[: schedule.ranks]]
+    rank_devices = [tuple(d) for d in rank_devices]
+    if len(rank_devices) != schedule.ranks:
+        raise InvalidPlanError(f"{schedule.ranks} ranks, {len(rank_devices)} device lists given")
+    return Plan(tuple(Stage(c, rank_devices[r]) for c, r in zip(chunks, schedule.placement, strict=True)))
 
 
 def run_schedule(instance, schedule: Schedule, plan: Plan) -> Execution:

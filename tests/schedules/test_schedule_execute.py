@@ -12,7 +12,10 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections import defaultdict
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -24,7 +27,9 @@ from pipeopt import Cluster, Instance, InvalidPlanError, Plan, Settings, Stage, 
 from pipeopt.cost.passes import PassTimes, pass_times
 from pipeopt.cost.schedule import makespan, run_graph
 from pipeopt.errors import InvalidProblemError, PipeoptError
-from pipeopt.schedules import GENERATORS, execute, make_schedule, run_schedule, schedule_graph
+from pipeopt.schedules import GENERATORS, chunk_plan, execute, make_schedule, run_schedule, schedule_graph
+
+ROOT = Path(__file__).resolve().parents[2]
 
 REL = 1e-9
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True,
@@ -238,3 +243,75 @@ def test_without_overlap_the_sender_carries_its_transfer():
     # F0 (0.04 + 0.01 send), F1 0.04, B1 (0.08 + 0.01 send), B0 0.08
     assert ex.time == pytest.approx(0.05 + 0.04 + 0.09 + 0.08, rel=1e-12)
     assert schedule_graph(s, overlap=True).graph.ops != schedule_graph(s, overlap=False).graph.ops
+
+
+@st.composite
+def chunked(draw):
+    """(instance, schedule, plan): a random chain cut into the p * v chunks of a random
+    schedule, chunk s on rank ``placement[s]``'s GPU."""
+    g = draw(layer_graphs(min_layers=8, max_layers=12))
+    for v in g.nodes:
+        g.nodes[v]["out_bytes"] = draw(st.floats(0.0, 0.05)) * 1e9
+        if draw(st.booleans()):
+            g.nodes[v]["bwd_w"] = {"gpu": g.nodes[v]["bwd"]["gpu"] * draw(st.floats(0.0, 1.0))}
+    name = draw(st.sampled_from(sorted(GENERATORS)))
+    p, m = draw(st.integers(1, 4)), draw(st.integers(1, 8))
+    try:
+        s = make_schedule(name, p, m)
+    except InvalidProblemError:
+        s = make_schedule("1F1B", p, m)
+    inst = Instance(g, Cluster.homogeneous(4, bandwidth=1e9),
+                    Settings(overlap=draw(st.booleans()), microbatches=m))
+    n = inst.chain.n
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), min_size=s.stages - 1, max_size=s.stages - 1)))
+    return inst, s, chunk_plan(inst, s, inst.chain.stages_from_cuts(cuts))
+
+
+@PROPERTY
+@given(case=chunked())
+def test_random_chains_under_every_schedule(case):
+    """On random chains the executor's actions are the reference run's, I + W = B per chunk,
+    and a rank's peak memory is that of its worst in-flight vector."""
+    inst, s, plan = case
+    ex = run_schedule(inst, s, plan)
+    times = pass_times(inst, plan)
+    ref = reference_run(s, times)
+    assert math.isclose(ex.time, max(e for _, e in ref.values()), rel_tol=REL, abs_tol=1e-12)
+    for s_, i, w, b in zip(range(s.stages), times.input_grad, times.weight_grad, times.backward, strict=True):
+        assert math.isclose(i + w, b, rel_tol=1e-12, abs_tol=1e-15), s_
+    for r in range(s.ranks):
+        mine = s.stages_on(r)
+        params = sum(times.param_bytes[c] for c in mine)
+        worst = max(sum(k * times.act_bytes[c] for k, c in zip(vec, mine, strict=True))
+                    for vec in s.activation_profile(r))
+        assert math.isclose(ex.memory[r], worst + params, rel_tol=1e-12)
+
+
+def test_chunk_plan_places_chunks_on_their_ranks():
+    inst = two_rank_instance()
+    s = make_schedule("Interleaved1F1B", 2, 4)
+    chunks = inst.chain.stages_from_cuts([2, 4, 6])
+    plan = chunk_plan(inst, s, chunks)
+    assert [st.devices for st in plan.stages] == [("gpu0",), ("gpu1",), ("gpu0",), ("gpu1",)]
+    plan = chunk_plan(inst, s, chunks, rank_devices=[("gpu2", "gpu3"), ("gpu0",)])
+    assert plan.stages[2].devices == ("gpu2", "gpu3")
+    with pytest.raises(InvalidPlanError, match="runs 4 chunks; 3 given"):
+        chunk_plan(inst, s, chunks[:3])
+    with pytest.raises(InvalidPlanError, match="2 ranks, 1 device lists"):
+        chunk_plan(inst, s, chunks, rank_devices=[("gpu0",)])
+    with pytest.raises(InvalidPlanError, match="8 ranks need 8 devices"):
+        chunk_plan(inst, make_schedule("GPipe", 8, 2), inst.chain.stages_from_cuts(list(range(1, 8))))
+
+
+def test_readme_schedules_example_prints_its_table(capsys):
+    """The README's Schedules example runs as written and prints the table shown under it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Schedules"):]
+    code, shown = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[:2]
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        exec(compile(code, "README-schedules", "exec"), {})
+    finally:
+        os.chdir(cwd)
+    assert capsys.readouterr().out.splitlines() == shown.splitlines()
