@@ -4,6 +4,11 @@ Rows (one per instance x size x method) form a :class:`pandas.DataFrame` with th
 :data:`COLUMNS`; :func:`save_rows` / :func:`load_rows` write and read CSV or Parquet, so a
 notebook goes from a benchmark to a figure in a few lines.
 
+The solves run in this process, in ``jobs`` local processes or on a Dask cluster
+(:mod:`pipeopt.sweep`), with the same rows in the same order; with ``out`` the rows are
+written as they finish, and ``resume`` picks up a sweep from its partial CSV
+(:mod:`pipeopt.rowlog`).
+
 Gaps compare within one search space: ``best_bound`` is the largest proven lower bound of
 any exact method on the same (instance, problem, size, space), and
 ``gap = (objective - best_bound) / objective`` in percent.
@@ -11,17 +16,19 @@ any exact method on the same (instance, problem, size, space), and
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import numbers
+import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from . import registry
-from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError
+from . import registry, rowlog, sweep
+from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError, WriteError
 from .instance import Instance
 from .io import load
 from .result import optimality_gap
@@ -152,6 +159,11 @@ def run(
     seed: int = 0,
     progress: bool = True,
     every_method: bool = False,
+    jobs: int = 1,
+    dask: str | None = None,
+    threads: int | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
 ) -> pd.DataFrame:
     """Run ``methods`` of ``problem`` on every instance and size; return tidy rows.
 
@@ -187,6 +199,28 @@ def run(
     every_method
         Without ``methods``: run every method of each instance's problem, not only the
         default ones.
+    jobs
+        Local worker processes (default 1: every solve in this process). The rows are the
+        same as a sequential run's, in the same order, except the ``runtime`` column.
+    dask
+        A Dask scheduler address (``tcp://host:8786``) to run the solves on, or ``"local"``
+        for a :class:`distributed.LocalCluster` (``jobs`` workers if ``jobs > 1``, else one per
+        core); needs the ``dask`` extra (``pip install "pipeopt[dask]"``). Instances travel
+        as native dicts: workers need pipeopt, not the instance files.
+    threads
+        Solver threads per solve (CP-SAT workers, HiGHS threads; CBC always runs serially).
+        Default: 1 with ``jobs > 1`` or ``dask`` (one solve per core), else
+        :func:`pipeopt.solve`'s default.
+    out
+        A ``.csv`` file that receives every row as its solve finishes (one flushed line each:
+        a killed sweep leaves a valid partial file) and, at the end, all rows in task order
+        with the gaps; or a ``.parquet`` file written at the end. ``None``: nothing written.
+    resume
+        Keep the rows already in ``out`` (a CSV) and run only the tasks that have none; the
+        sweep must be the one that wrote them (same instances, sizes and methods).
+
+    A task that fails - a method that raises, a solver or worker process that dies - becomes
+    a row with status ``error`` naming the failure, never the end of the sweep.
 
     Returns
     -------
@@ -202,7 +236,15 @@ def run(
         Unknown problem or method; a stage or worker count that is not an integer in
         1 .. :data:`pipeopt.units.MAX_DEVICES`; a time limit that is not positive; an option
         (``stages``, ``workers``, ``replication``) that the problem does not use (with
-        ``problem="auto"``: that no instance's problem uses; the others get a note).
+        ``problem="auto"``: that no instance's problem uses; the others get a note); bad
+        ``jobs``, ``threads`` or ``dask``; ``resume`` without a CSV ``out``; an ``out`` to
+        resume that holds rows of no task of this sweep.
+    MissingExtraError
+        ``dask`` given but the dask extra is not installed.
+    ExecutorError
+        The Dask scheduler does not answer (raised when the sweep starts).
+    WriteError
+        ``out`` cannot be written.
     """
     if progress:
         from tqdm.auto import tqdm
@@ -212,17 +254,78 @@ def run(
     stages = _counts(stages, "stages")
     workers = _counts(workers, "workers")
     _check_arguments(problem, methods, time_limit, solver, seed)
+    runner = sweep.executor(jobs=jobs, dask=dask)
+    threads = _threads(threads, runner.parallel)
+    out = _check_out(out, resume)
     loaded = _load_all(instances, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory)
     _refuse_unused(loaded, problem, stages=stages, workers=workers, replication=replication)
     tasks = [task for inst in loaded
              for task in _tasks(inst, problem, methods, every_method, stages, workers, replication)]
-    rows = []
-    bar = tqdm(tasks, disable=not progress, desc="bench", unit="solve", leave=False)
-    for inst, name, size, spec, space in bar:
-        bar.set_postfix_str(f"{inst.name} {name} {spec.name}", refresh=False)
-        rows.append(_row(inst, name, size, spec, space, time_limit=time_limit, solver=solver, seed=seed))
-    bar.close()
-    return add_gaps(pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("best_bound", "gap")]))
+    options = {"time_limit": time_limit, "solver": solver, "seed": seed, "threads": threads}
+    bar = tqdm(total=len(tasks), disable=not progress, desc="bench", unit="solve", leave=False)
+    try:
+        rows = _sweep(runner, loaded, tasks, options, out=out, resume=resume, bar=bar)
+    finally:
+        bar.close()
+    df = add_gaps(pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("best_bound", "gap")]))
+    if out is not None and rows:
+        try:
+            save_rows(df, out)  # all rows in task order, with the gaps
+        except OSError as exc:
+            raise WriteError(f"cannot write the rows to {out}: {exc.strerror or exc}") from None
+    return df
+
+
+def _threads(threads, parallel: bool) -> int:
+    """Solver threads per solve: as given (a positive integer), else 1 when solves run side
+    by side, else :func:`pipeopt.solve`'s default."""
+    if threads is None:
+        return 1 if parallel else inspect.signature(solve).parameters["threads"].default
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
+        raise InvalidProblemError(f"threads must be a positive integer, got {threads!r}")
+    return int(threads)
+
+
+def _check_out(out, resume) -> Path | None:
+    """``out`` as a Path; ``resume`` needs a CSV to resume from."""
+    out = None if out is None else Path(out)
+    if resume and (out is None or out.suffix == ".parquet"):
+        raise InvalidProblemError(f"resume needs the CSV file of the sweep (out=...csv), got out={out}")
+    return out
+
+
+def _sweep(runner, loaded, tasks, options, *, out, resume, bar) -> list[dict]:
+    """The row of every task, in task order: those kept from ``out`` (``resume``), the others
+    run by ``runner``, each appended to ``out`` (a CSV) as it finishes."""
+    rows: list = [None] * len(tasks)
+    if resume:
+        keys = [(rowlog.key(inst.name, name, size.get("stages"), size.get("workers"), spec.name), space)
+                for inst, name, size, spec, space in tasks]
+        for t, row in rowlog.resume(out, keys, load_rows).items():
+            rows[t] = row
+    todo = [t for t, row in enumerate(rows) if row is None]
+    bar.update(len(tasks) - len(todo))
+    where = {id(inst): k for k, inst in enumerate(loaded)}
+    calls = [(where[id(tasks[t][0])], *tasks[t][1:], options) for t in todo]
+    try:
+        log = rowlog.RowLog(out, COLUMNS, append=resume) if out is not None and out.suffix != ".parquet" else None
+    except OSError as exc:
+        raise WriteError(f"cannot write the rows to {out}: {exc.strerror or exc}") from None
+    try:
+        for j, value in runner.run(_task_row, loaded, calls):
+            t = todo[j]
+            inst, name, size, spec, space = tasks[t]
+            if isinstance(value, sweep.Failure):
+                value = _failed_row(inst, name, size, spec, space, value.message)
+            rows[t] = value
+            if log is not None:
+                log.append(value)
+            bar.set_postfix_str(f"{inst.name} {name} {spec.name}", refresh=False)
+            bar.update()
+    finally:
+        if log is not None:
+            log.close()
+    return rows
 
 
 def _check_arguments(problem, methods, time_limit, solver, seed) -> None:
@@ -306,9 +409,14 @@ def _tasks(inst, problem, methods, every_method, stages, workers, replication) -
     return tasks
 
 
-def _row(inst, name, size, spec, space, **solve_options) -> dict:
-    """One tidy row: the solve of ``spec`` on ``inst`` through :func:`pipeopt.solve`."""
-    row = {
+def _task_row(inst, name, size, spec, space, options) -> dict:
+    """:func:`_row` as the executors call it (in a worker process: a module-level function)."""
+    return _row(inst, name, size, spec, space, **options)
+
+
+def _base_row(inst, name, size, spec, space) -> dict:
+    """The columns of a task's row that do not depend on its solve."""
+    return {
         "instance": inst.name,
         "layers": inst.num_layers,
         "units": inst.chain.n,
@@ -324,6 +432,18 @@ def _row(inst, name, size, spec, space, **solve_options) -> dict:
         "lower_bound": math.nan,
         "note": "",
     }
+
+
+def _failed_row(inst, name, size, spec, space, message: str) -> dict:
+    """The row of a task that produced none (its worker process died): status ``error``."""
+    return {**_base_row(inst, name, size, spec, space), "status": "error", "runtime": math.nan,
+            "note": message[:200]}
+
+
+def _row(inst, name, size, spec, space, **solve_options) -> dict:
+    """One tidy row: the solve of ``spec`` on ``inst`` through :func:`pipeopt.solve`; a
+    method that raises (a bug, a crashed solver process) gives a row with status ``error``."""
+    row = _base_row(inst, name, size, spec, space)
     started = time.perf_counter()
     try:
         res = solve(inst, problem=name, method=spec.name, **solve_options, **size, **_space_option(name, space))
@@ -342,8 +462,8 @@ def _row(inst, name, size, spec, space, **solve_options) -> dict:
         row.update(status="infeasible", runtime=time.perf_counter() - started, note=str(exc))
     except PipeoptError as exc:
         row.update(status="skipped", runtime=time.perf_counter() - started, note=str(exc))
-    except RuntimeError as exc:  # a solver process that crashed (e.g. CBC killed by a signal): a row, not a stop
-        logger.warning("%s on %s: %s", spec.name, inst.name, exc)
+    except Exception as exc:  # noqa: BLE001 - a crashed solver process (CBC killed by a signal), a bug: a row
+        logger.warning("%s on %s: %s", spec.name, inst.name, exc, exc_info=not isinstance(exc, RuntimeError))
         row.update(status="error", runtime=time.perf_counter() - started, note=f"{type(exc).__name__}: {exc}"[:200])
     return row
 
@@ -431,13 +551,20 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def save_rows(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write benchmark rows to ``.csv`` or ``.parquet`` (by suffix); returns the path."""
+    """Write benchmark rows to ``.csv`` or ``.parquet`` (by suffix); returns the path. The
+    file is replaced at once (written next to it first), so a partial sweep's CSV is never
+    left half overwritten."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".parquet":
-        df.to_parquet(path, index=False)
-    else:
-        df.to_csv(path, index=False)
+    part = path.with_name(f".{path.name}.part")
+    try:
+        if path.suffix == ".parquet":
+            df.to_parquet(part, index=False)
+        else:
+            df.to_csv(part, index=False)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
     return path
 
 

@@ -53,6 +53,7 @@ COUNT = _integer("a count", 1, units.MAX_DEVICES)
 
 MICROBATCHES = _integer("microbatches", 1, units.MAX_MICROBATCHES)
 SEED = _integer("seed", 0, 2**31 - 1)
+JOBS = _integer("--jobs", 1, 1024)
 
 
 def parse_seconds(text: str) -> float:
@@ -112,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="results/bench.csv", help="CSV (or .parquet) for the rows (default results/bench.csv)")
     b.add_argument("--full", action="store_true", help="full benchmark: every method, time limit 60 s")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--jobs", type=JOBS, default=1,
+                   help="run the solves in N local processes, one solver thread each (default 1: in this process)")
+    b.add_argument("--dask", metavar="ADDRESS",
+                   help="run the solves on a Dask cluster: a scheduler address (tcp://host:8786), or 'local' "
+                        "(a local cluster of --jobs workers); needs pip install \"pipeopt[dask]\"")
+    b.add_argument("--resume", action="store_true",
+                   help="keep the rows already in --out (a CSV left by the same sweep) and run only the rest")
     _common(b, time_limit=BENCH_TIME_LIMIT)
 
     s = sub.add_parser("solve", help="solve one instance and print the plan stage by stage")
@@ -223,7 +231,7 @@ def cmd_bench(args) -> int:
     if not paths:
         raise PipeoptError("no instances given and none shipped in ./instances (run `pipeopt zoo`)")
     _check_writable(args.out)
-    df = bench.run(
+    df = bench.run(  # writes each row to --out as it finishes, then all rows in order
         paths,
         problem=args.problem,
         stages=args.stages,
@@ -237,13 +245,14 @@ def cmd_bench(args) -> int:
         memory=args.memory,
         seed=args.seed,
         progress=not args.no_progress,
+        jobs=args.jobs,
+        dask=args.dask,
+        out=args.out,
+        resume=args.resume,
     )
     if df.empty:
         raise InvalidProblemError("no rows: every instance or size was skipped (see the messages above)")
-    try:  # rows first: a reader that stops early (`| head`) must not lose them
-        out = bench.save_rows(df, args.out)
-    except OSError as exc:
-        raise WriteError(f"cannot write the rows to {args.out}: {exc}") from None
+    out = args.out
     print(bench.table(df))
     print("\nper method (gaps to the best proven bound in the same space):")
     print(bench.summary(df).to_string(index=False, na_rep="-"))

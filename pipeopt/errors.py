@@ -55,6 +55,16 @@ class WriteError(PipeoptError):
     """An output file cannot be written (missing or read-only folder); the message names it."""
 
 
+class MissingExtraError(PipeoptError):
+    """A feature needs an optional extra that is not installed (e.g. ``--dask`` needs
+    ``pip install "pipeopt[dask]"``); the message names the pip command."""
+
+
+class ExecutorError(PipeoptError):
+    """The bench's workers cannot be started or reached (a Dask scheduler that does not
+    answer at the address given); the message names the address."""
+
+
 class ClaimError(RuntimeError):
     """A method's result contradicts itself: a lower bound above the objective of its own plan,
     or ``optimal`` / ``feasible`` with a plan that breaks memory. Raised by

@@ -33,6 +33,8 @@ RANKS = {
     "pipeopt.problems.resource": 8,
     "pipeopt.registry": 9,
     "pipeopt.solve": 10,
+    "pipeopt.sweep": 10,  # where the bench's solves run (reads instances, calls what bench hands it)
+    "pipeopt.rowlog": 10,  # the bench's partial CSV
     "pipeopt.bench": 11,
     "pipeopt.plot": 11,
     "pipeopt.cli": 12,
