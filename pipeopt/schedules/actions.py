@@ -76,7 +76,9 @@ def v_placement(ranks: int, stages_per_rank: int) -> tuple:
     return tuple(out)
 
 
-def _count(value, what: str, low: int = 1) -> int:
+def positive_int(value, what: str, low: int = 1) -> int:
+    """``value`` as an int if it is an integer >= ``low`` (not a bool), else
+    :class:`InvalidProblemError` naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise InvalidProblemError(f"{what} must be an integer >= {low}, got {value!r}")
     return int(value)
@@ -125,10 +127,10 @@ class Schedule:
     source: str = ""
 
     def __post_init__(self) -> None:
-        p = _count(self.ranks, "ranks")
-        v = _count(self.stages_per_rank, "stages_per_rank")
-        m = _count(self.microbatches, "microbatches")
-        _count(self.parameter_copies, "parameter_copies")
+        p = positive_int(self.ranks, "ranks")
+        v = positive_int(self.stages_per_rank, "stages_per_rank")
+        m = positive_int(self.microbatches, "microbatches")
+        positive_int(self.parameter_copies, "parameter_copies")
         placement = tuple(int(r) for r in self.placement)
         if len(placement) != p * v or any(not 0 <= r < p for r in placement) or any(
             placement.count(r) != v for r in range(p)

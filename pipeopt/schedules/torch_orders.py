@@ -30,13 +30,13 @@ from collections import defaultdict
 
 from ..cost.schedule import lane_orders
 from ..errors import InvalidProblemError
-from .actions import Action, Schedule, _count, looped_placement, v_placement
+from .actions import Action, Schedule, looped_placement, positive_int, v_placement
 
 TORCH_FILE = "torch/distributed/pipelining/schedules.py (torch 2.13)"
 
 
 def _single(name: str, ranks: int, microbatches: int, kind: str, source: str) -> Schedule:
-    p, m = _count(ranks, "ranks"), _count(microbatches, "microbatches")
+    p, m = positive_int(ranks, "ranks"), positive_int(microbatches, "microbatches")
     steps = []
     for r in range(p):
         (ops,) = lane_orders(kind, list(range(m)), p - r, False).values()
@@ -88,8 +88,8 @@ def _interleaved(name: str, ranks: int, microbatches: int, stages_per_rank: int,
     per_round) mod v`` (the local stages in reverse). With ``zero_bubble`` the backward is I
     and, from the r-th backward on, each I is followed by the W of the oldest backward without
     one (ZB1P's delay of r); the rest of the Ws close the order."""
-    p, m = _count(ranks, "ranks"), _count(microbatches, "microbatches")
-    v = _count(stages_per_rank, "stages_per_rank")
+    p, m = positive_int(ranks, "ranks"), positive_int(microbatches, "microbatches")
+    v = positive_int(stages_per_rank, "stages_per_rank")
     per_round = _rounds(name, p, m)
     steps = []
     for r in range(p):
@@ -153,8 +153,8 @@ def looped_bfs(ranks: int, microbatches: int, stages_per_rank: int = 2) -> Sched
     its first local stage, then on its next one, ...; then the backwards of its last local
     stage first, microbatches in reverse order. Memory: every microbatch on every local stage
     (``v m``) in flight."""
-    p, m = _count(ranks, "ranks"), _count(microbatches, "microbatches")
-    v = _count(stages_per_rank, "stages_per_rank")
+    p, m = positive_int(ranks, "ranks"), positive_int(microbatches, "microbatches")
+    v = positive_int(stages_per_rank, "stages_per_rank")
     steps = []
     for r in range(p):
         mine = [k * p + r for k in range(v)]
@@ -173,7 +173,7 @@ def zbv_zero_bubble(ranks: int, microbatches: int) -> Schedule:
     and of the second in turn until every forward is issued; then the remaining Is and Ws.
     torch builds it for ``max(m, 2p - 1)`` microbatches and drops the actions of microbatches
     >= m; so does this."""
-    p, m = _count(ranks, "ranks"), _count(microbatches, "microbatches")
+    p, m = positive_int(ranks, "ranks"), positive_int(microbatches, "microbatches")
     n = max(2 * p - 1, m)
     steps = []
     for r in range(p):
@@ -227,7 +227,7 @@ def dualpipe_v(ranks: int, microbatches: int) -> Schedule:
     back to back, as torch's default runtime runs them). The first half of the backwards are
     whole B, the second half split into I and W, Ws drained from a queue. Needs m >= 2p (as
     torch). Parameters: one copy (the V placement is what spares DualPipe's second copy)."""
-    p, m = _count(ranks, "ranks"), _count(microbatches, "microbatches")
+    p, m = positive_int(ranks, "ranks"), positive_int(microbatches, "microbatches")
     if m < 2 * p:
         raise InvalidProblemError(
             f"DualPipeV needs at least as many microbatches as stages (2p = {2 * p}), got {m}"
