@@ -85,6 +85,23 @@ class Execution:
             return 0.0
         return 1.0 - sum(self.busy()) / (self.schedule.ranks * self.time)
 
+    def summary(self) -> str:
+        """A few lines: the iteration time and bubble, each rank's busy time and peak memory
+        against its capacity, and the assumptions (as ``assumed: ...`` lines)."""
+        s = self.schedule
+        lines = [f"{s.name} on {s.ranks} ranks x {s.stages_per_rank} stages, {s.microbatches} microbatches:"
+                 f" iteration {self.time * 1e3:.4f} ms, bubble {self.bubble_fraction:.1%}"]
+        for r, busy in enumerate(self.busy()):
+            cap = self.memory_capacity[r]
+            of = f" of {cap / 2**30:.3f}" if math.isfinite(cap) else ""
+            lines.append(f"  rank {r} (stages {list(s.stages_on(r))}): busy {busy * 1e3:.4f} ms,"
+                         f" peak memory {self.memory[r] / 2**30:.3f}{of} GiB")
+        lines += [f"  assumed: {a}" for a in self.assumptions]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
     def action_times(self) -> dict:
         """``dict[(kind, stage, microbatch), (start, end)]`` of every action."""
         return {op: (float(self.start[q]), float(self.end[q])) for q, op in enumerate(self.ops)

@@ -226,6 +226,10 @@ def test_run_schedule_on_chunks_of_a_plan():
     assert ex.memory == (4 * 2e8 + 2 * 2e9, 4 * 2e8 + 2 * 2e9)
     assert ex.memory_capacity == (4e9, 4e9) and not ex.feasible
     assert any("W = B/2" in a for a in ex.assumptions)
+    text = str(ex)
+    assert "ZBVZeroBubble on 2 ranks x 2 stages, 4 microbatches" in text
+    assert "rank 0 (stages [0, 3])" in text and "of 3.725 GiB" in text
+    assert text.splitlines()[-1].startswith("  assumed: weight gradient W = B/2")
     with pytest.raises(InvalidPlanError, match="must list the same devices"):
         run_schedule(inst, s, Plan(tuple(Stage(st.layers, (f"gpu{c}",)) for c, st in enumerate(plan.stages))))
     with pytest.raises(InvalidPlanError, match="runs 4 chunks; the plan has 2"):
