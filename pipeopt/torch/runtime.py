@@ -195,10 +195,19 @@ def _span(names: list) -> str:
 
 def prediction(instance, plan: Plan, schedule: str, microbatches: int) -> float:
     """pipeopt's predicted seconds per iteration of ``plan``: :func:`pipeopt.evaluate` with the
-    schedule's objective (``iteration`` for 1F1B with a flush, ``gpipe``) and M microbatches."""
+    schedule's objective (``iteration`` for 1F1B with a flush, ``gpipe``) and M microbatches.
+
+    A plan without devices (an exported or hand-written one) is placed on the cluster's
+    devices in order, one per stage, as the run places stage i on rank i.
+    """
     from ..cost import evaluate
+    from ..plan import Stage
 
     inst = instance.with_settings(objective=OBJECTIVE[_schedule(schedule)], microbatches=microbatches)
+    if any(not st.devices for st in plan.stages):
+        names = [d.name for d in inst.cluster.devices]
+        plan = Plan(tuple(Stage(st.layers, devices=(names[i % len(names)],), replicas=1)
+                          for i, st in enumerate(plan.stages)))
     return evaluate(inst, plan).objective
 
 
