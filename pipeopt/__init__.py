@@ -37,5 +37,22 @@ from .solve import solve as solve
 
 __version__ = "0.1.0"
 
+
+def from_torch(module, example_inputs, **options) -> Instance:
+    """The pipeopt instance of a PyTorch ``nn.Module``: :func:`pipeopt.torch.profile.from_torch`
+    (its options and errors), imported only when called so that ``import pipeopt`` never
+    imports torch.
+
+    Raises
+    ------
+    MissingExtraError
+        If torch is not installed (the message names ``pip install torch==2.13.0 --index-url
+        https://download.pytorch.org/whl/cpu`` and ``pipeopt[torch]``).
+    """
+    from .torch import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, **options)
+
+
 logger = logging.getLogger("pipeopt")
 logger.addHandler(logging.NullHandler())

@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("zoo", help="regenerate the shipped instance files from the model zoo")
     z.add_argument("--out", default="instances")
     z.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+    _add_profile(sub)
     return ap
 
 
@@ -343,6 +344,100 @@ def cmd_zoo(args) -> int:
         raise WriteError(f"cannot write the instances to {args.out}: {exc}") from None
 
 
+def _add_profile(sub) -> None:
+    """The ``profile`` subcommand's options (torch is imported only when it runs)."""
+    p = sub.add_parser("profile", help="profile a PyTorch model into an instance file (needs torch)")
+    p.add_argument("model", help="a shipped model (gpt, cnn, gpt-tiny, cnn-tiny) or package.module:factory "
+                                 "returning (nn.Module, example_inputs)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument of the model factory (repeatable), e.g. --model-arg layers=4")
+    p.add_argument("--granularity", default="container:layers",
+                   help="container:NAME (the children of module NAME plus the modules around it; default "
+                        "container:layers), children, or leaves")
+    p.add_argument("--costs", default="measured", choices=["measured", "estimated"],
+                   help="measured on this CPU (default) or estimated from FLOPs for --device")
+    p.add_argument("--device", help="catalogue device for estimated costs (e.g. a100-40gb)")
+    p.add_argument("--devices", type=COUNT, default=2, help="S identical devices in the cluster (default 2)")
+    p.add_argument("--bandwidth", type=_profile_rate,
+                   help="bytes/s between workers (1e9, 10Gbps, a link name for estimated costs), or 'measure' "
+                        "(two local gloo processes, at the size of the largest edge)")
+    p.add_argument("--memory", type=parse_bytes, help="per device: bytes, 16GiB, or inf")
+    p.add_argument("--repeats", type=_integer("repeats", 1, 10**6), default=10,
+                   help="timed runs per layer (default 10)")
+    p.add_argument("--warmup", type=_integer("warmup", 0, 10**6), default=3,
+                   help="untimed runs per layer first (default 3)")
+    p.add_argument("--threads", type=_integer("threads", 1, 1024), default=1,
+                   help="torch threads while measuring (default 1)")
+    p.add_argument("--optimizer", default="adam-fp32", choices=["adam-fp32", "adam-mixed", "sgd", "weights"],
+                   help="training state folded into param_bytes (default adam-fp32)")
+    p.add_argument("--microbatches", type=MICROBATCHES, help="M per iteration (default 4 x devices)")
+    p.add_argument("--out", default="instance.json", help="instance file to write (default instance.json)")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+
+
+def _profile_rate(text: str):
+    """argparse type of ``profile --bandwidth``: ``measure``, a link name, or a rate."""
+    if text == "measure":
+        return text
+    from .zoo.devices import LINKS
+
+    return text if text in LINKS else parse_rate(text)
+
+
+def _factory_kwargs(items: list[str]) -> dict:
+    """``--model-arg KEY=VALUE`` pairs; values read as Python literals (``4``, ``(2, 2)``), else strings."""
+    import ast
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise InvalidProblemError(f"--model-arg needs KEY=VALUE with KEY a Python name, got {item!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def cmd_profile(args) -> int:
+    """``pipeopt profile``: :func:`pipeopt.torch.from_torch` on a shipped or importable model,
+    written as a native instance file."""
+    from .io.native import write_instance
+    from .torch import from_torch
+    from .torch.models import load
+
+    out = _check_writable(args.out)
+    module, inputs = load(args.model, **_factory_kwargs(args.model_arg))
+    measure = args.bandwidth == "measure"
+    inst = from_torch(module, inputs, granularity=args.granularity, costs=args.costs, device=args.device,
+                      devices=args.devices, bandwidth=None if measure else args.bandwidth, memory=args.memory,
+                      repeats=args.repeats, warmup=args.warmup, threads=args.threads, optimizer=args.optimizer,
+                      microbatches=args.microbatches)
+    if measure:
+        from .torch.network import measure_bandwidth
+
+        size = int(max((b for _, _, b in inst.graph.edges(data="bytes")), default=1 << 20))
+        bw = measure_bandwidth(max(size, 4))
+        inst = inst.replace(
+            cluster=inst.cluster.with_overrides(bandwidth=bw),
+            assumptions=tuple(a for a in inst.assumptions if not a.startswith("bandwidth "))
+            + (f"bandwidth {bw:.4g} B/s measured between two local gloo processes with {size}-byte messages",),
+        )
+    _write(out, lambda path: write_instance(inst, path))
+    g = inst.graph
+    kind = inst.cluster.kinds[0]
+    f = sum(d[kind] for _, d in g.nodes(data="fwd"))
+    b = sum(d[kind] for _, d in g.nodes(data="bwd"))
+    print(f"{inst.name}: {g.number_of_nodes()} layers ({args.granularity}), {g.number_of_edges()} edges; "
+          f"forward {f * 1e3:.4g} ms, backward {b * 1e3:.4g} ms per microbatch on one {kind} unit; "
+          f"{sum(p for _, p in g.nodes(data='param_bytes')) / 2**20:.4g} MiB of training state")
+    for a in inst.assumptions:
+        print(f"  assumed: {a}")
+    print(f"wrote {out}")
+    return 0
+
+
 def _check_writable(path) -> Path:
     """Fail before any work if ``path`` cannot be written (its folder is created if missing).
 
@@ -385,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     debug = getattr(args, "debug", False)
     handler = {"bench": cmd_bench, "solve": cmd_solve, "simulate": cmd_simulate, "show": cmd_show, "zoo": cmd_zoo}
+    handler["profile"] = cmd_profile
     try:
         return handler[args.command](args)
     except PipeoptError as exc:

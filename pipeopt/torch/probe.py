@@ -1,0 +1,267 @@
+"""Run each layer of a split model on its own: tensor sizes, FLOPs, saved activations, times.
+
+:func:`capture` runs the split model (:class:`pipeopt.torch.trace.Traced`) once on the
+example inputs and records what every layer receives. :func:`probe` then runs each layer
+alone, forward and backward, as a pipeline stage would (inputs that come from other layers
+require grad; the model's own inputs do not), and records
+
+* the bytes of every value it receives and returns (``numel * element_size`` of each tensor,
+  summed over nested tuples, lists and dicts; non-tensors count 0);
+* forward and backward FLOPs (:class:`torch.utils.flop_counter.FlopCounterMode`: matrix
+  products, convolutions and attention; element-wise ops, norms and embeddings count 0);
+* the activation bytes kept for the backward pass: every distinct storage autograd saves
+  during the forward (:func:`torch.autograd.graph.saved_tensors_hooks`), parameters and
+  buffers excluded, the layer's own inputs included when autograd keeps them;
+* with ``timing``: forward and backward seconds, median of ``repeats`` runs after ``warmup``.
+
+On the ``meta`` device (costs estimated from FLOPs) nothing is computed and no memory is
+allocated: parameters are replaced by meta tensors of the same shapes through
+:func:`torch.func.functional_call`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.utils.flop_counter import FlopCounterMode
+
+from .trace import Traced
+
+
+def tensors(value) -> Iterator[torch.Tensor]:
+    """The tensors in ``value`` (a tensor, or tuples, lists and dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from tensors(v)
+
+
+def nbytes(value) -> int:
+    """Bytes of the tensors in ``value``: ``sum(t.numel() * t.element_size())``."""
+    return sum(t.numel() * t.element_size() for t in tensors(value))
+
+
+def _map(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_map(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map(v, fn) for k, v in value.items()}
+    return value
+
+
+class _Binder:
+    """Calls a sub-module on the probe device: the real parameters on ``cpu``, meta tensors of
+    the same shapes on ``meta`` (one meta tensor per real tensor, so tied weights stay tied)."""
+
+    def __init__(self, device: str) -> None:
+        self.meta = device == "meta"
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def _meta_of(self, t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in self._cache:
+            m = torch.empty_like(t, device="meta")
+            self._cache[id(t)] = m.requires_grad_(t.requires_grad) if t.is_floating_point() else m
+        return self._cache[id(t)]
+
+    def state(self, module: nn.Module) -> dict:
+        """``dict[name, tensor]``: the tensors the module computes with (meta stand-ins on meta)."""
+        named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+        return {k: (self._meta_of(v) if self.meta else v) for k, v in named}
+
+    def __call__(self, module: nn.Module, args: tuple, state: dict | None = None):
+        if not self.meta:
+            return module(*args)
+        return functional_call(module, self.state(module) if state is None else state, args)
+
+    def inputs(self, value):
+        """``value`` moved to the probe device (meta tensors keep shapes and dtypes)."""
+        return _map(value, lambda t: t.to("meta")) if self.meta else value
+
+
+def capture(traced: Traced, example_inputs: tuple, device: str) -> list[tuple]:
+    """Run the split model once (no grad) and return the arguments each layer receives.
+
+    Parameters
+    ----------
+    traced
+        The split model.
+    example_inputs
+        One microbatch of the model's inputs (a tuple of positional arguments).
+    device
+        ``"cpu"`` (real tensors) or ``"meta"`` (shapes only).
+
+    Returns
+    -------
+    list[tuple]
+        Per layer (in ``traced.names`` order), its positional arguments, detached.
+    """
+    binder = _Binder(device)
+    seen: dict[int, tuple] = {}
+    hooks = []
+    for i, sub in enumerate(traced.submods):
+        def pre(_mod, args, i=i):
+            seen[i] = _map(args, lambda t: t.detach())
+        hooks.append(sub.register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            binder(traced.top, tuple(binder.inputs(x) for x in example_inputs))
+    finally:
+        for h in hooks:
+            h.remove()
+    return [seen[i] for i in range(len(traced.submods))]
+
+
+@dataclass
+class LayerProbe:
+    """What :func:`probe` measures for one layer (bytes, FLOP, seconds).
+
+    Attributes
+    ----------
+    in_bytes
+        ``list[int]``: bytes of each argument.
+    out_bytes
+        Bytes of everything the layer returns.
+    flop, bwd_flop
+        Forward and backward FLOP (FlopCounterMode).
+    act_bytes
+        Bytes of the distinct storages autograd saves in the forward (parameters and buffers
+        excluded).
+    fwd_s, bwd_s
+        Median forward and backward seconds (``None`` without timing).
+    fwd_samples, bwd_samples
+        Every timed run, seconds.
+    """
+
+    in_bytes: list
+    out_bytes: int
+    flop: float
+    bwd_flop: float
+    act_bytes: int
+    fwd_s: float | None = None
+    bwd_s: float | None = None
+    fwd_samples: list = field(default_factory=list)
+    bwd_samples: list = field(default_factory=list)
+
+
+def _prepare(args: tuple, sources: list) -> tuple:
+    """Fresh leaves: floating tensors that come from another layer require grad."""
+    def leaf(t, grad):
+        t = t.detach()
+        return t.requires_grad_(True) if grad and t.is_floating_point() else t
+    return tuple(_map(a, lambda t, g=src is not None: leaf(t, g)) for a, src in zip(args, sources, strict=True))
+
+
+def _backward(out) -> None:
+    """Backward from every floating output that requires grad, with gradients of ones."""
+    outs = [t for t in tensors(out) if t.requires_grad and t.is_floating_point()]
+    if outs:
+        torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+
+
+def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, repeats: int = 10,
+          warmup: int = 3) -> list[LayerProbe]:
+    """Run every layer alone, forward and backward, and measure it.
+
+    Parameters
+    ----------
+    traced
+        The split model.
+    inputs
+        Per layer, its arguments (:func:`capture`).
+    device
+        ``"cpu"`` or ``"meta"``.
+    timing
+        Also time forward and backward (``cpu`` only): ``warmup`` untimed runs, then the
+        median of ``repeats`` timed runs (:func:`time.perf_counter`), in rounds that run every
+        layer once. Gradients are reset between runs outside the timed region.
+    repeats, warmup
+        Runs, positive and non-negative.
+
+    Returns
+    -------
+    list[LayerProbe]
+        In ``traced.names`` order.
+    """
+    binder = _Binder(device)
+    out: list[LayerProbe] = []
+    for sub, args, sources in zip(traced.submods, inputs, traced.sources, strict=True):
+        state = binder.state(sub)
+        held = {t.untyped_storage()._cdata for t in state.values()}
+        saved: dict[int, int] = {}
+
+        def pack(t, saved=saved, held=held):
+            st = t.untyped_storage()
+            if st._cdata not in held:
+                saved[st._cdata] = st.nbytes()
+            return t
+
+        x = _prepare(args, sources)
+        with FlopCounterMode(display=False) as fwd_count, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = binder(sub, x, state)
+        with FlopCounterMode(display=False) as bwd_count:
+            _backward(y)
+        rec = LayerProbe(
+            in_bytes=[nbytes(a) for a in args],
+            out_bytes=nbytes(y),
+            flop=float(fwd_count.get_total_flops()),
+            bwd_flop=float(bwd_count.get_total_flops()),
+            act_bytes=sum(saved.values()),
+        )
+        del x, y
+        out.append(rec)
+    if timing:
+        _time(traced, inputs, out, repeats, warmup)
+    return out
+
+
+def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int) -> None:
+    """Time every layer's forward and backward in rounds: each round runs every layer once,
+    so that a burst of load from other processes hits all layers alike instead of all the
+    runs of one layer."""
+    params = [list(sub.parameters()) for sub in traced.submods]
+    for r in range(warmup + repeats):
+        for sub, args, sources, ps, rec in zip(traced.submods, inputs, traced.sources, params, records, strict=True):
+            for p in ps:
+                p.grad = None
+            x = _prepare(args, sources)
+            t0 = time.perf_counter()
+            y = sub(*x)
+            t1 = time.perf_counter()
+            _backward(y)
+            t2 = time.perf_counter()
+            if r >= warmup:
+                rec.fwd_samples.append(t1 - t0)
+                rec.bwd_samples.append(t2 - t1)
+            del x, y
+    for rec in records:
+        rec.fwd_s = statistics.median(rec.fwd_samples)
+        rec.bwd_s = statistics.median(rec.bwd_samples)
+
+
+def whole_model_time(module: nn.Module, example_inputs: tuple, *, repeats: int, warmup: int) -> float:
+    """Median seconds of one forward plus backward of the whole model (backward from its
+    floating outputs with gradients of ones), the check on the per-layer sum."""
+    samples = []
+    params = list(module.parameters())
+    for r in range(warmup + repeats):
+        for p in params:
+            p.grad = None
+        t0 = time.perf_counter()
+        _backward(module(*example_inputs))
+        if r >= warmup:
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)

@@ -1,0 +1,404 @@
+"""``from_torch``: the layer graph of an ``nn.Module`` with measured or estimated costs, as a
+pipeopt :class:`~pipeopt.Instance`.
+
+The graph (:mod:`pipeopt.torch.trace`): one node per layer at the chosen granularity, named by
+the module's FQN (attribute ``fqn`` holds the same string); an edge wherever a layer reads a
+value another produced, with ``bytes`` = the bytes of the tensors it reads
+(``numel * element_size`` of the traced tensors; a tensor read by several operations of one
+layer counts once).
+
+Node attributes (units as in DESIGN.md)
+---------------------------------------
+``fwd``, ``bwd``
+    seconds per microbatch on one unit of each resource kind. *Measured*: on this machine's
+    CPU with ``threads`` threads (kind ``"cpu"``, one unit = this CPU as profiled), median
+    of ``repeats`` runs after ``warmup``, each layer run alone on the inputs it received in a
+    run of the whole model (:mod:`pipeopt.torch.probe`). *Estimated*: FLOPs counted on the
+    ``meta`` device (:class:`torch.utils.flop_counter.FlopCounterMode`, forward and backward
+    separately) divided by the catalogue's reference unit and efficiency of each kind of the
+    device, as the model zoo does (:mod:`pipeopt.zoo.devices`: 1 unit = 1 TFLOP/s of peak;
+    ``fwd[k] = FLOP / (1e12 * forward_efficiency[k])``, ``bwd[k] = backward FLOP / (1e12 *
+    backward_efficiency[k])``). Operations FlopCounterMode does not count (element-wise,
+    normalisation, embedding look-ups) take no time in the estimate.
+``out_bytes``
+    bytes of everything the layer returns.
+``act_bytes``
+    activation bytes kept for the backward pass: the distinct storages autograd saves during
+    the layer's forward (saved-tensor hooks), parameters and buffers excluded.
+``param_bytes``
+    weights, gradients and optimizer state plus buffers (:mod:`pipeopt.torch.state`).
+``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``, ``shared_param_bytes``
+    the parts (``weight_bytes = sum(p.numel() * p.element_size())`` over the layer's
+    parameters, as the module holds them).
+``flop``, ``bwd_flop``, ``op``, ``fqn``
+    forward and backward FLOP per microbatch, the module's class name, its FQN.
+
+Provenance goes to ``g.graph["torch"]`` (model class, granularity, container, costs
+``"measured"`` or ``"estimated:<device>"``, torch version, inputs, threads, repeats, the whole
+model's measured time next to the sum of the layers') and to ``Instance.assumptions``, which
+pipeopt prints with every result.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import platform
+
+import networkx as nx
+import torch
+from torch import nn
+
+from ..cluster import Cluster
+from ..errors import InvalidProblemError, PipeoptError
+from ..instance import Instance, Settings
+from ..units import MAX_DEVICES, as_bandwidth
+from ..zoo.build import cluster as catalogue_cluster
+from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
+from ..zoo.devices import device as catalogue_device
+from .probe import capture, probe, whole_model_time
+from .state import OPTIMIZERS, check_optimizer, state_bytes
+from .trace import parse_granularity, trace
+
+COSTS = ("measured", "estimated")
+"""Accepted ``costs``."""
+
+CPU_BANDWIDTH = 1e9
+"""Default bytes/s between two CPU workers (measured costs): torch.distributed's ``gloo``
+over loopback between two processes on the 2-core machine this project is developed on
+moved 4-16 MiB tensors at 0.9-1.2 GB/s (one send each way, ``benchmarks``-style median; a
+small message costs about 0.2 ms of latency on top, which the bandwidth-only cost model does
+not see). Measure your own with :func:`pipeopt.torch.network.measure_bandwidth`
+(``pipeopt profile --bandwidth measure``)."""
+
+DEFAULT_LINK = "ib-hdr"
+"""Default link between catalogue devices (estimated costs), as the model zoo."""
+
+DEFAULT_REPEATS = 10
+DEFAULT_WARMUP = 3
+
+
+def _count(value, what: str, low: int, high: int = 10**6) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+        raise InvalidProblemError(f"{what} must be an integer in {low}..{high}, got {value!r}")
+    return int(value)
+
+
+def _check_inputs(module, example_inputs) -> tuple:
+    if not isinstance(module, nn.Module):
+        raise InvalidProblemError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)):
+        raise InvalidProblemError(
+            f"example_inputs must be a tuple of the forward's positional arguments, got {type(example_inputs).__name__}"
+        )
+    return tuple(example_inputs)
+
+
+def _precision(module: nn.Module, precision) -> str:
+    if precision is None:
+        dtypes = {p.dtype for p in module.parameters() if p.is_floating_point()}
+        return "fp16" if dtypes and dtypes <= {torch.float16, torch.bfloat16} else "fp32"
+    if precision not in PRECISIONS:
+        raise InvalidProblemError(f"unknown precision {precision!r}; choose from {sorted(PRECISIONS)}")
+    return precision
+
+
+def _parameters(traced) -> list[dict]:
+    """Per layer: its own parameters (tied ones charged to the first layer) and buffers."""
+    owned: set[int] = set()
+    out = []
+    for sub in traced.submods:
+        mine, shared = [], []
+        for p in sub.parameters():
+            (shared if id(p) in owned else mine).append(p)
+            owned.add(id(p))
+        buffers = [b for b in sub.buffers() if id(b) not in owned]
+        owned.update(id(b) for b in buffers)
+        out.append({
+            "weight_bytes": sum(p.numel() * p.element_size() for p in mine),
+            "numel": sum(p.numel() for p in mine),
+            "shared": sum(p.numel() * p.element_size() for p in shared),
+            "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
+        })
+    return out
+
+
+def _snapshot(module: nn.Module) -> tuple:
+    """Buffers and gradients before profiling (the runs update batch-norm statistics)."""
+    return ([(b, b.detach().clone()) for b in module.buffers()], [(p, p.grad) for p in module.parameters()])
+
+
+def _restore(snapshot: tuple) -> None:
+    buffers, grads = snapshot
+    with torch.no_grad():
+        for b, saved in buffers:
+            b.copy_(saved)
+    for p, g in grads:
+        p.grad = g
+
+
+def from_torch(
+    module: nn.Module,
+    example_inputs,
+    *,
+    granularity: str = "container:layers",
+    costs: str = "measured",
+    device: str | None = None,
+    devices: int = 2,
+    bandwidth=None,
+    memory=None,
+    repeats: int = DEFAULT_REPEATS,
+    warmup: int = DEFAULT_WARMUP,
+    threads: int = 1,
+    optimizer: str = "adam-fp32",
+    precision: str | None = None,
+    microbatches: int | None = None,
+    name: str | None = None,
+) -> Instance:
+    """The pipeopt instance of a PyTorch model: its layer graph, costs and a cluster.
+
+    Parameters
+    ----------
+    module
+        The model (any ``nn.Module`` torch.fx can trace at the chosen granularity). It is
+        run, not changed: batch-norm statistics and gradients are restored afterwards.
+    example_inputs
+        One microbatch: the forward's positional arguments (a tuple, or one tensor). Its
+        batch size is the microbatch every cost refers to.
+    granularity
+        ``"container:NAME"`` (default ``"container:layers"``), ``"children"`` or ``"leaves"``
+        (:mod:`pipeopt.torch.trace`).
+    costs
+        ``"measured"`` (seconds on this machine's CPU, kind ``"cpu"``) or ``"estimated"``
+        (FLOPs on the meta device x a catalogue device's peak and efficiency).
+    device
+        Estimated costs: a device of :data:`pipeopt.zoo.devices.DEVICES` (required).
+        Measured costs: must be ``None`` or ``"cpu"``.
+    devices
+        S, the number of identical devices of the cluster (default 2).
+    bandwidth
+        Bytes/s between workers (a number, a unit string ``"10Gbps"``, or for estimated costs
+        a link name of :data:`pipeopt.zoo.devices.LINKS`). Default: :data:`CPU_BANDWIDTH`
+        (measured) or :data:`DEFAULT_LINK` (estimated).
+    memory
+        Bytes per device (a number or ``"16GiB"``). Default: no limit (measured), the
+        catalogue's (estimated).
+    repeats, warmup
+        Timed and untimed runs per layer (measured costs).
+    threads
+        Torch intra-op threads while measuring (default 1: one thread per pipeline stage, as
+        ``pipeopt run`` runs them); restored afterwards.
+    optimizer
+        Training state folded into ``param_bytes``: ``"adam-fp32"``, ``"adam-mixed"``,
+        ``"sgd"`` or ``"weights"`` (:mod:`pipeopt.torch.state`).
+    precision
+        Peak rates of the catalogue device (estimated costs): ``"fp32"`` or ``"fp16"``;
+        default from the module's parameter dtype. Tensor sizes are always those traced.
+    microbatches
+        M per iteration (default 4 x ``devices``).
+    name
+        Instance label (default ``"{class}-{measured|device}-x{devices}"``, lower case).
+
+    Returns
+    -------
+    Instance
+        Graph attributes ``torch`` (provenance) and ``source``; assumptions listed.
+
+    Raises
+    ------
+    InvalidProblemError
+        Unknown granularity, costs, optimizer or precision; container not found; a device
+        given for measured costs or missing for estimated costs; a count out of range; bad
+        example inputs.
+    InvalidGraphError
+        If torch.fx cannot trace the model at that granularity, or the layers form a cycle.
+    InvalidClusterError
+        Unknown catalogue device or link, an invalid bandwidth or memory.
+
+    Examples
+    --------
+    >>> from pipeopt.torch import from_torch, models  # doctest: +SKIP
+    >>> inst = from_torch(*models.gpt(), costs="estimated", device="a100-40gb")  # doctest: +SKIP
+    >>> [n for n in inst.graph][:3]  # doctest: +SKIP
+    ['tok_emb', 'pos_emb', 'layers.0']
+    """
+    example_inputs = _check_inputs(module, example_inputs)
+    gran = parse_granularity(granularity)
+    if costs not in COSTS:
+        raise InvalidProblemError(f"unknown costs {costs!r}; choose 'measured' (this CPU) or 'estimated' (a device)")
+    optimizer = check_optimizer(optimizer)
+    devices = _count(devices, "devices", 1, MAX_DEVICES)
+    repeats = _count(repeats, "repeats", 1)
+    warmup = _count(warmup, "warmup", 0)
+    threads = _count(threads, "threads", 1, 1024)
+    if costs == "measured" and device not in (None, "cpu"):
+        raise InvalidProblemError(
+            f"measured costs are times on this machine's CPU; device {device!r} needs costs='estimated'"
+        )
+    spec = None
+    if costs == "estimated":
+        if device is None:
+            raise InvalidProblemError("estimated costs need a catalogue device, e.g. device='a100-40gb'")
+        spec = catalogue_device(device)
+    precision = _precision(module, precision)
+    settings = Settings(microbatches=4 * devices if microbatches is None else microbatches)
+
+    traced = trace(module, gran)
+    probe_device = "cpu" if costs == "measured" else "meta"
+    threads_before = torch.get_num_threads()
+    snapshot = _snapshot(module)
+    whole = None
+    try:
+        torch.set_num_threads(threads)
+        inputs = _run(module, "the split model", lambda: capture(traced, example_inputs, probe_device), probe_device)
+        probes = _run(module, "its layers", lambda: probe(traced, inputs, probe_device, timing=costs == "measured",
+                                                          repeats=repeats, warmup=warmup), probe_device)
+        if costs == "measured":
+            whole = whole_model_time(module, example_inputs, repeats=repeats, warmup=warmup)
+    finally:
+        torch.set_num_threads(threads_before)
+        _restore(snapshot)
+
+    if costs == "measured":
+        bw = as_bandwidth(CPU_BANDWIDTH if bandwidth is None else bandwidth)
+        cl = Cluster.homogeneous(devices, kind="cpu", units=1.0, memory=math.inf if memory is None else memory,
+                                 bandwidth=bw, prefix="cpu")
+    else:
+        cl = catalogue_cluster(device, devices, bandwidth=DEFAULT_LINK if bandwidth is None else bandwidth,
+                               precision=precision, memory=memory)
+
+    g = _graph(traced, probes, _parameters(traced), costs, spec, precision, optimizer, cl.kinds)
+    label = "measured" if costs == "measured" else device
+    g.graph["torch"] = {
+        "model": type(module).__name__,
+        "granularity": gran.text,
+        "container": gran.container,
+        "costs": "measured" if costs == "measured" else f"estimated:{device}",
+        "torch_version": torch.__version__,
+        "example_inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+                           if isinstance(t, torch.Tensor) else {"value": repr(t)[:80]} for t in example_inputs],
+        "optimizer": optimizer,
+        "precision": precision,
+        "input_readers": list(traced.input_readers),
+        "graph_outputs": [traced.names[i] for i in traced.graph_outputs],
+        "unused_modules": list(traced.unused),
+        **({
+            "threads": threads,
+            "repeats": repeats,
+            "warmup": warmup,
+            "machine": _machine(),
+            "whole_model_s": whole,
+            "sum_of_layers_s": sum(p.fwd_s + p.bwd_s for p in probes),
+        } if costs == "measured" else {}),
+    }
+    g.graph["source"] = f"pipeopt.from_torch({type(module).__name__}, granularity={gran.text!r}, costs={costs!r})"
+    assumptions = _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
+                               bandwidth)
+    if name is None:
+        name = f"{type(module).__name__.lower()}-{label}-x{devices}"
+    return Instance(g, cl, settings, name=name, assumptions=tuple(assumptions))
+
+
+def _run(module, what: str, fn, device: str):
+    """``fn()``; an exception from running the model becomes an :class:`InvalidProblemError`
+    naming what ran, on which device, and torch's reason."""
+    try:
+        return fn()
+    except PipeoptError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, TypeError, IndexError, ...
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        hint = (" (on the meta device a layer cannot branch on a tensor's value; use costs='measured')"
+                if device == "meta" else " (do the example inputs match the forward's arguments?)")
+        raise InvalidProblemError(
+            f"running {what} of {type(module).__name__} on the {device} device failed: "
+            f"{type(exc).__name__}: {reason}{hint}"
+        ) from None
+
+
+def _graph(traced, probes, params, costs, spec, precision, optimizer, kinds) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for i, (fqn, mod, pr, par) in enumerate(zip(traced.names, traced.modules, probes, params, strict=True)):
+        if costs == "measured":
+            fwd, bwd = {"cpu": float(pr.fwd_s)}, {"cpu": float(pr.bwd_s)}
+        else:
+            fwd = {k: pr.flop / (REFERENCE_FLOPS * KINDS[k].forward_efficiency) for k in kinds}
+            bwd = {k: pr.bwd_flop / (REFERENCE_FLOPS * KINDS[k].backward_efficiency) for k in kinds}
+        st = state_bytes(par["weight_bytes"], par["numel"], optimizer)
+        attrs = {
+            "fqn": fqn,
+            "op": type(mod).__name__,
+            "fwd": fwd,
+            "bwd": bwd,
+            "out_bytes": float(pr.out_bytes),
+            "act_bytes": float(pr.act_bytes),
+            "param_bytes": float(sum(st.values()) + par["buffer_bytes"]),
+            "weight_bytes": float(par["weight_bytes"]),
+            "grad_bytes": st["grads"],
+            "optimizer_bytes": st["optimizer"] + (st["weights"] - par["weight_bytes"]),
+            "buffer_bytes": float(par["buffer_bytes"]),
+            "flop": pr.flop,
+            "bwd_flop": pr.bwd_flop,
+        }
+        if par["shared"]:
+            attrs["shared_param_bytes"] = float(par["shared"])
+        g.add_node(fqn, **attrs)
+    for j, srcs in enumerate(traced.sources):
+        for k, src in enumerate(srcs):
+            if src is None or src == j:
+                continue
+            u, v = traced.names[src], traced.names[j]
+            prev = g.edges[u, v]["bytes"] if g.has_edge(u, v) else 0.0
+            g.add_edge(u, v, bytes=prev + float(probes[j].in_bytes[k]))
+    return g
+
+
+def _machine() -> str:
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} logical CPUs"
+
+
+def _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
+                 bandwidth) -> list[str]:
+    out = []
+    if costs == "measured":
+        total = sum(p.fwd_s + p.bwd_s for p in probes)
+        out.append(
+            f"layer times measured on this machine's CPU ({_machine()}) with {threads} torch thread(s): each layer "
+            f"run alone on its recorded inputs, median of {repeats} runs after {warmup} warm-up runs; "
+            f"kind 'cpu', 1 unit = this CPU as profiled"
+        )
+        out.append(f"sum of the layers' forward+backward {total * 1e3:.3f} ms vs the whole model {whole * 1e3:.3f} ms "
+                   f"(ratio {total / whole:.3f}) per microbatch")
+        src = "the default for loopback gloo" if bandwidth is None else "given"
+        out.append(f"bandwidth {cl.bandwidth:.4g} B/s between workers ({src}; a message's latency is not modelled)")
+    else:
+        eff = ", ".join(f"{k} {KINDS[k].forward_efficiency:g}/{KINDS[k].backward_efficiency:g}" for k in cl.kinds)
+        out.append(
+            f"layer times estimated for {spec.name} ({spec.title}) at {precision} peak: counted FLOP (forward and "
+            f"backward, torch FlopCounterMode on the meta device) / (peak x efficiency); efficiencies "
+            f"(forward/backward) {eff}; ops without counted FLOP (element-wise, norms, embeddings) take 0 s"
+        )
+        out.append(f"bandwidth {cl.bandwidth:.4g} B/s between consecutive workers")
+    out.append(f"param_bytes = weights + gradients + optimizer state + buffers: {OPTIMIZERS[optimizer]}")
+    if optimizer != "weights":
+        out.append("replication's all-reduce and weight stashing's versions are charged param_bytes (the whole "
+                   "training state), more than the weights or gradients they move")
+    out.append("act_bytes = storages autograd saves in the forward (saved-tensor hooks); tensor sizes as traced")
+    out.append("operations outside the layers join the layer of their latest input")
+    if traced.input_readers[1:]:
+        out.append(f"the model's inputs are read by {traced.input_readers}: assumed present on every stage")
+    if any(math.isinf(d.memory) for d in cl.devices):
+        out.append("no memory limit on the devices")
+    return out
