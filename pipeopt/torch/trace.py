@@ -167,7 +167,7 @@ class Traced:
     graph_outputs
         ``list[int]``: layers whose outputs are (part of) the model's output.
     input_readers
-        ``list[str]``: layers that read a model input directly.
+        ``list[str]``: layers that read a model input's values (not only its shape).
     unused
         ``list[str]``: layers (at a container or children granularity) the forward never calls.
     """
@@ -180,6 +180,16 @@ class Traced:
     graph_outputs: list
     input_readers: list
     unused: list
+
+
+def _metadata_only(node: fx.Node) -> bool:
+    """True if every use of ``node`` reads only its shape, size, device or dtype (the GPT's
+    ``torch.arange(idx.shape[1], device=idx.device)``), not its values."""
+    return all(
+        (u.op == "call_function" and u.target is getattr and u.args[1] in ("shape", "device", "dtype"))
+        or (u.op == "call_method" and u.target in ("size", "dim"))
+        for u in node.users
+    )
 
 
 def trace(module: nn.Module, granularity: Granularity) -> Traced:
@@ -281,7 +291,8 @@ def trace(module: nn.Module, granularity: Granularity) -> Traced:
     for c in calls:
         srcs = [producer[a][0] if a in producer else None for a in c.args]
         sources.append(srcs)
-        if any(a.op == "placeholder" for a in c.args if isinstance(a, fx.Node)):
+        inner = [n for n in getattr(top, str(c.target)).graph.nodes if n.op == "placeholder"]
+        if any(a.op == "placeholder" and not _metadata_only(p) for a, p in zip(c.args, inner, strict=True)):
             readers.append(order[index[str(c.target)]])
     out_node = next(n for n in top.graph.nodes if n.op == "output")
     graph_outputs = sorted({producer[a][0] for a in out_node.all_input_nodes if a in producer})

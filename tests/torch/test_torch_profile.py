@@ -48,6 +48,8 @@ def test_gpt_container_graph_is_the_module_chain(costs):
     assert t["costs"] == ("measured" if costs == "measured" else "estimated:a100-40gb")
     assert t["torch_version"] == torch.__version__
     assert t["graph_outputs"] == ["head"]
+    assert t["input_readers"] == ["tok_emb"]  # pos_emb reads only the ids' shape
+    assert not any("inputs are read by" in a for a in inst.assumptions)
     assert any("FLOP" in a or "measured" in a for a in inst.assumptions)
 
 
@@ -332,6 +334,22 @@ def test_shared_weights_called_apart_are_refused():
 
     with pytest.raises(InvalidGraphError, match=r"cycle.*'?a'? -> b|cycle"):
         from_torch(Shared(), (torch.randn(1, 4),), granularity="children", **EST)
+
+
+def test_an_input_read_by_later_layers_is_an_assumption():
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+        def forward(self, x, mask):
+            for layer in self.layers:
+                x = layer(x) * mask
+            return x
+
+    inst = from_torch(Masked(), (torch.randn(2, 4), torch.ones(2, 4)), **EST)
+    assert inst.graph.graph["torch"]["input_readers"] == ["layers.0", "layers.1"]
+    assert any("inputs are read by ['layers.0', 'layers.1']" in a for a in inst.assumptions)
 
 
 def test_no_memory_limit_is_an_assumption():
