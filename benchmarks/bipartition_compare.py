@@ -4,8 +4,9 @@ For each instance and each number of stages S it runs the three methods of the
 ``bipartition`` problem (:mod:`pipeopt.problems.bipartition.problem`) and prints a Markdown table:
 
 * ``same-cut``: the best plan with equal forward and backward cuts (exact partition DP);
-* ``greedy``: the backward-cut mover (:mod:`pipeopt.problems.bipartition.greedy`), and
-  ``greedy-both`` the same local search moving forward cuts too;
+* ``greedy``: the backward-cut mover (:mod:`pipeopt.problems.bipartition.greedy` with
+  ``move="backward"``), and ``greedy-both`` the same local search moving forward cuts too (the
+  ``greedy`` method's default);
 * ``MILP``: the plain exact model (:func:`pipeopt.problems.bipartition.milp.solve_milp` with
   ``dp_bound=False``), its status and solve time;
 * ``bisection``: the memory relaxation solved exactly by bisection on T
@@ -95,7 +96,7 @@ def row(label: str, inst, S: int, time_limit: float, solver: str) -> dict | None
     if sc.plan is None:
         r["note"] = "no same-cut plan fits memory, hence no Bi-Partition plan either"
         return r
-    g = greedy(p, time_limit=time_limit)
+    g = greedy(p, time_limit=time_limit, move="backward")  # the default moves both kinds of cut
     g2 = greedy(p, time_limit=time_limit, move="both")
     try:
         m = solve_milp(p, time_limit=time_limit, solver=solver, dp_bound=False)  # the plain MILP
