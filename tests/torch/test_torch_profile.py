@@ -16,6 +16,8 @@ import itertools
 
 import networkx as nx
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import pipeopt
@@ -72,6 +74,30 @@ def test_cnn_container_graph_and_nested_container():
     g = from_torch(module, inputs, granularity="container:layers.0", **EST).graph
     assert "layers.0.conv1" in g and "layers.0.shortcut" in g and "layers.1" in g and "stem" in g
     assert "layers.0" not in g and "layers" not in g
+
+
+class HFStyle(nn.Module):
+    """Hugging Face GPT-2's module tree: the blocks in ``transformer.h``, the head outside."""
+
+    def __init__(self):
+        super().__init__()
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(16, 8)
+        self.transformer.h = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8)])
+        self.transformer.ln_f = nn.LayerNorm(8)
+        self.lm_head = nn.Linear(8, 16)
+
+    def forward(self, idx):
+        x = self.transformer.wte(idx)
+        for block in self.transformer.h:
+            x = x + block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def test_container_below_the_root_brings_the_modules_around_it():
+    g = from_torch(HFStyle(), (torch.tensor([[1, 2, 3]]),), granularity="container:transformer.h", **EST).graph
+    assert list(g.nodes) == ["transformer.wte", "transformer.h.0", "transformer.h.1", "transformer.ln_f", "lm_head"]
+    assert g.graph["torch"]["container"] == "transformer.h"
 
 
 # ---- bytes --------------------------------------------------------------------------------------
@@ -162,6 +188,26 @@ def test_bytes_and_flop_by_hand():
     assert [d["flop"] for _, d in g.nodes(data=True)] == [512.0, 0.0, 256.0]
     assert [d["bwd_flop"] for _, d in g.nodes(data=True)] == [512.0, 0.0, 512.0]
     assert g.nodes["2"]["out_bytes"] == 32.0
+
+
+@settings(max_examples=8, deadline=None)
+@given(widths=st.lists(st.integers(1, 24), min_size=2, max_size=5), batch=st.integers(1, 5))
+def test_random_mlps_bytes_and_flop(widths, batch):
+    """Linear(w0, w1) -> Tanh -> Linear(w1, w2) -> ...: edge i carries batch x width x 4 bytes,
+    a Linear's forward is 2 x batch x in x out FLOP, weights (w_in + 1) x w_out x 4 bytes."""
+    mods = []
+    for a, b in itertools.pairwise(widths):
+        mods += [nn.Linear(a, b), nn.Tanh()]
+    module = nn.Sequential(*mods)
+    g = from_torch(module, (torch.randn(batch, widths[0]),), granularity="children", **EST).graph
+    assert list(g.nodes) == [str(i) for i in range(len(mods))]
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        lin, act = str(2 * i), str(2 * i + 1)
+        assert g.nodes[lin]["flop"] == 2 * batch * a * b
+        assert g.nodes[lin]["weight_bytes"] == (a + 1) * b * 4
+        assert g.edges[lin, act]["bytes"] == batch * b * 4
+        if i:
+            assert g.edges[str(2 * i - 1), lin]["bytes"] == batch * a * 4
 
 
 # ---- costs -------------------------------------------------------------------------------------
