@@ -158,6 +158,17 @@ def memory_reach(problem: PartitionProblem) -> np.ndarray:
     return np.array([problem.memory_reach(problem.in_flight(t)) for t in range(problem.stages)], dtype=np.int64)
 
 
+def stage_window(n: int, S: int, t: int) -> range:
+    """Units where stage ``t`` (0-based) of a split of n units into S non-empty contiguous
+    stages can start: ``t .. n-S+t`` (``0`` for stage 0, ``n`` for the end of the last stage,
+    t = S)."""
+    if t == 0:
+        return range(1)
+    if t == S:
+        return range(n, n + 1)
+    return range(t, n - S + t + 1)
+
+
 @dataclass
 class StraightModel:
     """The arrays both formulations read (shapes ``(n+1,)`` over boundary positions
@@ -197,13 +208,8 @@ class StraightModel:
 
     # ---- structure ----------------------------------------------------------------------
     def window(self, t: int) -> range:
-        """Units where stage ``t`` (0-based) can start: ``t .. n-S+t`` (``0`` for stage 0,
-        ``n`` for the end of the last stage, t = S)."""
-        if t == 0:
-            return range(1)
-        if t == self.S:
-            return range(self.n, self.n + 1)
-        return range(t, self.n - self.S + t + 1)
+        """Units where stage ``t`` (0-based) can start (:func:`stage_window`)."""
+        return stage_window(self.n, self.S, t)
 
     @property
     def single_split(self) -> list[int] | None:
@@ -580,7 +586,9 @@ class CumulativeSplit:
     lp
         The PuLP problem the variables and rows go into.
     model
-        The split's arrays (:class:`StraightModel`: windows, memory reach).
+        The split's arrays (:class:`StraightModel`: windows, memory reach); only ``n``, ``S``
+        and ``window(t)`` (:func:`stage_window`) are read, except by :meth:`reach_rows`'s
+        caller (the schedule problem's chunk split passes a smaller object with just those).
     """
 
     def __init__(self, lp: pulp.LpProblem, model: StraightModel) -> None:
@@ -640,6 +648,20 @@ class CumulativeSplit:
             self.add(terms, float(lhs if isinstance(lhs, int) else 0) - float(rhs if isinstance(rhs, int) else 0),
                      f"reach_{t}_{a}")
         return True
+
+
+    def exclude(self, starts, name: str) -> None:
+        """A no-good row cutting off the one split whose stages 1..S-1 start at ``starts``:
+        ``sum over binaries of |y - y_hat| >= 1``."""
+        terms, const = [], 1.0
+        for t in range(1, self.model.S):
+            for c, var in self.y[t].items():
+                if c >= starts[t - 1]:  # y_hat = 1: contributes 1 - y
+                    terms.append((var, 1.0))
+                    const -= 1.0
+                else:
+                    terms.append((var, -1.0))
+        self.add(terms, const, name)
 
 
 def starts_from_cumulative(values, model: StraightModel) -> list[int]:

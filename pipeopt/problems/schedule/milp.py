@@ -1,0 +1,364 @@
+"""Exact event-time MILP: the split of a fixed schedule's chunks of least iteration time.
+
+The schedule fixes the order of every action on every rank and of every transfer on every
+link (:func:`pipeopt.schedules.schedule_graph`), so one iteration is a fixed directed acyclic
+graph of operations whose *durations* alone depend on the split; its iteration time is the
+longest path (:func:`pipeopt.cost.schedule.makespan`, what :func:`pipeopt.schedules.execute`
+measures). This is the partition problem's event-time model
+(:mod:`pipeopt.problems.partition.events`) on the schedule's graph:
+
+* the split into ``S = p v`` chunks is the cumulative binaries of
+  :class:`pipeopt.problems.partition.model.CumulativeSplit` (``y[t, c] = 1[p_t <= c]``), so
+  a prefix array taken at a chunk boundary is linear in them;
+* one continuous duration per chunk and action kind, equal to a difference of the prefixes
+  of :attr:`ScheduleProblem.prefixes` - F, B, I, W (W = ``bwd_w`` or B/2, I = B - W) - and,
+  without overlap, the transfer the action sends when its neighbour chunk sits on another
+  rank; with overlap, one duration per boundary between ranks for its transfers (both
+  directions carry as many bytes);
+* one start time per operation and the longest-path rows of
+  :func:`pipeopt.problems.run_rows.add_run_rows` (``t_q >= t_a + d_a`` per dependency,
+  ``Z >= t_q + d_q``): no big-M, the order being the schedule's;
+* **memory**, one linear row per rank and per count vector of
+  :meth:`pipeopt.schedules.Schedule.activation_profile` (the microbatches in flight on each of
+  the rank's chunks at the points where its memory can peak):
+  ``sum_s c_s act_s + parameter_copies * sum_s param_s <= capacity`` (bytes scaled by the
+  capacity, right-hand side :func:`pipeopt.cost.rules.memory_limit` widened by
+  :data:`MEMORY_WIDEN` so the row never cuts off a split that fits). A split the model admits
+  but the executor finds over memory is cut off by a no-good row and the model solved again.
+
+minimise Z. For integral y the least Z is the exact iteration time of the split, so the MILP
+optimum is the least iteration time over the splits that fit; its dual bound (less
+:data:`~pipeopt.problems.partition.model.BOUND_SLACK`) is a valid bound when the solver stops
+at the time limit, and the method then says ``time_limit``, never ``optimal``. Every split is
+re-scored by :meth:`ScheduleProblem.execute`.
+
+Size: ``(S - 1)(n - S + 1)`` binaries; about ``2 S m`` actions (``3 S m`` with I/W) plus
+``2 m`` transfers per boundary between ranks, one start time each, and about two rows per op.
+The LP relaxation is weak (fractional boundaries give fractional durations everywhere), so the
+branch and bound grows fast with ``n - S`` and ``S m`` (measured in
+``benchmarks/schedule_split.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pulp
+
+from ...backends.deadline import Deadline, DeadlineReached
+from ...backends.pulp import SOLVERS, solve_pulp
+from ...cost import rules
+from ...cost.schedule import makespan
+from ...errors import InvalidProblemError
+from ...schedules import schedule_graph
+from ..partition.model import (
+    BOUND_SLACK,
+    MILP_ABS_GAP,
+    MILP_REL_GAP,
+    MILP_TOLERANCE,
+    CumulativeSplit,
+    check_options,
+    starts_from_cumulative,
+)
+from ..run_rows import add_run_rows, run_start_values
+from .problem import ScheduleProblem, ScheduleResult, uniform_starts
+
+__all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "solve_milp", "work_balanced_starts"]
+
+MEMORY_WIDEN = 1e-7
+"""Relative widening of the memory rows' right-hand side: the rows are a relaxation (bytes
+scaled by the capacity and summed by the solver); the executor decides."""
+
+_TIME_SCALE = 1000.0
+"""The solver's time unit is a reference iteration time / this."""
+
+
+def chunk_durations(problem: ScheduleProblem, starts) -> dict:
+    """Seconds of each operation kind of the split, as the model states them: ``{"F": [per
+    chunk], "B", "I", "W", "X": [per boundary; 0.0 where both chunks share a rank or without
+    overlap]}`` (``"Y"`` is ``"X"``: as many gradient bytes come back). The tests check them
+    against :func:`pipeopt.cost.passes.pass_times` through the executor."""
+    P, S = problem.prefixes, problem.S
+    p = [0, *problem.check_starts(starts), problem.n]
+    cross = _cross(problem)
+    overlap = problem.instance.settings.overlap
+    out = {k: [float(P[k][p[s + 1]] - P[k][p[s]]) for s in range(S)] for k in ("F", "B", "I", "W")}
+    send = [float(P["send"][p[c + 1]]) for c in range(S - 1)]
+    if not overlap:
+        for s in range(S):
+            if s < S - 1 and cross[s]:
+                out["F"][s] += send[s]
+            if s > 0 and cross[s - 1]:
+                out["B"][s] += send[s - 1]
+                out["I"][s] += send[s - 1]
+    out["X"] = [send[c] if overlap and cross[c] else 0.0 for c in range(S - 1)]
+    out["Y"] = out["X"]
+    return out
+
+
+def _merged(terms) -> list:
+    """``terms`` with one entry per variable (coefficients summed): PuLP keeps only the last
+    coefficient of a variable named twice in an expression's list."""
+    out: dict = {}
+    for var, coef in terms:
+        out[var] = out.get(var, 0.0) + coef
+    return list(out.items())
+
+
+def _cross(problem: ScheduleProblem) -> list[bool]:
+    place = problem.schedule.placement
+    return [place[c] != place[c + 1] for c in range(problem.S - 1)]
+
+
+def build_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadline: Deadline | None = None):
+    """Build the event-time MILP (module docstring).
+
+    Parameters
+    ----------
+    problem
+        :class:`ScheduleProblem`.
+    unit
+        Seconds per unit of the solver's time values.
+    exclude
+        Splits (lists of starts) cut off by no-good rows.
+    deadline
+        Building stops with :class:`~pipeopt.backends.deadline.DeadlineReached` when it passes.
+
+    Returns
+    -------
+    (lp, v)
+        The PuLP problem (``None`` if a memory row is false on constants: no split fits) and
+        its variables: ``"Z"``, ``"y"``, ``"t"`` (per op of ``v["graph"]``), ``"d"`` (kind ->
+        list of variables or ``None``), ``"graph"`` (:class:`pipeopt.cost.schedule.RunGraph`).
+    """
+    deadline = Deadline(None) if deadline is None else deadline
+    S, P = problem.S, problem.prefixes
+    sched = problem.schedule
+    overlap = problem.instance.settings.overlap
+    sg = schedule_graph(sched, overlap=overlap)
+    lp = pulp.LpProblem("schedule_split", pulp.LpMinimize)
+    Z = lp.add_variable("iteration", lowBound=0.0)
+    lp += Z, "iteration_time"
+    split = CumulativeSplit(lp, problem.space)
+    add = split.add
+    v = {"Z": Z, "y": split.y, "graph": sg.graph}
+    for t in range(1, S):
+        split.structure_rows(t)
+    u = 1.0 / unit
+
+    def between(arr, s, scale):
+        """``(arr[p_{s+1}] - arr[p_s]) * scale`` as (terms, constant)."""
+        e_terms, e_const = split.at(arr, s + 1, scale)
+        b_terms, b_const = split.at(arr, s, scale)
+        return e_terms + [(x, -c) for x, c in b_terms], e_const - b_const
+
+    cross = _cross(problem)
+    kinds = {a.kind for r in range(sched.ranks) for a in sched.actions(r)}
+    d: dict = {k: [None] * S for k in ("F", "B", "I", "W")}
+    for k in sorted(kinds):
+        for s in range(S):
+            terms, const = between(P[k], s, u)
+            sends = []
+            if not overlap and k == "F" and s < S - 1 and cross[s]:
+                sends = [s + 1]
+            if not overlap and k in ("B", "I") and s > 0 and cross[s - 1]:
+                sends = [s]
+            for c in sends:
+                x_terms, x_const = split.at(P["send"], c, u)
+                terms, const = terms + x_terms, const + x_const
+            var = lp.add_variable(f"dur_{k}_{s}", lowBound=0.0)
+            add(_merged(terms + [(var, -1.0)]), const, f"dur_{k}_{s}_def", pulp.LpConstraintEQ)
+            d[k][s] = var
+    d["X"] = [None] * (S - 1)
+    if overlap:
+        for c in range(S - 1):
+            if cross[c]:
+                var = lp.add_variable(f"dur_X_{c}", lowBound=0.0)
+                terms, const = split.at(P["send"], c + 1, u)
+                add(terms + [(var, -1.0)], const, f"dur_X_{c}_def", pulp.LpConstraintEQ)
+                d["X"][c] = var
+    d["Y"] = d["X"]
+    v["d"] = d
+    deadline.check("building the schedule MILP")
+    v["t"] = add_run_rows(lp, sg.graph, d, Z, deadline)
+    # memory: one row per rank and count vector
+    cap = problem.capacity
+    if math.isfinite(cap):
+        scale = 1.0 / cap if cap > 0 else 1.0
+        limit = float(rules.memory_limit(cap)) * scale * (1 + MEMORY_WIDEN)
+        copies = sched.parameter_copies
+        for r in range(sched.ranks):
+            mine = sched.stages_on(r)
+            for q, counts in enumerate(sched.activation_profile(r) or ((0,) * len(mine),)):
+                terms, const = [], -limit
+                for s, k in zip(mine, counts, strict=True):
+                    for arr, w in ((P["act"], k), (P["param"], copies)):
+                        if w:
+                            t_, c_ = between(arr, s, scale * w)
+                            terms += t_
+                            const += c_
+                if not terms:
+                    if const > 0:
+                        return None, v
+                    continue
+                add(_merged(terms), const, f"memory_{r}_{q}")
+    for q, starts in enumerate(exclude):
+        split.exclude(starts, f"nogood_{q}")
+    return lp, v
+
+
+def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> dict:
+    """A full MIP start: binaries, durations and earliest start times of ``starts``."""
+    vals = {}
+    for t, row in v["y"].items():
+        for c, var in row.items():
+            vals[var.name] = float(c >= starts[t - 1])
+    dur = chunk_durations(problem, starts)
+    for k, row in v["d"].items():
+        for i, var in enumerate(row):
+            if var is not None:
+                vals[var.name] = dur[k][i] / unit
+    graph = v["graph"]
+    arr = np.array([dur[k][i] for k, i, _ in graph.ops])
+    vals.update(run_start_values(graph, v["t"], v["Z"], arr, unit)[1])
+    return vals
+
+
+def work_balanced_starts(problem: ScheduleProblem) -> list[int]:
+    """Cut where the prefix of F + B crosses s/S of the total (a quick split, memory aside)."""
+    P = problem.prefixes
+    work = P["F"] + P["B"]
+    S, n = problem.S, problem.n
+    starts, last = [], 0
+    for s in range(1, S):
+        c = int(np.argmin(np.abs(work - work[-1] * s / S)))
+        c = min(max(c, last + 1), n - (S - s))
+        starts.append(c)
+        last = c
+    return starts
+
+
+def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, solver: str = "cbc",
+               threads: int = 1, seed: int = 0, hint=None) -> ScheduleResult:
+    """The split of least iteration time under ``problem.schedule``, exactly (module docstring).
+
+    Parameters
+    ----------
+    problem
+        :class:`ScheduleProblem`.
+    time_limit
+        Seconds (``None``: none) for model building and the solver together.
+    solver
+        ``"cbc"`` or ``"highs"``.
+    threads, seed
+        Solver threads (>= 1) and seed (>= 0).
+    hint
+        Starts of a split to warm-start from (else the better of the uniform and the
+        work-balanced splits that fits).
+
+    Returns
+    -------
+    ScheduleResult
+        Method ``"milp"``; ``objective`` = the executor's time of the split; ``status``
+        ``"optimal"`` only when the solver proved it (within
+        :data:`~pipeopt.problems.partition.model.MILP_TOLERANCE`), ``"time_limit"`` when it
+        stopped with the incumbent and the bound, ``"infeasible"`` when no split fits.
+
+    Raises
+    ------
+    InvalidProblemError
+        Unknown solver, bad threads / seed / hint, bad time limit.
+    """
+    started = time.perf_counter()
+    deadline = Deadline.of(time_limit)
+    if solver not in SOLVERS:
+        raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
+    check_options("schedule milp", threads, seed)
+    S, n = problem.S, problem.n
+    info: dict = {"solver": solver, "ranks": problem.ranks, "stages_per_rank": problem.stages_per_rank,
+                  "microbatches": problem.microbatches, "chunks": S}
+    if S == 1 or S == n:
+        only = list(range(1, S))
+        ok = problem.value(only) < math.inf
+        info["solver"] = "none (one split only, scored by the executor)"
+        return problem.result("milp", only if ok else None, "optimal" if ok else "infeasible",
+                              lower_bound=problem.value(only) if ok else math.inf, started=started, info=info)
+    candidates = [problem.check_starts(hint)] if hint is not None else []
+    candidates += [uniform_starts(n, S), work_balanced_starts(problem)]
+    incumbent, inc_value = None, math.inf
+    for cand in candidates:
+        value = problem.value(cand)
+        if value < inc_value:
+            incumbent, inc_value = list(cand), value
+    info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
+    ref = inc_value if incumbent is not None else problem.execute(candidates[0]).time
+    unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else 1.0
+    bound, exclude, notes = problem.memory_free_bound(), [], []
+    info["bound_source"] = "memory-free bound m (F + B) / p"
+    proven, runs, last = False, 0, "no_solution"
+    while True:
+        runs += 1
+        try:
+            lp, v = build_milp(problem, unit, exclude=exclude, deadline=deadline)
+        except DeadlineReached as stop:
+            notes.append(str(stop))
+            break
+        if lp is None:
+            if incumbent is None:
+                info.update(solver_runs=runs, notes=notes + ["a memory row is false on constants"])
+                return problem.result("milp", None, "infeasible", lower_bound=math.inf, started=started, info=info)
+            break
+        if runs == 1:
+            info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]),
+                        constraints=lp.numConstraints())
+        warm = _start_values(problem, v, incumbent, unit) if incumbent is not None else None
+        out = solve_pulp(lp, solver=solver, deadline=deadline, rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP,
+                         threads=int(threads), seed=int(seed), warm_start=warm)
+        info.update(out.info())
+        last = out.status
+        if out.bound is not None:
+            b = max(0.0, out.bound * unit * (1 - BOUND_SLACK))
+            if b > bound:
+                bound, info["bound_source"] = b, f"{solver} (run {runs})"
+        if out.status in ("infeasible", "unbounded") or any("unbounded or infeasible" in x for x in out.notes):
+            if incumbent is None:
+                info.update(solver_runs=runs, notes=notes)
+                return problem.result("milp", None, "infeasible", lower_bound=math.inf, started=started, info=info)
+            notes.append("the solver said infeasible although a split that fits is known: no proof, ignored")
+            last = "no_solution"
+            break
+        if not out.has_solution:
+            break
+        y = v["y"]
+        starts = starts_from_cumulative({t: {c: out.value(y[t][c]) for c in y[t]} for t in y}, problem.space)
+        value = problem.value(starts)
+        info["solver_objective"] = out.objective * unit
+        if value < math.inf:
+            if value < inc_value:
+                incumbent, inc_value = starts, value
+            proven = out.proven
+            break
+        if deadline.expired():
+            notes.append(f"solver split {starts} breaks memory by the executor; not returned")
+            break
+        exclude.append(starts)
+        notes.append(f"solver split {starts} breaks memory by the executor: cut off, solved again")
+    info["solver_runs"] = runs
+    if incumbent is None:
+        info["notes"] = notes
+        return problem.result("milp", None, "time_limit", lower_bound=bound, started=started, info=info)
+    bound = min(bound, inc_value)
+    tol = max(MILP_ABS_GAP * unit, MILP_TOLERANCE * inc_value)
+    if proven and inc_value - bound <= tol:
+        status = "optimal"
+    elif last in ("feasible", "no_solution") or deadline.expired():
+        status = "time_limit"
+    else:
+        status = "feasible"
+        if proven:
+            notes.append("the solver's optimum is not confirmed by the valid bound within the tolerance")
+    if notes:
+        info["notes"] = notes
+    return problem.result("milp", incumbent, status, lower_bound=bound, started=started, info=info)

@@ -1,0 +1,284 @@
+"""The schedule problem: split the layers into the p·v chunks a fixed schedule runs.
+
+A schedule (:mod:`pipeopt.schedules`: the per-rank order of F, B, I, W actions of p ranks
+holding v stages each over m microbatches, and its placement of stages on ranks) is fixed; the
+question is where to cut the layer chain into its ``S = p v`` contiguous chunks (chunk s on rank
+``placement[s]``) so that the iteration of m microbatches ends soonest, with each rank's peak
+memory (the schedule's memory rule, :meth:`pipeopt.schedules.Schedule.activation_profile`, and
+``parameter_copies`` copies of its chunks' parameters) within its device's memory.
+
+:class:`ScheduleProblem` checks the request once, holds the per-unit arrays the exact model
+reads (prefix sums of F, B, I, W on one worker, the transfer at each boundary, activation and
+parameter bytes: :meth:`prefixes`), and scores a split by **the single evaluation**,
+:func:`pipeopt.schedules.run_schedule` (the executor: the longest path through the schedule's
+operations). Every method of this folder returns a :class:`ScheduleResult` whose objective is
+that execution's time.
+
+The workers are identical devices with one resource kind (like the partition problem); rank r
+is the cluster's r-th device.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from ...cost import CostTable, rules
+from ...cost.passes import weight_gradient_time
+from ...errors import InfeasibleError, InvalidProblemError
+from ...instance import Instance
+from ...plan import Plan
+from ...result import optimality_gap
+from ...schedules import Execution, Schedule, chunk_plan, make_schedule, run_schedule
+from ..partition.model import stage_window
+
+__all__ = ["ChunkSpace", "ScheduleProblem", "ScheduleResult", "uniform_starts"]
+
+
+@dataclass(frozen=True)
+class ChunkSpace:
+    """The split's shape for :class:`pipeopt.problems.partition.model.CumulativeSplit`: n units
+    into S non-empty contiguous chunks (``window(t)``: where chunk t can start)."""
+
+    n: int
+    S: int
+
+    def window(self, t: int) -> range:
+        """Units where chunk ``t`` can start (:func:`~pipeopt.problems.partition.model.stage_window`)."""
+        return stage_window(self.n, self.S, t)
+
+
+@dataclass(frozen=True)
+class ScheduleProblem:
+    """Split an instance's layer chain into the chunks of one schedule.
+
+    Parameters
+    ----------
+    instance
+        :class:`pipeopt.Instance` whose cluster has at least p identical devices with one usable
+        resource kind (rank r runs on device r); ``settings.overlap`` decides whether transfers
+        run beside compute. The instance's own ``microbatches`` setting is not read: m is.
+    schedule
+        A schedule name (:data:`pipeopt.schedules.GENERATORS`, any case) or a
+        :class:`pipeopt.schedules.Schedule` (then ``ranks``, ``microbatches``,
+        ``stages_per_rank`` are read from it).
+    ranks, microbatches, stages_per_rank
+        p, m and v (v: default 1 for GPipe / 1F1B, 2 otherwise; :func:`make_schedule`).
+
+    Raises
+    ------
+    InvalidProblemError
+        Unknown schedule or a p, m, v it refuses; fewer than p devices, devices that differ,
+        several usable kinds; more chunks than splittable units.
+    InfeasibleError
+        A layer cannot run on the workers' kind.
+    """
+
+    instance: Instance
+    schedule: Schedule | str
+    ranks: int | None = None
+    microbatches: int | None = None
+    stages_per_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        inst = self.instance
+        if not isinstance(inst, Instance):
+            raise InvalidProblemError(f"the schedule problem needs a pipeopt.Instance, got {type(inst).__name__}")
+        sched = self.schedule
+        if not isinstance(sched, Schedule):
+            if self.ranks is None or self.microbatches is None:
+                raise InvalidProblemError("the schedule problem needs ranks and microbatches with a schedule name")
+            sched = make_schedule(sched, self.ranks, self.microbatches, self.stages_per_rank)
+        object.__setattr__(self, "schedule", sched)
+        object.__setattr__(self, "ranks", sched.ranks)
+        object.__setattr__(self, "microbatches", sched.microbatches)
+        object.__setattr__(self, "stages_per_rank", sched.stages_per_rank)
+        devices = inst.cluster.devices
+        if len(devices) < sched.ranks:
+            raise InvalidProblemError(f"{sched.name} on {sched.ranks} ranks needs {sched.ranks} devices;"
+                                      f" {inst.name} has {len(devices)}")
+        if not inst.cluster.is_homogeneous:
+            raise InvalidProblemError("the schedule problem needs identical devices")
+        if sched.stages > inst.chain.n:
+            raise InvalidProblemError(
+                f"{sched.name} on {sched.ranks} ranks x {sched.stages_per_rank} runs {sched.stages} chunks;"
+                f" {inst.name} has {inst.chain.n} splittable units"
+            )
+        chain = inst.chain
+        bad = np.flatnonzero(~np.isfinite(chain.fwd[self.kind]) | ~np.isfinite(chain.bwd[self.kind]))
+        if bad.size:
+            raise InfeasibleError(f"{inst.name}: layer(s) {chain.units[bad[0]]} cannot run on {self.kind!r}")
+
+    # ---- data ------------------------------------------------------------------------
+    @cached_property
+    def kind(self) -> str:
+        """The one resource kind the workers use."""
+        dev = self.instance.cluster.devices[0]
+        usable = [k for k, r in dev.resources.items() if r > 0 and k in self.instance.chain.kinds]
+        if len(usable) != 1:
+            raise InvalidProblemError(f"the schedule problem needs one usable resource kind; {dev.name!r} has {usable}")
+        return usable[0]
+
+    @property
+    def n(self) -> int:
+        """Units of the chain."""
+        return self.instance.chain.n
+
+    @property
+    def S(self) -> int:
+        """Chunks, p·v."""
+        return self.schedule.stages
+
+    @property
+    def space(self) -> ChunkSpace:
+        """The split's shape (:class:`ChunkSpace`)."""
+        return ChunkSpace(self.n, self.S)
+
+    @property
+    def capacity(self) -> float:
+        """Bytes of memory of one rank (its device)."""
+        return float(self.instance.cluster.devices[0].memory)
+
+    @cached_property
+    def table(self) -> CostTable:
+        """The cost table of the chain (:class:`pipeopt.cost.CostTable`)."""
+        return CostTable(self.instance, self.S)
+
+    @cached_property
+    def prefixes(self) -> dict:
+        """``dict[str, ndarray (n+1,)]``: prefix sums over the units of the seconds of F, B, I
+        and W on one worker (``"F"``, ``"B"``, ``"I"``, ``"W"``; a chunk of units ``a..b-1``
+        lasts ``X[b] - X[a]``), the transfer of one microbatch over the boundary before unit c
+        in one direction (``"send"``, :attr:`pipeopt.cost.CostTable.send_time`) and the bytes
+        (``"act"``, ``"param"``). W per layer is
+        :func:`pipeopt.cost.passes.weight_gradient_time` (``bwd_w``, else B/2), I = B - W."""
+        tab, kind = self.table, self.kind
+        units = self.instance.cluster.devices[0].resources[kind]
+        graph = self.instance.graph
+        w = np.array([sum(weight_gradient_time(graph.nodes[v], kind) for v in unit)
+                      for unit in self.instance.chain.units]) / units
+        W = np.concatenate([[0.0], np.cumsum(w)])
+        B = np.asarray(tab.pass_prefix("bwd", kind, units), dtype=float)
+        return {"F": np.asarray(tab.pass_prefix("fwd", kind, units), dtype=float), "B": B, "W": W, "I": B - W,
+                "send": np.asarray(tab.send_time, dtype=float),
+                "act": np.asarray(tab.act_prefix, dtype=float), "param": np.asarray(tab.param_prefix, dtype=float)}
+
+    # ---- splits -------------------------------------------------------------------------
+    def check_starts(self, starts) -> list[int]:
+        """``starts`` as ints if they start S - 1 non-empty chunks in order, else
+        :class:`InvalidProblemError`."""
+        starts = [int(c) for c in starts]
+        if len(starts) != self.S - 1 or any(a >= b for a, b in zip([0, *starts], [*starts, self.n])):
+            raise InvalidProblemError(f"{starts} are not the starts of {self.S} non-empty chunks over {self.n} units")
+        return starts
+
+    def chunks(self, starts) -> list[tuple]:
+        """The layer tuples of the chunks whose 2nd..S-th start at units ``starts``."""
+        return self.instance.chain.stages_from_cuts(self.check_starts(starts))
+
+    def plan(self, starts) -> Plan:
+        """The :class:`pipeopt.Plan` of the split: chunk s on the device of rank
+        ``placement[s]`` (:func:`pipeopt.schedules.chunk_plan`)."""
+        return chunk_plan(self.instance, self.schedule, self.chunks(starts))
+
+    def execute(self, starts) -> Execution:
+        """The split run by the schedule: :func:`pipeopt.schedules.run_schedule` (the single
+        evaluation of every method here)."""
+        return run_schedule(self.instance, self.schedule, self.plan(starts))
+
+    def value(self, starts) -> float:
+        """The execution's iteration time if the split fits in memory, else ``inf``."""
+        ex = self.execute(starts)
+        return ex.time if ex.feasible else math.inf
+
+    def result(self, method: str, starts, status: str, *, lower_bound: float | None = None,
+               started: float | None = None, info: dict | None = None) -> ScheduleResult:
+        """A :class:`ScheduleResult` for the split ``starts`` (or ``None``), scored by
+        :meth:`execute`; a heuristic's (``"feasible"``) split that breaks memory gets status
+        ``"infeasible"``."""
+        ex = self.execute(starts) if starts is not None else None
+        if ex is not None and not ex.feasible and status == "feasible":
+            status = "infeasible"
+        info = dict(info or {})
+        info.setdefault("assumptions", list(ex.assumptions) if ex is not None else list(self.instance.assumptions))
+        return ScheduleResult(self.schedule.name, method, list(starts) if starts is not None else None, ex, status,
+                              lower_bound, time.perf_counter() - started if started is not None else 0.0, info)
+
+    def memory_free_bound(self) -> float:
+        """Seconds: a valid lower bound without any solver - the busiest rank can do no better
+        than ``m (F + B) / p`` of the whole chain, nor than one unit's m forwards and backwards."""
+        P = self.prefixes
+        work = np.diff(P["F"]) + np.diff(P["B"])
+        m = self.microbatches
+        return float(max(m * (P["F"][-1] + P["B"][-1]) / self.ranks, m * work.max(initial=0.0)))
+
+
+def uniform_starts(n: int, S: int) -> list[int]:
+    """Starts of S chunks of equal unit counts (the first ``n mod S`` one unit longer): torch's
+    default split, ``pipeline(..., split_spec)`` left to equal layer counts."""
+    q, r = divmod(n, S)
+    sizes = [q + 1] * r + [q] * (S - r)
+    return [int(x) for x in np.cumsum(sizes)[:-1]]
+
+
+@dataclass
+class ScheduleResult:
+    """A split of the chunks of one schedule, its execution and what the method proved.
+
+    Attributes
+    ----------
+    schedule
+        The schedule's name.
+    method
+        The method's name.
+    starts
+        Units where chunks 1..S-1 start, or ``None`` (no split found).
+    execution
+        :class:`pipeopt.schedules.Execution` of the split (``None`` without one): the objective
+        is its ``time``.
+    status
+        ``"optimal"`` (proven), ``"feasible"`` (a split, no proof), ``"time_limit"`` (stopped,
+        incumbent and bound reported), ``"infeasible"``.
+    lower_bound
+        Seconds, a valid bound on the least iteration time of the schedule (``None``: none).
+    runtime
+        Wall seconds.
+    info
+        Details (solver, model size, assumptions, notes).
+    """
+
+    schedule: str
+    method: str
+    starts: list | None
+    execution: Execution | None
+    status: str
+    lower_bound: float | None = None
+    runtime: float = 0.0
+    info: dict = field(default_factory=dict)
+
+    @property
+    def objective(self) -> float:
+        """The execution's iteration time (seconds; ``inf`` without a split or over memory)."""
+        if self.execution is None or not self.execution.feasible:
+            return math.inf
+        return float(self.execution.time)
+
+    @property
+    def gap(self) -> float | None:
+        """(objective - bound) / objective, or ``None``."""
+        return optimality_gap(self.objective, self.lower_bound)
+
+    def summary(self) -> str:
+        """One line: schedule, method, status, iteration time, bound, gap, runtime."""
+        line = f"{self.schedule} {self.method}: {self.status}  iteration {self.objective * 1e3:.4f} ms"
+        if self.lower_bound is not None:
+            gap = self.gap
+            line += f"  bound {self.lower_bound * 1e3:.4f} ms" + (f"  gap {gap:.2%}" if gap is not None else "")
+        return line + f"  ({self.runtime:.2f} s)"
+
+    def __str__(self) -> str:
+        return self.summary()
