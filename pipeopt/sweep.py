@@ -219,11 +219,15 @@ class Processes:
         yielded)."""
         running: dict = {}
         while pending or running:
-            while pending and len(running) < self.jobs:
-                i = pending.popleft()
-                running[pool.submit(_pool_call, fn, calls[i][0], tuple(calls[i][1:]))] = i
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
             broken = False
+            while pending and len(running) < self.jobs and not broken:
+                i = pending.popleft()
+                try:
+                    running[pool.submit(_pool_call, fn, calls[i][0], tuple(calls[i][1:]))] = i
+                except BrokenProcessPool:  # a call in flight has just killed its worker
+                    pending.appendleft(i)
+                    broken = True
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 i = running.pop(future)
                 if _died(future):
@@ -319,21 +323,25 @@ class DaskCluster:
         client, cluster = self._connect()
         try:
             token = uuid.uuid4().hex[:12]
-            used = sorted({call[0] for call in calls})
-            shipped = dict(zip(used, client.scatter([_payload(instances[k]) for k in used], hash=False)))
+            # every task carries its instance: tasks without dependencies are spread over the
+            # workers as they free up, and a task retried after its worker died finds its data
+            # (an instance shipped once would pull every task to the worker that holds it, and
+            # die with it)
+            payloads = {k: _payload(instances[k]) for k in sorted({call[0] for call in calls})}
             futures = {
-                client.submit(_dask_call, fn, f"{token}-{call[0]}", shipped[call[0]], tuple(call[1:]),
+                client.submit(_dask_call, fn, f"{token}-{call[0]}", payloads[call[0]], tuple(call[1:]),
                               pure=False, key=f"pipeopt-{token}-{i}"): i
                 for i, call in enumerate(calls)
             }
             for future in distributed.as_completed(futures):
-                i = futures[future]
-                if future.status == "finished":
-                    yield i, future.result()
-                else:
-                    exc = future.exception()
-                    yield i, Failure(f"{type(exc).__name__}: {exc}"[:300])
+                try:
+                    value = future.result()
+                except (KeyboardInterrupt, SystemExit, GeneratorExit):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - KilledWorker, a cancelled or lost task: a row
+                    value = Failure(f"{type(exc).__name__}: {exc}"[:300])
                 future.release()
+                yield futures[future], value
         finally:
             client.close()
             if cluster is not None:

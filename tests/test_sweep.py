@@ -70,12 +70,22 @@ def test_jobs_rows_equal_sequential(sequential, tmp_path):
     same_rows(rows, bench.load_rows(out))  # the final file: every row, in task order
 
 
-def test_dask_rows_equal_sequential(sequential):
+def test_dask_rows_equal_sequential_and_a_dead_worker_is_an_error_row(sequential):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    import dask
+
+    # one task per worker at a time, and a task fails at its first worker death (so the test
+    # waits for one restart, not four)
+    config = {"distributed.scheduler.worker-saturation": 1.0, "distributed.scheduler.allowed-failures": 0}
+    with dask.config.set(config), distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                                         dashboard_address=None) as cluster:
         rows = bench.run(FILES, **RUN, dask=cluster.scheduler_address)
-        assert len(cluster.scheduler.workers) == 2  # the workers that ran it are still alive
-    same_rows(sequential, rows)
+        same_rows(sequential, rows)
+        crash = bench.run(FILES[:1], **dict(RUN, methods=["binary_search", "uniform", "die"], stages=[4], workers=None),
+                          dask=cluster.scheduler_address)
+    assert list(crash["method"]) == ["binary_search", "uniform", "die"]
+    assert list(crash["status"]) == ["feasible", "feasible", "error"]
+    assert "KilledWorker" in crash["note"][2]
 
 
 def test_a_worker_that_dies_is_an_error_row_and_the_sweep_goes_on(faulty):
