@@ -30,6 +30,7 @@ against the installed torch.
 
 from __future__ import annotations
 
+from ..errors import UnsupportedPlanError
 from ..plan import Plan
 from .layout import ModelLayout, split_stages
 
@@ -83,8 +84,6 @@ def split_spec_for_torch(exported: dict) -> dict:
     """
     from torch.distributed.pipelining import SplitPoint
 
-    from ..errors import UnsupportedPlanError
-
     out = {}
     for fqn, point in exported["split_spec"].items():
         member = str(point).removeprefix("SplitPoint.")
@@ -106,8 +105,6 @@ def stages_from_split_spec(split_spec: dict, order) -> list[list[str]]:
     UnsupportedPlanError
         If a split point names no module of ``order``.
     """
-    from ..errors import UnsupportedPlanError
-
     order = list(order)
     unknown = [f for f in split_spec if f not in order]
     if unknown:

@@ -1,0 +1,182 @@
+"""Predicted vs measured: pipeopt's exact plan and the frameworks' default splits, run on torch's
+own pipeline runtime (issue 9).
+
+For each shipped model (the GPT-style decoder and the CNN of ``pipeopt.torch.models``):
+
+1. profile it with :func:`pipeopt.torch.from_torch` (measured costs, one thread, as the run
+   uses; ``container:layers`` granularity);
+2. the exact plan: ``milp`` on objective ``iteration`` (M microbatches under 1F1B with a
+   flush, what a run of ``Schedule1F1B`` takes) -- certified optimal for the profile;
+3. the frameworks' default splits of the same model: torchtitan (``torchtitan``, first/last
+   stage less layers = 1), PiPPy's examples (``pippy``, equal block counts), Megatron-LM
+   (``megatron``, where L divides by S), DeepSpeed ``uniform`` (equal layer counts over the
+   layer list) and DeepSpeed ``parameters`` (``partition_balanced`` on each layer's
+   parameter bytes, buffers excluded as DeepSpeed counts trainable parameters);
+4. the reference: the whole model in one process (S = 1, no pipeline, no communication):
+   what the runtime adds to the profiled layer times by itself;
+5. every distinct plan is run with :func:`pipeopt.torch.runtime.run_plan` (S spawned CPU
+   processes, gloo, one thread each, ``Schedule1F1B``), ``--rounds`` times interleaved, and
+   the median measured time per iteration is set beside pipeopt's prediction for the plan.
+
+Prints one table per (model, S): predicted and measured ms per iteration, the prediction error,
+and the exact plan's predicted and measured speed-up over each default. Writes the tables to
+``--out`` (Markdown). S = 2 is the measured table (two cores); ``--oversubscribed`` adds S = 4
+on the GPT once (four processes on two cores).
+
+    python benchmarks/torch_pipeline.py --quick          # tiny models, 1 round: a smoke run
+    python benchmarks/torch_pipeline.py                  # the README's table (quiet machine!)
+    python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pipeopt import PartitionProblem, Plan, Stage, solve
+from pipeopt.errors import PipeoptError
+from pipeopt.problems.partition.simple import spread_balanced_parts
+from pipeopt.result import Status
+from pipeopt.torch import from_torch, models
+from pipeopt.torch.runtime import prediction, run_plan
+
+DEFAULTS = ("torchtitan", "pippy", "megatron", "uniform")
+"""Registry methods run beside the exact plan (DeepSpeed ``parameters`` is built here)."""
+
+
+def deepspeed_parameters(inst, stages: int):
+    """DeepSpeed ``partition_method="parameters"``: ``partition_balanced`` on the trainable
+    parameter bytes of each unit (node attribute ``weight_bytes``; buffers excluded)."""
+    problem = PartitionProblem(inst, stages)
+    weights = [sum(inst.graph.nodes[n].get("weight_bytes", inst.graph.nodes[n]["param_bytes"]) for n in unit)
+               for unit in inst.chain.units]
+    bounds = spread_balanced_parts(np.asarray(weights, dtype=float), stages)
+    starts = sorted({b for b in bounds[1:-1] if 0 < b < problem.n})
+    if len(starts) + 1 < stages:
+        raise PipeoptError(f"DeepSpeed parameters leaves an empty stage ({bounds})")
+    return problem.plan(starts)
+
+
+def plans_for(inst, stages: int, time_limit: float) -> dict:
+    """method -> plan (the exact one first); a default its framework refuses is left out."""
+    out = {}
+    exact = solve(inst, method="milp", stages=stages, time_limit=time_limit)
+    out["exact (milp)"] = (exact.plan, str(exact.status))
+    for m in DEFAULTS:
+        try:
+            res = solve(inst, method=m, stages=stages)
+            out[m] = (res.plan, str(res.status))
+        except PipeoptError as exc:
+            print(f"  {m}: refused ({exc})")
+    out["deepspeed parameters"] = (deepspeed_parameters(inst, stages), str(Status.FEASIBLE))
+    return out
+
+
+def blocks(plan) -> str:
+    return " | ".join(f"{len(st.layers)}: {st.layers[0]}..{st.layers[-1]}" if len(st.layers) > 1 else st.layers[0]
+                      for st in plan.stages)
+
+
+def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
+    module, inputs = models.load(name, **kwargs)
+    t0 = time.perf_counter()
+    inst = from_torch(module, inputs, devices=stages, repeats=args.repeats, warmup=args.profile_warmup,
+                      microbatches=args.microbatches)
+    inst = inst.with_settings(objective="iteration", microbatches=args.microbatches)
+    meta = inst.graph.graph["torch"]
+    print(f"{name} {kwargs or ''}: {inst.num_layers} layers profiled in {time.perf_counter() - t0:.1f} s; "
+          f"sum of layers {meta['sum_of_layers_s'] * 1e3:.2f} ms vs whole model {meta['whole_model_s'] * 1e3:.2f} ms "
+          f"per microbatch (fwd+bwd, 1 thread)")
+    plans = plans_for(inst, stages, args.time_limit)
+    # the reference: the whole model in one process (what the runtime adds to the profile, no pipeline)
+    whole = Plan((Stage(tuple(inst.graph.nodes), devices=(inst.cluster.devices[0].name,)),))
+    plans["no pipeline (1 process)"] = (whole, "reference")
+    distinct: dict = {}
+    for method, (plan, status) in plans.items():
+        key = tuple(tuple(st.layers) for st in plan.stages)
+        distinct.setdefault(key, []).append(method)
+    measured: dict = {key: [] for key in distinct}
+    built: dict = {}
+    for r in range(args.rounds):
+        for key in distinct:
+            plan = plans[distinct[key][0]][0]
+            report = run_plan(plan, name, model_kwargs=kwargs, instance=inst, schedule="1f1b",
+                              microbatches=args.microbatches, iterations=args.iterations, warmup=args.warmup)
+            measured[key].append(report.iteration)
+            built[key] = report.membership_matches
+            print(f"  round {r + 1}: {', '.join(distinct[key])}: measured {report.iteration * 1e3:.2f} ms, "
+                  f"predicted {report.predicted * 1e3:.2f} ms ({report.wall:.0f} s)")
+    rows = []
+    for method, (plan, status) in plans.items():
+        key = tuple(tuple(st.layers) for st in plan.stages)
+        rows.append({
+            "model": name, "S": stages, "method": method, "status": status, "split": blocks(plan),
+            "predicted": prediction(inst, plan, "1f1b", args.microbatches),
+            "measured": statistics.median(measured[key]), "runs": measured[key], "built_as_planned": built[key],
+        })
+    exact = rows[0]
+    for row in rows:
+        row["error"] = (row["predicted"] - row["measured"]) / row["measured"]
+        row["pred_speedup"] = row["predicted"] / exact["predicted"]
+        row["meas_speedup"] = row["measured"] / exact["measured"]
+    rows[-1]["S"] = 1
+    return rows
+
+
+def table(rows: list[dict], microbatches: int) -> str:
+    head = ("| model | S | method | split (layers per stage) | predicted ms/iter | measured ms/iter | error | "
+            "exact's speed-up, predicted | measured |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['S']} | {r['method']} | {r['split']} | {r['predicted'] * 1e3:.1f} | "
+            f"{r['measured'] * 1e3:.1f} | {r['error']:+.1%} | "
+            + ("- | - |" if r["S"] == 1 else f"{r['pred_speedup']:.3f}x | {r['meas_speedup']:.3f}x |")
+            + ("" if r["built_as_planned"] else " (stages NOT as planned)")
+        )
+    return "\n".join(lines) + f"\n\n(M = {microbatches} microbatches per iteration, Schedule1F1B, gloo, 1 thread per stage)"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny models, 1 round, 3 iterations (a smoke run)")
+    ap.add_argument("--models", nargs="+", help="shipped models (default gpt cnn; --quick: gpt-tiny cnn-tiny)")
+    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--oversubscribed", action="store_true", help="also S = 4 on the first model (2 cores!)")
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2, help="runs of every plan, interleaved (median)")
+    ap.add_argument("--repeats", type=int, default=20, help="profile: timed runs per layer")
+    ap.add_argument("--profile-warmup", type=int, default=5)
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "torch_pipeline.md"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.models = args.models or ["gpt-tiny", "cnn-tiny"]
+        args.rounds, args.iterations, args.warmup, args.repeats, args.profile_warmup = 1, 3, 1, 5, 2
+    names = args.models or ["gpt", "cnn"]
+    started = time.perf_counter()
+    sections = []
+    for name in names:
+        rows = run_model(name, {}, args.stages, args)
+        sections.append(table(rows, args.microbatches))
+        print(sections[-1], "\n")
+    if args.oversubscribed:
+        rows = run_model(names[0], {}, 4, args)
+        sections.append("S = 4: four processes on two cores (oversubscribed)\n\n" + table(rows, args.microbatches))
+        print(sections[-1], "\n")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"# torch_pipeline.py {' '.join(sys.argv[1:])}\n\n" + "\n\n".join(sections) + "\n")
+    print(f"wrote {out} ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
