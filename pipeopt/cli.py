@@ -425,12 +425,13 @@ def cmd_profile(args) -> int:
             + (f"bandwidth {bw:.4g} B/s measured between two local gloo processes with {size}-byte messages",),
         )
     _write(out, lambda path: write_instance(inst, path))
-    g = inst.graph
-    kind = inst.cluster.kinds[0]
-    f = sum(d[kind] for _, d in g.nodes(data="fwd"))
-    b = sum(d[kind] for _, d in g.nodes(data="bwd"))
+    from .cost.rules import load_time
+
+    g, dev = inst.graph, inst.cluster.devices[0]
+    f, b = ({k: sum(d.get(k, math.inf) for _, d in g.nodes(data=key)) for k in dev.resources} for key in ("fwd", "bwd"))
     print(f"{inst.name}: {g.number_of_nodes()} layers ({args.granularity}), {g.number_of_edges()} edges; "
-          f"forward {f * 1e3:.4g} ms, backward {b * 1e3:.4g} ms per microbatch on one {kind} unit; "
+          f"forward {load_time(dev.resources, f) * 1e3:.4g} ms, backward {load_time(dev.resources, b) * 1e3:.4g} ms "
+          f"per microbatch on one device ({dev.name}); "
           f"{sum(p for _, p in g.nodes(data='param_bytes')) / 2**20:.4g} MiB of training state")
     for a in inst.assumptions:
         print(f"  assumed: {a}")

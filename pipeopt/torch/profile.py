@@ -66,11 +66,11 @@ COSTS = ("measured", "estimated")
 
 CPU_BANDWIDTH = 1e9
 """Default bytes/s between two CPU workers (measured costs): torch.distributed's ``gloo``
-over loopback between two processes on the 2-core machine this project is developed on
-moved 4-16 MiB tensors at 0.9-1.2 GB/s (one send each way, ``benchmarks``-style median; a
-small message costs about 0.2 ms of latency on top, which the bandwidth-only cost model does
-not see). Measure your own with :func:`pipeopt.torch.network.measure_bandwidth`
-(``pipeopt profile --bandwidth measure``)."""
+over loopback between two processes (one thread each) on the 2-core machine this project is
+developed on moved 4-16 MiB tensors at 0.9-2.0 GB/s (median one-way time of 10 round trips,
+machine shared with other jobs); a 64 KiB message took about 0.3 ms (0.2 GB/s effective): the
+latency, which the bandwidth-only cost model does not see. Measure your own with
+:func:`pipeopt.torch.network.measure_bandwidth` (``pipeopt profile --bandwidth measure``)."""
 
 DEFAULT_LINK = "ib-hdr"
 """Default link between catalogue devices (estimated costs), as the model zoo."""
