@@ -1,4 +1,5 @@
-"""``pipeopt`` command line: ``bench`` (the main job), ``solve``, ``simulate``, ``show``, ``zoo``."""
+"""``pipeopt`` command line: ``bench`` (the main job), ``solve``, ``simulate``, ``show``, ``zoo``,
+``export`` (a plan in a runtime's format), ``run`` (a plan on torch's pipeline runtime)."""
 
 from __future__ import annotations
 
@@ -157,6 +158,29 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("zoo", help="regenerate the shipped instance files from the model zoo")
     z.add_argument("--out", default="instances")
     z.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+
+    x = sub.add_parser("export", help="a plan in a pipeline runtime's format (torch, torchtitan, megatron, deepspeed)")
+    x.add_argument("plan", help="a plan JSON (solve --save-plan) or a solve --json result")
+    x.add_argument("--to", required=True, choices=["torch", "torchtitan", "megatron", "deepspeed"])
+    x.add_argument("--instance", help="the instance the plan was made for (its graph gives the execution order)")
+    x.add_argument("--model", help="the PyTorch model (as for profile), to read its container's class (torchtitan)")
+    x.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE", help="as for profile")
+    x.add_argument("--out", help="write the JSON here (default: print it)")
+    x.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+
+    r = sub.add_parser("run", help="run a plan on torch.distributed.pipelining (one CPU process per stage) and time it")
+    r.add_argument("plan", help="a plan JSON (solve --save-plan) or a solve --json result")
+    r.add_argument("--model", required=True,
+                   help="the PyTorch model the plan splits, as for profile (gpt, cnn, ..., or package.module:factory)")
+    r.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument of the model factory, as given to profile (repeatable)")
+    r.add_argument("--instance", help="its profiled instance: execution order and the prediction to compare with")
+    r.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"])
+    r.add_argument("--microbatches", type=MICROBATCHES, default=4)
+    r.add_argument("--iterations", type=_integer("iterations", 1, 10**6), default=5)
+    r.add_argument("--warmup", type=_integer("warmup", 0, 10**6), default=2)
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     _add_profile(sub)
     return ap
 
@@ -439,6 +463,49 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def _read_plan_and_instance(args):
+    """The plan of ``args.plan`` and the instance of ``args.instance`` (or ``None``)."""
+    from .io import load
+
+    plan = _plan(argparse.Namespace(plan=args.plan), None)
+    inst = load(args.instance) if args.instance else None
+    return plan, inst
+
+
+def cmd_export(args) -> int:
+    """``pipeopt export``: a saved plan in a runtime's format (:mod:`pipeopt.export`), as JSON."""
+    from .export import export
+
+    if args.out:
+        _check_writable(args.out)
+    plan, inst = _read_plan_and_instance(args)
+    module = None
+    if args.model:
+        from .torch.models import load
+
+        module = load(args.model, **_factory_kwargs(args.model_arg))[0]
+    out = export(plan, args.to, graph=inst.graph if inst is not None else None, module=module)
+    text = json.dumps(out, indent=1)
+    if args.out:
+        _write(args.out, lambda path: path.write_text(text + "\n"))
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+    return 0
+
+
+def cmd_run(args) -> int:
+    """``pipeopt run``: run a saved plan on torch.distributed.pipelining and compare with the prediction."""
+    from .torch.runtime import run_plan
+
+    plan, inst = _read_plan_and_instance(args)
+    report = run_plan(plan, args.model, model_kwargs=_factory_kwargs(args.model_arg), instance=inst,
+                      schedule=args.schedule, microbatches=args.microbatches, iterations=args.iterations,
+                      warmup=args.warmup)
+    print(json.dumps(_jsonable(report.to_dict())) if args.json else report.summary())
+    return 0
+
+
 def _check_writable(path) -> Path:
     """Fail before any work if ``path`` cannot be written (its folder is created if missing).
 
@@ -480,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: usage error (2) or --help (0)
         return exc.code if isinstance(exc.code, int) else 2
     debug = getattr(args, "debug", False)
-    handler = {"bench": cmd_bench, "solve": cmd_solve, "simulate": cmd_simulate, "show": cmd_show, "zoo": cmd_zoo}
+    handler = {"bench": cmd_bench, "solve": cmd_solve, "simulate": cmd_simulate, "show": cmd_show, "zoo": cmd_zoo,
+               "export": cmd_export, "run": cmd_run}
     handler["profile"] = cmd_profile
     try:
         return handler[args.command](args)
