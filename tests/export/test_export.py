@@ -266,3 +266,25 @@ def test_cli_export_writes_each_format(tmp_path, capsys):
     bad.write_text(json.dumps(plan_of(cuts_to_stages(gpt_names(4), [1])).to_dict()))
     assert main(["export", str(bad), "--to", "megatron", "--instance", str(inst_path)]) == 2
     assert "embedding (E) modules" in capsys.readouterr().err
+
+
+def test_export_needs_no_torch_and_run_names_the_install(tmp_path):
+    """Producing a format is pure Python; ``pipeopt run`` without torch says how to install it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(plan_of(cuts_to_stages(gpt_names(2), [3])).to_dict()))
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules['torch'] = None
+        from pipeopt.cli import main
+        print('export', main(['export', {str(plan_path)!r}, '--to', 'torch']))
+        print('run', main(['run', {str(plan_path)!r}, '--model', 'gpt-tiny']))
+        assert sys.modules['torch'] is None
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "export 0" in proc.stdout and '"layers.1": "SplitPoint.BEGINNING"' in proc.stdout
+    assert "run 2" in proc.stdout and "pip install torch==2.13.0" in proc.stderr
