@@ -319,7 +319,10 @@ def _sweep(runner, loaded, tasks, options, *, out, resume, bar) -> list[dict]:
                 value = _failed_row(inst, name, size, spec, space, value.message)
             rows[t] = value
             if log is not None:
-                log.append(value)
+                try:
+                    log.append(value)
+                except OSError as exc:
+                    raise WriteError(f"cannot write the rows to {out}: {exc.strerror or exc}") from None
             bar.set_postfix_str(f"{inst.name} {name} {spec.name}", refresh=False)
             bar.update()
     finally:
