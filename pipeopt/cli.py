@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--method", help="method (default: the problem's first exact method)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--save-plan", help="write the plan as JSON (for simulate/show --plan)")
+    s.add_argument("--schedule", metavar="NAME|auto",
+                   help="split the layers into the chunks of a torch.distributed.pipelining schedule (GPipe, 1F1B, "
+                        "Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) on --stages "
+                        "ranks, exactly; auto: every schedule, a table of their optima and the least iteration time")
+    s.add_argument("--microbatches", type=MICROBATCHES, help="m with --schedule (default: the instance's)")
+    s.add_argument("--stages-per-rank", type=COUNT, help="v with --schedule for the interleaved schedules (default 2)")
     _common(s)
 
     m = sub.add_parser("simulate", help="simulate one training iteration of a plan")
@@ -285,11 +291,57 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _solve_schedule(args, inst) -> int:
+    """``pipeopt solve --schedule NAME|auto``: the exact split of each named schedule's chunks
+    (:mod:`pipeopt.problems.schedule`), a table of their optima, the least iteration time."""
+    from .problems.schedule.choose import best_schedule, schedule_table, solve_schedules
+
+    if args.method or args.workers or args.replication or args.problem not in ("auto", "partition"):
+        raise InvalidProblemError("--schedule splits a schedule's chunks; drop --method, --workers, --replication, --problem")
+    ranks = args.stages or len(inst.cluster.devices)
+    m = args.microbatches or inst.settings.microbatches
+    names = None if args.schedule.lower() == "auto" else [args.schedule]
+    results = solve_schedules(inst, ranks, m, names, stages_per_rank=args.stages_per_rank,
+                              time_limit=args.time_limit, solver=args.solver, seed=args.seed)
+    if names is not None and not hasattr(results[0], "starts"):
+        raise InvalidProblemError(results[0][1])
+    best, proven = best_schedule(results)
+    if args.save_plan and best is not None:
+        from .schedules import chunk_plan
+
+        plan = chunk_plan(inst, best.execution.schedule, best_chunks(inst, best))
+        _write(args.save_plan, lambda path: path.write_text(json.dumps(plan.to_dict(), indent=1)))
+    if args.json:
+        rows = [{"schedule": r.schedule, "status": r.status, "iteration_time": r.objective, "lower_bound": r.lower_bound,
+                 "starts": r.starts, "runtime": r.runtime} if hasattr(r, "starts") else {"schedule": r[0], "refused": r[1]}
+                for r in results]
+        print(json.dumps(_jsonable({"best": best.schedule if best else None, "proven_best": proven, "schedules": rows})))
+        return 0
+    print(f"{inst.name}: {inst.num_layers} layers, {ranks} ranks, {m} microbatches")
+    print(schedule_table(results))
+    if best is None:
+        print("no schedule has a split that fits")
+        return 0
+    how = "proven least" if proven else "least found (not proven: see the bounds)"
+    print(f"\nbest: {best.schedule}, iteration {best.objective * 1e3:.4f} ms ({how})")
+    print(best.execution.summary())
+    for s, layers in enumerate(best_chunks(inst, best)):
+        print(f"  chunk {s} on rank {best.execution.schedule.placement[s]}: {len(layers)} layers [{layers[0]} .. {layers[-1]}]")
+    return 0
+
+
+def best_chunks(inst, best):
+    """The layer tuples of a schedule result's chunks."""
+    return inst.chain.stages_from_cuts(best.starts)
+
+
 def cmd_solve(args) -> int:
     """``pipeopt solve``: solve one instance; print the plan stage by stage, or one JSON object."""
     if args.save_plan:
         _check_writable(args.save_plan)
     inst = _instance(args)
+    if getattr(args, "schedule", None):
+        return _solve_schedule(args, inst)
     res = _solve(args, inst)
     if args.save_plan and res.plan is not None:
         _write(args.save_plan, lambda path: path.write_text(json.dumps(res.plan.to_dict(), indent=1)))
