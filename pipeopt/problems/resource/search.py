@@ -152,6 +152,11 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         If the probe at :func:`~.bounds.top_limit` proved that no plan fits.
     """
     lower = lower_bound(problem, deadline)
+    if math.isinf(lower):  # some unit runs on no kind any worker has (a kind with 0 units everywhere)
+        raise InfeasibleError(
+            f"{problem.instance.name}: some layer can run on no worker into {problem.num_stages} stages "
+            f"(its resource kinds have 0 units on every device); no plan has a finite period"
+        )
     best = None
     for cand in starts(deadline):
         value = problem.plan_value(*cand)
