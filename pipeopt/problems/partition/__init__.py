@@ -6,7 +6,9 @@
 baseline's status is ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory) and it proves no
 lower bound.
 
-* :func:`solve_dp`, :func:`solve_milp`, :func:`solve_cpsat` -- exact.
+* :func:`solve_dp`, :func:`solve_probe`, :func:`solve_milp`, :func:`solve_cpsat` -- exact
+  (:func:`solve_probe`: a K-way search on the period over exact frontier probes,
+  :mod:`.chains`, for long chains and many stages; the dense DP stays the cross-check).
 
 * :func:`binary_search` -- Duan & Wu, ICPADS 2022 (straight space); its greedy check,
   bisection and completion to S stages are the generic core :mod:`pipeopt.backends.bisection`
@@ -32,6 +34,7 @@ from .frameworks import megatron, pippy, torchtitan
 from .mcmc import mcmc
 from .milp import solve_milp
 from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
+from .probe import solve_probe
 from .problem import PartitionProblem
 from .simple import (
     block_partition,
@@ -48,6 +51,8 @@ PROBLEM = PartitionProblem
 METHODS = (
     Method("partition", "dp", solve_dp, True, "auto", True,
            "dynamic program; replicated space after Narayanan et al., PipeDream, SOSP 2019"),
+    Method("partition", "probe", solve_probe, True, "auto", True,
+           "search on the period over exact frontier probes (chains-on-chains: Nicol 1994; Pinar & Aykanat 2004)"),
     Method("partition", "milp", solve_milp, True, "straight", True, "MILP (PuLP; CBC or HiGHS)"),
     Method("partition", "cpsat", solve_cpsat, True, "straight", True, "CP-SAT (OR-Tools)"),
     Method("partition", "binary_search", binary_search, False, "straight", True, "Duan & Wu, ICPADS 2022"),
@@ -79,6 +84,7 @@ __all__ = [
     "solve_cpsat",
     "solve_dp",
     "solve_milp",
+    "solve_probe",
     "binary_search",
     "block_partition",
     "block_parts",
