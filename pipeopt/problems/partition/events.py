@@ -36,7 +36,8 @@ each equal to its linear expression::
       Z   >= t_q + d_q          for every op q that nothing depends on
       monotone / non-empty rows of y, memory reach rows (StraightModel.reach)
 
-No big-M is needed: the order of the ops is the schedule's, only their durations vary. For
+(the event rows are :func:`pipeopt.problems.run_rows.add_run_rows`, shared with Bi-Partition's
+tie-break). No big-M is needed: the order of the ops is the schedule's, only their durations vary. For
 integral y the least Z over the start times is the longest path, i.e. the exact iteration
 time, so the MILP optimum is the least iteration time over the splits that fit.
 
@@ -83,6 +84,8 @@ from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate
 from ...cost.schedule import FLUSH_SCHEDULES, RunGraph, makespan, run_graph
 from ...errors import InvalidProblemError
+from .. import secondary
+from ..run_rows import add_run_rows, run_start_values
 from .model import (
     BOUND_SLACK,
     HEURISTIC_SHARE,
@@ -114,9 +117,10 @@ __all__ = [
 OBJECTIVE_OF = {"1f1b": "iteration", "gpipe": "gpipe"}
 """The :class:`pipeopt.Settings` objective that scores each flush schedule."""
 
-CAP_REL = 1e-9
+CAP_REL = secondary.CAP_REL
 """Relative slack of ``period_cap``: a split is admitted if its steady period is at most
-``cap * (1 + CAP_REL)`` (plans tied on the period differ by float summation order only)."""
+``cap * (1 + CAP_REL)`` (plans tied on the period differ by float summation order only; the
+tie-breaks' common slack, :data:`pipeopt.problems.secondary.CAP_REL`)."""
 
 _TIME_SCALE = 1000.0
 """The solver's time unit is a reference iteration time / this (so Z is about 10..1000)."""
@@ -293,21 +297,8 @@ def build_events(
             add(terms + [(d, -1.0)], const, f"dur_X_{c}_def", pulp.LpConstraintEQ)
             dX.append(d)
     v.update(dF=dF, dB=dB, dX=dX)
-    dur = {"F": dF, "B": dB, "X": dX, "Y": dX}
-    # events
-    tv = [lp.add_variable(f"t_{k}{i}_{j}", lowBound=0.0) for k, i, j in graph.ops]
-    v["t"] = tv
-    used = [False] * len(graph.ops)
-    for q, after in enumerate(graph.after):
-        if q % 256 == 0:
-            deadline.check("building the event MILP")
-        for a in sorted(set(after)):  # an op may name one predecessor twice (lane and data)
-            used[a] = True
-            ka, ia, _ = graph.ops[a]
-            add([(tv[a], 1.0), (dur[ka][ia], 1.0), (tv[q], -1.0)], 0.0, f"dep_{q}_{a}")
-    for q, (k, i, _) in enumerate(graph.ops):
-        if not used[q]:
-            add([(tv[q], 1.0), (dur[k][i], 1.0), (Z, -1.0)], 0.0, f"last_{q}")
+    # events: one start time per op (the rows shared with Bi-Partition's tie-break)
+    v["t"] = add_run_rows(lp, graph, {"F": dF, "B": dB, "X": dX, "Y": dX}, Z, deadline)
     # the period cap: window rows and cut rows against cap (1 + CAP_REL)
     if period_cap is not None:
         deadline.check("building the event MILP")
@@ -365,10 +356,8 @@ def _start_values(problem: PartitionProblem, v: dict, schedule: str, starts: lis
         vals[v["dB"][s].name] = b[s] / unit
     for c, d in enumerate(v["dX"]):
         vals[d.name] = x[c] / unit
-    total, begin = run_time(problem, starts, schedule, v["graph"])
-    for var, t0 in zip(v["t"], begin, strict=True):
-        vals[var.name] = float(t0) / unit
-    vals[v["Z"].name] = total / unit
+    graph = v["graph"]
+    vals.update(run_start_values(graph, v["t"], v["Z"], graph.durations(f, b, x, x), unit)[1])
     return vals
 
 

@@ -15,10 +15,13 @@ optimum T* is proven:
 
 The DP, the MILP and the CP-SAT model all call :func:`break_ties` with their proven plan as
 the warm start, so they return plans of equal primary and secondary value when the second
-phase is proven; it gets a bounded share of the clock (:data:`SECONDARY_SHARE`,
-:data:`SECONDARY_LIMIT`), and if that runs out first the best tied split found so far is kept
-and ``info["secondary"]["proven"]`` is False. The replicated space has no second phase (the
-event-time model covers one worker per stage); its results say so.
+phase is proven. The budget, the record ``info["secondary"]`` and the guard against a
+stopped or crashed solver are those of every problem (:mod:`pipeopt.problems.secondary`:
+:data:`SECONDARY_SHARE` of the clock, at most :data:`SECONDARY_LIMIT`); if the budget runs
+out first the best tied split found so far is kept and ``info["secondary"]["proven"]`` is
+False. The replicated space has no second phase (the event-time model covers one worker per
+stage); its results say so. Bi-Partition breaks its ties by the same objective
+(:mod:`pipeopt.problems.bipartition.tiebreak`).
 """
 
 from __future__ import annotations
@@ -29,18 +32,12 @@ import numpy as np
 
 from ...backends.deadline import Deadline
 from ...cost import evaluate
+from .. import secondary
+from ..secondary import SECONDARY_LIMIT, SECONDARY_SHARE  # noqa: F401 - the budget, named in the docstring
 from .events import CAP_REL, solve_events
 from .problem import PartitionProblem
 
 SECONDARY = "iteration time of M microbatches under 1F1B with a flush, then peak memory (not optimised)"
-
-SECONDARY_SHARE = 0.25
-"""The second phase gets at most this share of the time left when the primary optimum is proven..."""
-
-SECONDARY_LIMIT = 1.0
-"""...and at most this many seconds: it refines a proven answer and must not hold it up (the
-event-time MILP proves ResNet-18 at S = 4 in 0.2 s but can take tens of seconds at S = 16).
-Whether it was proven is in ``info["secondary"]["proven"]``."""
 
 
 def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
@@ -95,8 +92,9 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
         The method's clock; the second phase gets :data:`SECONDARY_SHARE` of what is left of
         it, at most :data:`SECONDARY_LIMIT` seconds.
     info
-        The result's info dict: ``info["secondary"]`` records the objective, the chosen
-        split's iteration time, the phase's bound and whether it was proven.
+        The result's info dict: ``info["secondary"]`` (:func:`pipeopt.problems.secondary.open_record`)
+        records the objective, the chosen split's iteration time (``value``), the cap, the
+        phase's bound and whether it was proven.
     solver, threads, seed
         For the event-time MILP (:func:`pipeopt.problems.partition.events.solve_events`).
 
@@ -116,27 +114,21 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
         info["secondary"] = {"objective": "none (only the bottleneck objective in the straight space has one)"}
         return list(starts)
     period = problem.period(starts)
-    current = evaluate(inst, problem.plan(starts)).iteration_time
-    record = {"objective": SECONDARY, "iteration_time": current, "proven": False}
-    info["secondary"] = record
+    ev = evaluate(inst, problem.plan(starts))
+    record = secondary.open_record(info, SECONDARY, ev.iteration_time, cap=period, evaluation=ev)
     if problem.stages in (1, problem.n) or not has_tie(problem, period * (1 + CAP_REL), deadline):
         record.update(proven=True, unique=True)  # no other split has the optimal period
         return list(starts)
-    if deadline.remaining() <= 0:
-        return list(starts)
-    budget = deadline.sub(min(SECONDARY_LIMIT, SECONDARY_SHARE * deadline.remaining()))
-    try:
-        out = solve_events(problem, "1f1b", period_cap=period, deadline=budget, solver=solver,
+
+    def phase(clock: Deadline, rec: dict) -> list[int]:
+        out = solve_events(problem, "1f1b", period_cap=period, deadline=clock, solver=solver,
                            threads=threads, seed=seed, hint=list(starts))
-    except RuntimeError as exc:  # the solver process crashed (CBC has segfaulted here): keep the proven plan
-        record["error"] = f"{type(exc).__name__}: {exc}"[:200]
-        return list(starts)
-    record["bound"] = out.bound
-    record["status"] = str(out.status)
-    chosen = list(starts)
-    if out.starts is not None and out.value < current and problem.period(out.starts) <= period * (1 + CAP_REL):
-        chosen = list(out.starts)
-        record["iteration_time"] = out.value
-        record["improved_from"] = current
-    record["proven"] = str(out.status) == "optimal"
-    return chosen
+        rec.update(bound=out.bound, status=str(out.status))
+        chosen = list(starts)
+        if out.starts is not None and out.value < rec["value"] and problem.period(out.starts) <= period * (1 + CAP_REL):
+            chosen = list(out.starts)
+            secondary.settle(rec, out.value, evaluate(inst, problem.plan(chosen)))
+        rec["proven"] = str(out.status) == "optimal"
+        return chosen
+
+    return secondary.run(phase, list(starts), deadline, record)

@@ -1,0 +1,139 @@
+"""The tie-break every exact method shares: a second phase, its budget and its record.
+
+Many plans often share the optimal primary objective (the bottleneck stage or window decides
+it; the other cuts and shares are free within it), and they do not run equally well: a plan
+whose last stage idles fills and drains the pipeline more slowly. So every exact method,
+once its primary optimum is proven, runs a **second phase**: the least value of a documented
+*secondary objective* over the plans whose primary value is at most the proven one (the
+*cap*, with the relative slack :data:`CAP_REL` of float summation order). What the phase
+minimises and how is the problem's (each the same for all exact methods of that problem):
+
+* partition and Bi-Partition: the iteration time of M microbatches under 1F1B with a flush,
+  by an event-time MILP (:mod:`pipeopt.problems.partition.tiebreak`,
+  :mod:`pipeopt.problems.bipartition.tiebreak`);
+* joint and group: the latency of one microbatch through the pipeline (the iteration time of
+  M = 1), by an exact DP over the chain for each candidate worker assignment
+  (:mod:`pipeopt.problems.resource.tiebreak`).
+
+Peak memory is the next criterion in each, not optimised (the phase returns one of the plans
+of least secondary value), and said so in the record.
+
+This module holds what the phases share:
+
+* the budget (:func:`budget`): at most :data:`SECONDARY_SHARE` of the time left when the
+  primary optimum is proven, at most :data:`SECONDARY_LIMIT` seconds - a refinement of a
+  proven answer must not hold it up;
+* the record ``info["secondary"]`` (:func:`open_record`, :func:`settle`), with the same keys
+  in every problem;
+* the guard (:func:`run`): a phase stopped by the deadline, or whose solver process crashed
+  (CBC has segfaulted here), keeps the proven primary plan and records ``proven=False`` - the
+  primary optimum is never lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..backends.deadline import Deadline, DeadlineReached
+
+__all__ = ["CAP_REL", "SECONDARY_LIMIT", "SECONDARY_SHARE", "budget", "open_record", "run", "settle"]
+
+SECONDARY_SHARE = 0.25
+"""The second phase gets at most this share of the time left when the primary optimum is proven..."""
+
+SECONDARY_LIMIT = 1.0
+"""...and at most this many seconds: it refines a proven answer and must not hold it up (the
+partition's event-time MILP proves ResNet-18 at S = 4 in 0.2 s but can take tens of seconds at
+S = 16). Whether it was proven is in ``info["secondary"]["proven"]``."""
+
+CAP_REL = 1e-9
+"""Relative slack of the cap: a plan ties with the proven one if its primary value is at most
+``cap * (1 + CAP_REL)`` (plans tied on the primary objective differ by float summation order
+only)."""
+
+Plan = TypeVar("Plan")
+
+
+def budget(deadline: Deadline) -> Deadline | None:
+    """The second phase's clock: :data:`SECONDARY_SHARE` of what is left of ``deadline``, at
+    most :data:`SECONDARY_LIMIT` seconds; ``None`` if nothing is left."""
+    left = deadline.remaining()
+    if not left > 0:
+        return None
+    return deadline.sub(min(SECONDARY_LIMIT, SECONDARY_SHARE * left))
+
+
+def open_record(info: dict, objective: str, value: float, *, cap: float, evaluation=None) -> dict:
+    """Start ``info["secondary"]`` for a phase about to run on the proven primary plan.
+
+    Parameters
+    ----------
+    info
+        The result's info dict (the record replaces any earlier one).
+    objective
+        What the phase minimises, in words (the problem's documented secondary objective).
+    value
+        The secondary value of the proven primary plan (seconds).
+    cap
+        The proven primary value (seconds): the phase admits plans of primary value at most
+        ``cap * (1 + CAP_REL)``.
+    evaluation
+        :class:`pipeopt.cost.Evaluation` of the primary plan, or ``None``: its true iteration
+        time of M microbatches (1F1B with a flush) and peak memory are recorded.
+
+    Returns
+    -------
+    dict
+        The record: ``objective``, ``value`` (of the plan returned), ``proven`` (False until
+        the phase proves it), ``cap``, ``iteration_time``, ``peak_memory``; a phase adds
+        ``bound``, ``status``, ``unique``, ``improved_from``, ``stopped``, ``error``, ``note``.
+    """
+    record = {"objective": objective, "value": float(value), "proven": False, "cap": float(cap)}
+    if evaluation is not None:
+        _describe(record, evaluation)
+    info["secondary"] = record
+    return record
+
+
+def _describe(record: dict, evaluation) -> None:
+    record["iteration_time"] = float(evaluation.iteration_time)
+    record["peak_memory"] = float(max(evaluation.memory, default=0.0))
+
+
+def settle(record: dict, value: float, evaluation=None) -> None:
+    """The phase returns another plan than the primary one: its secondary ``value`` (seconds)
+    and, from its ``evaluation``, its iteration time and peak memory replace the primary
+    plan's; ``improved_from`` keeps the primary plan's value."""
+    if value != record["value"]:
+        record.setdefault("improved_from", record["value"])
+    record["value"] = float(value)
+    if evaluation is not None:
+        _describe(record, evaluation)
+
+
+def run(phase: Callable[[Deadline, dict], Plan], keep: Plan, deadline: Deadline, record: dict) -> Plan:
+    """Run ``phase(clock, record)`` on the second phase's :func:`budget` and return its plan.
+
+    A phase returns the plan to report (``keep`` if nothing better) and sets
+    ``record["proven"]``. If no time is left, or the phase raises
+    :class:`~pipeopt.backends.deadline.DeadlineReached` (the clock ran out) or
+    ``RuntimeError`` (the solver process crashed; :func:`pipeopt.backends.pulp.solve_pulp`
+    raises it), ``keep`` - the proven primary plan - is returned with ``proven=False`` and
+    the reason in the record (``stopped`` or ``error``), and whatever the phase wrote into
+    the record before it stopped is undone.
+    """
+    clock = budget(deadline)
+    if clock is None:
+        record.update(proven=False, stopped="no time left for the second phase")
+        return keep
+    before = dict(record)
+    try:
+        return phase(clock, record)
+    except DeadlineReached as stop:
+        why = {"stopped": str(stop)}
+    except RuntimeError as exc:  # the solver process crashed: keep the proven plan
+        why = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    record.clear()
+    record.update(before, proven=False, **why)
+    return keep
