@@ -22,6 +22,9 @@ The layer order is a topological order of the graph with pinned (``pin_first``) 
 to the first other layer, ties broken by the natural order of the names (``l2`` before
 ``l10``) -- the order over which pipeopt defines contiguous splits (DESIGN.md, problem 1).
 Sizes: everything here is exponential; keep n <= 7 units, <= 5 devices.
+
+:func:`tied_plans` lists the plans tied with the optimum, over which the tests take the
+secondary objectives' minima (tests/problems/*/test_tiebreak.py).
 """
 
 from __future__ import annotations
@@ -329,6 +332,40 @@ def optimum(instance, plans) -> Optimum:
         if ev.feasible and ev.objective < out.value:
             out.value, out.plan = ev.objective, best
     return out
+
+
+def tied_plans(instance, plans, rel: float = 1e-9) -> tuple[float, list[Plan]]:
+    """The plans tied with the optimum: the secondary objectives' candidates.
+
+    Every plan of ``plans`` that fits memory and whose objective - with its plan-level optimal
+    shares (:func:`with_optimal_shares`) when it has shares - is at most ``optimum * (1 + rel)``,
+    ``optimum`` being :func:`optimum` of the same plans. A plan with shares is refined only if
+    its stage and cut times with its stages' own shares (a lower bound on its period over all
+    shares) could tie.
+
+    Returns
+    -------
+    (optimum, plans)
+        Seconds, and the tied plans (with their optimal shares); ``(inf, [])`` if none fits.
+    """
+    plans = list(plans)
+    best = optimum(instance, plans).value
+    if not math.isfinite(best):
+        return best, []
+    top = best * (1 + rel)
+    out = []
+    for plan in plans:
+        ev = evaluate(instance, plan)
+        if not ev.feasible:
+            continue
+        if all(st.beta is not None for st in plan.stages):
+            if max(ev.stage_time + ev.comm_time) > top:
+                continue
+            plan = with_optimal_shares(instance, plan)
+            ev = evaluate(instance, plan)
+        if ev.feasible and ev.objective <= top:
+            out.append(plan)
+    return best, out
 
 
 def partition_optimum(instance, stages: int, replication: bool = False) -> Optimum:

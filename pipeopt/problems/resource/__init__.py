@@ -13,6 +13,8 @@ Modules, one job each:
 ``split``                 the best forward share of one worker (the allocation LP, closed form)
 ``allocate``              the allocate methods (LP split, the paper's theorem, no split)
 ``joint``, ``group``      the exact methods (DP; MILP and CP-SAT bisected on T)
+``tiebreak``              their secondary objective: among plans of optimal period, the least
+                          latency of a microbatch (an exact DP over the chain and the workers)
 ``duan_wu``               the paper's heuristics (binary-search partition, two steps,
                           Algorithm 2 in two readings of p_i) and round-robin
 ``search``                the exact methods' common search: bounds, start, the bisection on T
@@ -25,7 +27,8 @@ Modules, one job each:
 
 :data:`METHODS` lists the methods of the three problems (exact ones first per problem, see
 :class:`pipeopt.problems.method.Method`). The MILP and CP-SAT methods report ``optimal``
-*within a relative gap of 1e-4* (:data:`MIN_REL_GAP`).
+*within a relative gap of 1e-4* (:data:`MIN_REL_GAP`). Every exact joint and group method then
+breaks ties the same way (:mod:`pipeopt.problems.resource.tiebreak`, ``info["secondary"]``).
 """
 
 from __future__ import annotations
@@ -47,23 +50,36 @@ PROBLEMS = {"allocate": AllocateProblem, "joint": JointProblem, "group": GroupPr
 
 METHODS = (
     Method("allocate", "lp", allocate.solve_lp, True, "split", True,
-           "allocation LP per stage (Duan & Wu, ICPADS 2022), closed form"),
+           "the shares of least steady period (window rows included): each stage's least busy share at a "
+           "trial T (closed form), bisected on T; per stage Duan & Wu's allocation LP when no window row binds"),
     Method("allocate", "theorem", allocate.theorem, False, "split", True, "beta = c/(c+1), Duan & Wu's theorem"),
     Method("allocate", "sequential", allocate.sequential, False, "sequential", True,
            "no split: forward then backward on all resources"),
-    Method("joint", "dp", joint.solve_dp, True, "split", True, "min-max DP with the LP split per stage"),
-    Method("joint", "milp", joint.solve_milp, True, "split", True, "MILP (PuLP) at fixed T, bisected on T"),
-    Method("joint", "cpsat", joint.solve_cpsat, True, "split", False, "CP-SAT over stage intervals, bisected on T"),
+    Method("joint", "dp", joint.solve_dp, True, "split", True,
+           "window DP at a trial T (each range's least busy time, the least window slack per stage and end "
+           "unit), bisected on T; ties: least latency of a microbatch (the latency DP)"),
+    Method("joint", "milp", joint.solve_milp, True, "split", True,
+           "MILP (PuLP) at a trial T (work fractions per kind; window rows over busy-time variables with "
+           "lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
+    Method("joint", "cpsat", joint.solve_cpsat, True, "split", False,
+           "CP-SAT at a trial T over stage starts (exactly tabulated reach per stage; window rows with lazy "
+           "cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
     Method("joint", "two_step", duan_wu.two_step, False, "split", True,
-           "Duan & Wu, ICPADS 2022: binary-search partition, then the LP split"),
-    Method("group", "milp", group.solve_milp, True, "split", True, "MILP (PuLP) at fixed T, bisected on T"),
+           "Duan & Wu, ICPADS 2022: binary-search partition on the sequential stage time, then the shares "
+           "of least period"),
+    Method("group", "milp", group.solve_milp, True, "split", True,
+           "MILP (PuLP) at a trial T over device-class counts and unit-to-stage binaries (window rows with "
+           "lazy supporting-plane cuts, plans certified exactly), bisected on T; ties: least latency of a "
+           "microbatch"),
     Method("group", "cpsat", group.solve_cpsat, True, "split", True,
-           "CP-SAT over stage intervals (integer relaxation, plans certified), bisected on T"),
+           "CP-SAT at a trial T over stage intervals (split feasibility linear in the worker's devices, window "
+           "rows with lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
     Method("group", "algorithm2", duan_wu.algorithm2, False, "split", True,
-           "Duan & Wu, ICPADS 2022, Algorithm 2, then binary search and the LP split"),
+           "Duan & Wu, ICPADS 2022, Algorithm 2 (each worker costed on an average stage), then the "
+           "binary-search partition and the shares of least period"),
     Method("group", "algorithm2_staged", duan_wu.algorithm2_staged, False, "split", True,
            "Duan & Wu's Algorithm 2 with each worker costed on its own stage, grouping and partition "
            "iterated to a fixed point"),
     Method("group", "round_robin", duan_wu.round_robin, False, "split", True,
-           "devices by speed dealt round robin, then binary search and the LP split"),
+           "devices by speed dealt round robin, then the binary-search partition and the shares of least period"),
 )

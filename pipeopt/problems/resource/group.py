@@ -22,6 +22,9 @@ fits passes (no feasible start needed). Bound: the largest T proven infeasible. 
 means optimal *within a relative gap of 1e-4*
 (:data:`pipeopt.problems.resource.search.MIN_REL_GAP`); a limit a probe cannot settle (after
 its repairs, or out of time) leaves status ``FEASIBLE`` or ``TIME_LIMIT`` with a valid bound.
+Once optimal, both break ties the same way: among the plans of the proven period, one of least
+latency of a microbatch, over every grouping (:mod:`pipeopt.problems.resource.tiebreak`,
+``info["secondary"]``).
 
 References
 ----------

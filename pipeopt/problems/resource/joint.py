@@ -22,7 +22,9 @@ Every plan a probe returns is checked exactly (:func:`~pipeopt.problems.resource
 and the bound is the largest T a probe proved infeasible. The MILP and CP-SAT report
 ``OPTIMAL`` *within a relative gap of 1e-4* (:data:`pipeopt.problems.resource.search.MIN_REL_GAP`),
 the DP within 1e-12; a probe that cannot settle its T leaves status ``FEASIBLE`` (or
-``TIME_LIMIT``) with a valid bound.
+``TIME_LIMIT``) with a valid bound. Once optimal, all three break ties the same way: among the
+plans of the proven period, one of least latency of a microbatch
+(:mod:`pipeopt.problems.resource.tiebreak`, ``info["secondary"]``).
 
 References
 ----------

@@ -144,6 +144,41 @@ class ResourceProblem:
                                 np.concatenate([[0], np.cumsum(~finite)]))
         return out
 
+    @cached_property
+    def ranges(self) -> tuple[np.ndarray, np.ndarray, dict, dict]:
+        """Every unit range ``a..b-1`` (``0 <= a < b <= n``) and its loads: ``(a, b, F, B)``,
+        the index arrays of :func:`numpy.triu_indices` ``(n + 1, 1)`` and :meth:`loads` of them
+        (the chain DP's arrays, computed once per problem)."""
+        ii, jj = np.triu_indices(self.n + 1, 1)
+        F, B = self.loads(ii, jj)
+        return ii, jj, F, B
+
+    def range_memory(self, stage: int, mode: str = "split") -> np.ndarray:
+        """Bytes every unit range of :attr:`ranges` needs as stage ``stage`` under ``mode``
+        (:meth:`stage_memory`, vectorised; cached)."""
+        key = (stage, mode)
+        cache = self._memory_cache
+        if key not in cache:
+            ii, jj, _, _ = self.ranges
+            cache[key] = self.table.memory(ii, jj, self.in_flight(stage, mode))
+        return cache[key]
+
+    @cached_property
+    def _memory_cache(self) -> dict:
+        return {}
+
+    def range_busy(self, res: dict, T: float) -> np.ndarray:
+        """``ndarray (P,)``: the least busy time ``f + b`` (seconds) of every unit range of
+        :attr:`ranges` on resources ``res`` with both passes within T (split execution,
+        :func:`~pipeopt.problems.resource.split.least_busy_many`), ``inf`` where no share passes
+        T; memory aside."""
+        _, _, F, B = self.ranges
+        w, _, _ = least_busy_many(res, F, B, T, kinds=self.kinds)
+        for q in np.flatnonzero(np.isnan(w)):  # a free pass, or nothing to choose
+            _, f, b = least_busy(res, {k: float(v[q]) for k, v in F.items()}, {k: float(v[q]) for k, v in B.items()}, T)
+            w[q] = f + b
+        return w
+
     def loads(self, a, b) -> tuple[dict, dict]:
         """:meth:`load` of many unit ranges: ``a``, ``b`` integer arrays broadcast together;
         ``dict[kind, ndarray]`` each."""
@@ -404,7 +439,7 @@ class ResourceProblem:
         return self.period(starts, groups, mode)[0]
 
     # ---- plans and results ------------------------------------------------------------
-    def plan(self, starts, groups, mode: str = "split") -> Plan:
+    def plan(self, starts, groups, mode: str = "split", limit: float | None = None) -> Plan:
         """The plan whose stages start at units ``[0, *starts]`` on workers ``groups``.
 
         Parameters
@@ -417,12 +452,29 @@ class ResourceProblem:
             ``"split"``: the shares of least period (:meth:`period`; the least-time shares if
             the plan breaks memory); ``"theorem"``: the closed form c / (c + 1);
             ``"sequential"``: no split (``beta = None``).
+        limit
+            ``"split"`` only: instead of the shares of least period, each stage's shares of
+            least busy time ``f + b`` with both passes within T = ``limit`` seconds
+            (:meth:`check`; the plan's period is then at most T). The tie-break's shares
+            (:mod:`pipeopt.problems.resource.tiebreak`).
+
+        Raises
+        ------
+        InvalidProblemError
+            If the numbers of stages and workers differ, or the plan's period with the best
+            shares exceeds ``limit``.
         """
         starts = [int(c) for c in starts]
         layer_sets = self.instance.chain.stages_from_cuts(starts)
         if len(layer_sets) != len(groups):
             raise InvalidProblemError(f"{len(layer_sets)} stages but {len(groups)} workers")
-        _, shares, _ = self.period(starts, groups, mode)
+        if limit is not None and mode == "split":
+            chk = self.check(starts, groups, limit)
+            if not chk.ok:
+                raise InvalidProblemError(f"the plan with starts {starts} has a period above {limit!r} s")
+            shares = [o[0] for o in chk.ops]
+        else:
+            _, shares, _ = self.period(starts, groups, mode)
         stages = [Stage(layers=layers, devices=tuple(devs), beta=beta)
                   for layers, devs, beta in zip(layer_sets, groups, shares, strict=True)]
         return Plan(tuple(stages))
@@ -739,12 +791,10 @@ class ChainProbe:
             raise InvalidProblemError(f"unknown split mode {mode!r}; choose from {SPLIT_MODES}")
         self.problem, self.groups, self.mode = problem, [tuple(g) for g in groups], mode
         n, S = problem.n, len(groups)
-        self.ii, self.jj = np.triu_indices(n + 1, 1)
-        self.F, self.B = problem.loads(self.ii, self.jj)
+        self.ii, self.jj, self.F, self.B = problem.ranges
         self.room = []  # per stage: ranges that fit memory and leave one unit to every other stage
         for s in range(S):
-            need = problem.table.memory(self.ii, self.jj, problem.in_flight(s, mode))
-            self.room.append(rules.fits(need, problem.capacity(self.groups[s]))
+            self.room.append(rules.fits(problem.range_memory(s, mode), problem.capacity(self.groups[s]))
                              & (self.ii >= s) & (self.jj <= n - (S - 1 - s)))
         self.D, self.U = rules.window_tokens([S - s for s in range(S)], np.ones(S), [mode != "sequential"] * S)
         self.keys = [tuple(sorted(problem.pooled(g).items())) for g in self.groups]
@@ -757,11 +807,7 @@ class ChainProbe:
             return cache[key]
         res, p = dict(self.keys[s]), self.problem
         if self.mode == "split":
-            w, _, _ = least_busy_many(res, self.F, self.B, T, kinds=p.kinds)
-            for q in np.flatnonzero(np.isnan(w)):  # a free pass, or nothing to choose
-                _, f, b = least_busy(res, {k: float(v[q]) for k, v in self.F.items()},
-                                     {k: float(v[q]) for k, v in self.B.items()}, T)
-                w[q] = f + b
+            w = p.range_busy(res, T)
         elif self.mode == "sequential":
             rate = np.zeros(self.ii.shape)
             for k in p.kinds:

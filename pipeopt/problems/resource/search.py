@@ -24,6 +24,10 @@ CP-SAT models of :mod:`.intervals`, the chain DP of
    the model is solved again. So a feasible answer is a plan whose exact period is <= T, and
    an infeasible answer is a proof (the model relaxes the true constraints).
 
+Once the bracket closes, the tie-break (:func:`pipeopt.problems.resource.tiebreak.break_ties`)
+returns, among the plans of period at most the proven one, one of least latency of a microbatch
+(the secondary objective, the same for every exact method; ``info["secondary"]``).
+
 Status ``OPTIMAL`` means *optimal within a relative gap of* :data:`MIN_REL_GAP` (the chain
 DP: :data:`~pipeopt.problems.resource.problem.CHAIN_REL_TOL`): the bracket closed,
 ``objective <= (1 + gap) * lower_bound``, and the lower bound is the largest T proven
@@ -49,6 +53,7 @@ from ...errors import InfeasibleError
 from ...result import Result, Status
 from .bounds import lower_bound, top_limit
 from .problem import Check, ResourceProblem
+from .tiebreak import SECONDARY, break_ties
 
 MIN_REL_GAP = 1e-4
 """Relative gap at which the bisection stops and the method reports ``OPTIMAL``: the plan's
@@ -141,7 +146,8 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     Returns
     -------
     Result
-        ``OPTIMAL`` (within ``rel_tol``) or ``TIME_LIMIT`` with the incumbent (or no
+        ``OPTIMAL`` (within ``rel_tol``; the plan is the tie-break's, of least latency among
+        those of period at most the proven one) or ``TIME_LIMIT`` with the incumbent (or no
         plan if none was found) and the proven bound; ``FEASIBLE`` with the incumbent and the
         bound if the search stopped before the deadline without closing the bracket
         (``info["stop"]`` says why: a probe that could not decide even with all the time left).
@@ -176,9 +182,15 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
             )
         return problem.result(method, None, Status.TIME_LIMIT, lower_bound=found.lower, started=deadline.started,
                               space="split", info={**info, "incumbent": "none found within the time limit"})
-    plan = problem.plan(*found.plan, "split")
     # stopped before the deadline without closing the bracket (a probe could not decide even with
     # all the time left): a plan and a bound, but not a time limit
     status = Status.OPTIMAL if found.closed else Status.TIME_LIMIT if found.stop == "deadline" else Status.FEASIBLE
+    if status == Status.OPTIMAL:  # the secondary objective (tie-break) among plans of the proven period
+        within = max(found.value, found.lower * (1 + rel_tol))
+        plan = break_ties(problem, *found.plan, deadline, info, within=within)
+    else:
+        plan = problem.plan(*found.plan, "split")
+        info["secondary"] = {"objective": SECONDARY, "proven": False,
+                             "note": "no second phase: the primary optimum is not proven"}
     return problem.result(method, plan, status, lower_bound=found.lower, started=deadline.started, space="split",
                           info=info)
