@@ -4,9 +4,9 @@ For each instance and each number of stages S it runs the three methods of the
 ``bipartition`` problem (:mod:`pipeopt.problems.bipartition.problem`) and prints a Markdown table:
 
 * ``same-cut``: the best plan with equal forward and backward cuts (exact partition DP);
-* ``greedy``: the backward-cut mover (:mod:`pipeopt.problems.bipartition.greedy` with
-  ``move="backward"``), and ``greedy-both`` the same local search moving forward cuts too (the
-  ``greedy`` method's default);
+* ``greedy-backward``: the local search of :mod:`pipeopt.problems.bipartition.greedy` with
+  ``move="backward"`` (backward cuts only), and ``greedy`` the ``greedy`` method itself (its
+  default ``move="both"``: forward cuts, backward cuts and both together);
 * ``MILP``: the plain exact model (:func:`pipeopt.problems.bipartition.milp.solve_milp` with
   ``dp_bound=False``), its status and solve time;
 * ``bisection``: the memory relaxation solved exactly by bisection on T
@@ -126,7 +126,7 @@ def row(label: str, inst, S: int, time_limit: float, solver: str) -> dict | None
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| instance | n | S | B/F | B/F CV | same-cut ms | greedy ms (gain) | greedy-both ms (gain) | "
+    head = ("| instance | n | S | B/F | B/F CV | same-cut ms | greedy-backward ms (gain) | greedy ms (gain) | "
             "MILP ms (gain) | MILP status, s | bisection ms (gain) | bisection status, s | bound ms | "
             "moved MB | limit |")
     cols = head.count("|") - 1

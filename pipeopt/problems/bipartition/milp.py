@@ -69,6 +69,15 @@ problem, and in any case its lower end bounds the problem from below. The probes
 first two look only inside the boxes of the states a plan as good as the start can pass
 through (:class:`_Relaxation`), which makes them cheap.
 
+Ties
+----
+Once a plan is proven optimal, both methods hand it to the tie-break
+(:func:`pipeopt.problems.bipartition.tiebreak.break_ties`): among the plans of period at most
+the proven one, the least 1F1B-flush iteration time of M microbatches (the partition problem's
+secondary objective), by the event-time MILP over the model's rows (:mod:`.model`) within the
+relaxation's windows at the cap; ``info["secondary"]`` says whether it was proven. The MILP's
+rows are written in :mod:`.model` (:func:`~pipeopt.problems.bipartition.model.build_model`).
+
 Claims
 ------
 * ``InfeasibleError`` only when no same-cut plan fits (the exact partition DP proves it): the
@@ -109,8 +118,11 @@ from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import rules
 from ...errors import InfeasibleError, InvalidPlanError, InvalidProblemError
 from ...result import Result, Status
+from ..secondary import CAP_REL
 from .greedy import best_same_cut
+from .model import MODEL_UNIT, SOLVER_SLACK, build_model, cuts_of_rows, start_of_rows
 from .problem import BipartitionProblem
+from .tiebreak import SECONDARY, break_ties
 
 MILP_GAP = 1e-6
 """Default relative tolerance of the MILP's optimality claim (above the solvers' feasibility
@@ -121,12 +133,6 @@ tenth of it)."""
 CAP_MARGIN = 1e-6
 """Relative margin of the model's caps on T around the incumbent and the bound (a window as
 narrow as the solvers' tolerances makes them report the model infeasible)."""
-MODEL_UNIT = 1e3
-"""The model's T of the incumbent, and a memory row's capacity: the solvers' absolute
-tolerances (1e-9 to 1e-6) are then at most 1e-9 of them (at T about 1, HiGHS's presolve fixed
-T within 1e-6 of its cap and quoted that as the optimum)."""
-SOLVER_SLACK = 1e-8
-"""Relative amount taken off the solver's dual bound before it is quoted (its tolerances)."""
 _EPS = np.finfo(float).eps
 
 
@@ -471,196 +477,6 @@ def relaxation_optimum(problem: BipartitionProblem, *, deadline: Deadline | floa
     return Relaxed(out.lower, a, b, problem.score(a, b).bottleneck, out.closed, len(out.steps))
 
 
-# ---- the MILP ------------------------------------------------------------------------------------
-
-
-def build_model(problem: BipartitionProblem, scale: float, upper: float | None = None,
-                lower: float | None = None, windows: list | None = None,
-                deadline: Deadline | None = None):
-    """Build the PuLP model (module docstring).
-
-    Parameters
-    ----------
-    problem
-        The Bi-Partition problem.
-    scale
-        Seconds per model time unit (times are divided by it; > 0).
-    upper, lower
-        Optional bounds on the bottleneck, seconds (``lower`` defaults to the simple bound).
-    windows
-        Optional per cut ``(a_lo, a_hi, b_lo, b_hi)``: ranges of the forward and backward cut
-        positions (:meth:`_Relaxation.windows`); the staircase variables outside are constants.
-    deadline
-        Checked between the rows of the model.
-
-    Returns
-    -------
-    (prob, T, p, q)
-        The model, its objective variable and the staircase rows ``p[c][u]``, ``q[c][u]``
-        (``pulp.LpVariable`` or the constants 0 / 1).
-
-    Raises
-    ------
-    DeadlineReached
-        If ``deadline`` passes while the model is built.
-    """
-    S, n, bw = problem.stages, problem.n, problem.bandwidth
-    dl = Deadline(None) if deadline is None else deadline
-    fwd, bwd = problem.fwd / scale, problem.bwd / scale
-    tab = problem.table
-    tb = rules.transfer_time(tab.boundary_bytes, bw) / scale  # per split position
-    act, par = rules.migration_bytes(problem.migrated, problem.param, problem.microbatches)
-    ta, tp = rules.transfer_time(act, bw) / scale, rules.transfer_time(par, bw) / scale
-    prob = pulp.LpProblem("bipartition", pulp.LpMinimize)
-    T = pulp.LpVariable("T", lowBound=(problem.simple_lower_bound() if lower is None else lower) / scale,
-                        upBound=None if upper is None else upper / scale)
-    prob += T
-
-    def is_var(x) -> bool:
-        return not isinstance(x, int)
-
-    def add(expr_terms, constraint) -> None:
-        if any(is_var(x) for x in expr_terms):
-            prob.addConstraint(constraint)
-
-    # cut c's position range: default every position that leaves the stages non-empty
-    ranges = []
-    for which in (0, 1):
-        lo = [c + 1 for c in range(S - 1)]
-        hi = [n - (S - 1 - c) for c in range(S - 1)]
-        if windows is not None:
-            lo = [max(lo[c], windows[c][2 * which]) for c in range(S - 1)]
-            hi = [min(hi[c], windows[c][2 * which + 1]) for c in range(S - 1)]
-        for c in range(1, S - 1):  # cuts increase strictly
-            lo[c] = max(lo[c], lo[c - 1] + 1)
-        for c in range(S - 3, -1, -1):
-            hi[c] = min(hi[c], hi[c + 1] - 1)
-        ranges.append((lo, hi))
-
-    def staircase(name: str, lo: list[int], hi: list[int]) -> list[list]:
-        rows = []
-        for c in range(S - 1):
-            dl.check("building the MILP")
-            # p[c][u] = 1 iff u < a_c, with lo[c] <= a_c <= hi[c]
-            rows.append([1 if u < lo[c] else 0 if u >= hi[c] else pulp.LpVariable(f"{name}_{c}_{u}", cat="Binary")
-                         for u in range(n)])
-        for c in range(S - 1):
-            dl.check("building the MILP")
-            row = rows[c]
-            for u in range(n - 1):
-                add((row[u], row[u + 1]), row[u] - row[u + 1] >= 0)
-            if c < S - 2:
-                nxt = rows[c + 1]
-                add(row + nxt, pulp.lpSum(nxt) - pulp.lpSum(row) >= 1)
-                for u in range(n):
-                    add((row[u], nxt[u]), nxt[u] - row[u] >= 0)
-        return rows
-
-    p, q = staircase("p", *ranges[0]), staircase("q", *ranges[1])
-    ones, zeros = [1] * n, [0] * n
-
-    def member(x, i):  # indicator rows of stage i: x[i] - x[i-1]
-        hi = x[i] if i < S - 1 else ones
-        lo = x[i - 1] if i > 0 else zeros
-        return [hi[u] - lo[u] for u in range(n)]
-
-    def split_time(row):  # seconds of edge bytes crossing the split described by staircase row
-        return pulp.lpSum(tb[j] * (row[j - 1] - row[j]) for j in range(1, n))
-
-    fwd_send, bwd_send = [], []
-    for c in range(S - 1):
-        dl.check("building the MILP")
-        diff = [p[c][u] - q[c][u] for u in range(n)]
-        act_pos, act_neg, par_pos, par_neg = (pulp.LpVariable(f"{nm}_{c}", lowBound=0)
-                                              for nm in ("act_pos", "act_neg", "par_pos", "par_neg"))
-        moved_act = pulp.lpSum(ta[u] * diff[u] for u in range(n))
-        moved_par = pulp.lpSum(tp[u] * diff[u] for u in range(n))
-        prob.addConstraint(act_pos - moved_act >= 0)
-        prob.addConstraint(act_neg + moved_act >= 0)
-        prob.addConstraint(par_pos - moved_par >= 0)
-        prob.addConstraint(par_neg + moved_par >= 0)
-        # p > q (forward on <= c, backward on > c): the activation goes forward, the weights back
-        fwd_send.append(split_time(p[c]) + act_pos + par_neg)
-        bwd_send.append(split_time(q[c]) + act_neg + par_pos)
-        if problem.overlap:  # full duplex: each direction on its own
-            prob.addConstraint(T - fwd_send[c] >= 0, f"cut_fwd_{c}")
-            prob.addConstraint(T - bwd_send[c] >= 0, f"cut_bwd_{c}")
-        if problem.max_shift is not None:
-            add(p[c] + q[c], pulp.lpSum(p[c]) - pulp.lpSum(q[c]) <= problem.max_shift)
-            add(p[c] + q[c], pulp.lpSum(q[c]) - pulp.lpSum(p[c]) <= problem.max_shift)
-
-    cap = problem.memory
-    for i in range(S):
-        dl.check("building the MILP")
-        f, g = member(p, i), member(q, i)
-        load = pulp.lpSum(fwd[u] * f[u] + bwd[u] * g[u] for u in range(n))
-        if not problem.overlap:
-            if i < S - 1:
-                load = load + fwd_send[i]
-            if i > 0:
-                load = load + bwd_send[i - 1]
-        prob.addConstraint(T - load >= 0, f"stage_{i}")
-        if math.isfinite(cap):
-            h = []
-            for u in range(n):
-                if is_var(f[u]) or is_var(g[u]):
-                    hu = pulp.LpVariable(f"h_{i}_{u}", lowBound=0, upBound=1)
-                    prob.addConstraint(hu - f[u] >= 0)  # also when f[u] is a constant 1
-                    prob.addConstraint(hu - g[u] >= 0)
-                else:
-                    hu = max(f[u], g[u])
-                h.append(hu)
-            acts = pulp.lpSum(problem.act[u] * (MODEL_UNIT / cap) * g[u] for u in range(n))
-            params = pulp.lpSum(problem.param[u] * (MODEL_UNIT / cap) * h[u] for u in range(n))
-            mem = rules.stage_memory(acts, params, float(tab.in_flight[i]), float(tab.versions[i]))
-            prob.addConstraint(mem <= rules.memory_limit(MODEL_UNIT), f"memory_{i}")  # MODEL_UNIT = the capacity
-    if problem.overlap and S > 1:
-        _window_rows(prob, T, p, q, fwd, bwd, fwd_send, bwd_send, dl)
-    return prob, T, p, q
-
-
-def _window_rows(prob, T, p, q, fwd, bwd, fwd_send, bwd_send, dl: Deadline) -> None:
-    """Add the window rows of the steady state (:func:`rules.steady_period`, no replication):
-    for every ``i < l``, ``sum_{s=i..l} load_s + sum_{c=i..l-1} (x_c + y_c) <= (l - i + 1) T``.
-
-    The loads telescope: ``sum_{s=i..l} load_s = E_l - E_{i-1}`` with ``E_c = sum_u fwd_u
-    p[c, u] + bwd_u q[c, u]`` (the forward and backward work of stages 0..c; ``E_{-1} = 0``,
-    ``E_{S-1}`` the total), so with one variable per ``E_c`` and per round trip
-    ``r_c >= x_c + y_c`` each of the O(S^2) rows has O(S) terms. (``i = l`` is the stage's own
-    row, added with the stages.)
-    """
-    S, n = len(p) + 1, len(fwd)
-    E = [0.0]
-    for c in range(S - 1):
-        dl.check("building the MILP")
-        e = pulp.LpVariable(f"work_{c}")
-        prob.addConstraint(e - pulp.lpSum(fwd[u] * p[c][u] + bwd[u] * q[c][u] for u in range(n)) == 0,
-                           f"work_{c}")
-        E.append(e)
-    E.append(float(np.sum(fwd) + np.sum(bwd)))  # E[c + 1] = E_c
-    r = []
-    for c in range(S - 1):
-        rc = pulp.LpVariable(f"trip_{c}", lowBound=0)
-        prob.addConstraint(rc - fwd_send[c] - bwd_send[c] >= 0, f"trip_{c}")
-        r.append(rc)
-    for i in range(S):
-        dl.check("building the MILP")
-        for l in range(i + 1, S):
-            prob.addConstraint((l - i + 1) * T - (E[l + 1] - E[i]) - pulp.lpSum(r[i:l]) >= 0,
-                               f"window_{i}_{l}")
-
-
-def _cuts(rows, values: dict) -> list[int]:
-    return [int(round(sum(values.get(x.name, 0.0) if isinstance(x, pulp.LpVariable) else x for x in row)))
-            for row in rows]
-
-
-def _start(rows, cuts) -> dict:
-    """MIP start of the staircase rows for cut positions ``cuts``."""
-    return {x.name: float(u < a) for row, a in zip(rows, cuts, strict=True)
-            for u, x in enumerate(row) if isinstance(x, pulp.LpVariable)}
-
-
 # ---- shared by both methods ----------------------------------------------------------------------
 
 
@@ -713,10 +529,13 @@ def _same_cut_start(problem: BipartitionProblem, deadline: Deadline) -> list[int
 
 
 def _finish(problem: BipartitionProblem, method: str, best: _Incumbent, lower: float, gap: float,
-            deadline: Deadline, info: dict) -> Result:
+            deadline: Deadline, info: dict, tie: dict) -> Result:
     """The incumbent as a Result: ``OPTIMAL`` iff its bottleneck <= ``lower (1 + gap)``, else
     ``TIME_LIMIT`` if the deadline passed or stopped a step (``info["stopped"]``), else
-    ``FEASIBLE``; ``lower`` is quoted as it is."""
+    ``FEASIBLE``; ``lower`` is quoted as it is. An ``OPTIMAL`` plan goes through the tie-break
+    (:func:`pipeopt.problems.bipartition.tiebreak.break_ties`; ``tie``: its ``solver``,
+    ``threads``, ``seed`` and the ``relaxation`` already built, if any), which may return a
+    plan of the same period and shorter iteration."""
     timed_out = deadline.expired() or "stopped" in info
     info.update(gap_tolerance=gap, incumbent=best.label, time_limit_reached=timed_out)
     if best.rejected:
@@ -725,13 +544,28 @@ def _finish(problem: BipartitionProblem, method: str, best: _Incumbent, lower: f
         return problem.result(method, None, Status.TIME_LIMIT, lower_bound=lower, started=deadline.started,
                               info=info)
     a, b = best.cuts
-    info.update(fwd_cuts=a, bwd_cuts=b)
     if best.value <= lower * (1 + gap):
         status = Status.OPTIMAL
+        tie = dict(tie)
+        relax = tie.pop("relaxation", None)
+
+        def windows(T: float, clock: Deadline):
+            return (relax if relax is not None else _Relaxation(problem)).windows(T, clock)
+
+        within = min(best.value * (1 + CAP_REL), max(best.value, lower * (1 + gap)))
+        a2, b2 = break_ties(problem, (a, b), deadline, info, within=within, windows=windows, **tie)
+        if (a2, b2) != (a, b):
+            a, b = a2, b2
+            info["incumbent"] = f"second phase (tie-break of {best.label})"
     elif timed_out:
         status = Status.TIME_LIMIT
+        info["secondary"] = {"objective": SECONDARY, "proven": False,
+                             "note": "no second phase: the primary optimum is not proven"}
     else:
         status = Status.FEASIBLE
+        info["secondary"] = {"objective": SECONDARY, "proven": False,
+                             "note": "no second phase: the primary optimum is not proven"}
+    info.update(fwd_cuts=a, bwd_cuts=b)
     return problem.result(method, problem.plan(a, b), status, lower_bound=lower, started=deadline.started,
                           info=info)
 
@@ -761,7 +595,7 @@ def solve_bisection(problem: BipartitionProblem, *, time_limit: float | Deadline
         Seconds, or the :class:`~pipeopt.backends.deadline.Deadline` of the solve: the same-cut
         DP and every probe of the bisection draw from it.
     solver, seed, threads
-        Unused (accepted for the common method signature).
+        For the tie-break's event-time MILP only (:mod:`pipeopt.problems.bipartition.tiebreak`).
     gap
         Relative tolerance of the optimality claim (default 1e-9).
 
@@ -784,22 +618,26 @@ def solve_bisection(problem: BipartitionProblem, *, time_limit: float | Deadline
         If ``gap`` is not in (0, 1) or ``time_limit`` is not a positive number.
     """
     deadline = Deadline.of(time_limit)
+    if solver not in SOLVERS:
+        raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
     gap = _check_gap(gap)
     best = _Incumbent(problem)
     lower = problem.simple_lower_bound()
     info: dict = {}
+    tie = {"solver": solver, "threads": int(threads), "seed": int(seed)}
     start = _same_cut_start(problem, deadline)
     if start is not None:
         best.offer("same_cut", start, start)
         if _single_plan(problem):
             info["proof"] = "the only plan (S = 1 or S = n)"
-            return _finish(problem, "bisection", best, best.value, gap, deadline, info)
-        rel = relaxation_optimum(problem, deadline=deadline, start=start, rel_tol=gap / 10)
+            return _finish(problem, "bisection", best, best.value, gap, deadline, info, tie)
+        tie["relaxation"] = relax = _Relaxation(problem)
+        rel = relaxation_optimum(problem, deadline=deadline, start=start, rel_tol=gap / 10, relaxation=relax)
         best.offer("bisection", rel.fwd_cuts, rel.bwd_cuts)
         lower = max(lower, rel.lower)
         info.update(relaxation_bound=rel.lower, relaxed_plan_fits=problem.score(rel.fwd_cuts, rel.bwd_cuts).fits,
                     bisection_closed=rel.closed, probes=rel.probes)
-    return _finish(problem, "bisection", best, lower, gap, deadline, info)
+    return _finish(problem, "bisection", best, lower, gap, deadline, info, tie)
 
 
 def solve_milp(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
@@ -868,18 +706,19 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float | Deadline = 60
     best = _Incumbent(problem)
     lower = problem.simple_lower_bound()
     info: dict = {"solver": solver, "seed": seed, "threads": threads, "dp_bound": dp_bound}
+    tie = {"solver": solver, "threads": threads, "seed": seed}
     start = _same_cut_start(problem, deadline)
     if start is None:
-        return _finish(problem, "milp", best, lower, gap, deadline, info)
+        return _finish(problem, "milp", best, lower, gap, deadline, info, tie)
     best.offer("same_cut", start, start)
     info["same_cut"] = {"cuts": start, "bottleneck": best.value}
     if _single_plan(problem):
         info["proof"] = "the only plan (S = 1 or S = n)"
-        return _finish(problem, "milp", best, best.value, gap, deadline, info)
+        return _finish(problem, "milp", best, best.value, gap, deadline, info, tie)
     try:
         windows = None
         if dp_bound:
-            relax = _Relaxation(problem)
+            tie["relaxation"] = relax = _Relaxation(problem)
             share = deadline if not math.isfinite(problem.memory) else deadline.sub(fraction=0.5)
             rel = relaxation_optimum(problem, deadline=share, start=start, rel_tol=gap / 10, relaxation=relax)
             lower = max(lower, rel.lower)
@@ -887,14 +726,14 @@ def solve_milp(problem: BipartitionProblem, *, time_limit: float | Deadline = 60
             best.offer("bisection", rel.fwd_cuts, rel.bwd_cuts)
             if best.value <= lower * (1 + gap):
                 info["proof"] = "the relaxation's bound meets the incumbent"
-                return _finish(problem, "milp", best, lower, gap, deadline, info)
+                return _finish(problem, "milp", best, lower, gap, deadline, info, tie)
             windows = relax.windows(best.value * (1 + 2 * CAP_MARGIN), deadline)
         if best.value <= lower * (1 + gap):
-            return _finish(problem, "milp", best, lower, gap, deadline, info)
+            return _finish(problem, "milp", best, lower, gap, deadline, info, tie)
         lower = _milp(problem, best, lower, windows, deadline, solver, gap, seed, threads, info)
     except DeadlineReached as stop:
         info["stopped"] = str(stop)
-    return _finish(problem, "milp", best, lower, gap, deadline, info)
+    return _finish(problem, "milp", best, lower, gap, deadline, info, tie)
 
 
 def _milp(problem: BipartitionProblem, best: _Incumbent, lower: float, windows, deadline: Deadline,
@@ -915,7 +754,7 @@ def _milp(problem: BipartitionProblem, best: _Incumbent, lower: float, windows, 
     if deadline.remaining() < 0.5 * built:  # writing the model for the solver takes about 0.35x its build
         raise DeadlineReached("handing the model to the solver", deadline.elapsed())
     a0, b0 = best.cuts
-    warm = {**_start(p, a0), **_start(q, b0)}
+    warm = {**start_of_rows(p, a0), **start_of_rows(q, b0)}
     rel_gap, abs_gap = gap / 10, MODEL_UNIT * gap / 100  # the model's T is about MODEL_UNIT
     out = solve_pulp(prob, solver=solver, deadline=deadline, rel_gap=rel_gap, abs_gap=abs_gap, threads=threads,
                      seed=seed, warm_start=warm)
@@ -923,7 +762,7 @@ def _milp(problem: BipartitionProblem, best: _Incumbent, lower: float, windows, 
     if out.status in ("feasible", "no_solution"):  # the solver stopped without proof: its time was up
         info["stopped"] = f"the solver stopped at the deadline ({out.solver_status})"
     if out.has_solution:
-        a, b = _cuts(p, out.values), _cuts(q, out.values)
+        a, b = cuts_of_rows(p, out.values), cuts_of_rows(q, out.values)
         try:
             problem.check_cuts(a, b)
         except InvalidPlanError:  # pragma: no cover - a solver returning garbage
