@@ -32,6 +32,7 @@ This module holds what the phases share:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -87,7 +88,8 @@ def open_record(info: dict, objective: str, value: float, *, cap: float, evaluat
     dict
         The record: ``objective``, ``value`` (of the plan returned), ``proven`` (False until
         the phase proves it), ``cap``, ``iteration_time``, ``peak_memory``; a phase adds
-        ``bound``, ``status``, ``unique``, ``improved_from``, ``stopped``, ``error``, ``note``.
+        ``bound``, ``status``, ``unique``, ``improved_from``, ``stopped``, ``error``, ``note``, and
+        :func:`run` the phase's wall time ``seconds``.
     """
     record = {"objective": objective, "value": float(value), "proven": False, "cap": float(cap)}
     if evaluation is not None:
@@ -128,12 +130,15 @@ def run(phase: Callable[[Deadline, dict], Plan], keep: Plan, deadline: Deadline,
         record.update(proven=False, stopped="no time left for the second phase")
         return keep
     before = dict(record)
+    started = time.perf_counter()
     try:
-        return phase(clock, record)
+        out = phase(clock, record)
+        record["seconds"] = time.perf_counter() - started
+        return out
     except DeadlineReached as stop:
         why = {"stopped": str(stop)}
     except RuntimeError as exc:  # the solver process crashed: keep the proven plan
         why = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     record.clear()
-    record.update(before, proven=False, **why)
+    record.update(before, proven=False, seconds=time.perf_counter() - started, **why)
     return keep
