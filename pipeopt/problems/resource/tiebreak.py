@@ -26,7 +26,7 @@ times are ``1 / sum_k beta_k R_k / F_k`` - not linear in the shares, and the gro
 variable too - so an event-time model of M microbatches over the partition, the grouping and
 the shares is a non-convex MINLP, far from the second phase's one-second budget. The latency
 is the fill-and-drain part of that iteration time and the left side of the widest window row
-(stages 0..S-1, the one that binds first as T shrinks); with the shares fixed at T* it is
+(stages 0..S-1); with the shares fixed at T* it is
 additive over the stages, so it is optimised exactly by one DP (:class:`LatencyDP`) for both
 problems, run from the last stage back at T*:
 
@@ -42,8 +42,8 @@ problems, run from the last stage back at T*:
   as the models count them), so a state holds a count vector and stage s may take any
   non-empty sub-vector of what is left. O(S n^2) for the joint problem; for grouping O(S n^2)
   times the pairs (count vector, sub-vector), ``prod_c (m_c + 1)(m_c + 2) / 2`` for classes of
-  m_c devices (36 to 1,296 on the shipped 4- and 8-device mixes). When the budget runs out
-  first the proven plan is kept and ``proven`` is False.
+  m_c devices (36 to 1,296 on the shipped 4- and 8-device mixes, 50,625 on the 16-device one).
+  When the budget runs out first the proven plan is kept and ``proven`` is False.
 
 The budget, the record and the guard are the shared ones (:mod:`pipeopt.problems.secondary`).
 Every method gets the same answer whatever its primary search, so DP, MILP and CP-SAT return
