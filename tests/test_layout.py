@@ -31,6 +31,7 @@ RANKS = {
     "pipeopt.problems.partition": 7,
     "pipeopt.problems.bipartition": 8,
     "pipeopt.problems.resource": 8,
+    "pipeopt.problems.schedule": 8,  # the split of a schedule's chunks: reuses partition's pieces
     "pipeopt.registry": 9,
     "pipeopt.solve": 10,
     "pipeopt.sweep": 10,  # where the bench's solves run (reads instances, calls what bench hands it)
