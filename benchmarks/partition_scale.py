@@ -1,0 +1,340 @@
+"""Time and peak memory of every exact partition method against the chain length n and the
+stage count S, with fitted growth exponents and a log-log plot (issue 11, deliver 1 and 4).
+
+Instances: synthetic chains (:func:`synthetic_instance`) of n layers - forward time uniform in
+0.1 .. 1 ms, backward twice the forward, activation (= output) bytes uniform in 0.1 .. 4 MB,
+parameters uniform in 0 .. 2 MB, and one skip edge (a tensor read 2 to 20 layers later) per
+20 layers, so that the bytes at a cut come from the DAG, not from one layer - on S identical
+GPUs with 10 GB/s links, overlap, no memory limit unless ``--memory`` is given. Synthetic:
+numbers chosen to look like a deep network's layers, not measured.
+
+Methods: ``probe`` (:func:`pipeopt.problems.partition.probe.solve_probe`), the dense ``dp``, the
+MILP through PuLP with CBC and with HiGHS, and CP-SAT (2 threads) - straight space; ``probe``
+and ``dp`` also in the replicated space. Each run is a forked process with a wall-clock cap
+(``--cap``, the methods' own time limit; killed at 1.5 x cap + 30 s) and an address-space cap
+(``--mem-cap``). Peak memory: the growth of the run's resident set (``VmHWM`` after the run
+minus ``VmRSS`` before it; plus CBC's own process). A run that does not prove optimality
+within the cap marks the same method as skipped for every larger (n, S); the dense DP is
+skipped where its n x n matrices alone exceed the memory cap. Times include scoring the plan
+with :func:`pipeopt.evaluate` (``probe_s``: the probe's search alone) and exclude the second
+phase of the exact methods (ties broken by the 1F1B-flush iteration time, at most 1 s, only
+where its dense check is affordable; ``--tie-break`` keeps it): the table measures the proof
+of the primary optimum.
+
+Usage (from the repository root)::
+
+    python benchmarks/partition_scale.py --quick           # n <= 10^4, S <= 64, cap 10 s
+    python benchmarks/partition_scale.py                   # the issue's grid, cap 60 s (long)
+        [--n 100 1000 ...] [--S 4 16 ...] [--methods probe dp ...] [--cap 60] [--mem-cap 4]
+        [--memory GiB] [--out benchmarks/results/partition_scale]
+
+Writes ``<out>.csv``, ``<out>.md`` (the table and the exponents) and ``<out>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import multiprocessing as mp
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from pipeopt import Cluster, Instance, Settings
+from pipeopt.errors import InfeasibleError
+from pipeopt.problems.partition.cpsat import solve_cpsat
+from pipeopt.problems.partition.dp import solve_dp
+from pipeopt.problems.partition.milp import solve_milp
+from pipeopt.problems.partition.probe import solve_probe
+from pipeopt.problems.partition.problem import PartitionProblem
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+METHODS = {
+    "probe": (lambda p, cap: solve_probe(p, time_limit=cap), ("straight", "replicated")),
+    "dp": (lambda p, cap: solve_dp(p, time_limit=cap), ("straight", "replicated")),
+    "milp-cbc": (lambda p, cap: solve_milp(p, time_limit=cap, solver="cbc"), ("straight",)),
+    "milp-highs": (lambda p, cap: solve_milp(p, time_limit=cap, solver="highs"), ("straight",)),
+    "cpsat": (lambda p, cap: solve_cpsat(p, time_limit=cap, threads=2), ("straight",)),
+}
+
+FIELDS = ["method", "space", "n", "S", "status", "objective_s", "lower_bound_s", "time_s", "probe_s",
+          "peak_mb", "note"]
+
+
+def synthetic_instance(n: int, devices: int, seed: int = 0, *, memory: float = math.inf,
+                       bandwidth: float = 1e10) -> Instance:
+    """A synthetic chain of n layers with skip edges on ``devices`` identical GPUs (module
+    docstring). Deterministic in ``seed``."""
+    rng = np.random.default_rng(seed)
+    fwd = rng.uniform(0.1e-3, 1e-3, n)
+    act = rng.uniform(0.1e6, 4e6, n)
+    par = rng.uniform(0.0, 2e6, n)
+    g = nx.DiGraph()
+    names = [f"l{i}" for i in range(n)]
+    g.add_nodes_from((names[i], {"fwd": {"gpu": float(fwd[i])}, "bwd": {"gpu": float(2 * fwd[i])},
+                                 "out_bytes": float(act[i]), "act_bytes": float(act[i]),
+                                 "param_bytes": float(par[i])}) for i in range(n))
+    g.add_edges_from(zip(names[:-1], names[1:]))
+    k = n // 20
+    if n > 3 and k:
+        tail = rng.integers(0, n - 2, k)
+        head = np.minimum(tail + rng.integers(2, 21, k), n - 1)
+        g.add_edges_from((names[a], names[b]) for a, b in zip(tail, head) if b > a + 1)
+    cluster = Cluster.homogeneous(devices, memory=memory, bandwidth=bandwidth)
+    return Instance(g, cluster, Settings(), name=f"synthetic-{n}")
+
+
+# ---- one run in its own process ------------------------------------------------------------
+INSTANCES: dict = {}
+TIE_BREAK = {"on": False}
+
+
+def _no_tie_break(problem, starts, deadline, info, **_):
+    """Stand-in for the second phase (``--tie-break`` keeps the real one): the scale table
+    measures the proof of the primary optimum; the tie-break adds at most 1 s where it runs."""
+    info["secondary"] = {"objective": "off (benchmarks/partition_scale.py)"}
+    return list(starts)
+
+
+def _warm_up() -> None:
+    """Load every solver library in the parent, so that a run's memory is its own work."""
+    import pipeopt.problems.partition.cpsat as cpsat_mod
+    import pipeopt.problems.partition.dp as dp_mod
+    import pipeopt.problems.partition.milp as milp_mod
+    import pipeopt.problems.partition.probe as probe_mod
+
+    if not TIE_BREAK["on"]:
+        for mod in (dp_mod, probe_mod, milp_mod, cpsat_mod):
+            mod.break_ties = _no_tie_break
+    p = PartitionProblem(synthetic_instance(12, 2), 2)
+    for fn, spaces in METHODS.values():
+        for space in spaces:
+            fn(PartitionProblem(p.instance, 2, replication=space == "replicated"), 10.0)
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _child(conn, method: str, n: int, S: int, space: str, cap: float, mem_cap: float) -> None:
+    row = {"method": method, "space": space, "n": n, "S": S}
+    try:
+        if math.isfinite(mem_cap):
+            lim = int(mem_cap * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        p = PartitionProblem(INSTANCES[n], S, replication=space == "replicated")
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:  # reset VmHWM to the current RSS
+                fh.write("5")
+        except OSError:
+            pass
+        before = _status_kb("VmRSS")
+        t0 = time.perf_counter()
+        res = METHODS[method][0](p, cap)
+        row["time_s"] = time.perf_counter() - t0
+        grow = max(_status_kb("VmHWM") - before, 0) / 1024
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # CBC's own process
+        row.update(status=str(res.status), objective_s=res.objective, lower_bound_s=res.lower_bound,
+                   probe_s=res.info.get("search_s", ""), peak_mb=grow + kids)
+    except InfeasibleError as exc:
+        row.update(status="infeasible", note=str(exc)[:80])
+    except MemoryError:
+        row.update(status="out of memory", note=f"> {mem_cap:g} GiB")
+    except Exception as exc:  # noqa: BLE001 - a benchmark row, not a crash of the sweep
+        row.update(status="error", note=f"{type(exc).__name__}: {exc}"[:120])
+    conn.send(row)
+    conn.close()
+
+
+def run_one(method: str, n: int, S: int, space: str, cap: float, mem_cap: float) -> dict:
+    """One (method, space, n, S) run in a forked process (killed at 1.5 cap + 30 s)."""
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, method, n, S, space, cap, mem_cap))
+    t0 = time.perf_counter()
+    proc.start()
+    send.close()
+    row = None
+    if recv.poll(1.5 * cap + 30):
+        try:
+            row = recv.recv()
+        except EOFError:
+            row = None
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+    if row is None:
+        why = "killed at the wall-clock cap" if time.perf_counter() - t0 >= 1.5 * cap + 30 else \
+            f"process died (exit {proc.exitcode}; out of memory?)"
+        row = {"method": method, "space": space, "n": n, "S": S, "status": "killed", "note": why,
+               "time_s": time.perf_counter() - t0}
+    return row
+
+
+# ---- the sweep -----------------------------------------------------------------------------
+def dp_matrix_gb(n: int) -> float:
+    """GiB of one dense (n+1) x (n+1) float matrix of the DP (it holds a few)."""
+    return (n + 1) ** 2 * 8 / 2**30
+
+
+def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: Path, log=print) -> list[dict]:
+    rows: list[dict] = []
+    failed: dict = {}  # (method, space) -> [(n, S)] that did not prove within the cap
+    with open(out_csv, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for n in ns:
+            t0 = time.perf_counter()
+            INSTANCES.clear()
+            INSTANCES[n] = synthetic_instance(n, max(Ss), memory=memory)
+            _ = INSTANCES[n].chain
+            log(f"# n = {n}: instance built in {time.perf_counter() - t0:.1f} s")
+            for S in Ss:
+                if S > n:
+                    continue
+                for method in methods:
+                    for space in METHODS[method][1]:
+                        key = (method, space)
+                        row = {"method": method, "space": space, "n": n, "S": S}
+                        worse = [f for f in failed.get(key, []) if f[0] <= n and f[1] <= S]
+                        if method == "dp" and 3 * dp_matrix_gb(n) > mem_cap:
+                            row.update(status="skipped", note=f"dense n x n matrices: {3 * dp_matrix_gb(n):.1f} GiB")
+                        elif worse:
+                            row.update(status="skipped", note=f"not proven within the cap at n={worse[0][0]}, S={worse[0][1]}")
+                        else:
+                            row = run_one(method, n, S, space, cap, mem_cap)
+                            if row["status"] != "optimal" and row["status"] != "infeasible":
+                                failed.setdefault(key, []).append((n, S))
+                        rows.append(row)
+                        writer.writerow(row)
+                        fh.flush()
+                        log(_line(row))
+    return rows
+
+
+def _fmt(v, spec: str) -> str:
+    return "" if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def _line(r: dict) -> str:
+    return (f"{r['method']:<11}{r['space']:<11}{r['n']:>7}{r['S']:>6}  {r.get('status', ''):<13}"
+            f"{_fmt(r.get('time_s'), '9.3f'):>9} s{_fmt(r.get('peak_mb'), '9.1f'):>9} MB  {r.get('note', '')}")
+
+
+def exponents(rows: list[dict]) -> dict:
+    """Least squares ``log t = a + b log n + c log S`` per (method, space) over its proven runs of
+    at least 0.05 s; ``(b, c, points)`` (also for the peak memory, over runs of >= 1 MB)."""
+    out = {}
+    for key in sorted({(r["method"], r["space"]) for r in rows}):
+        ok = [r for r in rows if (r["method"], r["space"]) == key and r.get("status") == "optimal"]
+        fit = {}
+        for what, floor in (("time_s", 0.05), ("peak_mb", 1.0)):
+            pts = [r for r in ok if r.get(what) not in (None, "") and float(r[what]) >= floor]
+            if len(pts) >= 3 and len({r["n"] for r in pts}) >= 2:
+                X = np.column_stack([np.ones(len(pts)), np.log([r["n"] for r in pts]), np.log([r["S"] for r in pts])])
+                y = np.log([float(r[what]) for r in pts])
+                if len({r["S"] for r in pts}) < 2:
+                    X = X[:, :2]
+                coef = np.linalg.lstsq(X, y, rcond=None)[0]
+                fit[what] = (float(coef[1]), float(coef[2]) if X.shape[1] == 3 else math.nan, len(pts))
+        out[key] = fit
+    return out
+
+
+def markdown(rows: list[dict], fits: dict, args) -> str:
+    lines = [f"Cap {args.cap:g} s and {args.mem_cap:g} GiB per run; synthetic chains "
+             f"(benchmarks/partition_scale.py); time includes scoring the plan, probe_s the probe's search alone.", "",
+             "| method | space | n | S | status | time (s) | probe_s | peak (MB) | note |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['space']} | {r['n']} | {r['S']} | {r.get('status', '')} | "
+                     f"{_fmt(r.get('time_s'), '.3f')} | {_fmt(r.get('probe_s'), '.3f')} | "
+                     f"{_fmt(r.get('peak_mb'), '.1f')} | {r.get('note', '')} |")
+    lines += ["", "Fitted growth (least squares on log-log, proven runs): time ~ n^b S^c, peak memory ~ n^b' S^c'.", "",
+              "| method | space | b (time) | c (time) | runs | b' (memory) | c' (memory) | runs |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for (m, sp), fit in fits.items():
+        t, mm = fit.get("time_s"), fit.get("peak_mb")
+        cell = lambda f: ("", "", "") if f is None else (f"{f[0]:.2f}", _fmt(f[1], ".2f"), str(f[2]))  # noqa: E731
+        lines.append(f"| {m} | {sp} | " + " | ".join(cell(t)) + " | " + " | ".join(cell(mm)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted({(r["method"], r["space"]) for r in rows})
+    Ss = sorted({r["S"] for r in rows})
+    cmap = plt.get_cmap("viridis")
+    fig, axes = plt.subplots(2, len(keys), figsize=(3.2 * len(keys), 6.4), squeeze=False, sharex=True)
+    for col, key in enumerate(keys):
+        for row_i, (what, label) in enumerate((("time_s", "time (s)"), ("peak_mb", "peak memory (MB)"))):
+            ax = axes[row_i][col]
+            for k, S in enumerate(Ss):
+                pts = sorted((r["n"], float(r[what])) for r in rows if (r["method"], r["space"]) == key
+                             and r["S"] == S and r.get("status") == "optimal" and r.get(what) not in (None, "")
+                             and float(r[what]) > 0)
+                if pts:
+                    ax.plot(*zip(*pts), "o-", color=cmap(k / max(len(Ss) - 1, 1)), label=f"S={S}", ms=3)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            if row_i == 0:
+                ax.set_title(f"{key[0]} ({key[1]})", fontsize=9)
+            if col == 0:
+                ax.set_ylabel(label)
+            if row_i == 1:
+                ax.set_xlabel("n (units)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Exact partition methods on synthetic chains: proven runs only", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="n <= 10^4, S <= 64, cap 10 s (for development)")
+    ap.add_argument("--n", nargs="+", type=int, default=None)
+    ap.add_argument("--S", nargs="+", type=int, default=None)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--cap", type=float, default=None, help="seconds per run (default 60; --quick 10)")
+    ap.add_argument("--mem-cap", type=float, default=4.0, help="GiB of address space per run")
+    ap.add_argument("--memory", type=float, default=None, help="GiB per worker (default: no limit)")
+    ap.add_argument("--tie-break", action="store_true",
+                    help="keep the second phase (ties: the 1F1B-flush iteration time, <= 1 s); default off")
+    ap.add_argument("--out", type=Path, default=None, help="output stem (default benchmarks/results/partition_scale)")
+    args = ap.parse_args(argv)
+    ns = args.n or ([100, 1000, 10000] if args.quick else [100, 1000, 10000, 100000])
+    Ss = args.S or ([4, 16, 64] if args.quick else [4, 16, 64, 256, 1024])
+    args.cap = args.cap or (10.0 if args.quick else 60.0)
+    out = args.out or RESULTS / ("partition_scale_quick" if args.quick else "partition_scale")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    memory = math.inf if args.memory is None else args.memory * 2**30
+    TIE_BREAK["on"] = args.tie_break
+    _warm_up()
+    print(f"{'method':<11}{'space':<11}{'n':>7}{'S':>6}  {'status':<13}{'time':>9}  {'peak':>9}")
+    rows = sweep(sorted(ns), sorted(Ss), args.methods, args.cap, args.mem_cap, memory, out.with_suffix(".csv"))
+    fits = exponents(rows)
+    text = markdown(rows, fits, args)
+    out.with_suffix(".md").write_text(text)
+    plot(rows, out.with_suffix(".png"))
+    print(text.split("\n\n", 2)[-1])
+    print(f"wrote {out.with_suffix('.csv')}, {out.with_suffix('.md')}, {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
