@@ -12,7 +12,25 @@ require grad; the model's own inputs do not), and records
 * the activation bytes kept for the backward pass: every distinct storage autograd saves
   during the forward (:func:`torch.autograd.graph.saved_tensors_hooks`), parameters and
   buffers excluded, the layer's own inputs included when autograd keeps them;
-* with ``timing``: forward and backward seconds, median of ``repeats`` runs after ``warmup``.
+* with ``timing``: forward and backward seconds, median of ``repeats`` runs after ``warmup``;
+* the split of the backward into the input gradient I and the weight gradient W (zero-bubble
+  schedules run them apart; Qi et al., *Zero Bubble Pipeline Parallelism*, ICLR 2024), see
+  below.
+
+**The I/W split.** The *full* backward is the one above (:func:`torch.autograd.backward` from
+the layer's outputs: gradients of its inputs and of its parameters). The *input-gradient-only*
+backward is :func:`torch.autograd.grad` from the same outputs with respect to the layer's
+floating inputs that require grad (``retain_graph=True``, as a zero-bubble I step keeps the
+graph for its W step); autograd then skips the parameters' gradients (e.g. ``X^T dY`` of a
+matrix product). W = full - I, per layer, by one of three rules (:attr:`LayerProbe.w_rule`):
+
+* ``"difference"`` - the layer has trainable parameters and inputs that require grad:
+  FLOP ``bwd_w_flop = bwd_flop - bwd_i_flop`` (both counted with FlopCounterMode) and, with
+  ``timing``, ``bwd_w_s = bwd_s - bwd_i_s`` (medians of the two timed backwards, each after
+  its own forward, in the same rounds) clamped to ``[0, bwd_s]``;
+* ``"no-parameters"`` - no parameter requires grad: W = 0;
+* ``"no-input-grad"`` - no input requires grad (the first layer, fed by the model's own
+  inputs such as token ids): I = 0, W = the whole backward.
 
 On the ``meta`` device (costs estimated from FLOPs) nothing is computed and no memory is
 allocated: parameters are replaced by meta tensors of the same shapes through
@@ -144,6 +162,18 @@ class LayerProbe:
         Median forward and backward seconds (``None`` without timing).
     fwd_samples, bwd_samples
         Every timed run, seconds.
+    bwd_i_flop
+        FLOP of the input-gradient-only backward as counted (module docstring; 0 if no input
+        requires grad; equal to ``bwd_flop`` without parameters).
+    w_rule
+        How W is obtained: ``"difference"``, ``"no-parameters"`` or ``"no-input-grad"``
+        (module docstring).
+    bwd_i_s, bwd_w_s
+        Median seconds of the input-gradient-only backward (``"difference"`` layers), and the
+        weight-gradient seconds W in ``[0, bwd_s]`` by :attr:`w_rule` (``None`` without
+        timing).
+    bwd_i_samples
+        Every timed input-gradient-only run, seconds (``"difference"`` layers).
     """
 
     in_bytes: list
@@ -155,6 +185,31 @@ class LayerProbe:
     bwd_s: float | None = None
     fwd_samples: list = field(default_factory=list)
     bwd_samples: list = field(default_factory=list)
+    bwd_i_flop: float = 0.0
+    w_rule: str = "difference"
+    bwd_i_s: float | None = None
+    bwd_w_s: float | None = None
+    bwd_i_samples: list = field(default_factory=list)
+
+    @property
+    def bwd_w_flop(self) -> float:
+        """FLOP of the weight gradient W, in ``[0, bwd_flop]``: ``bwd_flop - bwd_i_flop``
+        (``"difference"``), 0 (``"no-parameters"``) or ``bwd_flop`` (``"no-input-grad"``)."""
+        if self.w_rule == "no-parameters":
+            return 0.0
+        if self.w_rule == "no-input-grad":
+            return self.bwd_flop
+        return min(max(self.bwd_flop - self.bwd_i_flop, 0.0), self.bwd_flop)
+
+    def _split_times(self) -> None:
+        """Set ``bwd_w_s`` (and ``bwd_i_s``) from the timed medians by :attr:`w_rule`."""
+        if self.w_rule == "no-parameters":
+            self.bwd_w_s = 0.0
+        elif self.w_rule == "no-input-grad":
+            self.bwd_w_s = self.bwd_s
+        else:
+            self.bwd_i_s = statistics.median(self.bwd_i_samples)
+            self.bwd_w_s = min(max(self.bwd_s - self.bwd_i_s, 0.0), self.bwd_s)
 
 
 def _prepare(args: tuple, sources: list) -> tuple:
@@ -165,11 +220,38 @@ def _prepare(args: tuple, sources: list) -> tuple:
     return tuple(_map(a, lambda t, g=src is not None: leaf(t, g)) for a, src in zip(args, sources, strict=True))
 
 
+def _grad_outputs(out) -> list[torch.Tensor]:
+    """The floating outputs that require grad (the ones a backward starts from)."""
+    return [t for t in tensors(out) if t.requires_grad and t.is_floating_point()]
+
+
+def _grad_inputs(args) -> list[torch.Tensor]:
+    """The layer's inputs that require grad (:func:`_prepare`: floating, from another layer)."""
+    return [t for t in tensors(args) if t.requires_grad]
+
+
 def _backward(out) -> None:
-    """Backward from every floating output that requires grad, with gradients of ones."""
-    outs = [t for t in tensors(out) if t.requires_grad and t.is_floating_point()]
+    """Backward from every floating output that requires grad, with gradients of ones: the
+    full backward (gradients of the inputs and of the parameters)."""
+    outs = _grad_outputs(out)
     if outs:
         torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+
+
+def _input_backward(out, args) -> None:
+    """The input-gradient-only backward: :func:`torch.autograd.grad` from the same outputs
+    (gradients of ones) with respect to the inputs ``args`` that require grad only; the graph
+    is retained (a zero-bubble I step keeps it for W) and ``.grad`` is left untouched."""
+    outs, ins = _grad_outputs(out), _grad_inputs(args)
+    if outs and ins:
+        torch.autograd.grad(outs, ins, [torch.ones_like(t) for t in outs], retain_graph=True, allow_unused=True)
+
+
+def _w_rule(state: dict, args) -> str:
+    """:attr:`LayerProbe.w_rule` of a layer with tensors ``state`` and prepared inputs ``args``."""
+    if not any(t.requires_grad for t in state.values()):
+        return "no-parameters"
+    return "difference" if _grad_inputs(args) else "no-input-grad"
 
 
 def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, repeats: int = 10,
@@ -187,7 +269,9 @@ def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, re
     timing
         Also time forward and backward (``cpu`` only): ``warmup`` untimed runs, then the
         median of ``repeats`` timed runs (:func:`time.perf_counter`), in rounds that run every
-        layer once. Gradients are reset between runs outside the timed region.
+        layer once. Gradients are reset between runs outside the timed region. Layers whose W
+        is a difference also time the input-gradient-only backward in the same rounds, after a
+        second, untimed forward.
     repeats, warmup
         Runs, positive and non-negative.
 
@@ -212,14 +296,19 @@ def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, re
         x = _prepare(args, sources)
         with FlopCounterMode(display=False) as fwd_count, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             y = binder(sub, x, state)
+        with FlopCounterMode(display=False) as in_count:
+            _input_backward(y, x)
         with FlopCounterMode(display=False) as bwd_count:
             _backward(y)
+        rule = _w_rule(state, x)
         rec = LayerProbe(
             in_bytes=[nbytes(a) for a in args],
             out_bytes=nbytes(y),
             flop=float(fwd_count.get_total_flops()),
             bwd_flop=float(bwd_count.get_total_flops()),
             act_bytes=sum(saved.values()),
+            bwd_i_flop=float(in_count.get_total_flops()),
+            w_rule=rule,
         )
         del x, y
         out.append(rec)
@@ -231,7 +320,8 @@ def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, re
 def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int) -> None:
     """Time every layer's forward and backward in rounds: each round runs every layer once,
     so that a burst of load from other processes hits all layers alike instead of all the
-    runs of one layer."""
+    runs of one layer. A ``"difference"`` layer then runs a second forward (untimed) and its
+    input-gradient-only backward (timed), so that both backwards follow their own forward."""
     params = [list(sub.parameters()) for sub in traced.submods]
     for r in range(warmup + repeats):
         for sub, args, sources, ps, rec in zip(traced.submods, inputs, traced.sources, params, records, strict=True):
@@ -247,9 +337,19 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
                 rec.fwd_samples.append(t1 - t0)
                 rec.bwd_samples.append(t2 - t1)
             del x, y
+            if rec.w_rule == "difference":
+                x = _prepare(args, sources)
+                y = sub(*x)
+                t3 = time.perf_counter()
+                _input_backward(y, x)
+                t4 = time.perf_counter()
+                if r >= warmup:
+                    rec.bwd_i_samples.append(t4 - t3)
+                del x, y
     for rec in records:
         rec.fwd_s = statistics.median(rec.fwd_samples)
         rec.bwd_s = statistics.median(rec.bwd_samples)
+        rec._split_times()
 
 
 def whole_model_time(module: nn.Module, example_inputs: tuple, *, repeats: int, warmup: int) -> float:

@@ -30,8 +30,19 @@ Node attributes (units as in DESIGN.md)
 ``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``, ``shared_param_bytes``
     the parts (``weight_bytes = sum(p.numel() * p.element_size())`` over the layer's
     parameters, as the module holds them).
-``flop``, ``bwd_flop``, ``op``, ``fqn``
-    forward and backward FLOP per microbatch, the module's class name, its FQN.
+``bwd_w``
+    the weight-gradient part W of ``bwd`` per kind (``0 <= bwd_w <= bwd``; the input gradient
+    I = ``bwd - bwd_w``), by the rules of :mod:`pipeopt.torch.probe`: W = 0 for a layer
+    without trainable parameters, W = ``bwd`` for a layer none of whose inputs requires grad
+    (the first layer, fed by token ids or images), otherwise W = full backward -
+    input-gradient-only backward (:func:`torch.autograd.grad` w.r.t. the layer's inputs).
+    *Measured*: the difference of the two timed medians, clamped to ``[0, bwd]``.
+    *Estimated*: ``bwd`` shared in the ratio of the FLOPs counted for the two backwards,
+    ``bwd_w[k] = bwd[k] * bwd_w_flop / bwd_flop`` (0 when ``bwd_flop`` is 0): the same
+    efficiency is assumed for I and W.
+``flop``, ``bwd_flop``, ``bwd_w_flop``, ``op``, ``fqn``
+    forward, backward and weight-gradient FLOP per microbatch, the module's class name, its
+    FQN.
 
 Provenance goes to ``g.graph["torch"]`` (model class, granularity, container, costs
 ``"measured"`` or ``"estimated:<device>"``, torch version, inputs, threads, repeats, the whole
@@ -285,6 +296,7 @@ def from_torch(
         "input_readers": list(traced.input_readers),
         "graph_outputs": [traced.names[i] for i in traced.graph_outputs],
         "unused_modules": list(traced.unused),
+        "weight_split": _weight_split(probes, traced),
         **({
             "threads": threads,
             "repeats": repeats,
@@ -324,15 +336,19 @@ def _graph(traced, probes, params, costs, spec, precision, optimizer, kinds) -> 
     for i, (fqn, mod, pr, par) in enumerate(zip(traced.names, traced.modules, probes, params, strict=True)):
         if costs == "measured":
             fwd, bwd = {"cpu": float(pr.fwd_s)}, {"cpu": float(pr.bwd_s)}
+            bwd_w = {"cpu": float(pr.bwd_w_s)}
         else:
             fwd = {k: pr.flop / (REFERENCE_FLOPS * KINDS[k].forward_efficiency) for k in kinds}
             bwd = {k: pr.bwd_flop / (REFERENCE_FLOPS * KINDS[k].backward_efficiency) for k in kinds}
+            share = pr.bwd_w_flop / pr.bwd_flop if pr.bwd_flop > 0 else 0.0
+            bwd_w = {k: min(b * share, b) for k, b in bwd.items()}
         st = state_bytes(par["weight_bytes"], par["numel"], optimizer)
         attrs = {
             "fqn": fqn,
             "op": type(mod).__name__,
             "fwd": fwd,
             "bwd": bwd,
+            "bwd_w": bwd_w,
             "out_bytes": float(pr.out_bytes),
             "act_bytes": float(pr.act_bytes),
             "param_bytes": float(sum(st.values()) + par["buffer_bytes"]),
@@ -342,6 +358,7 @@ def _graph(traced, probes, params, costs, spec, precision, optimizer, kinds) -> 
             "buffer_bytes": float(par["buffer_bytes"]),
             "flop": pr.flop,
             "bwd_flop": pr.bwd_flop,
+            "bwd_w_flop": pr.bwd_w_flop,
         }
         if par["shared"]:
             attrs["shared_param_bytes"] = float(par["shared"])
@@ -369,6 +386,48 @@ def _machine() -> str:
     return f"{name}, {os.cpu_count()} logical CPUs"
 
 
+def _names(names: list, limit: int = 6) -> str:
+    """``names`` for an assumption line: all of them, or the first ``limit`` and a count."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[:limit]) + f", ... ({len(names)} in all)"
+
+
+def _weight_split(probes, traced) -> dict:
+    """``dict[rule, list[name]]``: the layers by the rule that gave their W
+    (:attr:`pipeopt.torch.probe.LayerProbe.w_rule`)."""
+    out = {"difference": [], "no-input-grad": [], "no-parameters": []}
+    for name, pr in zip(traced.names, probes, strict=True):
+        out[pr.w_rule].append(name)
+    return out
+
+
+def _weight_split_assumption(costs, probes, traced) -> str:
+    """The assumption line saying how every layer's ``bwd_w`` was obtained (which layers got a
+    measured split, which a rule)."""
+    rules = _weight_split(probes, traced)
+    diff = rules["difference"]
+    if costs == "measured":
+        clamped = [n for n, pr in zip(traced.names, probes, strict=True)
+                   if pr.w_rule == "difference" and pr.bwd_i_s > pr.bwd_s]
+        parts = [f"weight gradient W of the backward measured for {len(diff)} layer(s)"
+                 + (f" ({_names(diff)})" if diff else "")
+                 + ": full backward - input-gradient-only backward (torch.autograd.grad w.r.t. the layer's "
+                   "inputs), medians of the same rounds, clamped to [0, B]"
+                 + (f" (W = 0 where the input-gradient backward measured longer: {_names(clamped)})" if clamped
+                    else "")]
+    else:
+        parts = [f"weight gradient W of the backward for {len(diff)} layer(s)"
+                 + (f" ({_names(diff)})" if diff else "")
+                 + " = B x (full backward FLOP - input-gradient-only backward FLOP) / full backward FLOP "
+                   "(FlopCounterMode; I and W at the same backward efficiency)"]
+    if rules["no-input-grad"]:
+        parts.append(f"W = B (I = 0) for the layers whose inputs need no gradient ({_names(rules['no-input-grad'])})")
+    if rules["no-parameters"]:
+        parts.append(f"W = 0 for the layers without trainable parameters ({_names(rules['no-parameters'])})")
+    return "; ".join(parts)
+
+
 def _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
                  bandwidth) -> list[str]:
     out = []
@@ -391,6 +450,7 @@ def _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl
             f"(forward/backward) {eff}; ops without counted FLOP (element-wise, norms, embeddings) take 0 s"
         )
         out.append(f"bandwidth {cl.bandwidth:.4g} B/s between consecutive workers")
+    out.append(_weight_split_assumption(costs, probes, traced))
     out.append(f"param_bytes = weights + gradients + optimizer state + buffers: {OPTIMIZERS[optimizer]}")
     if optimizer != "weights":
         out.append("replication's all-reduce and weight stashing's versions are charged param_bytes (the whole "
