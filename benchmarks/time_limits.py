@@ -69,7 +69,9 @@ def _child(queue, path, problem, method, solver, limit, options):
     os.setpgrp()  # own process group: the parent can end everything this run starts
     import pipeopt
 
-    inst = pipeopt.read(path)
+    # a profile gets one device per stage (its reader's default cluster is smaller than S = 400)
+    devices = {"devices": options["stages"]} if Path(path).suffix == ".txt" and "stages" in options else {}
+    inst = pipeopt.read(path, **devices)
     t0 = time.perf_counter()
     try:
         res = pipeopt.solve(inst, problem=problem, method=method, time_limit=limit,
