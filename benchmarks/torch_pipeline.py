@@ -78,7 +78,7 @@ def plans_for(inst, stages: int, time_limit: float) -> dict:
 
 
 def blocks(plan) -> str:
-    return " | ".join(f"{len(st.layers)}: {st.layers[0]}..{st.layers[-1]}" if len(st.layers) > 1 else st.layers[0]
+    return " / ".join(f"{len(st.layers)}: {st.layers[0]}..{st.layers[-1]}" if len(st.layers) > 1 else st.layers[0]
                       for st in plan.stages)
 
 
