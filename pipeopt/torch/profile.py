@@ -198,7 +198,8 @@ def from_torch(
         Bytes per device (a number or ``"16GiB"``). Default: no limit (measured), the
         catalogue's (estimated).
     repeats, warmup
-        Timed and untimed runs per layer (measured costs).
+        Timed and untimed runs per layer (measured costs); a layer whose W is measured also
+        runs its input-gradient-only backward (after its own forward) that many times.
     threads
         Torch intra-op threads while measuring (default 1: one thread per pipeline stage, as
         ``pipeopt run`` runs them); restored afterwards.
