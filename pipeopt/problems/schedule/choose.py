@@ -14,6 +14,7 @@ import math
 
 from ...errors import PipeoptError
 from ...schedules import GENERATORS
+from ...schedules.torch_orders import STAGES_PER_RANK
 from .milp import solve_milp
 from .problem import ScheduleProblem, ScheduleResult
 
@@ -34,7 +35,7 @@ def solve_schedules(instance, ranks: int, microbatches: int, names=None, *, stag
         Schedule names (default: all of :data:`pipeopt.schedules.GENERATORS`).
     stages_per_rank
         v for the schedules that take any v (default 2); GPipe / 1F1B use 1, ZBV and
-        DualPipeV 2.
+        DualPipeV 2 (with ``names`` given, a v they do not run is refused in their row).
     time_limit, solver, seed
         Per schedule (:func:`~pipeopt.problems.schedule.milp.solve_milp`).
 
@@ -44,8 +45,11 @@ def solve_schedules(instance, ranks: int, microbatches: int, names=None, *, stag
         One entry per name: its result, or ``(name, why)`` if the schedule refuses the request.
     """
     out = []
+    auto = names is None
     for name in names or list(GENERATORS):
-        v = stages_per_rank if name not in ("GPipe", "1F1B", "ZBVZeroBubble", "DualPipeV") else None
+        # with every schedule, v applies to those that take any v; a named schedule is told it
+        # (make_schedule refuses a v it does not run: an option is never silently ignored)
+        v = None if auto and name in STAGES_PER_RANK else stages_per_rank
         try:
             problem = ScheduleProblem(instance, name, ranks, microbatches, v)
         except PipeoptError as exc:

@@ -41,6 +41,9 @@ def test_auto_picks_the_least_of_the_exact_optima(tmp_path, capsys):
     assert main(["solve", str(path), "--schedule", "zbvzerobubble", "--stages", "2", "--microbatches", "4"]) == 0
     text = capsys.readouterr().out
     assert "ZBVZeroBubble" in text and "best: ZBVZeroBubble" in text and "chunk 3 on rank 0" in text
+    # a v the named schedule does not run is refused, not ignored (exit code 2, the message)
+    assert main(["solve", str(path), "--schedule", "1F1B", "--stages", "2", "--stages-per-rank", "3"]) == 2
+    assert "1 stage(s) per rank, not 3" in capsys.readouterr().err
 
 
 def test_refused_schedules_get_a_row_and_memory_can_rule_out_all():
