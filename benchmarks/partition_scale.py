@@ -277,10 +277,12 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = sorted({(r["method"], r["space"]) for r in rows})
+    order = [(m, sp) for m, (_, spaces) in METHODS.items() for sp in spaces]
+    keys = [k for k in order if any((r["method"], r["space"]) == k for r in rows)]
     Ss = sorted({r["S"] for r in rows})
     cmap = plt.get_cmap("viridis")
-    fig, axes = plt.subplots(2, len(keys), figsize=(3.2 * len(keys), 6.4), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(2, len(keys), figsize=(3.2 * len(keys), 6.4), squeeze=False, sharex=True,
+                             sharey="row")
     for col, key in enumerate(keys):
         for row_i, (what, label) in enumerate((("time_s", "time (s)"), ("peak_mb", "peak memory (MB)"))):
             ax = axes[row_i][col]

@@ -449,7 +449,9 @@ class ReplicatedProbe:
     ends (``bound / m``) and the stage fits memory (:meth:`PartitionProblem.memory_reach` of its
     k, the dense DP's own rule). The band of ends of row w is ``a_env[j] <= w T`` and
     ``b_env[j] >= a[n] - (S - w) T`` (module docstring). O(S) rows, each O(w K width) work;
-    memory O(S n) for the per-replica-count prefix arrays plus O(S K width) for G.
+    memory O(n) for the arrays over the chain, O(S K width) for G and O(S width) per row for the
+    window keys (the per-replica-count terms are taken at the band's units only), plus, with a
+    memory limit, one lower-end array per in-flight count (O(n S) at most).
     """
 
     def __init__(self, problem: PartitionProblem):
@@ -464,13 +466,17 @@ class ReplicatedProbe:
         self.b1 = W - added
         self.a_env = np.minimum.accumulate(self.a1[::-1])[::-1]
         self.b_env = np.maximum.accumulate(self.b1)
-        tab = problem.table
-        ar = np.stack([tab.allreduce_prefix(m) if m > 1 else np.zeros(n + 1) for m in range(1, S + 1)])
-        self.A = self.a1[None, :] + ar  # a_m[j], row m - 1
-        self.B = self.b1[None, :] + ar  # b_m[i]
+        self.param = np.asarray(problem.param_prefix, dtype=float)
+        self.bandwidth = float(problem.bandwidth)
         self.memory = math.isfinite(problem.memory)
         self._lo: dict = {}
         self.last: dict = {}
+
+    def allreduce(self, m, pos) -> np.ndarray:
+        """The all-reduce prefix of m replicas at units ``pos`` (:meth:`CostTable.allreduce_prefix`:
+        :func:`rules.allreduce_time` of the parameter prefix sums), so that ``a_m = a_1 + it``
+        and ``b_m = b_1 + it``; taken where needed, never as an S x n table."""
+        return rules.allreduce_time(self.param[pos], m, self.bandwidth)
 
     def tokens(self, w: int, m: np.ndarray):
         """In-flight k, and window tokens D, U of a stage on m replicas ending at w workers."""
@@ -533,7 +539,8 @@ class ReplicatedProbe:
             pos = L[src][:, None] + cols[None, :span]
             valid = pos <= R[src][:, None]
             pos = np.minimum(pos, n)
-            Ks, _ = rules.window_step(G[src, :, :span], self.trip[pos][:, None, :], -self.B[m[:, None] - 1, pos][:, None, :],
+            b_m = self.b1[pos] + self.allreduce(m[:, None], pos)
+            Ks, _ = rules.window_step(G[src, :, :span], self.trip[pos][:, None, :], -b_m[:, None, :],
                                       D[:, None, None], U[:, None, None], Ts[None, :, None])
             link_bad = (self.bound[pos] / m[:, None])[:, None, :] > Ts[None, :, None]
             Ks[link_bad | ~valid[:, None, :]] = np.inf
@@ -556,7 +563,8 @@ class ReplicatedProbe:
                     sub = acc[np.arange(hp.shape[0])[:, None], :, np.maximum(hp, 0)]
                     sub[hp < 0] = np.inf
                     best[part] = sub
-            cand = self.A[m[:, None] - 1, j[None, :]][:, :, None] + best  # (m, j, trial)
+            a_m = self.a1[j][None, :] + self.allreduce(m[:, None], j[None, :])
+            cand = a_m[:, :, None] + best  # (m, j, trial)
             bad = (cand > -(U[:, None, None] * Ts[None, None, :])) | \
                 ((self.bound[j][None, :] / m[:, None])[:, :, None] > Ts[None, None, :])
             cand[bad] = np.inf
@@ -587,7 +595,8 @@ class ReplicatedProbe:
             lo = max(int(L[s]), int(self.lower_ends(int(k[0]))[jj]) if self.memory else 0)
             hi = min(int(R[s]), jj - 1)
             i = np.arange(lo, hi + 1)
-            Ki, _ = rules.window_step(G[s, f, i - L[s]], self.trip[i], -self.B[mm - 1, i], D[0], U[0], T)
+            Ki, _ = rules.window_step(G[s, f, i - L[s]], self.trip[i], -(self.b1[i] + self.allreduce(mm, i)), D[0], U[0],
+                                      T)
             Ki = np.where(self.bound[i] / mm > T, np.inf, Ki)
             ii = int(i[np.argmin(Ki)])
             reps.append(mm)
