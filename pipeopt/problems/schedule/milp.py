@@ -55,6 +55,7 @@ from ...errors import InvalidProblemError
 from ...schedules import schedule_graph
 from ..partition.model import (
     BOUND_SLACK,
+    HEURISTIC_SHARE,
     MILP_ABS_GAP,
     MILP_REL_GAP,
     MILP_TOLERANCE,
@@ -65,7 +66,7 @@ from ..partition.model import (
 from ..run_rows import add_run_rows, run_start_values
 from .problem import ScheduleProblem, ScheduleResult, uniform_starts
 
-__all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "solve_milp", "work_balanced_starts"]
+__all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "local_search", "solve_milp", "work_balanced_starts"]
 
 MEMORY_WIDEN = 1e-7
 """Relative widening of the memory rows' right-hand side: the rows are a relaxation (bytes
@@ -240,6 +241,31 @@ def work_balanced_starts(problem: ScheduleProblem) -> list[int]:
     return starts
 
 
+def local_search(problem: ScheduleProblem, starts, value: float, deadline: Deadline, steps=(1, 2)) -> tuple:
+    """Move one cut at a time by ``steps`` units either way while the executor's time drops
+    (best move first); stops at a local optimum or at ``deadline``. Returns ``(starts, value)``."""
+    starts, n = list(starts), problem.n
+    while not deadline.expired():
+        best = None
+        for t in range(len(starts)):
+            lo = starts[t - 1] + 1 if t > 0 else 1
+            hi = starts[t + 1] - 1 if t + 1 < len(starts) else n - 1
+            for d in [x for s in steps for x in (-s, s)]:
+                c = starts[t] + d
+                if not lo <= c <= hi:
+                    continue
+                cand = starts[:t] + [c] + starts[t + 1:]
+                v = problem.value(cand)
+                if v < value * (1 - 1e-12) and (best is None or v < best[1]):
+                    best = (cand, v)
+            if deadline.expired():
+                break
+        if best is None:
+            break
+        starts, value = best
+    return starts, value
+
+
 def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, solver: str = "cbc",
                threads: int = 1, seed: int = 0, hint=None) -> ScheduleResult:
     """The split of least iteration time under ``problem.schedule``, exactly (module docstring).
@@ -256,7 +282,8 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         Solver threads (>= 1) and seed (>= 0).
     hint
         Starts of a split to warm-start from (else the better of the uniform and the
-        work-balanced splits that fits).
+        work-balanced splits that fits), improved by :func:`local_search` within
+        :data:`~pipeopt.problems.partition.model.HEURISTIC_SHARE` of the time limit.
 
     Returns
     -------
@@ -292,6 +319,8 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         value = problem.value(cand)
         if value < inc_value:
             incumbent, inc_value = list(cand), value
+    if incumbent is not None:  # a better warm start: cuts moved while the executor's time drops
+        incumbent, inc_value = local_search(problem, incumbent, inc_value, deadline.sub(fraction=HEURISTIC_SHARE))
     info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
     ref = inc_value if incumbent is not None else problem.execute(candidates[0]).time
     unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else 1.0
