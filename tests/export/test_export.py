@@ -262,6 +262,10 @@ def test_cli_export_writes_each_format(tmp_path, capsys):
     capsys.readouterr()
     assert main(["export", str(plan_path), "--to", "megatron"]) == 0  # no instance: the plan's own order
     assert json.loads(capsys.readouterr().out)["pipeline_model_parallel_layout"] == "E,t*2|t*2,L"
+    result_path = tmp_path / "result.json"  # a solve --json result holds the plan under "plan"
+    result_path.write_text(json.dumps({"method": "dp", "plan": json.loads(plan_path.read_text())}))
+    assert main(["export", str(result_path), "--to", "deepspeed"]) == 0
+    assert json.loads(capsys.readouterr().out)["parts"] == [0, 4, 8]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(plan_of(cuts_to_stages(gpt_names(4), [1])).to_dict()))
     assert main(["export", str(bad), "--to", "megatron", "--instance", str(inst_path)]) == 2
