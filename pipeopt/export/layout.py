@@ -40,8 +40,9 @@ from ..graph import layer_order
 from ..plan import Plan
 from ..problems.partition.frameworks import around_container, block_of
 
-FQN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*\Z")
-"""A module's fully qualified name as ``nn.Module.named_modules`` writes it."""
+FQN = re.compile(r"[^.\s]+(?:\.[^.\s]+)*\Z")
+"""A module's fully qualified name as ``nn.Module.named_modules`` writes it: dot-separated
+non-empty names without spaces (a ``ModuleDict`` key may hold ``-`` or other characters)."""
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,7 @@ def test_rules_every_runtime_shares(fmt):
     _rejects(fmt, plan_of([good[0], good[1] + ["layers.0"]]), None, "stage 0 and stage 1")
     _rejects(fmt, plan_of([good[1], good[0]]), g, "not a contiguous run")
     _rejects(fmt, plan_of([["layers.0", "layers.0.mlp"], ["head"]]), None, "one of its own submodules")
+    _rejects(fmt, plan_of([["input 0", "layers.0"], ["head"]]), None, "not a module FQN")
 
 
 def test_torchtitan_refuses_cuts_it_cannot_make():
