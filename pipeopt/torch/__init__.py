@@ -20,7 +20,7 @@ INSTALL = (
 )
 """How to install the torch extra (the message of :class:`MissingExtraError`)."""
 
-try:  # torch.nn, not torch: a folder named torch on sys.path (tests/torch) imports as an empty namespace
+try:  # torch.nn, not torch: any folder named torch on sys.path would import as an empty namespace
     import torch.nn as _nn  # noqa: F401 - the check
 except ImportError as exc:
     raise MissingExtraError(f"pipeopt's PyTorch support needs torch, which is not installed: {INSTALL}") from exc

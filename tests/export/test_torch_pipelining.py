@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-# a submodule: without torch installed, the folder tests/torch/ imports as a namespace package "torch"
+# the pipeline runtime, not just torch: the tests need torch.distributed.pipelining
 pytest.importorskip("torch.distributed.pipelining")
 import torch  # noqa: E402
 

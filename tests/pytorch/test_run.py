@@ -9,7 +9,7 @@ import math
 import networkx as nx
 import pytest
 
-# a submodule: without torch installed, the folder tests/torch/ imports as a namespace package "torch"
+# the pipeline runtime, not just torch: the tests need torch.distributed.pipelining
 pytest.importorskip("torch.distributed.pipelining")
 
 from pipeopt.cluster import Cluster  # noqa: E402

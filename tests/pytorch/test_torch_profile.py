@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-pytest.importorskip("torch.fx")  # not "torch": tests/torch itself would import as an empty namespace
+pytest.importorskip("torch.fx")
 
 import itertools
 

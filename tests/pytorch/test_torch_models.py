@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-pytest.importorskip("torch.fx")  # the rest needs torch (not "torch": tests/torch is a namespace)
+pytest.importorskip("torch.fx")
 
 import torch
 
