@@ -252,9 +252,38 @@ def exponents(rows: list[dict]) -> dict:
     return out
 
 
+def _cell(r: dict | None) -> str:
+    if r is None:
+        return ""
+    st = r.get("status", "")
+    if st == "optimal":
+        search = f" ({float(r['probe_s']):.2f})" if r.get("probe_s") not in (None, "") else ""
+        return f"{float(r['time_s']):.2f}{search}"
+    return {"time_limit": "limit", "skipped": "skip", "killed": "killed"}.get(st, st)
+
+
+def pivot(rows: list[dict]) -> str:
+    """Seconds to a proven optimum per (method, space, S) and n (the probe's search alone in
+    parentheses); ``limit``: not proven within the cap; ``skip``: not run (see the long table)."""
+    ns = sorted({r["n"] for r in rows})
+    order = [(m, sp) for m, (_, spaces) in METHODS.items() for sp in spaces]
+    head = "| method | space | S | " + " | ".join(f"n = {n:,}" for n in ns) + " |"
+    lines = [head, "| --- | --- | ---: | " + " | ".join("---:" for _ in ns) + " |"]
+    for key in order:
+        for S in sorted({r["S"] for r in rows if (r["method"], r["space"]) == key}):
+            cells = []
+            for n in ns:
+                hit = [r for r in rows if (r["method"], r["space"], r["S"], r["n"]) == (*key, S, n)]
+                cells.append(_cell(hit[0] if hit else None))
+            lines.append(f"| {key[0]} | {key[1]} | {S} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict], fits: dict, args) -> str:
     lines = [f"Cap {args.cap:g} s and {args.mem_cap:g} GiB per run; synthetic chains "
              f"(benchmarks/partition_scale.py); time includes scoring the plan, probe_s the probe's search alone.", "",
+             "Seconds to a proven optimum (probe: its search alone in parentheses); limit = not proven within the cap.",
+             "", pivot(rows), "",
              "| method | space | n | S | status | time (s) | probe_s | peak (MB) | note |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
     for r in rows:
@@ -306,6 +335,18 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def read_rows(path: Path) -> list[dict]:
+    """Rows of an earlier run's CSV (several files may be concatenated by the caller)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        r["n"], r["S"] = int(r["n"]), int(r["S"])
+        for key in ("objective_s", "lower_bound_s", "time_s", "probe_s", "peak_mb"):
+            if r.get(key) not in (None, ""):
+                r[key] = float(r[key])
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="n <= 10^4, S <= 64, cap 10 s (for development)")
@@ -315,6 +356,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", type=float, default=None, help="seconds per run (default 60; --quick 10)")
     ap.add_argument("--mem-cap", type=float, default=4.0, help="GiB of address space per run")
     ap.add_argument("--memory", type=float, default=None, help="GiB per worker (default: no limit)")
+    ap.add_argument("--from-csv", type=Path, nargs="+", default=None,
+                    help="rebuild the table, exponents and plot from earlier runs' CSVs (no solving)")
     ap.add_argument("--tie-break", action="store_true",
                     help="keep the second phase (ties: the 1F1B-flush iteration time, <= 1 s); default off")
     ap.add_argument("--out", type=Path, default=None, help="output stem (default benchmarks/results/partition_scale)")
@@ -325,10 +368,13 @@ def main(argv=None) -> int:
     out = args.out or RESULTS / ("partition_scale_quick" if args.quick else "partition_scale")
     out.parent.mkdir(parents=True, exist_ok=True)
     memory = math.inf if args.memory is None else args.memory * 2**30
-    TIE_BREAK["on"] = args.tie_break
-    _warm_up()
-    print(f"{'method':<11}{'space':<11}{'n':>7}{'S':>6}  {'status':<13}{'time':>9}  {'peak':>9}")
-    rows = sweep(sorted(ns), sorted(Ss), args.methods, args.cap, args.mem_cap, memory, out.with_suffix(".csv"))
+    if args.from_csv is not None:
+        rows = [r for path in args.from_csv for r in read_rows(path)]
+    else:
+        TIE_BREAK["on"] = args.tie_break
+        _warm_up()
+        print(f"{'method':<11}{'space':<11}{'n':>7}{'S':>6}  {'status':<13}{'time':>9}  {'peak':>9}")
+        rows = sweep(sorted(ns), sorted(Ss), args.methods, args.cap, args.mem_cap, memory, out.with_suffix(".csv"))
     fits = exponents(rows)
     text = markdown(rows, fits, args)
     out.with_suffix(".md").write_text(text)

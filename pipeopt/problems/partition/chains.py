@@ -129,6 +129,8 @@ def window_min(K: np.ndarray, hi: np.ndarray, lo: np.ndarray | None) -> np.ndarr
         acc = np.minimum.accumulate(K, axis=1)
         out = acc[:, np.maximum(hi, 0)]
         empty = hi < 0  # hi is non-decreasing: a prefix of the queries
+    elif int(np.maximum(hi - np.maximum(lo, 0) + 1, 0).sum()) > 4 * m * max(m.bit_length(), 1):
+        return _range_min(K[None], lo[None], hi[None])[0].T  # long windows: a sparse table
     else:
         lo = np.maximum(lo, 0)
         empty = hi < lo
@@ -326,6 +328,16 @@ class StraightProbe:
             L[s - 1] = cur = x
         return L, R, allowed
 
+    def _lower_ends(self, L: np.ndarray, R: np.ndarray) -> list:
+        """Per stage s, for its ends ``L[s] .. R[s]``: the first start (at or after the previous
+        stage's first end) whose stage fits memory (:meth:`Memory.lower_end`)."""
+        floors = np.concatenate([[0], L[:-1]])
+        return [self.mem.lower_end(int(self.k[s]), self.index[L[s]:R[s] + 1], int(floors[s])) for s in range(self.S)]
+
+    def band_empty(self, T: float) -> bool:
+        """True if no split passes the relaxations at T (so none has period <= T), O(S)."""
+        return self.band(T) is None
+
     # ---- the probe ---------------------------------------------------------------------------
     def run(self, periods, *, keep: bool = True, deadline=None, within=None) -> Outcome:
         """Probe the trial periods ``periods`` (ascending) at once.
@@ -362,6 +374,7 @@ class StraightProbe:
         aT[:, 0] = self.a[0]
         aT[:, n] = self.a[n]
         b, trip, mem = self.b, self.trip, self.mem
+        lows = self._lower_ends(L, R) if mem.finite else None
         G = np.full((nT, 1), -np.inf)
         pl = pr = 0
         store: list = []
@@ -373,7 +386,7 @@ class StraightProbe:
             lo_, hi_ = int(L[s]), int(R[s])
             j = self.index[lo_:hi_ + 1]
             hi = np.minimum(j, pr + 1) - (pl + 1)  # last start: j - 1, within the previous band
-            lo = mem.lower_end(int(self.k[s]), j, pl) - pl if mem.finite else None
+            lo = lows[s] - pl if lows is not None else None
             best = window_min(Ks, hi, lo)
             Gs = aT[:, lo_:hi_ + 1] + best
             G = np.where(Gs <= -self.U[s] * col, Gs, np.inf)
@@ -399,7 +412,7 @@ class StraightProbe:
         jj = n
         for s in range(S - 1, 0, -1):
             pls, Ks = store[s]
-            lo = max(pls, int(mem.lower_end(int(self.k[s]), np.array([jj]), pls)[0])) if mem.finite else pls
+            lo = max(pls, int(lows[s][jj - int(L[s])])) if lows is not None else pls
             hi = min(jj - 1, pls + Ks.shape[1] - 1)
             i = lo + int(np.argmin(Ks[f, lo - pls:hi - pls + 1]))
             starts.append(i)
@@ -411,18 +424,17 @@ def _range_min(K: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``min K[m, t, lo[m, q] .. hi[m, q]]`` for every row m, trial t and query q (a sparse table
     over the last axis), shape ``(rows, queries, trials)``; ``inf`` where ``hi < lo``."""
     rows, _, width = K.shape
-    levels = [K]
-    span = 1
-    while 2 * span <= width:
-        prev = levels[-1]
-        levels.append(np.minimum(prev[..., : prev.shape[-1] - span], prev[..., span:]))
-        span *= 2
-    table = np.full((len(levels), *K.shape), np.inf)
-    for lvl, arr in enumerate(levels):
-        table[lvl, ..., : arr.shape[-1]] = arr
     lo = np.maximum(lo, 0)
     length = np.maximum(hi - lo + 1, 1)
     lvl = np.floor(np.log2(length)).astype(np.int64)
+    top = int(lvl.max(initial=0))
+    # table[l, ..., i] = min K[..., i .. i + 2^l - 1], valid for i <= width - 2^l (all a query reads)
+    table = np.empty((top + 1, *K.shape))
+    table[0] = K
+    for level in range(1, top + 1):
+        span = 1 << (level - 1)
+        np.minimum(table[level - 1, ..., : width - span], table[level - 1, ..., span:],
+                   out=table[level, ..., : width - span])
     r = np.arange(rows)[:, None]
     lo_c = np.clip(lo, 0, width - 1)
     hi_c = np.clip(hi - (1 << lvl) + 1, 0, width - 1)
@@ -504,6 +516,11 @@ class ReplicatedProbe:
         L[0], R[0] = 0, 0
         L[S] = max(L[S], n)
         return L, R
+
+    def band_empty(self, T: float) -> bool:
+        """True if no split passes the relaxations at T (the last row's band is empty)."""
+        L, R = self.band(T)
+        return bool(L[self.S] > R[self.S])
 
     def run(self, periods, *, keep: bool = True, deadline=None, within=None) -> Outcome:
         """Probe the trial periods ``periods`` (ascending) at once (see :meth:`StraightProbe.run`)."""

@@ -64,8 +64,16 @@ trial periods of a round span at most ``REACH * lower`` above the lower end, a s
 which widens with T: the optimum is often near the lower bound (replication balances the
 load), the start far above it."""
 
-GROW = 3.0
-"""Growth of the galloping span (:data:`REACH`) per round without a feasible period."""
+GROW = 2.0
+"""Growth of the galloping span (:data:`REACH`) per probe round without a feasible period."""
+
+GROW_EMPTY = 4.0
+"""Growth of the galloping span while the relaxations alone rule the span out (an empty band:
+O(S) work, no probe); at the first span whose band is not empty, :func:`_threshold` finds
+where it starts and the span restarts at :data:`REACH` from there."""
+
+BAND_STEPS = 8
+"""Bisection steps of :func:`_threshold` (the span shrinks 2^8 times)."""
 
 NEAR = 1e-3
 """The second-highest trial period sits this fraction of the bracket below its upper end; the
@@ -121,26 +129,59 @@ def search(probe, lower: float, upper: float, best, *, period, deadline: Deadlin
     return out
 
 
+def _threshold(probe, lower: float, top: float, steps: int = BAND_STEPS) -> tuple[float, float]:
+    """The relaxations' threshold between ``lower`` and ``top`` (where the band is not empty):
+    ``(empty, first)``, the largest T found whose band is empty (``lower`` if even ``lower``'s is
+    not) and the smallest found whose band is not. No split passes a period with an empty band
+    (:meth:`StraightProbe.band`), so ``empty`` is a proven lower bound; each step is O(S)."""
+    if not probe.band_empty(lower):
+        return lower, lower
+    lo, hi = lower, top
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        if probe.band_empty(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
 def _rounds(probe, out: dict, fractions, *, period, deadline: Deadline, rel_tol: float, check_first: bool) -> None:
     """The rounds of :func:`search`, updating ``out`` after each one."""
     lower, upper, best = out["lower"], out["upper"], out["best"]
     rounds = states = 0
     within = None
     reach = REACH  # how far above the lower end the next round looks, relative
+    banded = False  # a band is known not to be empty below the next round's top
+    spread = np.append(fractions, 1.0)
     while upper - lower > rel_tol * upper:
         deadline.check(f"search round {rounds + 1}")
         gap = upper - lower
         near = [upper - NEAR * gap, upper * (1 - rel_tol / 2)]  # is the split in hand optimal?
+        first_round = not rounds and not check_first
         if check_first and not rounds:
             Ts = np.array(near[1:])
         elif gap > reach * lower:  # gallop up from the lower end: narrow bands, cheap probes
-            Ts = lower + reach * lower * np.append(fractions, 1.0)
+            top = lower * (1 + reach)
+            if not banded:
+                if probe.band_empty(top):  # a proof for every T <= top, in O(S)
+                    lower, reach = top, reach * GROW_EMPTY
+                    out.update(lower=lower)
+                    continue
+                lower, start = _threshold(probe, lower, top)
+                banded, reach = True, REACH
+                top = min(top, start * (1 + reach))
+                Ts = np.append(start + (top - start) * spread, start)
+            else:
+                Ts = lower + (top - lower) * spread
         else:
             Ts = np.concatenate([lower + gap * fractions, near])
-        if not rounds and not check_first:  # is the lower bound attained (e.g. by the heaviest unit)?
+        if first_round:  # is the lower bound attained (e.g. by the heaviest unit)?
             Ts = np.append(Ts, lower)
         Ts = np.unique(Ts)
-        Ts = Ts[(Ts >= lower) & (Ts < upper)] if rounds == 0 else Ts[(Ts > lower) & (Ts < upper)]
+        Ts = Ts[(Ts >= lower) & (Ts < upper)] if first_round else Ts[(Ts > lower) & (Ts < upper)]
         if not Ts.size:  # adjacent floats
             break
         found = probe.run(Ts, keep=True, deadline=deadline, within=within)

@@ -19,7 +19,7 @@ from strategies import instances
 from pipeopt import Cluster, Instance, Settings, evaluate
 from pipeopt.errors import InfeasibleError, InvalidProblemError
 from pipeopt.problems.partition import probe as probe_module
-from pipeopt.problems.partition.chains import Memory, ReplicatedProbe, StraightProbe, window_min
+from pipeopt.problems.partition.chains import Memory, ReplicatedProbe, StraightProbe, _range_min, window_min
 from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.problems.partition.milp import solve_milp
 from pipeopt.problems.partition.probe import solve_probe
@@ -250,6 +250,26 @@ def test_window_min_is_the_minimum_over_each_window(rows, width, data):
         seg = K[:, a:hi[t] + 1]
         want = seg.min(axis=1) if seg.shape[1] else np.full(rows, np.inf)
         assert np.array_equal(got[:, t], want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 3), width=st.integers(1, 40), data=st.data())
+def test_sparse_table_is_the_minimum_over_each_window(rows, width, data):
+    """The sparse table the probes use for long windows (and the replicated probe under memory)."""
+    K = np.array(data.draw(st.lists(st.floats(-5, 5) | st.just(math.inf), min_size=2 * rows * width,
+                                    max_size=2 * rows * width))).reshape(rows, 2, width)
+    q = data.draw(st.integers(1, 8))
+    pairs = [sorted(data.draw(st.tuples(st.integers(-2, width - 1), st.integers(-2, width - 1)))) for _ in range(rows * q)]
+    lo = np.array([p[0] for p in pairs]).reshape(rows, q)
+    hi = np.array([p[1] for p in pairs]).reshape(rows, q)
+    if data.draw(st.booleans()):
+        lo, hi = hi, lo  # some empty windows
+    got = _range_min(K, lo, hi)
+    for m in range(rows):
+        for t in range(q):
+            a, b = max(lo[m, t], 0), hi[m, t]
+            want = K[m, :, a:b + 1].min(axis=1) if b >= a else np.full(2, np.inf)
+            assert np.array_equal(got[m, t], want)
 
 
 def test_memory_lower_end_is_the_rule_itself():
