@@ -75,6 +75,9 @@ import numpy as np
 from ...cost import rules
 from .problem import PartitionProblem
 
+CHUNK = 1 << 21
+"""Array elements (replica counts x trials x starts) the replicated probe handles at once."""
+
 SLACK = 1e-9
 """Relative slack of the frontier bounds (valid supersets despite float rounding); the
 states inside are judged by the exact rows, without slack."""
@@ -522,6 +525,48 @@ class ReplicatedProbe:
         L, R = self.band(T)
         return bool(L[self.S] > R[self.S])
 
+    def _stage(self, w: int, m: np.ndarray, src: np.ndarray, j: np.ndarray, Ts: np.ndarray, G: np.ndarray,
+               L: np.ndarray, R: np.ndarray):
+        """The last stage of the prefixes on w workers ending at units ``j``, on each replica count
+        of ``m`` (sources ``src = w - m``): the least G over m and start per (end, trial) and the m
+        that gives it, arrays ``(j, trial)``."""
+        n = self.n
+        k, D, U = self.tokens(w, m)
+        span = int((R[src] - L[src]).max()) + 1
+        pos = L[src][:, None] + np.arange(span)[None, :]
+        valid = pos <= R[src][:, None]
+        pos = np.minimum(pos, n)
+        b_m = self.b1[pos] + self.allreduce(m[:, None], pos)
+        Ks, _ = rules.window_step(G[src, :, :span], self.trip[pos][:, None, :], -b_m[:, None, :],
+                                  D[:, None, None], U[:, None, None], Ts[None, :, None])
+        link_bad = (self.bound[pos] / m[:, None])[:, None, :] > Ts[None, :, None]
+        Ks[link_bad | ~valid[:, None, :]] = np.inf
+        hi = np.minimum(R[src][:, None], j[None, :] - 1) - L[src][:, None]
+        best = None
+        if self.memory:
+            lo = np.stack([self.lower_ends(int(x))[j] for x in k]) - L[src][:, None]
+            if (lo > 0).any():
+                best = _range_min(Ks, lo, hi)
+        if best is None:  # every window runs from the source band's start to hi
+            best = np.empty((m.size, j.size, Ts.size))
+            full = R[src] < j[0]  # the whole source band precedes every end: one minimum
+            if full.any():
+                best[full] = Ks[full].min(axis=2)[:, None, :]
+            part = ~full
+            if part.any():
+                acc = np.minimum.accumulate(Ks[part], axis=2)
+                hp = hi[part]
+                sub = acc[np.arange(hp.shape[0])[:, None], :, np.maximum(hp, 0)]
+                sub[hp < 0] = np.inf
+                best[part] = sub
+        a_m = self.a1[j][None, :] + self.allreduce(m[:, None], j[None, :])
+        cand = a_m[:, :, None] + best  # (m, j, trial)
+        bad = (cand > -(U[:, None, None] * Ts[None, None, :])) | \
+            ((self.bound[j][None, :] / m[:, None])[:, :, None] > Ts[None, None, :])
+        cand[bad] = np.inf
+        pick = np.argmin(cand, axis=0)  # (j, trial)
+        return np.take_along_axis(cand, pick[None], axis=0)[0], m[pick]
+
     def run(self, periods, *, keep: bool = True, deadline=None, within=None) -> Outcome:
         """Probe the trial periods ``periods`` (ascending) at once (see :meth:`StraightProbe.run`)."""
         Ts = np.asarray(periods, dtype=float)
@@ -537,7 +582,6 @@ class ReplicatedProbe:
         G[0, :, 0] = -np.inf
         arg: dict = {}
         states = 0
-        cols = np.arange(width)
         alive = np.zeros(S + 1, dtype=bool)  # rows with a finite G
         alive[0] = True
         for w in range(1, S + 1):
@@ -551,45 +595,20 @@ class ReplicatedProbe:
             m, src = m[live], src[live]
             if not m.size:
                 continue
-            k, D, U = self.tokens(w, m)
-            span = int((R[src] - L[src]).max()) + 1
-            pos = L[src][:, None] + cols[None, :span]
-            valid = pos <= R[src][:, None]
-            pos = np.minimum(pos, n)
-            b_m = self.b1[pos] + self.allreduce(m[:, None], pos)
-            Ks, _ = rules.window_step(G[src, :, :span], self.trip[pos][:, None, :], -b_m[:, None, :],
-                                      D[:, None, None], U[:, None, None], Ts[None, :, None])
-            link_bad = (self.bound[pos] / m[:, None])[:, None, :] > Ts[None, :, None]
-            Ks[link_bad | ~valid[:, None, :]] = np.inf
             j = np.arange(L[w], R[w] + 1)
-            hi = np.minimum(R[src][:, None], j[None, :] - 1) - L[src][:, None]
-            if self.memory:
-                lo = np.stack([self.lower_ends(int(x))[j] for x in k]) - L[src][:, None]
-                best = _range_min(Ks, lo, hi) if (lo > 0).any() else None
-            else:
-                best = None
-            if best is None:  # every window runs from the source band's start to hi
-                best = np.empty((m.size, j.size, nT))
-                full = R[src] < L[w]  # the whole source band precedes every end: one minimum
-                if full.any():
-                    best[full] = Ks[full].min(axis=2)[:, None, :]
-                part = ~full
-                if part.any():
-                    acc = np.minimum.accumulate(Ks[part], axis=2)
-                    hp = hi[part]
-                    sub = acc[np.arange(hp.shape[0])[:, None], :, np.maximum(hp, 0)]
-                    sub[hp < 0] = np.inf
-                    best[part] = sub
-            a_m = self.a1[j][None, :] + self.allreduce(m[:, None], j[None, :])
-            cand = a_m[:, :, None] + best  # (m, j, trial)
-            bad = (cand > -(U[:, None, None] * Ts[None, None, :])) | \
-                ((self.bound[j][None, :] / m[:, None])[:, :, None] > Ts[None, None, :])
-            cand[bad] = np.inf
-            pick = np.argmin(cand, axis=0)  # (j, trial)
-            G[w, :, : j.size] = np.take_along_axis(cand, pick[None], axis=0)[0].T
-            alive[w] = bool((G[w, :, : j.size] < np.inf).any())
+            span = int((R[src] - L[src]).max()) + 1
+            size = max(1, CHUNK // (nT * max(span, j.size)))  # replica counts per block: bounded arrays
+            value = np.full((j.size, nT), np.inf)
+            pick = np.zeros((j.size, nT), dtype=np.int64)
+            for c in range(0, m.size, size):
+                v, p_ = self._stage(w, m[c:c + size], src[c:c + size], j, Ts, G, L, R)
+                better = v < value
+                value = np.where(better, v, value)
+                pick = np.where(better, p_, pick)
+            G[w, :, : j.size] = value.T
+            alive[w] = bool((value < np.inf).any())
             if keep:
-                arg[w] = m[pick]
+                arg[w] = pick
             states += j.size * m.size
         ok = np.flatnonzero(G[S, :, 0] < np.inf)
         self.last = {"states": states, "width": width}
