@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import math
 import multiprocessing as mp
-import os
 import resource
 import sys
 import time
@@ -81,7 +81,7 @@ def synthetic_instance(n: int, devices: int, seed: int = 0, *, memory: float = m
     g.add_nodes_from((names[i], {"fwd": {"gpu": float(fwd[i])}, "bwd": {"gpu": float(2 * fwd[i])},
                                  "out_bytes": float(act[i]), "act_bytes": float(act[i]),
                                  "param_bytes": float(par[i])}) for i in range(n))
-    g.add_edges_from(zip(names[:-1], names[1:]))
+    g.add_edges_from(itertools.pairwise(names))
     k = n // 20
     if n > 3 and k:
         tail = rng.integers(0, n - 2, k)
@@ -280,8 +280,8 @@ def pivot(rows: list[dict]) -> str:
 
 
 def markdown(rows: list[dict], fits: dict, args) -> str:
-    lines = [f"Cap {args.cap:g} s and {args.mem_cap:g} GiB per run; synthetic chains "
-             f"(benchmarks/partition_scale.py); time includes scoring the plan, probe_s the probe's search alone.", "",
+    lines = [(f"Cap {args.cap:g} s and {args.mem_cap:g} GiB per run; synthetic chains "
+              f"(benchmarks/partition_scale.py); time includes scoring the plan, probe_s the probe's search alone."), "",
              "Seconds to a proven optimum (probe: its search alone in parentheses); limit = not proven within the cap.",
              "", pivot(rows), "",
              "| method | space | n | S | status | time (s) | probe_s | peak (MB) | note |",
@@ -295,7 +295,7 @@ def markdown(rows: list[dict], fits: dict, args) -> str:
               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (m, sp), fit in fits.items():
         t, mm = fit.get("time_s"), fit.get("peak_mb")
-        cell = lambda f: ("", "", "") if f is None else (f"{f[0]:.2f}", _fmt(f[1], ".2f"), str(f[2]))  # noqa: E731
+        cell = lambda f: ("", "", "") if f is None else (f"{f[0]:.2f}", _fmt(f[1], ".2f"), str(f[2]))
         lines.append(f"| {m} | {sp} | " + " | ".join(cell(t)) + " | " + " | ".join(cell(mm)) + " |")
     return "\n".join(lines) + "\n"
 

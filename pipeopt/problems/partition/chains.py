@@ -68,7 +68,7 @@ Synchronization and Linearity, 1992 (the window rows).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -37,6 +37,7 @@ Pinar & Aykanat, Fast optimal load balancing algorithms for 1D partitioning, JPD
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -316,6 +317,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
                                          " is not run at this size" if status == Status.OPTIMAL else "time limit")}
     plan = problem.plan(starts, replicas)
     value = info["probe_value"] = problem.period(starts, replicas)
-    # a tied split, or evaluate's own summation order, may undercut the proven lower end by float rounding only
-    return problem.result("probe", plan, status, lower_bound=min(lower, upper, value), started=deadline.started,
-                          info=info)
+    res = problem.result("probe", plan, status, started=deadline.started, info=info)
+    # a tied split, or evaluate's own arithmetic (times of 1e-300 s), may undercut the proven lower end
+    # by float rounding only: the bound is capped at the evaluated objective (one evaluation, not two)
+    return dataclasses.replace(res, lower_bound=min(lower, upper, value, res.objective))
