@@ -26,7 +26,7 @@ Usage (from the repository root)::
     python benchmarks/partition_scale.py --quick           # n <= 10^4, S <= 64, cap 10 s
     python benchmarks/partition_scale.py                   # the issue's grid, cap 60 s (long)
         [--n 100 1000 ...] [--S 4 16 ...] [--methods probe dp ...] [--cap 60] [--mem-cap 4]
-        [--memory GiB] [--out benchmarks/results/partition_scale]
+        [--memory GiB] [--heavy K] [--out benchmarks/results/partition_scale]
 
 Writes ``<out>.csv``, ``<out>.md`` (the table and the exponents) and ``<out>.png``.
 """
@@ -69,11 +69,14 @@ FIELDS = ["method", "space", "n", "S", "status", "objective_s", "lower_bound_s",
 
 
 def synthetic_instance(n: int, devices: int, seed: int = 0, *, memory: float = math.inf,
-                       bandwidth: float = 1e10) -> Instance:
+                       bandwidth: float = 1e10, heavy: int = 0) -> Instance:
     """A synthetic chain of n layers with skip edges on ``devices`` identical GPUs (module
-    docstring). Deterministic in ``seed``."""
+    docstring); ``heavy`` layers (at random) get 100 times the forward and backward time, so that
+    replicating their stage pays. Deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
     fwd = rng.uniform(0.1e-3, 1e-3, n)
+    if heavy:
+        fwd[rng.choice(n, min(heavy, n), replace=False)] *= 100
     act = rng.uniform(0.1e6, 4e6, n)
     par = rng.uniform(0.0, 2e6, n)
     g = nx.DiGraph()
@@ -188,7 +191,8 @@ def dp_matrix_gb(n: int) -> float:
     return (n + 1) ** 2 * 8 / 2**30
 
 
-def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: Path, log=print) -> list[dict]:
+def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: Path, log=print,
+          heavy: int = 0) -> list[dict]:
     rows: list[dict] = []
     failed: dict = {}  # (method, space) -> [(n, S)] that did not prove within the cap
     with open(out_csv, "w", newline="") as fh:
@@ -197,7 +201,7 @@ def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: P
         for n in ns:
             t0 = time.perf_counter()
             INSTANCES.clear()
-            INSTANCES[n] = synthetic_instance(n, max(Ss), memory=memory)
+            INSTANCES[n] = synthetic_instance(n, max(Ss), memory=memory, heavy=heavy)
             _ = INSTANCES[n].chain
             log(f"# n = {n}: instance built in {time.perf_counter() - t0:.1f} s")
             for S in Ss:
@@ -361,6 +365,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", type=float, default=None, help="seconds per run (default 60; --quick 10)")
     ap.add_argument("--mem-cap", type=float, default=4.0, help="GiB of address space per run")
     ap.add_argument("--memory", type=float, default=None, help="GiB per worker (default: no limit)")
+    ap.add_argument("--heavy", type=int, default=0, help="layers with 100x the time (replication pays)")
     ap.add_argument("--from-csv", type=Path, nargs="+", default=None,
                     help="rebuild the table, exponents and plot from earlier runs' CSVs (no solving)")
     ap.add_argument("--tie-break", action="store_true",
@@ -383,7 +388,8 @@ def main(argv=None) -> int:
         TIE_BREAK["on"] = args.tie_break
         _warm_up()
         print(f"{'method':<11}{'space':<11}{'n':>7}{'S':>6}  {'status':<13}{'time':>9}  {'peak':>9}")
-        rows = sweep(sorted(ns), sorted(Ss), args.methods, args.cap, args.mem_cap, memory, out.with_suffix(".csv"))
+        rows = sweep(sorted(ns), sorted(Ss), args.methods, args.cap, args.mem_cap, memory, out.with_suffix(".csv"),
+                     heavy=args.heavy)
     fits = exponents(rows)
     text = markdown(rows, fits, args)
     out.with_suffix(".md").write_text(text)
