@@ -25,8 +25,9 @@ a minimum of ``K_s`` over a *window* of starts i: ``i < j`` (non-empty stage) an
 ``i >= lo_s(j)``, the first start whose stage ending at j fits the memory with the stage's
 in-flight count (the stage's memory only grows as it gains units, so the starts that fit form a
 suffix, and ``lo_s(j)`` is non-decreasing in j). Both ends of the window move right with j, so
-the minima over all j take a prefix minimum (memory not binding) or one ``reduceat``. Each state
-is then exact: every feasible predecessor is in its window, every window member is feasible.
+the minima over all j take a prefix minimum (memory not binding), one ``reduceat`` (short
+windows) or a sparse table (:func:`window_min`). Each state is then exact: every feasible
+predecessor is in its window, every window member is feasible.
 
 **The frontier** (why it is small). A state can lie on a split of period <= T only inside
 bounds that relaxations give in O(S) scalar steps:
@@ -42,7 +43,9 @@ bounds that relaxations give in O(S) scalar steps:
   ``a_env[j] <= w T`` and the rest ``b_env[j] >= a[n] - (S - w) T`` (telescoping the stages'
   busy times, every ``a[p] - b[p] = 2 added[p] >= 0``).
 
-Only states with ends in ``[L_s, R_s]`` are computed. Near the optimum the band is the
+Only states with ends in ``[L_s, R_s]`` are computed, narrowed further, for trial periods
+below one already probed, to the ends that had a finite G there (:attr:`Outcome.band`: G only
+grows as T shrinks). Near the optimum the band is the
 *slack* ``S T - W[n]`` wide (in units of work): a few hundred units at S = 1,024 on the
 synthetic chains of ``benchmarks/partition_scale.py``. Nothing is assumed about the costs'
 monotonicity: communication at the cuts, the cut's one-way bound and the window rows are all
@@ -50,12 +53,13 @@ exact inside the band.
 
 **Several T at once.** The recursion is vectorised over a column vector of trial periods (the
 frontier of the largest, a superset of the others'): a K-way search on T (:mod:`.probe`) takes
-about log_{K+1} instead of log_2 probes for the same price per stage, the stage loop's Python
+about log_{K-1} instead of log_2 probes for little more per stage, the stage loop's Python
 overhead being what dominates at S = 1,024.
 
 **Memory use.** O(n) for the arrays over the chain (no n x n matrix) plus, to rebuild the split
 of the smallest feasible T, the K values of each frontier state: O(K sum_s |F_s|), the band
-above (``peak`` in :attr:`StraightProbe.last`).
+above (``stored`` in :attr:`StraightProbe.last`; 61 MB at n = 10^5, S = 1,024 on the benchmark's
+chains). The replicated probe: :class:`ReplicatedProbe`.
 
 References
 ----------

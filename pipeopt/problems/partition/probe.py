@@ -20,6 +20,15 @@ below the trial period that found it). The search stops when
 ``upper - lower <= REL_TOL * upper``, so the returned split is optimal within ``REL_TOL``
 (relative) and ``lower`` is its proven bound.
 
+A probe costs in proportion to its band, which widens with T, while the start can lie far above
+the optimum (under memory limits the start is the memory-greedy split). So a bracket wider than
+:data:`REACH` (relative) is first searched from below: an O(S) check of the relaxations rules
+out whole spans (an empty band, :meth:`StraightProbe.band_empty`) and :func:`_threshold` finds
+where the band starts; probe rounds then span ``REACH * lower`` above the lower end, doubling
+while they find nothing. The replicated search starts from the straight optimum (one worker
+per stage is a replicated split, often the optimal one: a single trial period just below it
+proves that) or from one stage on all workers.
+
 Memory: the trial periods' arrays over the chain (O(K n)) and the frontier's keys of the probe
 that rebuilds a split (O(K sum_s |F_s|), :mod:`.chains`), never an n x n matrix.
 
@@ -247,12 +256,13 @@ def _replicated(problem: PartitionProblem, straight: StraightProbe, plain: dict 
 
 def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
                 seed: int = 0, threads: int = 2) -> Result:
-    """Solve the partition problem exactly at scale (module docstring; straight space).
+    """Solve the partition problem exactly at scale (module docstring), straight or replicated.
 
     Parameters
     ----------
     problem
-        A straight partition problem with the ``"bottleneck"`` objective.
+        A partition problem with the ``"bottleneck"`` objective; ``problem.replication`` selects
+        the space (the replicated search starts from the straight optimum, one worker per stage).
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`. If it passes, the
         result has status ``TIME_LIMIT`` with the split in hand and the proven lower end.
@@ -265,7 +275,8 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
         Status ``OPTIMAL``, ``lower_bound`` the proven lower end (within :data:`REL_TOL` of the
         objective). ``info``: ``"rounds"`` (K-way probes), ``"ways"`` (K), ``"states"``
         (frontier states computed), ``"search_s"`` (seconds of the search, without scoring the
-        plan), ``"secondary"``, ``"probe_value"`` (the split's period on the table's numbers).
+        plan), ``"straight_rounds"`` (replicated: the straight search's rounds),
+        ``"secondary"``, ``"probe_value"`` (the split's period on the table's numbers).
 
     Raises
     ------
