@@ -135,7 +135,8 @@ def search(probe, lower: float, upper: float, best, *, period, deadline: Deadlin
         _rounds(probe, out, fractions, period=period, deadline=deadline, rel_tol=rel_tol, check_first=check_first)
     except DeadlineReached as stop:
         out["stopped"] = str(stop)
-    out["closed"] = out["upper"] - out["lower"] <= rel_tol * out["upper"]
+    up = out["upper"]
+    out["closed"] = up - out["lower"] <= max(rel_tol * up, 4 * float(np.spacing(up)))
     return out
 
 
@@ -173,7 +174,7 @@ def _rounds(probe, out: dict, fractions, *, period, deadline: Deadline, rel_tol:
         first_round = not rounds and not check_first
         if check_first and not rounds:
             Ts = np.array(near[1:])
-        elif gap > reach * lower:  # gallop up from the lower end: narrow bands, cheap probes
+        elif lower > 0 and gap > reach * lower:  # gallop up from the lower end: narrow bands, cheap probes
             top = lower * (1 + reach)
             if not banded:
                 if probe.band_empty(top):  # a proof for every T <= top, in O(S)
@@ -311,6 +312,8 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
                               started=deadline.started, info={"stopped": str(stop)})
     if "stopped" in out:
         status, info["stopped"] = Status.TIME_LIMIT, out["stopped"]
+    elif not out.get("closed", True):  # cannot happen with exact probes; never claim what is not proven
+        status = Status.TIME_LIMIT
     lower, upper, best = out["lower"], out["upper"], out["best"]
     info.update(rounds=out["rounds"], states=out["states"], search_s=time.perf_counter() - t0)
     if "straight_rounds" in out:

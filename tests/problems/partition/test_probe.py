@@ -172,6 +172,18 @@ def test_one_stage_and_one_unit_per_stage(replication):
             assert res.plan.num_stages == S
 
 
+@pytest.mark.parametrize("replication", [False, True])
+@pytest.mark.parametrize("out", [0.0, 2e6])
+def test_zero_compute(out, replication):
+    """No compute at all (the lower bound is 0): the optimum is 0, or set by the cuts alone."""
+    inst = chain([0.0] * 6, [out, 0.0, out, out, 0.0, 0.0], bandwidth=1e6)
+    for S in (1, 3):
+        p = PartitionProblem(inst, S, replication=replication)
+        res = solve_probe(p)
+        assert res.status == Status.OPTIMAL
+        assert close(res.objective, partition_optimum(inst, S, replication).value)
+
+
 def test_no_split_fits_is_proven():
     inst = random_chain(1, 12, memory=1e6)
     for replication in (False, True):
