@@ -79,6 +79,11 @@ import numpy as np
 from ...cost import rules
 from .problem import PartitionProblem
 
+STORE_LIMIT = 1 << 24
+"""Keys (floats) the straight probe keeps to rebuild a split, for all its trial periods at once;
+beyond, it rebuilds the split by a second pass at the smallest feasible trial period alone,
+whose keys are K times fewer (128 MiB at this limit)."""
+
 CHUNK = 1 << 21
 """Array elements (replica counts x trials x starts) the replicated probe handles at once."""
 
@@ -384,7 +389,7 @@ class StraightProbe:
         lows = self._lower_ends(L, R) if mem.finite else None
         G = np.full((nT, 1), -np.inf)
         pl = pr = 0
-        store: list = []
+        store: list | None = []
         states = peak = 0
         for s in range(S):
             if deadline is not None and s % 64 == 0:
@@ -397,9 +402,11 @@ class StraightProbe:
             best = window_min(Ks, hi, lo)
             Gs = aT[:, lo_:hi_ + 1] + best
             G = np.where(Gs <= -self.U[s] * col, Gs, np.inf)
-            if keep:
+            if store is not None and keep:
                 store.append((pl, Ks))
                 peak += Ks.size
+                if nT > 1 and peak > STORE_LIMIT:  # keep one trial period's keys instead (rerun below)
+                    store, peak = None, 0
             states += j.size
             pl, pr = lo_, hi_
             if s % 16 == 15 and not (G[-1] < np.inf).any():
@@ -412,6 +419,10 @@ class StraightProbe:
         f = int(ok[0])
         if not keep:
             return Outcome(f, states=states)
+        if store is None:  # the keys of every trial period outgrew STORE_LIMIT: rebuild at T[f] alone
+            again = self.run(Ts[f:f + 1], keep=True, deadline=deadline, within=(L, R))
+            self.last["stored"] = None
+            return Outcome(f, again.starts, None, states + again.states, again.band)
         fin = [np.flatnonzero(Ks[f] < np.inf) for _, Ks in store[1:]]
         first = np.array([pls + x[0] for (pls, _), x in zip(store[1:], fin)] + [n])
         last = np.array([pls + x[-1] for (pls, _), x in zip(store[1:], fin)] + [n])

@@ -131,6 +131,18 @@ def test_probe_equals_dp_on_random_chains(case, replication, no_tie_break):
             assert close(got, dp), (case, seed, S, got, dp)
 
 
+def test_rebuild_at_one_trial_period_when_the_keys_outgrow_the_limit(monkeypatch, no_tie_break):
+    """With no room for the keys of every trial period the straight probe rebuilds its split by a
+    second pass at the smallest feasible one: same optimum."""
+    from pipeopt.problems.partition import chains
+
+    inst = random_chain(6, 60, memory=1.6e8)
+    p = PartitionProblem(inst, 7)
+    want = solve_dp(p).objective
+    monkeypatch.setattr(chains, "STORE_LIMIT", 0)
+    assert close(solve_probe(p).objective, want)
+
+
 def test_memory_binding_at_exactly_the_capacity():
     """Six units of 2 s busy and 10 activation bytes each, 60 bytes per worker: stage t keeps
     S - t microbatches, so the balanced split's first stage needs exactly 60 bytes (S = 2: three
