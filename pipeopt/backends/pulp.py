@@ -285,7 +285,13 @@ def solve_pulp(
                                solver_status="not run",
                                notes=["the deadline passed while the model was written"])
         if solver == "cbc":
-            raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start)
+            try:
+                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start)
+            except CbcCrashed as crash:  # CBC 2.10 segfaults now and then (about 1 solve in 2,000)
+                if deadline.expired():
+                    raise RuntimeError(str(crash)) from None
+                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start)
+                raw.notes.append(f"CBC crashed once ({crash.signal_name}) and was run again on the same model")
         else:
             raw = _run_highs(workdir, mps, columns, mip, deadline, grace, rel_gap, abs_gap, threads,
                              seed, start, isolate)
@@ -468,6 +474,19 @@ def _write_mipstart(path: str, start: dict[str, float]) -> None:
             fh.write(f"{i:>7} {col} {value!r:>23} 0\n")
 
 
+class CbcCrashed(RuntimeError):
+    """CBC's process died of a signal (a segfault, exit code -11) that pipeopt did not send.
+
+    :func:`solve_pulp` runs the same model once more; a second crash is an error."""
+
+    def __init__(self, returncode: int, log: str):
+        try:
+            self.signal_name = signal.Signals(-returncode).name
+        except ValueError:
+            self.signal_name = f"signal {-returncode}"
+        super().__init__(f"CBC crashed ({self.signal_name}, exit code {returncode}); log tail:\n{log[-2000:]}")
+
+
 def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start) -> _Raw:
     sol = os.path.join(workdir, "model.sol")
     log_file = os.path.join(workdir, "solver.log")
@@ -507,6 +526,8 @@ def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed
         return _Raw("no_solution", bound=cbc_log_bound(log, interrupted=interrupted) if mip else None,
                     killed=True, solver_status="killed at the deadline", start_accepted=accepted,
                     notes=[f"CBC ended at the deadline after {wall:.2f} s (its own limit did not stop it)"])
+    if proc.returncode < 0:  # killed by a signal we did not send: a crash
+        raise CbcCrashed(proc.returncode, log)
     if proc.returncode != 0 or not os.path.exists(sol):
         raise RuntimeError(f"CBC failed (exit code {proc.returncode}); log tail:\n{log[-2000:]}")
     with open(sol, errors="replace") as fh:
