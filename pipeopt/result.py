@@ -142,8 +142,9 @@ class Result:
         info = dict(info or {})
         info.setdefault("assumptions", list(instance.assumptions))
         info.setdefault("objective", OBJECTIVE_TEXT[instance.settings.objective])
-        if ev is not None and math.isfinite(ev.objective):  # the secondary objective of the tie-break
-            info.setdefault("secondary", {"iteration_time": ev.iteration_time, "peak_memory": max(ev.memory)})
+        if ev is not None and math.isfinite(ev.objective) and "secondary" not in info:
+            # the secondary objective of the tie-break (computed only when the method gave none)
+            info["secondary"] = {"iteration_time": ev.iteration_time, "peak_memory": max(ev.memory)}
         return cls(
             method=method,
             plan=plan,

@@ -161,7 +161,10 @@ def check_plan(instance, plan: Plan) -> None:
     if not isinstance(plan, Plan) or plan.num_stages == 0:
         raise InvalidPlanError("plan has no stages")
     names = {d.name for d in instance.cluster.devices}
+    same = all(st.backward_layers is st.layers for st in plan.stages)  # one split for both passes
     for pass_name, getter in (("forward", lambda s: s.layers), ("backward", lambda s: s.backward_layers)):
+        if pass_name == "backward" and same:
+            break  # the backward pass holds the same layer tuples: checked above
         where: dict = {}
         for i, st in enumerate(plan.stages):
             if not getter(st):
@@ -212,11 +215,10 @@ def check_plan(instance, plan: Plan) -> None:
 
 
 def _sum_costs(graph, layers, key: str) -> dict:
-    out: dict = {}
-    kinds = {k for n in layers for k in graph.nodes[n][key]}
-    for k in kinds:
-        out[k] = sum(graph.nodes[n][key].get(k, math.inf) for n in layers)
-    return out
+    node = graph.nodes
+    costs = [node[n][key] for n in layers]
+    kinds = {k for c in costs for k in c}
+    return {k: sum(c.get(k, math.inf) for c in costs) for k in kinds}
 
 
 def evaluate(instance, plan: Plan) -> Evaluation:
@@ -250,7 +252,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
 
     # bytes per cut, forward direction (earlier -> later) and backward direction
     fwd_b = rules.crossing_bytes(graph, fstage, S)
-    bwd_b = rules.crossing_bytes(graph, bstage, S)
+    bwd_b = fwd_b.copy() if bstage == fstage else rules.crossing_bytes(graph, bstage, S)
     M = settings.microbatches
     for n in graph.nodes:
         a, b = fstage[n], bstage[n]

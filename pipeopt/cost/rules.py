@@ -183,10 +183,17 @@ def crossing_bytes(graph, position: dict, count: int) -> np.ndarray:
         Bytes per boundary; entry c is the boundary between positions c and c + 1.
     """
     diff = np.zeros(count + 1)
-    for u in graph.nodes:
+    node = graph.nodes
+    for u, succ in graph.adjacency():  # one pass over the edge dicts (edge_bytes' rule, inlined)
         a = position[u]
-        later = sorted(((position[v], edge_bytes(graph, u, v)) for v in graph.successors(u)
-                        if position[v] > a), reverse=True)
+        later = []
+        for v, attrs in succ.items():
+            b = position[v]
+            if b > a:
+                w = attrs.get("bytes")
+                later.append((b, float(node[u]["out_bytes"] if w is None else w)))
+        if len(later) > 1:
+            later.sort(reverse=True)
         top = 0.0  # running max of the bytes of the edges reaching beyond a boundary
         for b, w in later:  # boundaries a .. b-1 carry max(bytes of edges reaching b or further)
             if w > top:
