@@ -1,0 +1,677 @@
+"""Exact grouping by a DP over device *types*: its size grows with the number of types and the
+count of each, not with the number of devices.
+
+**Types.** Two devices are of the same type when they have the same resources (every kind,
+same amount) and the same memory (:attr:`~pipeopt.problems.resource.GroupProblem.device_classes`).
+The cluster has one bandwidth between consecutive workers (:class:`pipeopt.Cluster`), so a
+worker's cut transfers do not depend on its devices, and devices of one type are
+interchangeable in every rule of the cost model: a worker is a *composition*, a count of each
+type, and a plan is a sequence of compositions summing to the type counts. A cluster of 64
+devices of 4 types has ``17**4 = 83,521`` count vectors (16 of each), whatever the names.
+
+**The probe at a limit T** (:class:`TypesProbe`): is there a plan whose period (evaluate's
+``bottleneck``, :meth:`~pipeopt.problems.resource.ResourceProblem.period`) is at most T? A DP
+over stage boundaries k = 0..S: a *label* ``(k, j, u, G)`` says that stages 0..k-1 can cover
+units ``0..j-1`` with ``u`` devices of each type (a count vector) and leave the window state
+``G`` (:func:`pipeopt.cost.rules.window_step`: ``G_l = w_l + max(-D_l T, G_{l-1} + C_{l-1})``,
+every window row ending at stage l holds iff ``G_l <= -U_l T``; split execution: ``D_l = 2 (S
+- l)``, ``U_l = 0``). Stage k over units ``j..j'-1`` on a composition c is allowed iff
+
+* its own rows pass T: some forward share keeps both passes within T - by LP duality the best
+  split's rate is linear in the worker's resources, ``min_lambda sum_k R_k c_k(lambda)``
+  (:func:`~pipeopt.problems.resource.intervals.interval_cover_coefficients`), so this is a
+  few dot products per composition;
+* its memory with split execution's ``2 (S - k)`` microbatches in flight fits the worker
+  (:meth:`~pipeopt.problems.resource.ResourceProblem.stage_memory`, :func:`pipeopt.cost.rules.fits`);
+* the cut before unit j' passes T (its own row, :attr:`~pipeopt.problems.resource.ResourceProblem.cut_time`);
+* and the window rows ending at stage k hold with the stage's least busy time ``w = f + b``
+  at T (:func:`~pipeopt.problems.resource.split.least_busy`: the best share at T is best for
+  every window row at once, as :meth:`~pipeopt.problems.resource.ResourceProblem.check` uses).
+
+Every rule is the one of :mod:`pipeopt.cost` and :mod:`pipeopt.problems.resource.split`; the
+DP only chooses. The last stage takes every device left (a worker with more devices is never
+worse: its busy time and memory only improve), so a plan uses every device exactly once.
+
+**Dominance (exact).** At one boundary ``(k, j)`` a label ``(u, G)`` is dropped when another
+has ``u' <= u`` (type by type) and ``G' <= G``: any completion of the first is one of the
+second (more devices left, a smaller window state). ``G`` below the next stage's floor
+``-D_k T - C_j`` is clipped to it (the recursion forgets it there). So a stage's composition
+is worth trying only if every composition with one device fewer either breaks a rule or
+leaves a larger clipped window state (:meth:`TypesProbe.menu`): the minimal compositions of
+the stage, and above them only those that still lower ``G``.
+
+**Pruning (valid necessary conditions).** For any prices ``pi >= 0`` per kind, a stage that
+passes T on resources R has ``T pi.R >= sum_i (min_k pi_k fwd[i,k] + min_k pi_k bwd[i,k])``
+(multiply the stage LP's rows ``T R_k >= psi_k F_k + phi_k B_k`` by ``pi_k``), additive over
+units and stages; so the devices left after a label must reach the work of the units left,
+for each of a few price vectors (the cover rows of the whole chain), and their memory the
+parameters plus two microbatches' activations of those units; every stage left needs a
+device and a unit. Pruned labels have no completion: the DP's "infeasible" is a proof.
+
+The DP runs at ``T (1 + RELAX)`` (float rounding of the rules' two readings, the cover rows
+and the knapsack frontier, cannot turn a feasible T into a proven infeasible one); its plan is
+scored exactly (:meth:`~pipeopt.problems.resource.ResourceProblem.plan_value`). The search on
+T is the exact methods' common bisection (:func:`pipeopt.problems.resource.search.exact_search`),
+so ``OPTIMAL`` means optimal within a relative gap of
+:data:`~pipeopt.problems.resource.search.MIN_REL_GAP`, with the bound the largest T the DP
+proved infeasible.
+
+Size: one probe visits at most ``S * n * (count vectors)`` labels; stage menus are computed
+over the compositions whose priced power fits between a stage's work and what the other
+stages leave, so a tight T (near the optimum) visits few. :data:`MAX_COUNT_VECTORS` bounds the
+count vectors (16 distinct devices: 65,536).
+
+References
+----------
+Duan, Y. and Wu, J., *Optimizing Resource Allocation in Pipeline Parallelism for Distributed
+DNN Training*, ICPADS 2022 (the problem; Algorithm 2 is the start heuristic).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import numpy as np
+
+from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe
+from ...backends.deadline import Deadline, DeadlineReached
+from ...cost import rules
+from ...errors import InvalidProblemError
+from ...result import Result
+from .intervals import interval_cover_coefficients
+from .problem import GroupProblem
+from .search import exact_search
+from .split import least_busy, least_busy_many
+
+MAX_COUNT_VECTORS = 2**21
+"""Most count vectors (the product over types of count + 1) the type DP accepts: 21 distinct
+devices, or e.g. 4 types of 37. Beyond it :func:`solve_dp` refuses (use the MILP or CP-SAT)."""
+
+RELAX = 1e-9
+"""The probe decides ``T (1 + RELAX)`` (a proof of infeasibility there holds at T)."""
+
+BEAM = 32
+"""Labels per boundary, and compositions per stage range, of the heuristic pass each probe makes
+first (:meth:`TypesProbe.solve` with ``beam``); the exact pass runs only if it finds no plan."""
+
+START_SHARE = 0.25
+"""Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
+
+CHUNK = 20000
+"""Compositions per vectorised block of :meth:`TypesProbe.menus` (bounds its temporary arrays)."""
+
+BIG = 1e300
+"""Stand-in for an infinite cover coefficient (a pass without work on a kind): finite, so that
+zero devices of a type contribute 0, not nan."""
+
+
+class DeviceTypes:
+    """The device types of a group problem and every count vector over them.
+
+    Parameters
+    ----------
+    problem
+        :class:`~pipeopt.problems.resource.GroupProblem`.
+
+    Attributes
+    ----------
+    classes
+        ``list[list[int]]``: device indices of each type (cluster order), = ``problem.device_classes``.
+    counts
+        ``ndarray (tau,)``: devices of each type.
+    res
+        ``ndarray (tau, K)``: units of each kind (``problem.kinds``) on one device of each type.
+    mem
+        ``ndarray (tau,)``: bytes of memory of one device of each type (``inf``: unlimited).
+    size
+        Number of count vectors ``prod(counts + 1)``.
+    stride
+        ``ndarray (tau,)``: index of a count vector = ``c @ stride`` (C order over
+        ``counts + 1``); the index of ``u + c`` is the sum of the indices when ``u + c <= counts``.
+    comps
+        ``ndarray (size, tau)``: every count vector, by index.
+    R, M, ndev
+        Per count vector: pooled resources ``(size, K)``, memory ``(size,)`` and devices ``(size,)``.
+    full
+        Index of ``counts`` (every device).
+    subsets
+        True when every type has one device: indices are bitmasks and ``u + c <= counts`` iff
+        ``u & c == 0``.
+
+    Raises
+    ------
+    InvalidProblemError
+        If there are more than :data:`MAX_COUNT_VECTORS` count vectors.
+    """
+
+    def __init__(self, problem: GroupProblem):
+        devices = problem.instance.cluster.devices
+        self.classes = problem.device_classes
+        reps = [devices[cls[0]] for cls in self.classes]
+        self.counts = np.array([len(cls) for cls in self.classes], dtype=np.int64)
+        self.size = int(np.prod(self.counts + 1))
+        if self.size > MAX_COUNT_VECTORS:
+            raise InvalidProblemError(
+                f"{problem.instance.name}: {len(devices)} devices of {len(self.classes)} types give {self.size:,} "
+                f"count vectors, more than the type DP's {MAX_COUNT_VECTORS:,}; use the group milp or cpsat"
+            )
+        self.res = np.array([[d.resources.get(k, 0.0) for k in problem.kinds] for d in reps], dtype=float)
+        self.mem = np.array([d.memory for d in reps], dtype=float)
+        shape = tuple(int(c) + 1 for c in self.counts)
+        self.shape = shape
+        self.stride = np.array([int(np.prod(shape[t + 1:])) for t in range(len(shape))], dtype=np.int64)
+        self.comps = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        self.R = self.comps @ self.res
+        with np.errstate(invalid="ignore"):  # 0 devices * inf memory
+            self.M = np.where(self.comps > 0, self.comps * self.mem, 0.0).sum(axis=1)
+        self.ndev = self.comps.sum(axis=1)
+        self.full = int(self.counts @ self.stride)
+        self.subsets = bool((self.counts == 1).all())
+
+    @property
+    def tau(self) -> int:
+        """Number of types."""
+        return len(self.classes)
+
+    def fits_within(self, c: np.ndarray, room: np.ndarray) -> np.ndarray:
+        """``c <= room`` type by type, for index arrays broadcast together."""
+        if self.subsets:
+            return (c & room) == c
+        return (self.comps[c] <= self.comps[room]).all(axis=-1)
+
+    def prefix_min(self, values: np.ndarray) -> np.ndarray:
+        """``out[u] = min over v <= u of values[v]`` (a zeta transform over the count vectors)."""
+        out = values.reshape(self.shape)
+        for ax in range(self.tau):
+            out = np.minimum.accumulate(out, axis=ax)
+        return out.reshape(-1)
+
+    def below(self, values: np.ndarray) -> np.ndarray:
+        """``out[u] = min over v <= u, v != u of values[v]`` (``inf`` for the zero vector)."""
+        pm = self.prefix_min(values)
+        out = np.full(self.size, np.inf)
+        for t in range(self.tau):
+            has = np.flatnonzero(self.comps[:, t] > 0)
+            out[has] = np.minimum(out[has], pm[has - self.stride[t]])
+        return out
+
+
+class _Labels:
+    """Labels at one boundary ``(k, j)``: ``u`` (count-vector indices), ``G`` (window states),
+    and the label each came from (``prev_j``, ``prev_u``)."""
+
+    __slots__ = ("u", "G", "prev_j", "prev_u")
+
+    def __init__(self, u, G, prev_j, prev_u):
+        self.u, self.G, self.prev_j, self.prev_u = u, G, prev_j, prev_u
+
+
+class TypesProbe:
+    """``probe(T, deadline)`` for :func:`pipeopt.backends.bisection.bisect`: the type DP at a
+    fixed limit T (module docstring). Exact: a plan found has period <= ``T (1 + RELAX)``
+    (scored exactly), "infeasible" is a proof.
+
+    Parameters
+    ----------
+    problem
+        :class:`~pipeopt.problems.resource.GroupProblem`.
+
+    Raises
+    ------
+    InvalidProblemError
+        If the problem has too many count vectors (:class:`DeviceTypes`).
+    """
+
+    def __init__(self, problem: GroupProblem):
+        self.problem = problem
+        self.types = DeviceTypes(problem)
+        p, n = problem, problem.n
+        self.kinds = p.kinds
+        self._rows: dict = {}
+        # prices for the necessary conditions: the cover rows of the whole chain (finite ones)
+        F, B = p.load(0, n)
+        prices = []
+        for row in interval_cover_coefficients(F, B, self.kinds):
+            vec = np.array([row.get(k, 0.0) for k in self.kinds], dtype=float)
+            if np.all(np.isfinite(vec)) and vec.max() > 0:
+                prices.append(vec / vec.max())
+        prices.append(np.ones(len(self.kinds)))
+        self.prices = np.unique(np.array(prices), axis=0)  # (P, K)
+        unit = np.zeros((n, len(self.prices)))
+        for name, arr in (("fwd", p.fwd), ("bwd", p.bwd)):
+            times = np.stack([arr[k] for k in self.kinds], axis=1)  # (n, K)
+            with np.errstate(invalid="ignore"):
+                priced = np.where(np.isfinite(times)[:, None, :], times[:, None, :] * self.prices[None, :, :], np.inf)
+            unit += priced.min(axis=2)
+        self.work = np.vstack([np.zeros(len(self.prices)), np.cumsum(unit, axis=0)])  # (n+1, P) priced work prefix
+        self.power = self.types.R @ self.prices.T  # (size, P) priced power of every count vector
+        self.memory_limited = bool(np.isfinite(self.types.mem).any())
+        # bytes units j..n-1 need at least (every stage keeps >= 2 microbatches with split execution)
+        self.mem_rest = np.asarray(p.table.memory(np.arange(n + 1), n, 2), dtype=float)
+        # count vectors sorted by the priced power of the tightest price (the whole chain's work
+        # over the cluster's power): menus are slices of this order
+        tight = self.work[-1] / np.maximum(self.power[self.types.full], 1e-300)
+        self._order_key = int(np.argmax(tight))
+        self._order = np.argsort(self.power[:, self._order_key], kind="stable")
+        self._sorted_power = self.power[self._order, self._order_key]
+
+    def work_bound(self) -> float:
+        """The priced work bound (seconds): no plan has a period below ``max_pi W_pi / P_pi`` (the
+        chain's priced work over the cluster's priced power, module docstring)."""
+        P = self.power[self.types.full]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(P > 0, self.work[-1] / np.where(P > 0, P, 1.0), np.inf)
+        return float(np.max(ratio))
+
+    # ---- per range, T-independent --------------------------------------------------------------
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """``ndarray (tau, L)``: per type, the coefficient of each cover row of units ``a..b-1``
+        (:func:`~pipeopt.problems.resource.intervals.interval_cover_coefficients`): a worker with
+        counts c passes T iff ``min_l c @ rows[:, l] >= 1 / T``."""
+        key = (a, b)
+        out = self._rows.get(key)
+        if out is None:
+            F, B = self.problem.load(a, b)
+            coef = interval_cover_coefficients(F, B, self.kinds)
+            out = np.zeros((self.types.tau, len(coef)))
+            for l, row in enumerate(coef):
+                for q, k in enumerate(self.kinds):
+                    c = row.get(k, 0.0)
+                    if c > 0:
+                        out[:, l] += np.where(self.types.res[:, q] > 0, self.types.res[:, q] * min(c, BIG), 0.0)
+            out = np.minimum(out, BIG)
+            if len(self._rows) > 200_000:
+                self._rows.clear()
+            self._rows[key] = out
+        return out
+
+    def rate(self, a: int, b: int, idx: np.ndarray) -> np.ndarray:
+        """Best-split rate (microbatches per second) of units ``a..b-1`` on count vectors ``idx``."""
+        return (self.types.comps[idx] @ self.rows(a, b)).min(axis=1)
+
+    def busy(self, a: int, b: int, idx: np.ndarray, T: float) -> np.ndarray:
+        """Least busy time ``f + b`` at T of units ``a..b-1`` on count vectors ``idx``
+        (:func:`~pipeopt.problems.resource.split.least_busy_many`; ``inf`` where no share passes T).
+        The rule depends on the worker only through ``R_k / F_k`` and ``R_k / B_k``, so each worker
+        is read as one unit of every kind running loads ``F_k / R_k`` and ``B_k / R_k``."""
+        if idx.size == 0:
+            return np.zeros(0)
+        F, B = self.problem.load(a, b)
+        R = self.types.R[idx]
+        fw, bw = {}, {}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for q, k in enumerate(self.kinds):
+                fw[k] = np.where(R[:, q] > 0, F[k] / np.where(R[:, q] > 0, R[:, q], 1.0), np.inf)
+                bw[k] = np.where(R[:, q] > 0, B[k] / np.where(R[:, q] > 0, R[:, q], 1.0), np.inf)
+        unit = {k: 1.0 for k in self.kinds}
+        w, _, _ = least_busy_many(unit, fw, bw, T, kinds=self.kinds)
+        for i in np.flatnonzero(np.isnan(w)):  # a free pass, or nothing to choose
+            res = {k: float(R[i, q]) for q, k in enumerate(self.kinds)}
+            _, f, bb = least_busy(res, F, B, T)
+            w[i] = f + bb
+        return w
+
+    # ---- the probe -----------------------------------------------------------------------------
+    def __call__(self, T: float, deadline: Deadline | None = None) -> Probe:
+        """:class:`~pipeopt.backends.bisection.Probe`: feasible with ``(starts, groups)`` and its
+        exact period, infeasible (proven), or unknown at the deadline."""
+        try:
+            found = self.solve(T, deadline, beam=BEAM)  # a plan fast when T is generous
+            if found is None:
+                found = self.solve(T, deadline)
+        except DeadlineReached:
+            return Probe(UNKNOWN)
+        if found is None:
+            return Probe(INFEASIBLE)
+        starts, groups = found
+        return Probe(FEASIBLE, (starts, groups), self.problem.plan_value(starts, groups))
+
+    def solve(self, T: float, deadline: Deadline | None = None, beam: int | None = None
+              ) -> tuple[list, list] | None:
+        """A plan ``(starts, groups)`` with period <= ``T (1 + RELAX)``, or ``None`` if there is none.
+
+        Parameters
+        ----------
+        T
+            The limit, seconds.
+        deadline
+            Checked once per boundary and start unit.
+        beam
+            If given, keep at most this many labels per boundary (those with the most priced
+            power left, then the least window state) and try at most this many compositions
+            per stage range (the least powerful): a heuristic that finds plans fast at a
+            generous T; its ``None`` proves nothing.
+
+        Raises
+        ------
+        DeadlineReached
+            If ``deadline`` passes.
+        """
+        p = self.problem
+        n, S = p.n, p.num_stages
+        Tp = T * (1.0 + RELAX)
+        if not Tp > 0:
+            return None
+        D, _ = rules.window_tokens([S - s for s in range(S)], np.ones(S), [True] * S)
+        trip = p.round_trip
+        cut_ok = p.cut_time <= Tp
+        labels = {0: _Labels(np.zeros(1, np.int64), np.full(1, -np.inf), np.full(1, -1), np.full(1, -1))}
+        history = [labels]
+        for k in range(S - 1):
+            ends = np.array([e for e in range(1, n - (S - 1 - k) + 1) if cut_ok[e]], dtype=np.int64)
+            parts: dict = {}
+            for j in sorted(labels):
+                if deadline is not None:
+                    deadline.check(f"the type DP (stage {k}, start unit {j})")
+                lab = labels[j]
+                h = np.maximum(-D[k] * Tp, lab.G + trip[j])  # the window state entering stage k
+                j2s = ends[ends > j]
+                floors = -D[k + 1] * Tp - trip[j2s]  # below them the next stage forgets G
+                menus = self.menus(k, j, j2s, Tp, floors - h.max())
+                self._extend(k, j, Tp, lab, h, floors, menus, parts, beam)
+            labels = {}
+            for j2 in sorted(parts):
+                lab2 = self._pareto(parts[j2])
+                if beam is not None and lab2.u.size > beam:
+                    lab2 = self._trim(lab2, j2, Tp, beam)
+                if lab2.u.size:
+                    labels[j2] = lab2
+            history.append(labels)
+            if not labels:
+                return None
+        for j in sorted(history[-1]):
+            found = self._finish(history, j, Tp, D, trip)
+            if found is not None:
+                return found
+        return None
+
+    def _trim(self, lab: _Labels, j: int, T: float, beam: int) -> _Labels:
+        """The ``beam`` labels with the most priced power left over the units left (the tightest
+        price), ties by the least window state."""
+        first = self._order_key
+        left = self.power[self.types.full - lab.u, first] - (self.work[-1, first] - self.work[j, first]) / T
+        keep = np.lexsort((lab.G, -left))[:beam]
+        return _Labels(lab.u[keep], lab.G[keep], lab.prev_j[keep], lab.prev_u[keep])
+
+    def _stacked_rows(self, j: int, j2s: np.ndarray) -> np.ndarray:
+        """``ndarray (J, tau, L)``: :meth:`rows` of units ``j..j2-1`` for every end, padded to the
+        largest row count with copies of the first row (a copy changes no minimum)."""
+        rows = [self.rows(j, int(e)) for e in j2s]
+        width = max((r.shape[1] for r in rows), default=1)
+        out = np.empty((len(rows), self.types.tau, width))
+        for b, r in enumerate(rows):
+            out[b, :, :r.shape[1]] = r
+            out[b, :, r.shape[1]:] = r[:, :1]
+        return out
+
+    def menus(self, k: int, j: int, j2s: np.ndarray, T: float, theta: np.ndarray):
+        """The compositions worth trying for stage k = units ``j..j2-1``, for every end ``j2`` in
+        ``j2s`` (increasing) at once.
+
+        A composition passes the stage's own rows and memory; its priced power fits between
+        the stage's priced work and what the rest of the chain leaves (the necessary conditions
+        of the module docstring); and every composition with one device fewer that passes too
+        has a busy time above the end's ``theta`` (the least threshold over the labels: at or
+        below it the window state is clipped and the smaller composition dominates). A
+        composition is dropped as soon as one passing predecessor has ``2 tau <= theta``
+        (``tau`` its best-split time from the cover rows; the least busy time is at most
+        ``2 tau``), so least busy times are computed only for those kept and their
+        predecessors.
+
+        Returns
+        -------
+        (idx, w, wp, block, j2s)
+            Count-vector indices, their least busy times at T, the least busy time of their
+            passing predecessors (``inf`` if none), and the position in ``j2s`` of their end,
+            sorted by end and then by the first price's power; ``j2s`` is cut before the first
+            end no worker reaches within T (nor does it any later end).
+        """
+        ty, first = self.types, self._order_key
+        rows = self._stacked_rows(j, j2s)
+        full_rate = (rows * ty.counts[None, :, None]).sum(axis=1).min(axis=1)
+        reach = np.flatnonzero(full_rate < 1.0 / T)
+        J = int(reach[0]) if reach.size else j2s.size
+        j2s, rows, theta = j2s[:J], rows[:J], theta[:J]
+        need = (self.work[j2s] - self.work[j]) / T  # (J, P) priced power each stage needs
+        top = self.power[ty.full] - (self.work[j] - self.work[0] + self.work[-1] - self.work[j2s]) / T
+        lo = np.searchsorted(self._sorted_power, need[:, first] * (1 - 1e-12), side="left")
+        hi = np.maximum(lo, np.searchsorted(self._sorted_power, top[:, first] * (1 + 1e-12) + 1e-300, side="right"))
+        size = hi - lo
+        block = np.repeat(np.arange(J), size)
+        idx = self._order[np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size) + np.repeat(lo, size)]
+        pw = self.power[idx]
+        ok = ((pw >= need[block] * (1 - 1e-12)).all(axis=1) & (pw <= top[block] * (1 + 1e-12) + 1e-300).all(axis=1)
+              & (ty.ndev[idx] >= 1))
+        idx, block = idx[ok], block[ok]
+        if idx.size == 0:
+            return idx, np.zeros(0), np.zeros(0), block, j2s
+        mem_need = np.asarray(self.problem.table.memory(j, j2s, self.problem.in_flight(k)), dtype=float)
+        keep = np.zeros(idx.size, bool)
+        ptau = np.full((idx.size, ty.tau), np.inf)  # inf: no passing predecessor of that type
+        for lo_c in range(0, idx.size, CHUNK):
+            sl = slice(lo_c, lo_c + CHUNK)
+            c, bl = idx[sl], block[sl]
+            vals = np.einsum("it,itl->il", ty.comps[c].astype(float), rows[bl])  # (m, L)
+            ok_c = (vals.min(axis=1) >= 1.0 / T) & rules.fits(mem_need[bl], ty.M[c])
+            has = ty.comps[c] > 0
+            preds = np.where(has, c[:, None] - ty.stride[None, :], 0)
+            prate = (vals[:, None, :] - rows[bl]).min(axis=2)  # one device of type t fewer
+            ok_p = (has & (prate >= 1.0 / T) & rules.fits(mem_need[bl][:, None], ty.M[preds])
+                    & (ty.ndev[preds] >= 1))
+            with np.errstate(divide="ignore"):
+                ptau[sl] = np.where(ok_p, 1.0 / np.where(ok_p, prate, 1.0), np.inf)
+            keep[sl] = ok_c & ~(2.0 * ptau[sl] <= theta[bl][:, None]).any(axis=1)
+        idx, block, ptau = idx[keep], block[keep], ptau[keep]
+        ok_p = np.isfinite(ptau)
+        preds = np.where(ok_p, idx[:, None] - ty.stride[None, :], 0)
+        pi, pt = np.nonzero(ok_p)
+        both = np.concatenate([idx, preds[pi, pt]])
+        busy = self.busy_ranges(j, j2s, np.concatenate([block, block[pi]]), both, T)
+        w = busy[:idx.size]
+        vals = np.full(ok_p.shape, np.inf)
+        vals[pi, pt] = busy[idx.size:]
+        wp = vals.min(axis=1)
+        fin = np.isfinite(w) & (wp > theta[block])
+        return idx[fin], w[fin], wp[fin], block[fin], j2s
+
+    def busy_ranges(self, j: int, j2s: np.ndarray, block: np.ndarray, idx: np.ndarray, T: float) -> np.ndarray:
+        """:meth:`busy` of units ``j..j2s[block]-1`` on count vectors ``idx`` (element by element)."""
+        if idx.size == 0:
+            return np.zeros(0)
+        Fd, Bd = self.problem.loads(np.full(j2s.size, j), j2s)
+        R = self.types.R[idx]
+        fw, bw = {}, {}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for q, kd in enumerate(self.kinds):
+                pos = R[:, q] > 0
+                safe = np.where(pos, R[:, q], 1.0)
+                fw[kd] = np.where(pos, Fd[kd][block] / safe, np.inf)
+                bw[kd] = np.where(pos, Bd[kd][block] / safe, np.inf)
+        w, _, _ = least_busy_many({kd: 1.0 for kd in self.kinds}, fw, bw, T, kinds=self.kinds)
+        for i in np.flatnonzero(np.isnan(w)):  # a free pass, or nothing to choose
+            res = {kd: float(R[i, q]) for q, kd in enumerate(self.kinds)}
+            F = {kd: float(Fd[kd][block[i]]) for kd in self.kinds}
+            B = {kd: float(Bd[kd][block[i]]) for kd in self.kinds}
+            _, f, bb = least_busy(res, F, B, T)
+            w[i] = f + bb
+        return w
+
+    def _extend(self, k: int, j: int, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray, menus,
+                parts: dict, beam: int | None) -> None:
+        """Every label at ``(k, j)`` times every menu composition of stage k (units ``j..j2-1``, every
+        end) that leaves the rest enough priced power of the first price: into ``parts[j2]``, the
+        labels at ``(k + 1, j2)`` that pass the rules and the necessary conditions."""
+        idx, w, wp, block, j2s = menus
+        if idx.size == 0:
+            return
+        ty, S, first = self.types, self.problem.num_stages, self._order_key
+        J = j2s.size
+        rest = (self.work[-1] - self.work[j2s]) / T  # (J, P)
+        # label l may take the menu items of end b whose first-price power leaves the rest its work
+        room = self.power[ty.full - lab.u, first][:, None] - rest[None, :, first]  # (L, J)
+        p0 = self.power[idx, first]
+        span = float(p0.max()) * 2.0 + 1.0
+        key = block * span + p0  # increasing: the menus are sorted by end, then by power
+        start = np.searchsorted(block, np.arange(J), side="left")
+        count = np.searchsorted(key, np.arange(J)[None, :] * span + np.minimum(room, span / 2) * (1 + 1e-12) + 1e-300,
+                                side="right") - start[None, :]
+        count = np.maximum(count, 0)
+        if beam is not None:
+            count = np.minimum(count, beam)
+        flat = count.ravel()
+        total = int(flat.sum())
+        if total == 0:
+            return
+        li = np.repeat(np.repeat(np.arange(lab.u.size), J), flat)
+        mi = (np.arange(total) - np.repeat(np.cumsum(flat) - flat, flat)
+              + np.repeat(np.tile(start, lab.u.size), flat))
+        u, c, b = lab.u[li], idx[mi], block[mi]
+        ok = ty.fits_within(c, ty.full - u)
+        ok &= wp[mi] > floors[b] - h[li]  # else a smaller composition clips to the same state
+        G = w[mi] + h[li]
+        ok &= G <= 0.0  # the window rows ending at stage k (U = 0 with split execution)
+        li, u, c, b, G = li[ok], u[ok], c[ok], b[ok], G[ok]
+        nu = u + c
+        left = ty.full - nu
+        ok = (self.power[left] >= rest[b] * (1 - 1e-12)).all(axis=1) & (ty.ndev[left] >= S - 1 - k)
+        if self.memory_limited:
+            ok &= rules.fits(self.mem_rest[j2s[b]], ty.M[left])
+        li, nu, b, G = li[ok], nu[ok], b[ok], G[ok]
+        if not li.size:
+            return
+        G = np.maximum(G, floors[b])
+        order = np.argsort(b, kind="stable")
+        li, nu, b, G = li[order], nu[order], b[order], G[order]
+        cuts = np.flatnonzero(np.diff(b)) + 1
+        for lo_i, hi_i in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [b.size]]), strict=True):
+            parts.setdefault(int(j2s[b[lo_i]]), []).append(
+                (nu[lo_i:hi_i], G[lo_i:hi_i], np.full(hi_i - lo_i, j), lab.u[li[lo_i:hi_i]]))
+
+    def _pareto(self, parts: list) -> _Labels:
+        """The non-dominated labels (module docstring) among ``parts`` at one boundary."""
+        ty = self.types
+        u = np.concatenate([q[0] for q in parts])
+        G = np.concatenate([q[1] for q in parts])
+        pj = np.concatenate([q[2] for q in parts])
+        pu = np.concatenate([q[3] for q in parts])
+        order = np.lexsort((G, u))
+        u, G, pj, pu = u[order], G[order], pj[order], pu[order]
+        first = np.concatenate([[True], u[1:] != u[:-1]])  # least G per count vector
+        u, G, pj, pu = u[first], G[first], pj[first], pu[first]
+        if u.size > 1:
+            if u.size * u.size * ty.tau < 4 * ty.size * ty.tau:  # few labels: pairwise
+                cu = ty.comps[u]
+                le = (cu[:, None, :] <= cu[None, :, :]).all(axis=2) & (G[:, None] <= G[None, :])
+                np.fill_diagonal(le, False)
+                keep = ~le.any(axis=0)
+            else:
+                best = np.full(ty.size, np.inf)
+                best[u] = G
+                keep = G < ty.below(best)[u]
+            u, G, pj, pu = u[keep], G[keep], pj[keep], pu[keep]
+        return _Labels(u, G, pj, pu)
+
+    def _finish(self, history: list, j: int, T: float, D: np.ndarray, trip: np.ndarray):
+        """The last stage, units ``j..n-1``, takes every device left: among the labels at the last
+        boundary and j it completes, the one of least final window state, as a plan."""
+        p, ty = self.problem, self.types
+        n, S = p.n, p.num_stages
+        k = S - 1
+        lab = history[k][j]
+        c = ty.full - lab.u
+        ok = (ty.ndev[c] >= 1) & (self.rate(j, n, c) >= 1.0 / T) & rules.fits(p.stage_memory(j, n, k), ty.M[c])
+        if not ok.any():
+            return None
+        sel = np.flatnonzero(ok)
+        w = self.busy(j, n, c[sel], T)
+        G = w + np.maximum(-D[k] * T, lab.G[sel] + trip[j])
+        G = np.where(np.isfinite(G), G, np.inf)
+        best = int(np.argmin(G))
+        if not G[best] <= 0.0:
+            return None
+        return self._plan(history, j, int(lab.u[sel[best]]))
+
+    def _plan(self, history: list, j: int, u: int) -> tuple[list, list]:
+        """Walk the labels back from the last boundary: stage starts and workers."""
+        ty, p = self.types, self.problem
+        S = p.num_stages
+        comps = [ty.comps[ty.full - u]]
+        starts = [j]
+        for k in range(S - 1, 0, -1):
+            lab = history[k][j]
+            at = int(np.flatnonzero(lab.u == u)[0])
+            pj, pu = int(lab.prev_j[at]), int(lab.prev_u[at])
+            comps.append(ty.comps[u - pu])
+            j, u = pj, pu
+            if k > 1:
+                starts.append(j)
+        comps = comps[::-1]
+        starts = starts[::-1] if S > 1 else []
+        counts = np.array(comps).T  # (tau, S)
+        return starts, p.groups_from_counts(counts.tolist())
+
+
+def _starts(problem: GroupProblem, probe: TypesProbe):
+    """Heuristic starts: Algorithm 2's and round-robin's groupings with the binary-search
+    partition (the MILP and CP-SAT methods' starts, :mod:`pipeopt.problems.resource.group`), and
+    the type DP's beam (:meth:`TypesProbe.solve` with ``beam``) at limits rising geometrically
+    from the priced work bound (:meth:`TypesProbe.work_bound`) until it finds a plan, with at
+    most :data:`START_SHARE` of the time."""
+    from .group import _starts as group_starts
+
+    heuristics = group_starts(problem)
+
+    def starts(deadline: Deadline) -> list[tuple]:
+        out = heuristics(deadline)
+        sub = deadline.sub(fraction=START_SHARE)
+        base = probe.work_bound()
+        try:
+            for i in range(24):
+                found = probe.solve(base * (1.0 + 0.002 * 2**i), sub, beam=BEAM)
+                if found is not None:
+                    out.append(found)
+                    break
+        except DeadlineReached:
+            pass
+        return out
+
+    return starts
+
+
+def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+             threads: int = 2) -> Result:
+    """Exact grouping + partition + split by the DP over device types at fixed T, bisected on T.
+
+    Parameters
+    ----------
+    problem
+        :class:`~pipeopt.problems.resource.GroupProblem`.
+    time_limit
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`, for everything
+        (bounds, starts, every probe).
+    solver
+        Used by the lower bound's work LP only (HiGHS in this process) - accepted and ignored.
+    seed, threads
+        Unused (the DP is deterministic and single-threaded).
+
+    Returns
+    -------
+    Result
+        ``OPTIMAL`` (within a relative gap of 1e-4) or ``TIME_LIMIT`` with the incumbent and the
+        proven bound; each stage's devices and forward shares in the plan. ``info["types"]``:
+        the devices of each type.
+
+    Raises
+    ------
+    InfeasibleError
+        If the DP proved that no plan fits memory.
+    InvalidProblemError
+        If the cluster has more count vectors than :data:`MAX_COUNT_VECTORS`.
+    """
+    deadline = Deadline.of(time_limit)
+    probe = TypesProbe(problem)
+    types = [int(c) for c in probe.types.counts]
+    return exact_search(problem, "dp", probe, deadline, _starts(problem, probe),
+                        {"bound": "largest T the type DP proved infeasible", "types": types,
+                         "count_vectors": probe.types.size})
