@@ -13,6 +13,7 @@ Modules, one job each:
 ``split``                 the best forward share of one worker (the allocation LP, closed form)
 ``allocate``              the allocate methods (LP split, the paper's theorem, no split)
 ``joint``, ``group``      the exact methods (DP; MILP and CP-SAT bisected on T)
+``group_dp``              the exact DP over device types (grouping at scale), bisected on T
 ``tiebreak``              their secondary objective: among plans of optimal period, the least
                           latency of a microbatch (an exact DP over the chain and the workers)
 ``duan_wu``               the paper's heuristics (binary-search partition, two steps,
@@ -34,7 +35,7 @@ breaks ties the same way (:mod:`pipeopt.problems.resource.tiebreak`, ``info["sec
 from __future__ import annotations
 
 from ..method import Method
-from . import allocate, duan_wu, group, joint
+from . import allocate, duan_wu, group, group_dp, joint
 from .problem import AllocateProblem as AllocateProblem
 from .problem import GroupProblem as GroupProblem
 from .problem import JointProblem as JointProblem
@@ -74,6 +75,10 @@ METHODS = (
     Method("group", "cpsat", group.solve_cpsat, True, "split", True,
            "CP-SAT at a trial T over stage intervals (split feasibility linear in the worker's devices, window "
            "rows with lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
+    Method("group", "types", group_dp.solve_dp, True, "split", True,
+           "DP at a trial T over (stage, end unit, devices used of each type: identical devices counted), "
+           "keeping the least window state, with priced-power and window-row pruning; bisected on T; ties: "
+           "least latency of a microbatch"),
     Method("group", "algorithm2", duan_wu.algorithm2, False, "split", True,
            "Duan & Wu, ICPADS 2022, Algorithm 2 (each worker costed on an average stage), then the "
            "binary-search partition and the shares of least period"),

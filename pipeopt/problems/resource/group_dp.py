@@ -95,8 +95,15 @@ BEAM = 32
 """Labels per boundary, and compositions per stage range, of the heuristic pass each probe makes
 first (:meth:`TypesProbe.solve` with ``beam``); the exact pass runs only if it finds no plan."""
 
+BEAM_SCAN = 8
+"""The heuristic pass scans at most ``BEAM_SCAN * BEAM`` of the least powerful compositions per
+stage range."""
+
 START_SHARE = 0.25
 """Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
+
+FRONT = 32
+"""Most points kept per front of the window bound (:meth:`TypesProbe._window_fronts`)."""
 
 CHUNK = 20000
 """Compositions per vectorised block of :meth:`TypesProbe.menus` (bounds its temporary arrays)."""
@@ -255,6 +262,64 @@ class TypesProbe:
         self._order_key = int(np.argmax(tight))
         self._order = np.argsort(self.power[:, self._order_key], kind="stable")
         self._sorted_power = self.power[self._order, self._order_key]
+        # the window bound (module docstring): priced forward and backward work of the tightest price
+        price = self.prices[self._order_key]
+        priced = {}
+        for name, arr in (("fwd", p.fwd), ("bwd", p.bwd)):
+            times = np.stack([arr[k] for k in self.kinds], axis=1)
+            with np.errstate(invalid="ignore"):
+                priced[name] = np.where(np.isfinite(times), times * price[None, :], np.inf).min(axis=1)
+        self._fwd_prefix = np.concatenate([[0.0], np.cumsum(priced["fwd"])])
+        self._bwd_prefix = np.concatenate([[0.0], np.cumsum(priced["bwd"])])
+        self._fronts = self._window_fronts()
+
+    def _root(self, a, b) -> np.ndarray:
+        """``sqrt(priced forward work) + sqrt(priced backward work)`` of units ``a..b-1`` (arrays)."""
+        with np.errstate(invalid="ignore"):
+            return (np.sqrt(self._fwd_prefix[b] - self._fwd_prefix[a])
+                    + np.sqrt(self._bwd_prefix[b] - self._bwd_prefix[a]))
+
+    def _window_fronts(self) -> dict:
+        """``{k: (A, B)}``, ``ndarray (n+1, FRONT)`` each: for stages k..S-1 covering units j..n-1,
+        the Pareto front of (sum over the stages of :meth:`_root`, sum of the round trips of
+        their cuts) over every split (cuts allowed anywhere: a relaxation), padded with ``inf``;
+        fronts longer than :data:`FRONT` are replaced by the lower-left corners of consecutive
+        groups (still below every split)."""
+        p = self.problem
+        n, S = p.n, p.num_stages
+        trip = p.round_trip
+        fronts = {}
+        A = np.full((n + 1, 1), np.inf)
+        B = np.full((n + 1, 1), np.inf)
+        A[:n, 0] = self._root(np.arange(n), n)
+        B[:n, 0] = 0.0
+        fronts[S - 1] = (A, B)
+        for k in range(S - 2, 0, -1):
+            nA, nB = fronts[k + 1]
+            A = np.full((n + 1, FRONT), np.inf)
+            B = np.full((n + 1, FRONT), np.inf)
+            for j in range(k, n - (S - 1 - k)):
+                j2 = np.arange(j + 1, n - (S - 2 - k))
+                ca = (self._root(j, j2)[:, None] + nA[j2]).ravel()
+                cb = (trip[j2][:, None] + nB[j2]).ravel()
+                fin = np.isfinite(ca) & np.isfinite(cb)
+                fa, fb = _front(ca[fin], cb[fin])
+                A[j, :fa.size], B[j, :fb.size] = fa, fb
+            fronts[k] = (A, B)
+        return fronts
+
+    def window_need(self, k: int, j: np.ndarray, power: np.ndarray) -> np.ndarray:
+        """A lower bound on ``sum_{s>=k} w_s + sum_{s>k} (round trip of stage s's first cut)`` for
+        stages k..S-1 covering units ``j..n-1`` on devices of priced power ``power`` (first price;
+        arrays broadcast): each stage's least busy time is at least ``root**2 / P_s``
+        (``f >= Phi / x``, ``b >= Beta / (P_s - x)`` for the priced power x its forward share has),
+        and ``sum root_s**2 / P_s >= (sum root_s)**2 / sum P_s``; minimised over the front of
+        :meth:`_window_fronts`."""
+        A, B = self._fronts[k]
+        a, b = A[j], B[j]  # (m, FRONT)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            val = np.where(np.isfinite(a), a * a / np.maximum(power, 1e-300)[:, None] + b, np.inf)
+        return val.min(axis=1)
 
     def work_bound(self) -> float:
         """The priced work bound (seconds): no plan has a period below ``max_pi W_pi / P_pi`` (the
@@ -354,6 +419,7 @@ class TypesProbe:
         if not Tp > 0:
             return None
         D, _ = rules.window_tokens([S - s for s in range(S)], np.ones(S), [True] * S)
+        self._D = D
         trip = p.round_trip
         cut_ok = p.cut_time <= Tp
         labels = {0: _Labels(np.zeros(1, np.int64), np.full(1, -np.inf), np.full(1, -1), np.full(1, -1))}
@@ -368,7 +434,7 @@ class TypesProbe:
                 h = np.maximum(-D[k] * Tp, lab.G + trip[j])  # the window state entering stage k
                 j2s = ends[ends > j]
                 floors = -D[k + 1] * Tp - trip[j2s]  # below them the next stage forgets G
-                menus = self.menus(k, j, j2s, Tp, floors - h.max())
+                menus = self.menus(k, j, j2s, Tp, lab, h, floors, beam, deadline)
                 self._extend(k, j, Tp, lab, h, floors, menus, parts, beam)
             labels = {}
             for j2 in sorted(parts):
@@ -405,19 +471,22 @@ class TypesProbe:
             out[b, :, r.shape[1]:] = r[:, :1]
         return out
 
-    def menus(self, k: int, j: int, j2s: np.ndarray, T: float, theta: np.ndarray):
+    def menus(self, k: int, j: int, j2s: np.ndarray, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray,
+              beam: int | None = None, deadline: Deadline | None = None):
         """The compositions worth trying for stage k = units ``j..j2-1``, for every end ``j2`` in
-        ``j2s`` (increasing) at once.
+        ``j2s`` (increasing) at once, given the labels ``lab`` at ``(k, j)`` (entering window
+        states ``h``) and the next stage's floors.
 
         A composition passes the stage's own rows and memory; its priced power fits between
-        the stage's priced work and what the rest of the chain leaves (the necessary conditions
-        of the module docstring); and every composition with one device fewer that passes too
-        has a busy time above the end's ``theta`` (the least threshold over the labels: at or
-        below it the window state is clipped and the smaller composition dominates). A
-        composition is dropped as soon as one passing predecessor has ``2 tau <= theta``
-        (``tau`` its best-split time from the cover rows; the least busy time is at most
-        ``2 tau``), so least busy times are computed only for those kept and their
-        predecessors.
+        the stage's priced work and what the rest of the chain leaves, and its busy time's lower
+        bound ``root**2 / P`` with the most favourable label leaves the rest of the window rows
+        room (:meth:`window_need`) - the necessary conditions of the module docstring; and every
+        composition with one device fewer that passes too has a busy time above the end's
+        threshold ``floor - max(h)`` (at or below it the window state is clipped and the smaller
+        composition dominates). A composition is dropped as soon as one passing predecessor has
+        ``2 tau <= threshold`` (``tau`` its best-split time from the cover rows; the least busy
+        time is at most ``2 tau``), so least busy times are computed only for those kept and
+        their predecessors. With ``beam``, at most that many (the least powerful) per end.
 
         Returns
         -------
@@ -426,13 +495,19 @@ class TypesProbe:
             passing predecessors (``inf`` if none), and the position in ``j2s`` of their end,
             sorted by end and then by the first price's power; ``j2s`` is cut before the first
             end no worker reaches within T (nor does it any later end).
+
+        Raises
+        ------
+        DeadlineReached
+            If ``deadline`` passes (checked per block of :data:`CHUNK` compositions).
         """
         ty, first = self.types, self._order_key
         rows = self._stacked_rows(j, j2s)
         full_rate = (rows * ty.counts[None, :, None]).sum(axis=1).min(axis=1)
         reach = np.flatnonzero(full_rate < 1.0 / T)
         J = int(reach[0]) if reach.size else j2s.size
-        j2s, rows, theta = j2s[:J], rows[:J], theta[:J]
+        j2s, rows, floors = j2s[:J], rows[:J], floors[:J]
+        theta = floors - h.max()
         need = (self.work[j2s] - self.work[j]) / T  # (J, P) priced power each stage needs
         top = self.power[ty.full] - (self.work[j] - self.work[0] + self.work[-1] - self.work[j2s]) / T
         lo = np.searchsorted(self._sorted_power, need[:, first] * (1 - 1e-12), side="left")
@@ -444,12 +519,29 @@ class TypesProbe:
         ok = ((pw >= need[block] * (1 - 1e-12)).all(axis=1) & (pw <= top[block] * (1 + 1e-12) + 1e-300).all(axis=1)
               & (ty.ndev[idx] >= 1))
         idx, block = idx[ok], block[ok]
+        # the window rows with the most favourable label: least entering state, most power left
+        if idx.size and k + 1 < self.problem.num_stages:
+            left_max = float(self.power[ty.full - lab.u, first].max())
+            p0 = self.power[idx, first]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                w_low = np.where(p0 > 0, self._root(j, j2s[block]) ** 2 / np.maximum(p0, 1e-300), np.inf)
+            rest = self.window_need(k + 1, j2s[block], np.maximum(left_max - p0, 0.0))
+            trip = self.problem.round_trip[j2s[block]]
+            room = 1e-9 * T
+            ok = (np.maximum(-self._D[k + 1] * T, w_low + h.min() + trip) + rest <= room)
+            idx, block = idx[ok], block[ok]
+        if beam is not None and idx.size:  # heuristic: scan only the least powerful few per end
+            rank = np.arange(idx.size) - np.searchsorted(block, block, side="left")
+            sel = rank < BEAM_SCAN * beam
+            idx, block = idx[sel], block[sel]
         if idx.size == 0:
             return idx, np.zeros(0), np.zeros(0), block, j2s
         mem_need = np.asarray(self.problem.table.memory(j, j2s, self.problem.in_flight(k)), dtype=float)
         keep = np.zeros(idx.size, bool)
         ptau = np.full((idx.size, ty.tau), np.inf)  # inf: no passing predecessor of that type
         for lo_c in range(0, idx.size, CHUNK):
+            if deadline is not None:
+                deadline.check(f"the type DP's menus (stage {k}, start unit {j})")
             sl = slice(lo_c, lo_c + CHUNK)
             c, bl = idx[sl], block[sl]
             vals = np.einsum("it,itl->il", ty.comps[c].astype(float), rows[bl])  # (m, L)
@@ -463,11 +555,22 @@ class TypesProbe:
                 ptau[sl] = np.where(ok_p, 1.0 / np.where(ok_p, prate, 1.0), np.inf)
             keep[sl] = ok_c & ~(2.0 * ptau[sl] <= theta[bl][:, None]).any(axis=1)
         idx, block, ptau = idx[keep], block[keep], ptau[keep]
+        if beam is not None and idx.size:  # the least powerful first: menus are sorted by end, then power
+            start = np.searchsorted(block, block, side="left")
+            rank = np.arange(idx.size) - start
+            sel = rank < beam
+            idx, block, ptau = idx[sel], block[sel], ptau[sel]
         ok_p = np.isfinite(ptau)
         preds = np.where(ok_p, idx[:, None] - ty.stride[None, :], 0)
         pi, pt = np.nonzero(ok_p)
         both = np.concatenate([idx, preds[pi, pt]])
-        busy = self.busy_ranges(j, j2s, np.concatenate([block, block[pi]]), both, T)
+        bb = np.concatenate([block, block[pi]])
+        busy = np.empty(both.size)
+        for lo_c in range(0, both.size, CHUNK):
+            if deadline is not None:
+                deadline.check(f"the type DP's busy times (stage {k}, start unit {j})")
+            sl = slice(lo_c, lo_c + CHUNK)
+            busy[sl] = self.busy_ranges(j, j2s, bb[sl], both[sl], T)
         w = busy[:idx.size]
         vals = np.full(ok_p.shape, np.inf)
         vals[pi, pt] = busy[idx.size:]
@@ -537,6 +640,13 @@ class TypesProbe:
         ok = (self.power[left] >= rest[b] * (1 - 1e-12)).all(axis=1) & (ty.ndev[left] >= S - 1 - k)
         if self.memory_limited:
             ok &= rules.fits(self.mem_rest[j2s[b]], ty.M[left])
+        li, nu, b, G = li[ok], nu[ok], b[ok], G[ok]
+        if not li.size:
+            return
+        # the window rows ending at the last stage: what the rest adds at least must fit
+        rest_need = self.window_need(k + 1, j2s[b], self.power[ty.full - nu, first])
+        enter = np.maximum(-self._D[k + 1] * T, G + self.problem.round_trip[j2s[b]])
+        ok = enter + rest_need <= 1e-9 * T
         li, nu, b, G = li[ok], nu[ok], b[ok], G[ok]
         if not li.size:
             return
@@ -612,6 +722,22 @@ class TypesProbe:
         return starts, p.groups_from_counts(counts.tolist())
 
 
+def _front(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Pareto front (least a, least b) of points ``(a, b)``, at most :data:`FRONT` points:
+    beyond that, consecutive groups become their lower-left corners (below every point)."""
+    if a.size == 0:
+        return a, b
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    keep = b < np.minimum.accumulate(np.concatenate([[np.inf], b[:-1]]))
+    a, b = a[keep], b[keep]
+    if a.size > FRONT:
+        groups = np.array_split(np.arange(a.size), FRONT)
+        a = np.array([a[g[0]] for g in groups])
+        b = np.array([b[g[-1]] for g in groups])
+    return a, b
+
+
 def _starts(problem: GroupProblem, probe: TypesProbe):
     """Heuristic starts: Algorithm 2's and round-robin's groupings with the binary-search
     partition (the MILP and CP-SAT methods' starts, :mod:`pipeopt.problems.resource.group`), and
@@ -672,6 +798,6 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
     deadline = Deadline.of(time_limit)
     probe = TypesProbe(problem)
     types = [int(c) for c in probe.types.counts]
-    return exact_search(problem, "dp", probe, deadline, _starts(problem, probe),
+    return exact_search(problem, "types", probe, deadline, _starts(problem, probe),
                         {"bound": "largest T the type DP proved infeasible", "types": types,
                          "count_vectors": probe.types.size})

@@ -1,0 +1,217 @@
+"""group, method "types": the DP over device types (pipeopt.problems.resource.group_dp) against
+brute force, the group MILP and CP-SAT, and its building blocks against the rules they read."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pipeopt
+from pipeopt.backends.deadline import Deadline
+from pipeopt.problems.resource import GroupProblem, brute_force, group
+from pipeopt.problems.resource.examples import random_chain
+from pipeopt.problems.resource.group_dp import DeviceTypes, TypesProbe, solve_dp
+from pipeopt.problems.resource.split import best_split, least_busy
+
+REL = 2e-4
+
+PROFILES = ({"cpu": 1, "gpu": 2}, {"cpu": 4}, {"gpu": 3, "npu": 1}, {"npu": 4}, {"cpu": 2, "gpu": 1, "npu": 1})
+
+
+def _instance(n: int, profiles: list[int], *, seed: int, bandwidth: float, memory: list[float] | None = None):
+    """A random chain on devices of the given profiles (a repeated profile: identical devices)."""
+    mem = memory or [math.inf] * len(profiles)
+    devices = tuple(pipeopt.Device(f"d{i}", dict(PROFILES[k]), m) for i, (k, m) in enumerate(zip(profiles, mem)))
+    return pipeopt.Instance(random_chain(n, seed=seed), pipeopt.Cluster(devices, bandwidth), name=f"types-{seed}")
+
+
+def _check(p: GroupProblem, r) -> None:
+    assert r.plan is not None
+    assert r.objective == pipeopt.evaluate(p.instance, r.plan).objective
+    assert sorted(d for st_ in r.plan.stages for d in st_.devices) == sorted(p.device_names)
+    assert r.lower_bound is not None and r.lower_bound <= r.objective * (1 + 1e-9)
+
+
+@st.composite
+def small_problems(draw):
+    """2..6 units, 2..4 devices (profiles repeat: identical devices), 1..3 workers; memory
+    unlimited, binding (half of a stage of the whole chain per device) or loose; bandwidth
+    loose or tight."""
+    seed = draw(st.integers(0, 10**6))
+    n = draw(st.integers(2, 6))
+    d = draw(st.integers(2, 4))
+    profiles = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    q = draw(st.integers(1, min(3, n, d)))
+    bandwidth = draw(st.sampled_from([1e9, 4e6, 1e6]))
+    free = _instance(n, profiles, seed=seed, bandwidth=bandwidth)
+    memory = draw(st.sampled_from(["inf", "binding", "loose"]))
+    if memory != "inf":
+        whole = GroupProblem(free, q).stage_memory(0, n, 0)
+        per = whole * (0.45 if memory == "binding" else 2.0) * (2 / max(q, 1))
+        free = _instance(n, profiles, seed=seed, bandwidth=bandwidth, memory=[per] * d)
+    return GroupProblem(free, q)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=small_problems())
+def test_types_equals_brute_force(p):
+    _, _, best = brute_force(p)
+    if not math.isfinite(best):
+        with pytest.raises(pipeopt.InfeasibleError):
+            solve_dp(p, time_limit=30)
+        return
+    r = solve_dp(p, time_limit=30)
+    _check(p, r)
+    assert r.status == pipeopt.Status.OPTIMAL
+    assert r.lower_bound <= best * (1 + 1e-9)
+    assert r.objective <= best * (1 + REL)
+
+
+CROSS = [  # units, device profiles (repeats: identical devices), workers, seed, bandwidth, memory per device
+    (6, [0, 0, 1, 2], 3, 1, 1e9, None),  # two identical devices
+    (6, [0, 1, 2, 3], 2, 2, 1e6, None),  # tight bandwidth: cuts and window rows bind
+    (5, [0, 0, 2, 2], 3, 3, 1e9, 0.25),  # binding memory (a fraction of the whole chain per device)
+]
+
+
+@pytest.mark.parametrize("n,profiles,q,seed,bandwidth,memory", CROSS)
+def test_types_equals_brute_force_milp_and_cpsat(n, profiles, q, seed, bandwidth, memory):
+    inst = _instance(n, profiles, seed=seed, bandwidth=bandwidth)
+    if memory is not None:
+        per = GroupProblem(inst, q).stage_memory(0, n, 0) * memory
+        inst = _instance(n, profiles, seed=seed, bandwidth=bandwidth, memory=[per] * len(profiles))
+    p = GroupProblem(inst, q)
+    _, _, best = brute_force(p)
+    if memory is not None:  # the memory binds: the optimum without it is better
+        free = GroupProblem(_instance(n, profiles, seed=seed, bandwidth=bandwidth), q)
+        assert best > brute_force(free)[2] * (1 + 1e-6)
+    r = solve_dp(p, time_limit=30)
+    _check(p, r)
+    assert r.status == pipeopt.Status.OPTIMAL and math.isclose(r.objective, best, rel_tol=REL)
+    m = group.solve_milp(p, time_limit=30, solver="highs")
+    c = group.solve_cpsat(p, time_limit=30, threads=1)
+    for other in (m, c):
+        _check(p, other)
+        assert other.status == pipeopt.Status.OPTIMAL
+        assert math.isclose(r.objective, other.objective, rel_tol=REL)
+        assert other.lower_bound <= r.objective * (1 + 1e-9) and r.lower_bound <= other.objective * (1 + 1e-9)
+
+
+def test_identical_devices_are_counted_not_named():
+    """6 devices of 2 types: 12 count vectors (not 2^6 subsets), and the optimum of brute force
+    over every naming."""
+    inst = _instance(5, [0, 0, 0, 0, 3, 3], seed=3, bandwidth=4e6)
+    p = GroupProblem(inst, 2)
+    types = DeviceTypes(p)
+    assert list(types.counts) == [4, 2] and types.size == 15 and not types.subsets
+    _, _, best = brute_force(p)
+    r = solve_dp(p, time_limit=30)
+    _check(p, r)
+    assert r.status == pipeopt.Status.OPTIMAL and math.isclose(r.objective, best, rel_tol=REL)
+    assert r.info["types"] == [4, 2] and r.info["count_vectors"] == 15
+
+
+def test_count_vector_transforms():
+    """prefix_min / below = the brute minimum over smaller count vectors; subsets index as bitmasks."""
+    rng = random.Random(0)
+    p = GroupProblem(_instance(4, [0, 0, 1, 2, 2, 2], seed=1, bandwidth=1e9), 2)
+    ty = DeviceTypes(p)
+    vals = np.array([rng.uniform(0, 1) for _ in range(ty.size)])
+    pm, below = ty.prefix_min(vals), ty.below(vals)
+    for u in range(ty.size):
+        le = [v for v in range(ty.size) if (ty.comps[v] <= ty.comps[u]).all()]
+        assert pm[u] == min(vals[v] for v in le)
+        assert below[u] == min((vals[v] for v in le if v != u), default=math.inf)
+    distinct = DeviceTypes(GroupProblem(_instance(4, [0, 1, 2], seed=1, bandwidth=1e9), 2))
+    assert distinct.subsets and distinct.size == 8
+    assert all(int(distinct.comps[i] @ distinct.stride) == i for i in range(8))
+    a, b = np.array([2, 4, 1]), np.array([6, 5, 6])
+    assert list(distinct.fits_within(a, b)) == [True, True, False]  # bit 0 is not in 6
+
+
+def test_rules_read_per_composition():
+    """The cover-row rate is 1 / best_split's stage time and busy is least_busy on the pooled
+    worker, for every composition and a few ranges (the DP reads the rules, it does not redo them)."""
+    p = GroupProblem(_instance(6, [0, 0, 1, 2, 4], seed=7, bandwidth=1e9), 2)
+    probe = TypesProbe(p)
+    ty = probe.types
+    idx = np.arange(1, ty.size)
+    for a, b in ((0, 1), (0, 6), (2, 5)):
+        F, B = p.load(a, b)
+        rate = probe.rate(a, b, idx)
+        T = 1.3 / float(np.median(rate))
+        busy = probe.busy(a, b, idx, T)
+        for i, c in zip(idx, ty.comps[idx], strict=True):
+            res = {k: float(v) for k, v in zip(p.kinds, ty.R[i], strict=True)}
+            tau = best_split(res, F, B)[1]
+            assert math.isclose(rate[i - 1], 1.0 / tau, rel_tol=1e-9)
+            _, f, bb = least_busy(res, F, B, T)
+            assert (busy[i - 1] == math.inf) == (f == math.inf)
+            if math.isfinite(f):
+                assert math.isclose(busy[i - 1], f + bb, rel_tol=1e-9)
+
+
+def test_window_bound_is_below_every_plan():
+    """window_need(k, j, P) <= sum of the busy times and round trips of stages k..S-1 of any plan
+    starting stage k at j (the DP prunes with it, so it must never exceed a real plan)."""
+    p = GroupProblem(_instance(5, [0, 1, 2, 3], seed=11, bandwidth=1e6), 3)
+    probe = TypesProbe(p)
+    first = probe._order_key
+    T = 10.0  # generous: every stage passes, busy times are their unclipped least values
+    names = p.device_names
+    checked = 0
+    for cuts in itertools.combinations(range(1, 5), 2):
+        bounds = [0, *cuts, 5]
+        for assign in itertools.product(range(3), repeat=4):
+            groups = [tuple(names[d] for d in range(4) if assign[d] == s) for s in range(3)]
+            if not all(groups):
+                continue
+            chk = p.check(list(cuts), groups, T)
+            if chk.over:
+                continue
+            for k in (1, 2):
+                total = sum(o[1] + o[2] for o in chk.ops[k:]) + sum(p.round_trip[bounds[s]] for s in range(k + 1, 3))
+                power = sum(probe.power[p.class_counts(g) @ probe.types.stride, first] for g in groups[k:])
+                need = probe.window_need(k, np.array([bounds[k]]), np.array([power]))[0]
+                assert need <= total * (1 + 1e-9)
+                checked += 1
+    assert checked > 100
+
+
+def test_probe_brackets_the_optimum():
+    p = GroupProblem(_instance(5, [0, 1, 2, 2], seed=5, bandwidth=4e6), 3)
+    _, _, best = brute_force(p)
+    probe = TypesProbe(p)
+    assert probe(best * (1 - 1e-6), Deadline(30)).outcome == "infeasible"
+    out = probe(best * (1 + 1e-9), Deadline(30))
+    assert out.outcome == "feasible" and out.value <= best * (1 + 1e-6)
+    assert probe.work_bound() <= best
+
+
+def test_too_many_count_vectors_is_refused_by_name():
+    devices = tuple(pipeopt.Device(f"x{i}", {"cpu": 1 + i}) for i in range(22))
+    inst = pipeopt.Instance(random_chain(4, kinds=("cpu",), seed=0), pipeopt.Cluster(devices, 1e9), name="wide")
+    with pytest.raises(pipeopt.InvalidProblemError, match="wide.*count vectors"):
+        solve_dp(GroupProblem(inst, 2), time_limit=5)
+
+
+def test_time_limit_is_honest():
+    inst = pipeopt.Instance(random_chain(40, seed=2),
+                            pipeopt.Cluster(tuple(pipeopt.Device(f"s{i}", dict(PROFILES[i % 5])) for i in range(10)), 5e7))
+    r = solve_dp(GroupProblem(inst, 4), time_limit=0.3)
+    assert r.status in (pipeopt.Status.TIME_LIMIT, pipeopt.Status.OPTIMAL, pipeopt.Status.FEASIBLE)
+    if r.plan is not None:
+        assert r.lower_bound <= r.objective * (1 + 1e-9)
+    assert r.runtime < 5.0
+
+
+def test_through_the_registry():
+    inst = _instance(5, [0, 0, 1, 2], seed=9, bandwidth=1e9)
+    r = pipeopt.solve(inst, problem="group", method="types", workers=2, time_limit=30)
+    assert r.status == pipeopt.Status.OPTIMAL and r.method == "types"
