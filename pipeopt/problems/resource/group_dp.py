@@ -81,6 +81,7 @@ from ...errors import InvalidProblemError
 from ...result import Result
 from .intervals import interval_cover_coefficients
 from .problem import GroupProblem
+from .bounds import top_limit
 from .search import exact_search
 from .split import least_busy, least_busy_many
 
@@ -91,16 +92,20 @@ devices, or e.g. 4 types of 37. Beyond it :func:`solve_dp` refuses (use the MILP
 RELAX = 1e-9
 """The probe decides ``T (1 + RELAX)`` (a proof of infeasibility there holds at T)."""
 
-BEAM = 32
-"""Labels per boundary, and compositions per stage range, of the heuristic pass each probe makes
-first (:meth:`TypesProbe.solve` with ``beam``); the exact pass runs only if it finds no plan."""
-
 BEAM_SCAN = 8
-"""The heuristic pass scans at most ``BEAM_SCAN * BEAM`` of the least powerful compositions per
-stage range."""
+"""A heuristic pass of beam ``b`` scans at most ``BEAM_SCAN * b`` of the least powerful
+compositions per stage range."""
+
+BEAMS = ((32, 2.5), (128, None))
+"""The heuristic passes (:meth:`TypesProbe.heuristic`): ``(beam, spread)`` of
+:meth:`TypesProbe.solve` - a narrow one over stages of at most 2.5 even shares of the work left,
+then a wider one over every stage end."""
 
 START_SHARE = 0.25
 """Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
+
+START_GAP = 1e-3
+"""The beam start stops when its bracket is this narrow (relative)."""
 
 FRONT = 32
 """Most points kept per front of the window bound (:meth:`TypesProbe._window_fronts`)."""
@@ -382,7 +387,7 @@ class TypesProbe:
         """:class:`~pipeopt.backends.bisection.Probe`: feasible with ``(starts, groups)`` and its
         exact period, infeasible (proven), or unknown at the deadline."""
         try:
-            found = self.solve(T, deadline, beam=BEAM)  # a plan fast when T is generous
+            found = self.heuristic(T, deadline)  # a plan fast when T is generous
             if found is None:
                 found = self.solve(T, deadline)
         except DeadlineReached:
@@ -392,8 +397,17 @@ class TypesProbe:
         starts, groups = found
         return Probe(FEASIBLE, (starts, groups), self.problem.plan_value(starts, groups))
 
-    def solve(self, T: float, deadline: Deadline | None = None, beam: int | None = None
-              ) -> tuple[list, list] | None:
+    def heuristic(self, T: float, deadline: Deadline | None = None) -> tuple[list, list] | None:
+        """The beam passes (:data:`BEAMS`) in turn: a plan with period <= ``T (1 + RELAX)`` or
+        ``None`` (which proves nothing)."""
+        for beam, spread in BEAMS:
+            found = self.solve(T, deadline, beam=beam, spread=spread)
+            if found is not None:
+                return found
+        return None
+
+    def solve(self, T: float, deadline: Deadline | None = None, beam: int | None = None,
+              spread: float | None = None) -> tuple[list, list] | None:
         """A plan ``(starts, groups)`` with period <= ``T (1 + RELAX)``, or ``None`` if there is none.
 
         Parameters
@@ -407,6 +421,9 @@ class TypesProbe:
             power left, then the least window state) and try at most this many compositions
             per stage range (the least powerful): a heuristic that finds plans fast at a
             generous T; its ``None`` proves nothing.
+        spread
+            With ``beam``: try only stage ends whose share of the priced work left is at most
+            ``spread`` even shares (``1 / (S - k)``), and the shortest stage.
 
         Raises
         ------
@@ -427,12 +444,16 @@ class TypesProbe:
         for k in range(S - 1):
             ends = np.array([e for e in range(1, n - (S - 1 - k) + 1) if cut_ok[e]], dtype=np.int64)
             parts: dict = {}
+            first = self._order_key
             for j in sorted(labels):
                 if deadline is not None:
                     deadline.check(f"the type DP (stage {k}, start unit {j})")
                 lab = labels[j]
                 h = np.maximum(-D[k] * Tp, lab.G + trip[j])  # the window state entering stage k
                 j2s = ends[ends > j]
+                if spread is not None and j2s.size:  # heuristic: stages of at most a few even shares
+                    share = (self.work[j2s, first] - self.work[j, first]) / (self.work[-1, first] - self.work[j, first])
+                    j2s = j2s[(share <= spread / (S - k)) | (j2s == j2s[0])]
                 floors = -D[k + 1] * Tp - trip[j2s]  # below them the next stage forgets G
                 menus = self.menus(k, j, j2s, Tp, lab, h, floors, beam, deadline)
                 self._extend(k, j, Tp, lab, h, floors, menus, parts, beam)
@@ -443,6 +464,9 @@ class TypesProbe:
                     lab2 = self._trim(lab2, j2, Tp, beam)
                 if lab2.u.size:
                     labels[j2] = lab2
+            if beam is not None and len(labels) > beam:  # heuristic: the ends with the most power left
+                score = {j2: float(self._slack(lab2, j2, Tp).max()) for j2, lab2 in labels.items()}
+                labels = {j2: labels[j2] for j2 in sorted(sorted(labels, key=lambda e: -score[e])[:beam])}
             history.append(labels)
             if not labels:
                 return None
@@ -452,12 +476,17 @@ class TypesProbe:
                 return found
         return None
 
+    def _slack(self, lab: _Labels, j: int, T: float) -> np.ndarray:
+        """Per label at end ``j``: priced power left beyond the work of the units left, relative to
+        that work (the tightest price)."""
+        first = self._order_key
+        rest = (self.work[-1, first] - self.work[j, first]) / T
+        return (self.power[self.types.full - lab.u, first] - rest) / max(rest, 1e-300)
+
     def _trim(self, lab: _Labels, j: int, T: float, beam: int) -> _Labels:
         """The ``beam`` labels with the most priced power left over the units left (the tightest
         price), ties by the least window state."""
-        first = self._order_key
-        left = self.power[self.types.full - lab.u, first] - (self.work[-1, first] - self.work[j, first]) / T
-        keep = np.lexsort((lab.G, -left))[:beam]
+        keep = np.lexsort((lab.G, -self._slack(lab, j, T)))[:beam]
         return _Labels(lab.u[keep], lab.G[keep], lab.prev_j[keep], lab.prev_u[keep])
 
     def _stacked_rows(self, j: int, j2s: np.ndarray) -> np.ndarray:
@@ -740,24 +769,35 @@ def _front(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _starts(problem: GroupProblem, probe: TypesProbe):
     """Heuristic starts: Algorithm 2's and round-robin's groupings with the binary-search
-    partition (the MILP and CP-SAT methods' starts, :mod:`pipeopt.problems.resource.group`), and
-    the type DP's beam (:meth:`TypesProbe.solve` with ``beam``) at limits rising geometrically
-    from the priced work bound (:meth:`TypesProbe.work_bound`) until it finds a plan, with at
-    most :data:`START_SHARE` of the time."""
+    partition (the MILP and CP-SAT methods' starts, :mod:`pipeopt.problems.resource.group`), then
+    the type DP's beam passes (:meth:`TypesProbe.heuristic`) bisected between the priced work
+    bound (:meth:`TypesProbe.work_bound`) and the best plan so far, with at most
+    :data:`START_SHARE` of the time; every plan they find is a start."""
     from .group import _starts as group_starts
 
     heuristics = group_starts(problem)
 
     def starts(deadline: Deadline) -> list[tuple]:
         out = heuristics(deadline)
+        values = [problem.plan_value(*cand) for cand in out]
+        hi = min((v for v in values if math.isfinite(v)), default=None)
+        lo = probe.work_bound()
         sub = deadline.sub(fraction=START_SHARE)
-        base = probe.work_bound()
         try:
-            for i in range(24):
-                found = probe.solve(base * (1.0 + 0.002 * 2**i), sub, beam=BEAM)
-                if found is not None:
+            if hi is None:  # nothing fits memory yet: a limit every plan that fits passes
+                found = probe.heuristic(top_limit(problem), sub)
+                if found is None:
+                    return out
+                out.append(found)
+                hi = problem.plan_value(*found)
+            while hi - lo > START_GAP * lo and not sub.expired():
+                mid = 0.5 * (lo + hi)
+                found = probe.heuristic(mid, sub)
+                if found is None:
+                    lo = mid
+                else:
                     out.append(found)
-                    break
+                    hi = min(mid, problem.plan_value(*found))
         except DeadlineReached:
             pass
         return out
