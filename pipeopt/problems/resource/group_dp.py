@@ -96,10 +96,10 @@ BEAM_SCAN = 8
 """A heuristic pass of beam ``b`` scans at most ``BEAM_SCAN * b`` of the least powerful
 compositions per stage range."""
 
-BEAMS = ((32, 2.5), (128, None))
+BEAMS = ((8, 1.5), (32, 2.5), (128, None))
 """The heuristic passes (:meth:`TypesProbe.heuristic`): ``(beam, spread)`` of
-:meth:`TypesProbe.solve` - a narrow one over stages of at most 2.5 even shares of the work left,
-then a wider one over every stage end."""
+:meth:`TypesProbe.solve` - narrow ones over stages of at most 1.5 and 2.5 even shares of the
+work left, then a wider one over every stage end."""
 
 START_SHARE = 0.25
 """Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
