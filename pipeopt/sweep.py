@@ -16,7 +16,9 @@ out-of-memory killer), the executor yields a :class:`Failure` naming what happen
 * :class:`DaskCluster` - a Dask distributed cluster (``distributed.Client(address)``; the
   address ``"local"`` starts a :class:`distributed.LocalCluster` of single-threaded worker
   processes). A call whose workers keep dying ends as ``KilledWorker`` after the scheduler's
-  ``allowed-failures`` retries.
+  ``allowed-failures`` retries; such calls are then rerun one at a time (a worker that dies
+  takes the calls queued on it along), so only the call that kills its worker alone gets the
+  failure.
 
 Instances travel as native dicts (:func:`pipeopt.io.native.to_dict`, exact round trip), so
 workers need no shared files; each worker process decodes each instance once.
@@ -260,6 +262,23 @@ def _outcome(future, alone: bool = False):
     return Failure(message[:300])
 
 
+class _Killed(Failure):
+    """A Dask task whose workers died while it ran (``KilledWorker``): maybe its own doing,
+    maybe a neighbour's on the same worker; run again alone to tell."""
+
+
+def _dask_outcome(future):
+    """The value of a finished Dask future, a :class:`_Killed` if its workers died, or a
+    :class:`Failure` naming why there is none."""
+    try:
+        return future.result()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - KilledWorker, a cancelled or lost task: a row
+        kind = _Killed if type(exc).__name__ == "KilledWorker" else Failure
+        return kind(f"{type(exc).__name__}: {exc}"[:300])
+
+
 class _closing:
     """Shut a pool down on leaving; kill its workers if leaving on an exception (Ctrl-C, the
     consumer of the rows failed) rather than waiting for their solves."""
@@ -333,15 +352,24 @@ class DaskCluster:
                               pure=False, key=f"pipeopt-{token}-{i}"): i
                 for i, call in enumerate(calls)
             }
+            suspects: list[int] = []
             for future in distributed.as_completed(futures):
-                try:
-                    value = future.result()
-                except (KeyboardInterrupt, SystemExit, GeneratorExit):
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - KilledWorker, a cancelled or lost task: a row
-                    value = Failure(f"{type(exc).__name__}: {exc}"[:300])
+                value = _dask_outcome(future)
                 future.release()
-                yield futures[future], value
+                if isinstance(value, _Killed):
+                    suspects.append(futures[future])
+                else:
+                    yield futures[future], value
+            for i in sorted(suspects):  # alone, so that a death names its own call
+                call = calls[i]
+                future = client.submit(_dask_call, fn, f"{token}-{call[0]}", payloads[call[0]], tuple(call[1:]),
+                                       pure=False, key=f"pipeopt-{token}-{i}-alone")
+                distributed.wait(future)
+                value = _dask_outcome(future)
+                future.release()
+                if isinstance(value, _Killed):
+                    value = Failure(f"the workers running this task died (also when run alone): {value.message}"[:300])
+                yield i, value
         finally:
             client.close()
             if cluster is not None:

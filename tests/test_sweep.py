@@ -74,9 +74,10 @@ def test_dask_rows_equal_sequential_and_a_dead_worker_is_an_error_row(sequential
     distributed = pytest.importorskip("distributed")
     import dask
 
-    # one task per worker at a time, and a task fails at its first worker death (so the test
-    # waits for one restart, not four)
-    config = {"distributed.scheduler.worker-saturation": 1.0, "distributed.scheduler.allowed-failures": 0}
+    # every task sent to a worker at once (no queuing on the scheduler), so the tasks queued with
+    # `die` die with its worker and must be rerun alone; a task fails at its first worker death
+    # (so the test waits for one restart per death, not four)
+    config = {"distributed.scheduler.worker-saturation": "inf", "distributed.scheduler.allowed-failures": 0}
     with dask.config.set(config), distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                                          dashboard_address=None) as cluster:
         rows = bench.run(FILES, **RUN, dask=cluster.scheduler_address)
@@ -85,7 +86,7 @@ def test_dask_rows_equal_sequential_and_a_dead_worker_is_an_error_row(sequential
                           dask=cluster.scheduler_address)
     assert list(crash["method"]) == ["binary_search", "uniform", "die"]
     assert list(crash["status"]) == ["feasible", "feasible", "error"]
-    assert "KilledWorker" in crash["note"][2]
+    assert "KilledWorker" in crash["note"][2] and "also when run alone" in crash["note"][2]
 
 
 def test_a_worker_that_dies_is_an_error_row_and_the_sweep_goes_on(faulty):
