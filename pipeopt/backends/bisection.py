@@ -310,6 +310,10 @@ class Bisection:
     stop: str = "closed"
 
 
+TOP_PROBES = 3
+"""Most probes just below the upper end with ``probe_top`` (:func:`bisect`)."""
+
+
 def bisect(
     probe: Callable[[float, Deadline | None], Probe],
     lower: float,
@@ -323,6 +327,7 @@ def bisect(
     min_step: float = 1.0,
     max_iter: int = 200,
     probe_lower: bool = False,
+    probe_top: bool = False,
     score: Callable[[object], float] | None = None,
 ) -> Bisection:
     """The one bisection on the bottleneck limit T, for greedy checks and exact probes alike.
@@ -370,6 +375,12 @@ def bisect(
         Most midpoint probes (guards against a bracket that floats cannot narrow).
     probe_lower
         Probe ``lower`` itself first (a greedy check that may accept its lower bound).
+    probe_top
+        Before the midpoints, probe just below the upper end, at ``upper / (1 + rel_tol / 2)``:
+        when the start is optimal (a good heuristic start often is), one rejection there closes
+        the bracket, instead of the ``log2(gap / rel_tol)`` midpoints that walk the lower end up
+        to it; a plan found there moves the upper end and the next probe is just below it again,
+        at most :data:`TOP_PROBES` times in all.
     score
         ``score(plan) -> float``: the plan kept is the one of least score (ties: the
         earlier), e.g. the bottleneck after :func:`complete_stages`. Default: the plan's
@@ -434,6 +445,20 @@ def bisect(
             take(out, lower)
     iterations = 0
     hard = None  # smallest T a probe could not decide: search below it first
+    for _ in range(TOP_PROBES if probe_top else 0):
+        T = upper / (1.0 + 0.5 * rel_tol)
+        if closed() or expired() or hard is not None or not lower < T < upper:
+            break
+        step = deadline
+        if deadline is not None and deadline.bounded and step_share is not None:
+            step = deadline.sub(seconds=max(min_step, step_share * deadline.remaining()))
+        out = probe(T, step)
+        iterations += 1
+        steps.append((T, out.outcome))
+        if out.outcome == INFEASIBLE:
+            lower = T
+        elif not (out.outcome == FEASIBLE and take(out, T)):
+            hard = T
     while not closed() and iterations < max_iter and not expired():
         top = upper if hard is None or hard - lower <= rel_tol * lower else hard
         T = 0.5 * (lower + top)

@@ -170,3 +170,39 @@ def test_stop_reasons_max_iter_and_floats():
     assert not capped.closed and capped.stop == "max_iter" and capped.iterations == 2
     tiny = bisect(exact_probe(1.0), 1.0, math.nextafter(1.0, 2.0), start="s", rel_tol=0.0)
     assert tiny.stop == "floats" and tiny.iterations == 0
+
+
+def staircase_probe(values: list, optimum: float, calls: list):
+    """A proof-giving probe whose plans improve in steps: at T it returns the largest of
+    ``values`` (then ``optimum``) that is <= T, and proves infeasibility below ``optimum``."""
+
+    def probe(T, deadline):
+        calls.append(T)
+        if T < optimum:
+            return Probe(INFEASIBLE)
+        v = max(x for x in [*values, optimum] if x <= T)
+        return Probe(FEASIBLE, ("plan", v), v)
+
+    return probe
+
+
+def test_probe_top_closes_on_an_optimal_start_in_one_probe():
+    calls: list = []
+    found = bisect(staircase_probe([], 3.0, calls), 1.0, 3.0, start="start", rel_tol=1e-4, probe_top=True)
+    assert found.closed and found.plan == "start" and found.lower <= 3.0
+    assert len(calls) == 1 and calls[0] < 3.0 <= calls[0] * (1 + 1e-4)
+    plain: list = []
+    assert bisect(staircase_probe([], 3.0, plain), 1.0, 3.0, start="start", rel_tol=1e-4).closed
+    assert len(plain) > 10  # the midpoints walk the lower end up from 1.0
+
+
+def test_probe_top_follows_improving_plans_then_bisects():
+    # the start 3.0 is not optimal: plans at 2.9 and 2.8 lie just below it, the optimum is 2.0
+    calls: list = []
+    found = bisect(staircase_probe([2.9, 2.8], 2.0, calls), 1.0, 3.0, start="start", rel_tol=1e-4, probe_top=True)
+    assert found.closed and found.plan == ("plan", 2.0) and found.lower <= 2.0 <= found.upper
+    from pipeopt.backends.bisection import TOP_PROBES
+
+    tops = calls[:TOP_PROBES]
+    assert [round(t, 3) for t in tops[:2]] == [3.0, 2.9]  # each just below the incumbent
+    assert found.upper - found.lower <= 1e-4 * found.lower

@@ -97,9 +97,13 @@ BEAM_SCAN = 8
 compositions per stage range."""
 
 BEAMS = ((8, 1.5), (32, 2.5), (128, None))
-"""The heuristic passes (:meth:`TypesProbe.heuristic`): ``(beam, spread)`` of
+"""The heuristic passes of the start (:meth:`TypesProbe.heuristic`): ``(beam, spread)`` of
 :meth:`TypesProbe.solve` - narrow ones over stages of at most 1.5 and 2.5 even shares of the
 work left, then a wider one over every stage end."""
+
+PROBE_BEAMS = BEAMS[:2]
+"""The heuristic passes a probe tries before the exact pass: the narrow ones only (the wide
+pass costs about as much as the exact pass, which finds a plan too when there is one)."""
 
 START_SHARE = 0.25
 """Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
@@ -387,7 +391,7 @@ class TypesProbe:
         """:class:`~pipeopt.backends.bisection.Probe`: feasible with ``(starts, groups)`` and its
         exact period, infeasible (proven), or unknown at the deadline."""
         try:
-            found = self.heuristic(T, deadline)  # a plan fast when T is generous
+            found = self.heuristic(T, deadline, PROBE_BEAMS)  # a plan fast when T is generous
             if found is None:
                 found = self.solve(T, deadline)
         except DeadlineReached:
@@ -397,10 +401,10 @@ class TypesProbe:
         starts, groups = found
         return Probe(FEASIBLE, (starts, groups), self.problem.plan_value(starts, groups))
 
-    def heuristic(self, T: float, deadline: Deadline | None = None) -> tuple[list, list] | None:
-        """The beam passes (:data:`BEAMS`) in turn: a plan with period <= ``T (1 + RELAX)`` or
-        ``None`` (which proves nothing)."""
-        for beam, spread in BEAMS:
+    def heuristic(self, T: float, deadline: Deadline | None = None, passes=BEAMS) -> tuple[list, list] | None:
+        """The beam passes ``passes`` (``(beam, spread)`` pairs, default :data:`BEAMS`) in turn: a
+        plan with period <= ``T (1 + RELAX)`` or ``None`` (which proves nothing)."""
+        for beam, spread in passes:
             found = self.solve(T, deadline, beam=beam, spread=spread)
             if found is not None:
                 return found
@@ -664,7 +668,15 @@ class TypesProbe:
         G = w[mi] + h[li]
         ok &= G <= 0.0  # the window rows ending at stage k (U = 0 with split execution)
         li, u, c, b, G = li[ok], u[ok], c[ok], b[ok], G[ok]
+        if not li.size:
+            return
         nu = u + c
+        # the least window state per (end, count vector): the others are dominated (module
+        # docstring), and every test below reads only (end, count vector, G)
+        key = b * ty.size + nu
+        order = np.lexsort((G, key))
+        order = order[np.concatenate([[True], key[order][1:] != key[order][:-1]])]
+        li, nu, b, G = li[order], nu[order], b[order], G[order]
         left = ty.full - nu
         ok = (self.power[left] >= rest[b] * (1 - 1e-12)).all(axis=1) & (ty.ndev[left] >= S - 1 - k)
         if self.memory_limited:
@@ -840,4 +852,4 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
     types = [int(c) for c in probe.types.counts]
     return exact_search(problem, "types", probe, deadline, _starts(problem, probe),
                         {"bound": "largest T the type DP proved infeasible", "types": types,
-                         "count_vectors": probe.types.size})
+                         "count_vectors": probe.types.size}, probe_top=True)

@@ -122,7 +122,7 @@ def certify(problem: ResourceProblem, T: float, solve_once: Callable[[], Probe],
 
 def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, Deadline], Probe],
                  deadline: Deadline, starts: Callable[[Deadline], list[tuple]], info: dict,
-                 rel_tol: float = MIN_REL_GAP) -> Result:
+                 rel_tol: float = MIN_REL_GAP, probe_top: bool = False) -> Result:
     """Bound, start and bisect: the body of every exact joint and group method.
 
     Parameters
@@ -142,6 +142,9 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         Details for ``Result.info`` (solver, ...).
     rel_tol
         The bisection's relative gap (default :data:`MIN_REL_GAP`).
+    probe_top
+        Probe just below the start's value first (:func:`~pipeopt.backends.bisection.bisect`'s
+        ``probe_top``): for a probe whose starts are often optimal.
 
     Returns
     -------
@@ -171,7 +174,7 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     top = best[1] if best is not None else top_limit(problem)
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
                    start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,
-                   step_share=STEP_SHARE)
+                   step_share=STEP_SHARE, probe_top=probe_top)
     info = {**info, "rel_gap_target": rel_tol, "start": "heuristic" if best is not None else "none fits",
             "bisection_steps": len(found.steps), "step_outcomes": [o for _, o in found.steps], "stop": found.stop}
     if found.plan is None:
