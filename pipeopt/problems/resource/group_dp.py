@@ -97,13 +97,18 @@ BEAM_SCAN = 8
 compositions per stage range."""
 
 BEAMS = ((8, 1.5), (32, 2.5), (128, None))
-"""The heuristic passes of the start (:meth:`TypesProbe.heuristic`): ``(beam, spread)`` of
+"""The heuristic passes (:meth:`TypesProbe.heuristic`'s default): ``(beam, spread)`` of
 :meth:`TypesProbe.solve` - narrow ones over stages of at most 1.5 and 2.5 even shares of the
 work left, then a wider one over every stage end."""
 
 PROBE_BEAMS = BEAMS[:2]
 """The heuristic passes a probe tries before the exact pass: the narrow ones only (the wide
 pass costs about as much as the exact pass, which finds a plan too when there is one)."""
+
+START_BEAMS = PROBE_BEAMS
+"""The heuristic passes of the start's bisection (:func:`_starts`): the narrow ones too (the
+exact probes just below the start improve it, :func:`pipeopt.backends.bisection.bisect`'s
+``probe_top``)."""
 
 START_SHARE = 0.25
 """Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
@@ -414,6 +419,10 @@ class TypesProbe:
               spread: float | None = None) -> tuple[list, list] | None:
         """A plan ``(starts, groups)`` with period <= ``T (1 + RELAX)``, or ``None`` if there is none.
 
+        Of the plans the last boundary completes (one per start of the last stage, the label of
+        least final window state), the one of least period
+        (:meth:`~pipeopt.problems.resource.ResourceProblem.plan_value`).
+
         Parameters
         ----------
         T
@@ -474,11 +483,14 @@ class TypesProbe:
             history.append(labels)
             if not labels:
                 return None
+        best = None  # the last stage's start with the plan of least period (a cheap improvement)
         for j in sorted(history[-1]):
             found = self._finish(history, j, Tp, D, trip)
             if found is not None:
-                return found
-        return None
+                value = p.plan_value(*found)
+                if best is None or value < best[0]:
+                    best = (value, found)
+        return None if best is None else best[1]
 
     def _slack(self, lab: _Labels, j: int, T: float) -> np.ndarray:
         """Per label at end ``j``: priced power left beyond the work of the units left, relative to
@@ -804,7 +816,7 @@ def _starts(problem: GroupProblem, probe: TypesProbe):
                 hi = problem.plan_value(*found)
             while hi - lo > START_GAP * lo and not sub.expired():
                 mid = 0.5 * (lo + hi)
-                found = probe.heuristic(mid, sub)
+                found = probe.heuristic(mid, sub, START_BEAMS)
                 if found is None:
                     lo = mid
                 else:
