@@ -42,6 +42,7 @@ from ..errors import InvalidPlanError, InvalidProblemError
 from ..instance import Instance
 from ..plan import Plan
 from . import rules
+from .arrays import layer_arrays
 from .rules import stage_compute
 from .schedule import makespan, run_graph
 
@@ -155,13 +156,45 @@ def check_plan(instance, plan: Plan) -> None:
     shared between stages, at least one per stage and a multiple of ``replicas``; shares in
     [0, 1] on kinds the worker has.
     """
-    if not isinstance(instance, Instance):
-        raise InvalidProblemError(f"a plan is scored on a pipeopt.Instance, got {type(instance).__name__}")
-    graph = instance.graph
-    if not isinstance(plan, Plan) or plan.num_stages == 0:
-        raise InvalidPlanError("plan has no stages")
-    names = {d.name for d in instance.cluster.devices}
-    same = all(st.backward_layers is st.layers for st in plan.stages)  # one split for both passes
+    _checked(instance, plan)
+
+
+@dataclass
+class _Pass:
+    """Where one pass (forward or backward) puts the layers: ``order`` the layers' indices
+    (:class:`pipeopt.cost.arrays.LayerArrays`) stage by stage in the plan's order, ``stage`` the
+    stage of each entry of ``order``, ``pos`` the stage of each layer in the arrays' order."""
+
+    order: np.ndarray
+    stage: np.ndarray
+    pos: np.ndarray
+
+
+def _layer_pass(arr, plan: Plan, getter) -> _Pass | None:
+    """The pass's :class:`_Pass` if every layer is in exactly one non-empty stage, every edge
+    goes forward and pinned layers are in stage 0; ``None`` otherwise (then
+    :func:`_explain` names the fault)."""
+    lens = [len(getter(st)) for st in plan.stages]
+    if not all(lens):
+        return None
+    index, N = arr.index, len(arr.nodes)
+    try:
+        order = np.array([index[x] for st in plan.stages for x in getter(st)], dtype=np.int64).reshape(-1)
+    except (KeyError, TypeError):
+        return None
+    if order.size != N or (np.bincount(order, minlength=N) != 1).any():
+        return None
+    stage = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    pos = np.empty(N, dtype=np.int64)
+    pos[order] = stage
+    if (pos[arr.tail] > pos[arr.head]).any() or (arr.pinned & (pos != 0)).any():
+        return None
+    return _Pass(order, stage, pos)
+
+
+def _explain(graph, plan: Plan, same: bool) -> None:
+    """Raise the :class:`InvalidPlanError` that names the first fault of the layer sets (the
+    check layer by layer, run once :func:`_layer_pass` found one)."""
     for pass_name, getter in (("forward", lambda s: s.layers), ("backward", lambda s: s.backward_layers)):
         if pass_name == "backward" and same:
             break  # the backward pass holds the same layer tuples: checked above
@@ -191,6 +224,24 @@ def check_plan(instance, plan: Plan) -> None:
         for n, pinned in graph.nodes(data="pin_first"):
             if pinned and where[n] != 0:
                 raise InvalidPlanError(f"input layer {n!r} must be in the first stage, not stage {where[n]}")
+    raise InvalidPlanError("plan does not split the layers into stages")  # not reached
+
+
+def _checked(instance, plan: Plan):
+    """:func:`check_plan`, returning ``(arrays, forward pass, backward pass, same)`` for
+    :func:`evaluate` (``same``: one split for both passes, ``backward is forward``)."""
+    if not isinstance(instance, Instance):
+        raise InvalidProblemError(f"a plan is scored on a pipeopt.Instance, got {type(instance).__name__}")
+    if not isinstance(plan, Plan) or plan.num_stages == 0:
+        raise InvalidPlanError("plan has no stages")
+    graph = instance.graph
+    arr = layer_arrays(instance)
+    names = {d.name for d in instance.cluster.devices}
+    same = all(st.backward_layers is st.layers for st in plan.stages)  # one split for both passes
+    fwd = _layer_pass(arr, plan, lambda s: s.layers)
+    bwd = fwd if same or fwd is None else _layer_pass(arr, plan, lambda s: s.backward_layers)
+    if fwd is None or bwd is None:
+        _explain(graph, plan, same)
     used: dict = {}
     for i, st in enumerate(plan.stages):
         if st.replicas < 1 or int(st.replicas) != st.replicas:
@@ -212,13 +263,16 @@ def check_plan(instance, plan: Plan) -> None:
                     raise InvalidPlanError(f"stage {i}: forward share of {k!r} is {b!r}, outside [0, 1]")
                 if k not in kinds:
                     raise InvalidPlanError(f"stage {i}: share given for {k!r}, which its worker does not have")
+    return arr, fwd, bwd, same
 
 
-def _sum_costs(graph, layers, key: str) -> dict:
-    node = graph.nodes
-    costs = [node[n][key] for n in layers]
-    kinds = {k for c in costs for k in c}
-    return {k: sum(c.get(k, math.inf) for c in costs) for k in kinds}
+def _stage_sums(times: dict, has: dict, layers: _Pass, S: int) -> list[dict]:
+    """F_k (or B_k) of every stage: ``list[dict[kind, seconds]]``, the sum of the stage's layers'
+    times on one unit of kind k (``inf`` if one of them has no time for k), over the kinds some
+    layer of the stage names; each sum taken in the plan's layer order."""
+    sums = {k: np.bincount(layers.stage, weights=v[layers.order], minlength=S).tolist() for k, v in times.items()}
+    named = {k: (np.bincount(layers.stage, weights=h[layers.order], minlength=S) > 0).tolist() for k, h in has.items()}
+    return [{k: sums[k][i] for k in sums if named[k][i]} for i in range(S)]
 
 
 def evaluate(instance, plan: Plan) -> Evaluation:
@@ -242,39 +296,48 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     InvalidPlanError
         If the plan is not a valid split (dropped layer, empty stage, ...).
     """
-    check_plan(instance, plan)
+    arr, fpass, bpass, _ = _checked(instance, plan)
     graph, cluster, settings = instance.graph, instance.cluster, instance.settings
     S = plan.num_stages
     bw = cluster.bandwidth
-    fstage = {n: i for i, st in enumerate(plan.stages) for n in st.layers}
-    bstage = {n: i for i, st in enumerate(plan.stages) for n in st.backward_layers}
     reps = [st.replicas for st in plan.stages]
+    fpos, bpos = fpass.pos, bpass.pos
+    moved = np.flatnonzero(fpos != bpos)  # layers whose backward runs on another stage (Bi-Partition)
 
     # bytes per cut, forward direction (earlier -> later) and backward direction
-    fwd_b = rules.crossing_bytes(graph, fstage, S)
-    bwd_b = fwd_b.copy() if bstage == fstage else rules.crossing_bytes(graph, bstage, S)
+    fwd_b = rules.crossing_bytes(arr, fpos, S)
+    bwd_b = fwd_b.copy() if not moved.size else rules.crossing_bytes(arr, bpos, S)
     M = settings.microbatches
-    for n in graph.nodes:
-        a, b = fstage[n], bstage[n]
-        if a != b:  # Bi-Partition (pipeopt's reading of the abstract): the layer's input, what its
-            # backward needs, travels a -> b every microbatch (the bytes on its in-edges; a layer
-            # without predecessor: its own act_bytes); the weights updated where the backward runs
-            # travel back b -> a once per M microbatches
-            preds = list(graph.predecessors(n))
-            inp = (sum(rules.edge_bytes(graph, u, n) for u in preds) if preds
-                   else graph.nodes[n]["act_bytes"])
-            act, par = rules.migration_bytes(inp, graph.nodes[n]["param_bytes"], M)
-            if a < b:
-                fwd_b[a:b] += act
-                bwd_b[a:b] += par
-            else:
-                bwd_b[b:a] += act
-                fwd_b[b:a] += par
+    for j in moved:  # in the graph's node order
+        n = arr.nodes[j]
+        a, b = int(fpos[j]), int(bpos[j])
+        # Bi-Partition (pipeopt's reading of the abstract): the layer's input, what its backward
+        # needs, travels a -> b every microbatch (the bytes on its in-edges; a layer without
+        # predecessor: its own act_bytes); the weights updated where the backward runs travel
+        # back b -> a once per M microbatches
+        preds = list(graph.predecessors(n))
+        inp = (sum(rules.edge_bytes(graph, u, n) for u in preds) if preds
+               else graph.nodes[n]["act_bytes"])
+        act, par = rules.migration_bytes(inp, graph.nodes[n]["param_bytes"], M)
+        if a < b:
+            fwd_b[a:b] += act
+            bwd_b[a:b] += par
+        else:
+            bwd_b[b:a] += act
+            fwd_b[b:a] += par
     links = [min(reps[c], reps[c + 1]) for c in range(S - 1)]
-    x = [float(rules.transfer_time(fwd_b[c], bw)) for c in range(S - 1)]  # one microbatch, one link
-    y = [float(rules.transfer_time(bwd_b[c], bw)) for c in range(S - 1)]
-    comm_time = [float(rules.cut_time(fwd_b[c], bwd_b[c], bw, links[c])) for c in range(S - 1)]
+    x = rules.transfer_time(fwd_b, bw).tolist()  # one microbatch, one link
+    y = rules.transfer_time(bwd_b, bw).tolist()
+    comm_time = rules.cut_time(fwd_b, bwd_b, bw, np.array(links, dtype=np.int64)).tolist()
     objective_name = settings.objective
+
+    # per stage sums over its layers, each in the plan's layer order (np.bincount adds in order)
+    F_all, B_all = _stage_sums(arr.fwd, arr.has_fwd, fpass, S), _stage_sums(arr.bwd, arr.has_bwd, bpass, S)
+    params_all = np.bincount(fpass.stage, weights=arr.param[fpass.order], minlength=S)
+    if moved.size:  # a layer whose passes sit on two stages holds its weights on both
+        params_all += np.bincount(bpos[moved], weights=arr.param[moved], minlength=S)
+    acts_all = np.bincount(bpass.stage, weights=arr.act[bpass.order], minlength=S)
+    device = {d.name: d for d in cluster.devices}
 
     stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
     windows, splits = [], []
@@ -283,11 +346,9 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     for i, st in enumerate(plan.stages):
         m = st.replicas
         split = st.beta is not None
-        res, mem_cap = rules.pool((cluster.device(d) for d in st.devices), m)
-        F = _sum_costs(graph, st.layers, "fwd")
-        B = _sum_costs(graph, st.backward_layers, "bwd")
-        f, b, tau = stage_compute(res, F, B, st.beta)
-        params = sum(graph.nodes[n]["param_bytes"] for n in set(st.layers) | set(st.backward_layers))
+        res, mem_cap = rules.pool((device[d] for d in st.devices), m)
+        f, b, tau = stage_compute(res, F_all[i], B_all[i], st.beta)
+        params = float(params_all[i])
         ar = rules.allreduce_time(params, m, bw) if m > 1 else 0.0
         if not all(math.isfinite(v) for v in (f, b, tau)):
             violations.append(f"stage {i} holds a layer that none of its worker's resource kinds can run")
@@ -300,7 +361,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         window = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m)
         kept = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m, split=split,
                                gpipe=objective_name == "gpipe", microbatches=M)
-        acts = sum(graph.nodes[n]["act_bytes"] for n in st.backward_layers)
+        acts = float(acts_all[i])
         versions = rules.weight_versions(kept, settings.weight_stashing)
         mem = rules.stage_memory(acts, params, kept, versions)
         if not rules.fits(mem, mem_cap):
@@ -333,9 +394,9 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         forward_time=[float(v) for v in f_time],
         backward_time=[float(v) for v in b_time],
         comm_time=comm_time,
-        comm_bytes=[float(fwd_b[c] + bwd_b[c]) for c in range(S - 1)],
-        comm_bytes_forward=[float(v) for v in fwd_b],
-        comm_bytes_backward=[float(v) for v in bwd_b],
+        comm_bytes=(fwd_b + bwd_b).tolist(),
+        comm_bytes_forward=fwd_b.tolist(),
+        comm_bytes_backward=bwd_b.tolist(),
         memory=memory,
         memory_capacity=capacity,
         feasible=not violations,

@@ -16,11 +16,13 @@ Allocation in Pipeline Parallelism for Distributed DNN Training, ICPADS 2022 (sp
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from ..graph import edge_bytes
+from .arrays import layer_arrays
 
 MEMORY_SLACK = 1e-9
 """Relative slack on a memory capacity: a stage fits if ``memory <= capacity * (1 + 1e-9)``
@@ -155,7 +157,7 @@ def replicated_time(tau, param_bytes, replicas, bandwidth: float):
     return (tau + allreduce_time(param_bytes, replicas, bandwidth)) / replicas
 
 
-def crossing_bytes(graph, position: dict, count: int) -> np.ndarray:
+def crossing_bytes(graph, position, count: int) -> np.ndarray:
     """Bytes that cross each boundary between consecutive positions ``0 .. count-1``.
 
     **A tensor crosses a boundary at most once per microbatch**, whatever the number of
@@ -168,12 +170,22 @@ def crossing_bytes(graph, position: dict, count: int) -> np.ndarray:
     of its edges to consumers beyond c (the edges of one tensor normally all carry its
     ``out_bytes``). Its gradient travels back the same way.
 
+    Vectorised over the edges (:class:`pipeopt.cost.arrays.LayerArrays`): per tail, its edges
+    that go forward sorted by head position (descending), a running maximum of their bytes
+    (a segmented maximum over integer ranks, so exact), and each rise of that maximum added
+    to the boundaries ``position[u] .. position[v] - 1`` through a difference array. The
+    difference array is summed in the order a loop over the adjacency would add to it
+    (``np.bincount`` adds sequentially), so the result does not depend on the vectorisation.
+
     Parameters
     ----------
     graph
-        The layer graph (edge attribute ``bytes``, default the tail's ``out_bytes``).
+        The layer graph (edge attribute ``bytes``, default the tail's ``out_bytes``), or its
+        :class:`~pipeopt.cost.arrays.LayerArrays` (or a :class:`pipeopt.Instance`, whose
+        arrays are read once and kept).
     position
-        ``dict[node, int]``: a stage (or chain unit) index per layer.
+        ``dict[node, int]``: a stage (or chain unit) index per layer; or an ``ndarray`` of
+        them in the arrays' node order.
     count
         Number of positions.
 
@@ -182,24 +194,30 @@ def crossing_bytes(graph, position: dict, count: int) -> np.ndarray:
     ndarray (count - 1,)
         Bytes per boundary; entry c is the boundary between positions c and c + 1.
     """
-    diff = np.zeros(count + 1)
-    node = graph.nodes
-    for u, succ in graph.adjacency():  # one pass over the edge dicts (edge_bytes' rule, inlined)
-        a = position[u]
-        later = []
-        for v, attrs in succ.items():
-            b = position[v]
-            if b > a:
-                w = attrs.get("bytes")
-                later.append((b, float(node[u]["out_bytes"] if w is None else w)))
-        if len(later) > 1:
-            later.sort(reverse=True)
-        top = 0.0  # running max of the bytes of the edges reaching beyond a boundary
-        for b, w in later:  # boundaries a .. b-1 carry max(bytes of edges reaching b or further)
-            if w > top:
-                diff[a] += w - top
-                diff[b] -= w - top
-                top = w
+    arr = layer_arrays(graph)
+    pos = arr.positions(position)
+    a, b = pos[arr.tail], pos[arr.head]
+    keep = np.flatnonzero(b > a)  # edges to a consumer beyond the producer's position
+    if not keep.size:
+        return np.zeros(max(count - 1, 0))
+    tail, w = arr.tail[keep], arr.edge_bytes[keep]
+    a, b = a[keep], b[keep]
+    order = np.lexsort((-w, -b, tail))  # per tail (in adjacency order): farthest consumer first
+    a, b, w, tail = a[order], b[order], w[order], tail[order]
+    vals, rank = np.unique(w, return_inverse=True)
+    base = tail * vals.size
+    top = vals[np.maximum.accumulate(base + rank.reshape(-1)) - base]  # running max per tail (exact: ranks)
+    before = np.zeros_like(top)
+    same = np.flatnonzero(tail[1:] == tail[:-1]) + 1
+    before[same] = top[same - 1]
+    rise = top - before
+    up = rise > 0
+    if not up.any():  # every tensor beyond a boundary is empty (np.bincount of nothing is int)
+        return np.zeros(max(count - 1, 0))
+    a, b, rise = a[up], b[up], rise[up]
+    # boundaries a .. b-1 carry each rise: +rise at a, -rise at b, added in the loop's order
+    diff = np.bincount(np.column_stack([a, b]).reshape(-1), weights=np.column_stack([rise, -rise]).reshape(-1),
+                       minlength=count + 1)
     return np.cumsum(diff)[: max(count - 1, 0)]
 
 
@@ -349,11 +367,20 @@ def steady_period(f_op, b_op, replicas, window, split, x, y, links) -> float:
     # window (i, l): prefix sums of the work and of the round trips give every pair at once
     work = np.concatenate([[0.0], np.cumsum(f + b)])
     trip = np.concatenate([[0.0], np.cumsum(x + y)])
-    S = f.size
-    i, l = np.triu_indices(S)
+    i, l = _pairs(f.size)
     w = work[l + 1] - work[i] + trip[l] - trip[i]
     tokens = D[i] - U[l]
     return max(period, float((w / tokens).max(initial=0.0)))
+
+
+@functools.lru_cache(maxsize=2)
+def _pairs(S: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(S)``, read-only, kept for the last two S (:func:`steady_period` scores
+    many splits of one S)."""
+    i, l = np.triu_indices(S)
+    i.setflags(write=False)
+    l.setflags(write=False)
+    return i, l
 
 
 def gpipe_time(f_op, b_op, x, y, microbatches: int) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..graph import Chain
 from . import rules
+from .arrays import layer_arrays
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -119,7 +120,9 @@ class CostTable:
 
     @cached_property
     def boundary_bytes(self) -> np.ndarray:
-        inner = rules.crossing_bytes(self.instance.graph, self.chain.unit_of, self.n)
+        # the instance's layer arrays are read once and shared with evaluate (pipeopt.cost.arrays)
+        arrays = layer_arrays(self.instance)
+        inner = rules.crossing_bytes(arrays, arrays.unit_positions(self.chain.units), self.n)
         return np.concatenate([[0.0], inner, [0.0]])
 
     @cached_property

@@ -285,15 +285,20 @@ class PartitionProblem:
             t = np.where(self.fits(self.stage_memory(a, b, in_flight)), t, np.inf)
         return t
 
-    def stage_work(self, a, b, replicas: int = 1):
+    def stage_work(self, a, b, replicas=1):
         """Seconds one replica of a stage of units ``a..b-1`` is busy per microbatch: its
         compute, the all-reduce share of m replicas, and without overlap the transfers it
-        sends (:func:`pipeopt.cost.rules.replica_ops` summed; arrays broadcast). The w_s of the
-        window rows."""
-        a, b = np.asarray(a), np.asarray(b)
+        sends (:func:`pipeopt.cost.rules.replica_ops` summed; arrays broadcast, ``replicas``
+        an int or one count per element). The w_s of the window rows."""
+        a, b, m = np.asarray(a), np.asarray(b), np.asarray(replicas)
         added, _ = self.cut_terms
         comp = self.work_prefix[b] - self.work_prefix[a]
-        if replicas > 1:
+        if m.ndim:  # one replica count per stage
+            many = m > 1
+            if many.any():
+                ar = rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], np.maximum(m, 1), self.bandwidth)
+                comp = np.where(many, comp + ar, comp)
+        elif replicas > 1:
             comp = comp + rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], replicas, self.bandwidth)
         return comp + added[a] + added[b]
 
@@ -311,9 +316,9 @@ class PartitionProblem:
         p = np.array([0, *[int(c) for c in starts], self.n])
         S = len(p) - 1
         reps = np.ones(S, dtype=int) if replicas is None else np.asarray(replicas, dtype=int)
-        work = np.array([float(self.stage_work(p[s], p[s + 1], int(reps[s]))) for s in range(S)])
+        work = np.asarray(self.stage_work(p[:-1], p[1:], reps), dtype=float)
         after = np.cumsum(reps[::-1])[::-1]
-        window = [rules.in_flight(s, S, workers_after=int(after[s]), replicas=int(reps[s])) for s in range(S)]
+        window = rules.in_flight(np.arange(S), S, workers_after=after, replicas=reps)
         _, bound = self.cut_terms
         cuts = p[1:-1]
         half = self.trip[cuts] / 2  # x = y: activations forward, as many gradient bytes back
