@@ -12,8 +12,12 @@ Methods: ``probe`` (:func:`pipeopt.problems.partition.probe.solve_probe`), the d
 MILP through PuLP with CBC and with HiGHS, and CP-SAT (2 threads) - straight space; ``probe``
 and ``dp`` also in the replicated space. Each run is a forked process with a wall-clock cap
 (``--cap``, the methods' own time limit; killed at 1.5 x cap + 30 s) and an address-space cap
-(``--mem-cap``). Peak memory: the growth of the run's resident set (``VmHWM`` after the run
-minus ``VmRSS`` before it; plus CBC's own process). A run that does not prove optimality
+(``--mem-cap``). Time: the whole call, as ``pipeopt.solve`` makes it on a new
+:class:`pipeopt.Instance` - the chain's layer order (cached on the instance), the cost table
+(:class:`pipeopt.problems.partition.problem.PartitionProblem`), bounds, search and scoring;
+``--warm`` builds the instance's chain and layer arrays before the clock starts. Building the
+networkx graph is not timed. Peak memory: the growth of the run's resident set (``VmHWM``
+after the run minus ``VmRSS`` before it; plus CBC's own process). A run that does not prove optimality
 within the cap marks the same method as skipped for every larger (n, S); the dense DP is
 skipped where its n x n matrices alone exceed the memory cap. Times include scoring the plan
 with :func:`pipeopt.evaluate` (``probe_s``: the probe's search alone) and exclude the second
@@ -25,8 +29,8 @@ Usage (from the repository root)::
 
     python benchmarks/partition_scale.py --quick           # n <= 10^4, S <= 64, cap 10 s
     python benchmarks/partition_scale.py                   # the issue's grid, cap 60 s (long)
-        [--n 100 1000 ...] [--S 4 16 ...] [--methods probe dp ...] [--cap 60] [--mem-cap 4]
-        [--memory GiB] [--heavy K] [--out benchmarks/results/partition_scale]
+        [--n 100 1000 ...] [--S 4 16 ...] [--methods probe dp ...] [--spaces straight replicated]
+        [--cap 60] [--mem-cap 4] [--memory GiB] [--heavy K] [--warm] [--out benchmarks/results/partition_scale]
 
 Writes ``<out>.csv``, ``<out>.md`` (the table and the exponents) and ``<out>.png``.
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import itertools
 import math
 import multiprocessing as mp
@@ -47,6 +52,7 @@ import networkx as nx
 import numpy as np
 
 from pipeopt import Cluster, Instance, Settings
+from pipeopt.cost.arrays import CACHE_KEY as LAYER_ARRAYS
 from pipeopt.errors import InfeasibleError
 from pipeopt.problems.partition.cpsat import solve_cpsat
 from pipeopt.problems.partition.dp import solve_dp
@@ -97,6 +103,7 @@ def synthetic_instance(n: int, devices: int, seed: int = 0, *, memory: float = m
 # ---- one run in its own process ------------------------------------------------------------
 INSTANCES: dict = {}
 TIE_BREAK = {"on": False}
+COLD = {"on": True}
 
 
 def _no_tie_break(problem, starts, deadline, info, **_):
@@ -136,7 +143,11 @@ def _child(conn, method: str, n: int, S: int, space: str, cap: float, mem_cap: f
         if math.isfinite(mem_cap):
             lim = int(mem_cap * 2**30)
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-        p = PartitionProblem(INSTANCES[n], S, replication=space == "replicated")
+        inst = INSTANCES[n]
+        if COLD["on"]:  # what the instance computes once and keeps: the chain, the layer arrays
+            for key in ("chain", LAYER_ARRAYS):  # cached_property keys in the frozen dataclass
+                inst.__dict__.pop(key, None)
+        gc.collect()
         try:
             with open("/proc/self/clear_refs", "w") as fh:  # reset VmHWM to the current RSS
                 fh.write("5")
@@ -144,6 +155,7 @@ def _child(conn, method: str, n: int, S: int, space: str, cap: float, mem_cap: f
             pass
         before = _status_kb("VmRSS")
         t0 = time.perf_counter()
+        p = PartitionProblem(inst, S, replication=space == "replicated")  # the cost table, as solve() does
         res = METHODS[method][0](p, cap)
         row["time_s"] = time.perf_counter() - t0
         grow = max(_status_kb("VmHWM") - before, 0) / 1024
@@ -192,7 +204,7 @@ def dp_matrix_gb(n: int) -> float:
 
 
 def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: Path, log=print,
-          heavy: int = 0) -> list[dict]:
+          heavy: int = 0, spaces=("straight", "replicated")) -> list[dict]:
     rows: list[dict] = []
     failed: dict = {}  # (method, space) -> [(n, S)] that did not prove within the cap
     with open(out_csv, "w", newline="") as fh:
@@ -208,7 +220,7 @@ def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: P
                 if S > n:
                     continue
                 for method in methods:
-                    for space in METHODS[method][1]:
+                    for space in (sp for sp in METHODS[method][1] if sp in spaces):
                         key = (method, space)
                         row = {"method": method, "space": space, "n": n, "S": S}
                         worse = [f for f in failed.get(key, []) if f[0] <= n and f[1] <= S]
@@ -362,6 +374,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", nargs="+", type=int, default=None)
     ap.add_argument("--S", nargs="+", type=int, default=None)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--spaces", nargs="+", default=["straight", "replicated"], choices=["straight", "replicated"])
     ap.add_argument("--cap", type=float, default=None, help="seconds per run (default 60; --quick 10)")
     ap.add_argument("--mem-cap", type=float, default=4.0, help="GiB of address space per run")
     ap.add_argument("--memory", type=float, default=None, help="GiB per worker (default: no limit)")
@@ -370,6 +383,9 @@ def main(argv=None) -> int:
                     help="rebuild the table, exponents and plot from earlier runs' CSVs (no solving)")
     ap.add_argument("--tie-break", action="store_true",
                     help="keep the second phase (ties: the 1F1B-flush iteration time, <= 1 s); default off")
+    ap.add_argument("--warm", action="store_true",
+                    help="build the instance's chain and layer arrays before the clock starts (default: cold, as a "
+                         "first pipeopt.solve on a new Instance)")
     ap.add_argument("--out", type=Path, default=None, help="output stem (default benchmarks/results/partition_scale)")
     args = ap.parse_args(argv)
     ns = args.n or ([100, 1000, 10000] if args.quick else [100, 1000, 10000, 100000])
@@ -386,10 +402,11 @@ def main(argv=None) -> int:
             writer.writerows(rows)
     else:
         TIE_BREAK["on"] = args.tie_break
+        COLD["on"] = not args.warm
         _warm_up()
         print(f"{'method':<11}{'space':<11}{'n':>7}{'S':>6}  {'status':<13}{'time':>9}  {'peak':>9}")
         rows = sweep(sorted(ns), sorted(Ss), args.methods, args.cap, args.mem_cap, memory, out.with_suffix(".csv"),
-                     heavy=args.heavy)
+                     heavy=args.heavy, spaces=args.spaces)
     fits = exponents(rows)
     text = markdown(rows, fits, args)
     out.with_suffix(".md").write_text(text)
