@@ -118,7 +118,7 @@ class LayerArrays:
     def _times(self, key: str) -> tuple[dict, dict]:
         costs = [d[key] for d in self._data]
         vals, has = {}, {}
-        for k in sorted({k for c in costs for k in c}):
+        for k in sorted(set().union(*costs)):
             vals[k] = v = np.array([c.get(k, math.inf) for c in costs], dtype=float)
             # inf is either a missing entry or an explicit one: ask the dicts only then
             has[k] = np.ones(v.size, dtype=bool) if np.isfinite(v).all() else np.array([k in c for c in costs], dtype=bool)
