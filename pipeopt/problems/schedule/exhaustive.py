@@ -1,5 +1,6 @@
 """Every split, scored by the executor: the exact answer on small chains (the tests' check of
-the MILP), and nothing else."""
+the MILP), and nothing else. With free W placement, every split times every placement of the
+W's (:func:`w_assignments`)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,43 @@ import math
 import time
 from math import comb
 
+from ...cost.passes import pass_times
 from ...errors import InvalidProblemError
+from ...schedules import execute
+from ...schedules.w_gaps import place_w, rank_gaps
 from .problem import ScheduleProblem, ScheduleResult
 
-__all__ = ["MAX_SPLITS", "exhaustive"]
+__all__ = ["MAX_SPLITS", "exhaustive", "w_assignments"]
 
 MAX_SPLITS = 20_000
-"""The most splits :func:`exhaustive` agrees to score."""
+"""The most splits (times W placements) :func:`exhaustive` agrees to score."""
 
 
-def exhaustive(problem: ScheduleProblem) -> ScheduleResult:
+def w_assignments(gaps, chunk_order: bool = True):
+    """Every W placement of a schedule: per rank, a gap for each W of
+    :func:`~pipeopt.schedules.w_gaps.rank_gaps` ``[r].ws`` at or after its I's step; with
+    ``chunk_order``, only those where the W's of one chunk keep the order of their I's (the
+    model's lossless restriction); without, all of them (W's of one gap in a fixed order:
+    their order inside a gap changes nothing, :mod:`pipeopt.schedules.w_gaps`).
+
+    Yields ``tuple`` per rank of ``tuple`` of gaps."""
+    per_rank = []
+    for rg in gaps:
+        options = []
+        for where in itertools.product(*(range(lo, rg.gaps) for lo in rg.earliest)):
+            if chunk_order and any(where[a] > where[b] for c in rg.chains for a, b in itertools.pairwise(c)):
+                continue
+            options.append(where)
+        per_rank.append(options)
+    yield from itertools.product(*per_rank)
+
+
+def exhaustive(problem: ScheduleProblem, *, chunk_order: bool = True) -> ScheduleResult:
     """The split of least iteration time over all ``C(n - 1, S - 1)`` splits, each run by
     :meth:`ScheduleProblem.execute` (ties: the first in lexicographic order of the starts).
+    With ``problem.w_placement == "free"``, each split in every W placement
+    (:func:`w_assignments`, ``chunk_order`` as there): the result's
+    :attr:`~ScheduleResult.order` is the best one's.
 
     Returns
     -------
@@ -30,20 +56,32 @@ def exhaustive(problem: ScheduleProblem) -> ScheduleResult:
     Raises
     ------
     InvalidProblemError
-        If there are more than :data:`MAX_SPLITS` splits.
+        If there are more than :data:`MAX_SPLITS` splits (times placements).
     """
     started = time.perf_counter()
     n, S = problem.n, problem.S
     count = comb(n - 1, S - 1)
-    if count > MAX_SPLITS:
-        raise InvalidProblemError(f"exhaustive: {count} splits of {n} units into {S} chunks (at most {MAX_SPLITS})")
-    best, best_value = None, math.inf
+    orders = [None]
+    if problem.w_placement == "free":
+        gaps = rank_gaps(problem.schedule)
+        orders = []
+        for assignment in w_assignments(gaps, chunk_order):
+            orders.append(place_w(problem.schedule, assignment, gaps))
+            if count * len(orders) > MAX_SPLITS:
+                break
+    if count * len(orders) > MAX_SPLITS:
+        raise InvalidProblemError(f"exhaustive: {count} splits of {n} units into {S} chunks times {len(orders)}+"
+                                  f" W placements (at most {MAX_SPLITS})")
+    best, best_order, best_value = None, None, math.inf
     for starts in itertools.combinations(range(1, n), S - 1):
-        value = problem.value(starts)
-        if value < best_value:
-            best, best_value = list(starts), value
+        times = pass_times(problem.instance, problem.plan(starts))  # what run_schedule does, once per split
+        for order in orders:
+            ex = execute(problem.schedule if order is None else order, times)
+            value = ex.time if ex.feasible else math.inf
+            if value < best_value:
+                best, best_order, best_value = list(starts), order, value
+    info = {"splits": count, "placements": len(orders)}
     if best is None:
-        return problem.result("exhaustive", None, "infeasible", lower_bound=math.inf, started=started,
-                              info={"splits": count})
-    return problem.result("exhaustive", best, "optimal", lower_bound=best_value, started=started,
-                          info={"splits": count})
+        return problem.result("exhaustive", None, "infeasible", lower_bound=math.inf, started=started, info=info)
+    return problem.result("exhaustive", best, "optimal", lower_bound=best_value, started=started, info=info,
+                          order=best_order)

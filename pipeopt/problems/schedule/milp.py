@@ -66,7 +66,8 @@ from ..partition.model import (
 from ..run_rows import add_run_rows, run_start_values
 from .problem import ScheduleProblem, ScheduleResult, uniform_starts
 
-__all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "local_search", "solve_milp", "work_balanced_starts"]
+__all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "local_search", "memory_scale", "memory_terms",
+           "solve_milp", "split_and_durations", "split_values", "work_balanced_starts"]
 
 MEMORY_WIDEN = 1e-7
 """Relative widening of the memory rows' right-hand side: the rows are a relaxation (bytes
@@ -135,16 +136,50 @@ def build_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadline: D
         list of variables or ``None``), ``"graph"`` (:class:`pipeopt.cost.schedule.RunGraph`).
     """
     deadline = Deadline(None) if deadline is None else deadline
+    sg = schedule_graph(problem.schedule, overlap=problem.instance.settings.overlap)
+    lp, split, between, v = split_and_durations(problem, unit, "schedule_split")
+    v["graph"] = sg.graph
+    deadline.check("building the schedule MILP")
+    v["t"] = add_run_rows(lp, sg.graph, v["d"], v["Z"], deadline)
+    # memory: one row per rank and count vector
+    if math.isfinite(problem.capacity):
+        sched = problem.schedule
+        for r in range(sched.ranks):
+            mine = sched.stages_on(r)
+            for q, counts in enumerate(sched.activation_profile(r) or ((0,) * len(mine),)):
+                terms, const = memory_terms(problem, split, between, r, counts)
+                if not terms:
+                    if const > 0:
+                        return None, v
+                    continue
+                split.add(_merged(terms), const, f"memory_{r}_{q}")
+    for q, starts in enumerate(exclude):
+        split.exclude(starts, f"nogood_{q}")
+    return lp, v
+
+
+def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
+    """The part of the event-time MILP every formulation shares: the objective ``Z``, the
+    split's cumulative binaries and one duration variable per chunk and action kind (and per
+    boundary between ranks for its transfers, with overlap), tied to the prefixes by equality
+    rows (module docstring).
+
+    Returns
+    -------
+    (lp, split, between, v)
+        The PuLP problem, the :class:`~pipeopt.problems.partition.model.CumulativeSplit`,
+        ``between(arr, s, scale)`` (``(arr[p_{s+1}] - arr[p_s]) * scale`` as (terms, constant))
+        and ``v = {"Z": ..., "y": ..., "d": kind -> list of variables or None}``.
+    """
     S, P = problem.S, problem.prefixes
     sched = problem.schedule
     overlap = problem.instance.settings.overlap
-    sg = schedule_graph(sched, overlap=overlap)
-    lp = pulp.LpProblem("schedule_split", pulp.LpMinimize)
+    lp = pulp.LpProblem(name, pulp.LpMinimize)
     Z = lp.add_variable("iteration", lowBound=0.0)
     lp += Z, "iteration_time"
     split = CumulativeSplit(lp, problem.space)
     add = split.add
-    v = {"Z": Z, "y": split.y, "graph": sg.graph}
+    v = {"Z": Z, "y": split.y}
     for t in range(1, S):
         split.structure_rows(t)
     u = 1.0 / unit
@@ -182,36 +217,39 @@ def build_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadline: D
                 d["X"][c] = var
     d["Y"] = d["X"]
     v["d"] = d
-    deadline.check("building the schedule MILP")
-    v["t"] = add_run_rows(lp, sg.graph, d, Z, deadline)
-    # memory: one row per rank and count vector
+    return lp, split, between, v
+
+
+def memory_scale(problem: ScheduleProblem) -> tuple[float, float]:
+    """``(scale, limit)``: bytes are multiplied by ``scale`` (1 / capacity) in the memory rows,
+    whose right-hand side is :func:`pipeopt.cost.rules.memory_limit` widened by
+    :data:`MEMORY_WIDEN`, scaled."""
     cap = problem.capacity
-    if math.isfinite(cap):
-        scale = 1.0 / cap if cap > 0 else 1.0
-        limit = float(rules.memory_limit(cap)) * scale * (1 + MEMORY_WIDEN)
-        copies = sched.parameter_copies
-        for r in range(sched.ranks):
-            mine = sched.stages_on(r)
-            for q, counts in enumerate(sched.activation_profile(r) or ((0,) * len(mine),)):
-                terms, const = [], -limit
-                for s, k in zip(mine, counts, strict=True):
-                    for arr, w in ((P["act"], k), (P["param"], copies)):
-                        if w:
-                            t_, c_ = between(arr, s, scale * w)
-                            terms += t_
-                            const += c_
-                if not terms:
-                    if const > 0:
-                        return None, v
-                    continue
-                add(_merged(terms), const, f"memory_{r}_{q}")
-    for q, starts in enumerate(exclude):
-        split.exclude(starts, f"nogood_{q}")
-    return lp, v
+    scale = 1.0 / cap if cap > 0 else 1.0
+    return scale, float(rules.memory_limit(cap)) * scale * (1 + MEMORY_WIDEN)
 
 
-def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> dict:
-    """A full MIP start: binaries, durations and earliest start times of ``starts``."""
+def memory_terms(problem: ScheduleProblem, split, between, rank: int, counts) -> tuple[list, float]:
+    """The memory row of ``rank`` when its chunks hold ``counts`` microbatches in flight (one
+    count per chunk of :meth:`~pipeopt.schedules.Schedule.stages_on`), as (terms, constant) of
+    ``row <= 0``: :func:`pipeopt.cost.rules.stage_memory` summed over the rank's chunks (its
+    activation and parameter bytes linear in the split), minus the limit (:func:`memory_scale`)."""
+    P, sched = problem.prefixes, problem.schedule
+    scale, limit = memory_scale(problem)
+    terms, const = [], -limit
+    for s, k in zip(sched.stages_on(rank), counts, strict=True):
+        for arr, w in ((P["act"], k), (P["param"], sched.parameter_copies)):
+            if w:
+                t_, c_ = between(arr, s, scale * w)
+                terms += t_
+                const += c_
+    return terms, const
+
+
+def split_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> tuple[dict, dict]:
+    """MIP start values of the split's binaries and of the duration variables of
+    :func:`split_and_durations` for ``starts``; returns ``(values, durations)``
+    (:func:`chunk_durations`)."""
     vals = {}
     for t, row in v["y"].items():
         for c, var in row.items():
@@ -221,6 +259,12 @@ def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> dic
         for i, var in enumerate(row):
             if var is not None:
                 vals[var.name] = dur[k][i] / unit
+    return vals, dur
+
+
+def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> dict:
+    """A full MIP start: binaries, durations and earliest start times of ``starts``."""
+    vals, dur = split_values(problem, v, starts, unit)
     graph = v["graph"]
     arr = np.array([dur[k][i] for k, i, _ in graph.ops])
     vals.update(run_start_values(graph, v["t"], v["Z"], arr, unit)[1])
@@ -285,10 +329,14 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         work-balanced splits that fits), improved by :func:`local_search` within
         :data:`~pipeopt.problems.partition.model.HEURISTIC_SHARE` of the time limit.
 
+    With ``problem.w_placement == "free"`` the model is :func:`.w_placement.build_free_milp`
+    (the split and every W's gap together); the loop, warm start and statuses are the same,
+    and the result's :attr:`~ScheduleResult.order` is the chosen action order.
+
     Returns
     -------
     ScheduleResult
-        Method ``"milp"``; ``objective`` = the executor's time of the split; ``status``
+        Method ``"milp"``; ``objective`` = the executor's time of the split (in its order); ``status``
         ``"optimal"`` only when the solver proved it (within
         :data:`~pipeopt.problems.partition.model.MILP_TOLERANCE`), ``"time_limit"`` when it
         stopped with the incumbent and the bound, ``"infeasible"`` when no split fits.
@@ -305,8 +353,14 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     check_options("schedule milp", threads, seed)
     S, n = problem.S, problem.n
     info: dict = {"solver": solver, "ranks": problem.ranks, "stages_per_rank": problem.stages_per_rank,
-                  "microbatches": problem.microbatches, "chunks": S}
-    if S == 1 or S == n:
+                  "microbatches": problem.microbatches, "chunks": S, "w_placement": problem.w_placement}
+    free = problem.w_placement == "free"
+    if free:
+        from .w_placement import build_free_milp, free_start_values, read_order
+        build, warm_values = build_free_milp, free_start_values
+    else:
+        build, warm_values = build_milp, (lambda pr, v, st, _order, u: _start_values(pr, v, st, u))
+    if (S == 1 or S == n) and not free:
         only = list(range(1, S))
         ok = problem.value(only) < math.inf
         info["solver"] = "none (one split only, scored by the executor)"
@@ -314,7 +368,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
                               lower_bound=problem.value(only) if ok else math.inf, started=started, info=info)
     candidates = [problem.check_starts(hint)] if hint is not None else []
     candidates += [uniform_starts(n, S), work_balanced_starts(problem)]
-    incumbent, inc_value = None, math.inf
+    incumbent, inc_order, inc_value = None, None, math.inf
     for cand in candidates:
         value = problem.value(cand)
         if value < inc_value:
@@ -330,7 +384,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     while True:
         runs += 1
         try:
-            lp, v = build_milp(problem, unit, exclude=exclude, deadline=deadline)
+            lp, v = build(problem, unit, exclude=exclude, deadline=deadline)
         except DeadlineReached as stop:
             notes.append(str(stop))
             break
@@ -342,7 +396,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         if runs == 1:
             info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]),
                         constraints=lp.numConstraints())
-        warm = _start_values(problem, v, incumbent, unit) if incumbent is not None else None
+        warm = warm_values(problem, v, incumbent, inc_order, unit) if incumbent is not None else None
         out = solve_pulp(lp, solver=solver, deadline=deadline, rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP,
                          threads=int(threads), seed=int(seed), warm_start=warm)
         info.update(out.info())
@@ -362,14 +416,15 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
             break
         y = v["y"]
         starts = starts_from_cumulative({t: {c: out.value(y[t][c]) for c in y[t]} for t in y}, problem.space)
-        value = problem.value(starts)
+        order = read_order(problem, v, out) if free else None
+        value = problem.value(starts, order)
         info["solver_objective"] = out.objective * unit
         if value < math.inf:
             if value < inc_value:
-                incumbent, inc_value = starts, value
+                incumbent, inc_order, inc_value = starts, order, value
             proven = out.proven
             break
-        if deadline.expired():
+        if deadline.expired() or free:  # free: a no-good row would cut the split with every placement
             notes.append(f"solver split {starts} breaks memory by the executor; not returned")
             break
         exclude.append(starts)
@@ -390,4 +445,5 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
             notes.append("the solver's optimum is not confirmed by the valid bound within the tolerance")
     if notes:
         info["notes"] = notes
-    return problem.result("milp", incumbent, status, lower_bound=bound, started=started, info=info)
+    return problem.result("milp", incumbent, status, lower_bound=bound, started=started, info=info,
+                          order=inc_order)

@@ -34,9 +34,13 @@ from ...instance import Instance
 from ...plan import Plan
 from ...result import optimality_gap
 from ...schedules import Execution, Schedule, chunk_plan, make_schedule, run_schedule
+from ...schedules.w_gaps import rank_gaps
 from ..partition.model import stage_window
 
-__all__ = ["ChunkSpace", "ScheduleProblem", "ScheduleResult", "uniform_starts"]
+__all__ = ["W_PLACEMENTS", "ChunkSpace", "ScheduleProblem", "ScheduleResult", "uniform_starts"]
+
+W_PLACEMENTS = ("schedule", "free")
+"""Values of :attr:`ScheduleProblem.w_placement`."""
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,20 @@ class ScheduleProblem:
         ``stages_per_rank`` are read from it).
     ranks, microbatches, stages_per_rank
         p, m and v (v: default 1 for GPipe / 1F1B, 2 otherwise; :func:`make_schedule`).
+    w_placement
+        ``"schedule"`` (default): every rank runs its actions in the schedule's order.
+        ``"free"`` (zero-bubble schedules): the non-W steps keep the schedule's order and each
+        W (weight gradient) may run anywhere on its rank after its own I
+        (:mod:`pipeopt.schedules.w_gaps`); the split and the W placement are chosen together
+        (:mod:`.w_placement`), a deferred W keeping its microbatch's activations until it runs
+        (the schedule's memory rule, :mod:`pipeopt.schedules.actions`).
 
     Raises
     ------
     InvalidProblemError
         Unknown schedule or a p, m, v it refuses; fewer than p devices, devices that differ,
-        several usable kinds; more chunks than splittable units.
+        several usable kinds; more chunks than splittable units; an unknown ``w_placement``,
+        or ``"free"`` with a schedule without W actions.
     InfeasibleError
         A layer cannot run on the workers' kind.
     """
@@ -83,6 +95,7 @@ class ScheduleProblem:
     ranks: int | None = None
     microbatches: int | None = None
     stages_per_rank: int | None = None
+    w_placement: str = "schedule"
 
     def __post_init__(self) -> None:
         inst = self.instance
@@ -97,6 +110,10 @@ class ScheduleProblem:
         object.__setattr__(self, "ranks", sched.ranks)
         object.__setattr__(self, "microbatches", sched.microbatches)
         object.__setattr__(self, "stages_per_rank", sched.stages_per_rank)
+        if self.w_placement not in W_PLACEMENTS:
+            raise InvalidProblemError(f"unknown W placement {self.w_placement!r}; choose from {list(W_PLACEMENTS)}")
+        if self.w_placement == "free":
+            rank_gaps(sched)  # raises if the schedule has no W to place
         devices = inst.cluster.devices
         if len(devices) < sched.ranks:
             raise InvalidProblemError(f"{sched.name} on {sched.ranks} ranks needs {sched.ranks} devices;"
@@ -185,22 +202,24 @@ class ScheduleProblem:
         ``placement[s]`` (:func:`pipeopt.schedules.chunk_plan`)."""
         return chunk_plan(self.instance, self.schedule, self.chunks(starts))
 
-    def execute(self, starts) -> Execution:
-        """The split run by the schedule: :func:`pipeopt.schedules.run_schedule` (the single
-        evaluation of every method here)."""
-        return run_schedule(self.instance, self.schedule, self.plan(starts))
+    def execute(self, starts, order: Schedule | None = None) -> Execution:
+        """The split run by the schedule (or by ``order``, the same schedule with its W's
+        placed elsewhere, :func:`pipeopt.schedules.w_gaps.place_w`):
+        :func:`pipeopt.schedules.run_schedule` (the single evaluation of every method here)."""
+        return run_schedule(self.instance, self.schedule if order is None else order, self.plan(starts))
 
-    def value(self, starts) -> float:
+    def value(self, starts, order: Schedule | None = None) -> float:
         """The execution's iteration time if the split fits in memory, else ``inf``."""
-        ex = self.execute(starts)
+        ex = self.execute(starts, order)
         return ex.time if ex.feasible else math.inf
 
     def result(self, method: str, starts, status: str, *, lower_bound: float | None = None,
-               started: float | None = None, info: dict | None = None) -> ScheduleResult:
-        """A :class:`ScheduleResult` for the split ``starts`` (or ``None``), scored by
-        :meth:`execute`; a heuristic's (``"feasible"``) split that breaks memory gets status
-        ``"infeasible"``."""
-        ex = self.execute(starts) if starts is not None else None
+               started: float | None = None, info: dict | None = None,
+               order: Schedule | None = None) -> ScheduleResult:
+        """A :class:`ScheduleResult` for the split ``starts`` (or ``None``) run in ``order``
+        (default: the schedule's), scored by :meth:`execute`; a heuristic's (``"feasible"``)
+        split that breaks memory gets status ``"infeasible"``."""
+        ex = self.execute(starts, order) if starts is not None else None
         if ex is not None and not ex.feasible and status == "feasible":
             status = "infeasible"
         info = dict(info or {})
@@ -239,7 +258,8 @@ class ScheduleResult:
         Units where chunks 1..S-1 start, or ``None`` (no split found).
     execution
         :class:`pipeopt.schedules.Execution` of the split (``None`` without one): the objective
-        is its ``time``.
+        is its ``time``; ``execution.schedule`` is the action order run (with free W placement,
+        the chosen one: :attr:`order`).
     status
         ``"optimal"`` (proven), ``"feasible"`` (a split, no proof), ``"time_limit"`` (stopped,
         incumbent and bound reported), ``"infeasible"``.
@@ -266,6 +286,11 @@ class ScheduleResult:
         if self.execution is None or not self.execution.feasible:
             return math.inf
         return float(self.execution.time)
+
+    @property
+    def order(self) -> Schedule | None:
+        """The explicit per-rank action order of the result (``execution.schedule``)."""
+        return None if self.execution is None else self.execution.schedule
 
     @property
     def gap(self) -> float | None:
