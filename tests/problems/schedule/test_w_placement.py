@@ -1,0 +1,155 @@
+"""Free W placement (ScheduleProblem(..., w_placement="free")):
+
+* the MILP's optimum = the brute force over every split x every W placement on small random
+  chains (p = 2, v = 1 or 2, m = 2..4), with and without memory limits and overlap; the brute
+  force without the model's chunk-order restriction finds nothing better (the restriction is
+  lossless);
+* the claimed objective (the solver's Z) = the executor's time of the returned order;
+* free is never worse than the schedule's own placement; with W = 0 they agree;
+* a time limit never claims optimality; a schedule without W is refused (typed error);
+* the order helpers reproduce the schedule's own order and refuse a W before its I.
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import layer_graphs
+
+from pipeopt import Cluster, Instance, Settings
+from pipeopt.errors import InvalidPlanError, InvalidProblemError
+from pipeopt.problems.schedule import ScheduleProblem, exhaustive, solve_milp
+from pipeopt.schedules import make_schedule, run_schedule
+from pipeopt.schedules.w_gaps import place_w, rank_gaps, schedule_gaps
+
+REL = 1e-6
+FEW = settings(max_examples=10, deadline=None, derandomize=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@st.composite
+def cases(draw):
+    """(free problem, same problem with the schedule's placement): 2 ranks, a chain of
+    S + 1 .. S + 2 layers, W a random share of B, random memory and overlap."""
+    name, v, m = draw(st.sampled_from([("InterleavedZeroBubble", 1, 2), ("InterleavedZeroBubble", 1, 3),
+                                       ("InterleavedZeroBubble", 1, 4), ("InterleavedZeroBubble", 2, 2),
+                                       ("ZBVZeroBubble", 2, 2)]))
+    S = 2 * v
+    g = draw(layer_graphs(min_layers=S + 1, max_layers=S + (2 if v == 1 else 1)))
+    for n in g.nodes:
+        g.nodes[n]["out_bytes"] = draw(st.floats(0.0, 0.03)) * 1e9
+        g.nodes[n]["bwd_w"] = {"gpu": g.nodes[n]["bwd"]["gpu"] * draw(st.floats(0.0, 1.0))}
+    memory = draw(st.sampled_from([math.inf, 2.5e9, 4e9]))
+    inst = Instance(g, Cluster.homogeneous(2, memory=memory, bandwidth=1e9),
+                    Settings(overlap=draw(st.booleans())))
+    return (ScheduleProblem(inst, name, 2, m, v, w_placement="free"), ScheduleProblem(inst, name, 2, m, v))
+
+
+def check_claim(problem, res):
+    """The objective is the simulator's time of the returned order, and the solver's Z says so."""
+    ex = run_schedule(problem.instance, res.order, problem.plan(res.starts))
+    assert res.objective == ex.time and ex.feasible
+    assert res.lower_bound <= res.objective * (1 + 1e-9)
+    if res.info.get("solver_objective") is not None and res.starts != res.info.get("warm_start"):
+        assert math.isclose(res.info["solver_objective"], res.objective, rel_tol=REL, abs_tol=1e-12)
+
+
+@FEW
+@given(pair=cases())
+def test_free_milp_equals_brute_force(pair):
+    free, fixed = pair
+    res = solve_milp(free, time_limit=60)
+    ref = exhaustive(free)
+    if ref.status == "infeasible":
+        assert res.status == "infeasible" and res.starts is None
+        return
+    assert res.status == "optimal", res.info
+    assert math.isclose(res.objective, ref.objective, rel_tol=REL, abs_tol=1e-12), (res.starts, ref.starts)
+    check_claim(free, res)
+    # every placement, W's of one chunk in any order: nothing better (the restriction is lossless)
+    if free.microbatches <= 3:
+        allw = exhaustive(free, chunk_order=False)
+        assert math.isclose(allw.objective, ref.objective, rel_tol=REL, abs_tol=1e-12)
+    # free placement is never worse than the schedule's own
+    own = exhaustive(fixed)
+    assert res.objective <= own.objective * (1 + REL)
+
+
+def test_zero_w_cost_agrees_and_dualpipe_claim():
+    g = nx.DiGraph()
+    for i in range(5):
+        g.add_node(f"l{i}", fwd={"gpu": 1.0 + 0.3 * i}, bwd={"gpu": 2.0 + 0.5 * (i % 3)}, bwd_w={"gpu": 0.0},
+                   out_bytes=2e7, act_bytes=1e8, param_bytes=1e8)
+    nx.add_path(g, [f"l{i}" for i in range(5)])
+    inst = Instance(g, Cluster.homogeneous(2, bandwidth=1e9), Settings())
+    for name, m in (("InterleavedZeroBubble", 3), ("ZBVZeroBubble", 3)):
+        free = solve_milp(ScheduleProblem(inst, name, 2, m, 2, w_placement="free"), time_limit=60)
+        own = exhaustive(ScheduleProblem(inst, name, 2, m, 2))
+        assert free.status == "optimal"
+        assert math.isclose(free.objective, own.objective, rel_tol=REL)
+    for n in g.nodes:
+        g.nodes[n]["bwd_w"] = {"gpu": 0.8}
+    inst = Instance(g, Cluster.homogeneous(2, bandwidth=1e9, memory=3e9), Settings())
+    problem = ScheduleProblem(inst, "DualPipeV", 2, 4, w_placement="free")
+    res = solve_milp(problem, time_limit=60)
+    assert res.status in ("optimal", "time_limit")
+    check_claim(problem, res)
+    assert res.objective <= solve_milp(ScheduleProblem(inst, "DualPipeV", 2, 4)).objective * (1 + REL)
+
+
+def test_time_limit_reports_bound():
+    g = nx.DiGraph()
+    for i in range(16):
+        g.add_node(f"l{i}", fwd={"gpu": 1.0 + (i % 5) * 0.2}, bwd={"gpu": 2.0 + (i % 3) * 0.3},
+                   bwd_w={"gpu": 0.9}, out_bytes=1e7, act_bytes=1e8, param_bytes=1e8)
+    nx.add_path(g, [f"l{i}" for i in range(16)])
+    inst = Instance(g, Cluster.homogeneous(4, bandwidth=1e9), Settings())
+    problem = ScheduleProblem(inst, "ZBVZeroBubble", 4, 8, w_placement="free")
+    res = solve_milp(problem, time_limit=1.0)
+    assert res.status == "time_limit" and res.starts is not None
+    assert res.lower_bound is not None and res.lower_bound <= res.objective
+    check_claim(problem, res)
+
+
+def test_free_needs_w_actions():
+    g = nx.DiGraph()
+    for i in range(4):
+        g.add_node(f"l{i}", fwd={"gpu": 1.0}, bwd={"gpu": 2.0}, out_bytes=1.0, act_bytes=1.0, param_bytes=1.0)
+    nx.add_path(g, [f"l{i}" for i in range(4)])
+    inst = Instance(g, Cluster.homogeneous(2), Settings())
+    for name in ("1F1B", "GPipe", "Interleaved1F1B"):
+        with pytest.raises(InvalidProblemError, match="no W"):
+            ScheduleProblem(inst, name, 2, 4, w_placement="free")
+    with pytest.raises(InvalidProblemError, match="W placement"):
+        ScheduleProblem(inst, "ZBVZeroBubble", 2, 4, w_placement="late")
+
+
+@pytest.mark.parametrize("name, v", [("InterleavedZeroBubble", 2), ("ZBVZeroBubble", 2), ("DualPipeV", 2),
+                                     ("InterleavedZeroBubble", 1)])
+def test_place_w_reproduces_the_schedule(name, v):
+    sched = make_schedule(name, 4, 8, v)
+    gaps = rank_gaps(sched)
+    again = place_w(sched, schedule_gaps(sched, gaps), gaps)
+    # the same W's in the same gaps (inside a gap, W's in the order of their I's) ...
+    assert schedule_gaps(again, gaps) == schedule_gaps(sched, gaps)
+    assert [[s for s in rank if s[0].kind != "W"] for rank in again.steps] == \
+        [[s for s in rank if s[0].kind != "W"] for rank in sched.steps]
+    # ... and the same iteration: the order inside a gap changes no start time
+    g = nx.DiGraph()
+    for i in range(4 * v + 2):
+        g.add_node(f"l{i}", fwd={"gpu": 1.0 + (i % 3) * 0.4}, bwd={"gpu": 2.0 + (i % 4) * 0.3},
+                   bwd_w={"gpu": 0.5 + (i % 2) * 0.6}, out_bytes=1e7, act_bytes=1e8, param_bytes=1e8)
+    nx.add_path(g, list(g.nodes))
+    problem = ScheduleProblem(Instance(g, Cluster.homogeneous(4, bandwidth=1e9), Settings()), sched)
+    starts = list(range(1, 4 * v)) if v == 1 else [1, 2, 3, 4, 5, 6, 8]
+    assert math.isclose(problem.execute(starts, again).time, problem.execute(starts).time, rel_tol=1e-12)
+    late = place_w(sched, [[rg.gaps - 1] * len(rg.ws) for rg in gaps], gaps)
+    assert [a.kind for a in late.actions(0)][-len(gaps[0].ws):] == ["W"] * len(gaps[0].ws)
+    with pytest.raises(InvalidPlanError, match="its I"):
+        bad = [list(x) for x in schedule_gaps(sched, gaps)]
+        bad[0][0] = gaps[0].earliest[0] - 1
+        place_w(sched, bad, gaps)
