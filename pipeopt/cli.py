@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "ranks, exactly; auto: every schedule, a table of their optima and the least iteration time")
     s.add_argument("--microbatches", type=MICROBATCHES, help="m with --schedule (default: the instance's)")
     s.add_argument("--stages-per-rank", type=COUNT, help="v with --schedule for the interleaved schedules (default 2)")
+    s.add_argument("--w-placement", choices=["schedule", "free"], default="schedule",
+                   help="with a zero-bubble --schedule: keep the schedule's W (weight-gradient) places, or place each W "
+                        "anywhere after its I, exactly with the split (free; refused for a schedule without W)")
     _common(s)
 
     m = sub.add_parser("simulate", help="simulate one training iteration of a plan")
@@ -302,7 +305,8 @@ def _solve_schedule(args, inst) -> int:
     m = args.microbatches or inst.settings.microbatches
     names = None if args.schedule.lower() == "auto" else [args.schedule]
     results = solve_schedules(inst, ranks, m, names, stages_per_rank=args.stages_per_rank,
-                              time_limit=args.time_limit, solver=args.solver, seed=args.seed)
+                              time_limit=args.time_limit, solver=args.solver, seed=args.seed,
+                              w_placement=args.w_placement)
     if names is not None and not hasattr(results[0], "starts"):
         raise InvalidProblemError(results[0][1])
     best, proven = best_schedule(results)
@@ -313,7 +317,10 @@ def _solve_schedule(args, inst) -> int:
         _write(args.save_plan, lambda path: path.write_text(json.dumps(plan.to_dict(), indent=1)))
     if args.json:
         rows = [{"schedule": r.schedule, "status": r.status, "iteration_time": r.objective, "lower_bound": r.lower_bound,
-                 "starts": r.starts, "runtime": r.runtime} if hasattr(r, "starts") else {"schedule": r[0], "refused": r[1]}
+                 "starts": r.starts, "runtime": r.runtime, "w_placement": r.info.get("w_placement"),
+                 "order": None if r.order is None else [[str(a) for a in r.order.actions(k)]
+                                                        for k in range(r.order.ranks)]}
+                if hasattr(r, "starts") else {"schedule": r[0], "refused": r[1]}
                 for r in results]
         print(json.dumps(_jsonable({"best": best.schedule if best else None, "proven_best": proven, "schedules": rows})))
         return 0
@@ -325,6 +332,8 @@ def _solve_schedule(args, inst) -> int:
     how = "proven least" if proven else "least found (not proven: see the bounds)"
     print(f"\nbest: {best.schedule}, iteration {best.objective * 1e3:.4f} ms ({how})")
     print(best.execution.summary())
+    if best.info.get("w_placement") == "free":
+        print("action order (W's placed with the split):\n" + "\n".join(str(best.order).splitlines()[1:]))
     for s, layers in enumerate(best_chunks(inst, best)):
         print(f"  chunk {s} on rank {best.execution.schedule.placement[s]}: {len(layers)} layers [{layers[0]} .. {layers[-1]}]")
     return 0

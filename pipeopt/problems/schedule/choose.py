@@ -22,7 +22,8 @@ __all__ = ["best_schedule", "schedule_table", "solve_schedules"]
 
 
 def solve_schedules(instance, ranks: int, microbatches: int, names=None, *, stages_per_rank: int | None = None,
-                    time_limit: float | None = 60.0, solver: str = "cbc", seed: int = 0) -> list:
+                    time_limit: float | None = 60.0, solver: str = "cbc", seed: int = 0,
+                    w_placement: str = "schedule") -> list:
     """Solve each schedule's split exactly.
 
     Parameters
@@ -38,6 +39,10 @@ def solve_schedules(instance, ranks: int, microbatches: int, names=None, *, stag
         DualPipeV 2 (with ``names`` given, a v they do not run is refused in their row).
     time_limit, solver, seed
         Per schedule (:func:`~pipeopt.problems.schedule.milp.solve_milp`).
+    w_placement
+        :attr:`ScheduleProblem.w_placement`. ``"free"`` with ``names`` given: a named schedule
+        without W actions is refused in its row; with every schedule (``names=None``) it applies
+        to the zero-bubble ones (those with W actions) and the others run their own order.
 
     Returns
     -------
@@ -52,6 +57,8 @@ def solve_schedules(instance, ranks: int, microbatches: int, names=None, *, stag
         v = None if auto and name in STAGES_PER_RANK else stages_per_rank
         try:
             problem = ScheduleProblem(instance, name, ranks, microbatches, v)
+            if w_placement != "schedule" and (not auto or problem.schedule.splits_backward):
+                problem = ScheduleProblem(instance, problem.schedule, w_placement=w_placement)
         except PipeoptError as exc:
             out.append((name, str(exc)))
             continue

@@ -50,7 +50,6 @@ import pulp
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import rules
-from ...cost.schedule import makespan
 from ...errors import InvalidProblemError
 from ...schedules import schedule_graph
 from ..partition.model import (

@@ -37,10 +37,10 @@ the big-M rows are weak, so proofs stop at small p, v, m (README, Schedules).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
-import pulp
 
 from ...backends.deadline import Deadline
 from ...cost.schedule import RunGraph
@@ -136,12 +136,11 @@ def build_free_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadli
             return z[w][g]
 
         for chain in rg.chains:  # W's of one chunk in the order of their I's
-            for w, w2 in zip(chain, chain[1:]):
+            for w, w2 in itertools.pairwise(chain):
                 for g, var in z[w2].items():
                     other = zval(w, g)
                     if isinstance(other, int):  # 1: no row; 0 cannot happen (I's in order), kept exact
-                        if other == 0:
-                            add([(var, 1.0)], 0.0, f"zchain_{r}_{w2}_{g}")
+                        add([(var, float(other == 0))], 0.0, f"zchain_{r}_{w2}_{g}")
                     else:
                         add([(var, 1.0), (other, -1.0)], 0.0, f"zchain_{r}_{w2}_{g}")
         block: list = [[] for _ in range(K)]
@@ -178,9 +177,8 @@ def build_free_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadli
         work = [(d[a.kind][a.stage], 1.0) for step in rg.steps for a in step]
         work += [(d["W"][a.stage], 1.0) for a in rg.ws]
         add(_merged([*work, (Z, -1.0)]), 0.0, f"busy_{r}")
-        if math.isfinite(problem.capacity):
-            if _memory_rows(problem, split, between, r, rg, zval, qs) is None:
-                return None, v
+        if math.isfinite(problem.capacity) and _memory_rows(problem, split, between, r, rg, zval, qs) is None:
+            return None, v
     v.update(z=zs, b=bs, q=qs)
     for q, starts in enumerate(exclude):
         split.exclude(starts, f"nogood_{q}")

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import networkx as nx
 import pytest
@@ -21,9 +23,11 @@ from hypothesis import strategies as st
 from strategies import layer_graphs
 
 from pipeopt import Cluster, Instance, Settings
+from pipeopt.cli import main
 from pipeopt.errors import InvalidPlanError, InvalidProblemError
+from pipeopt.io import write
 from pipeopt.problems.schedule import ScheduleProblem, exhaustive, solve_milp
-from pipeopt.schedules import make_schedule, run_schedule
+from pipeopt.schedules import Action, Schedule, make_schedule, run_schedule
 from pipeopt.schedules.w_gaps import place_w, rank_gaps, schedule_gaps
 
 REL = 1e-6
@@ -153,3 +157,28 @@ def test_place_w_reproduces_the_schedule(name, v):
         bad = [list(x) for x in schedule_gaps(sched, gaps)]
         bad[0][0] = gaps[0].earliest[0] - 1
         place_w(sched, bad, gaps)
+
+
+def test_cli_w_placement(tmp_path, capsys):
+    g = nx.DiGraph()
+    for i in range(5):
+        g.add_node(f"l{i}", fwd={"gpu": 0.01 + 0.004 * i}, bwd={"gpu": 0.02 + 0.01 * (i % 3)},
+                   bwd_w={"gpu": 0.004 + 0.002 * i}, out_bytes=2e6, act_bytes=1e8, param_bytes=2e8)
+    nx.add_path(g, [f"l{i}" for i in range(5)])
+    inst = Instance(g, Cluster.homogeneous(2, bandwidth=1e9), Settings(microbatches=2), name="five")
+    path = write(inst, tmp_path / "five.json")
+    base = ["solve", str(path), "--stages", "2", "--microbatches", "2"]
+    assert main([*base, "--schedule", "ZBVZeroBubble", "--w-placement", "free", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["schedules"]
+    problem = ScheduleProblem(inst, "ZBVZeroBubble", 2, 2, w_placement="free")
+    ref = exhaustive(problem)
+    assert row["status"] == "optimal" and row["w_placement"] == "free"
+    assert math.isclose(row["iteration_time"], ref.objective, rel_tol=REL)
+    # the printed order, run by the simulator, gives the printed time
+    actions = [[Action(k, int(st_), int(j)) for st_, k, j in (re.fullmatch(r"(\d+)([FBIW])(\d+)", a).groups()
+                                                               for a in rank)] for rank in row["order"]]
+    sched = problem.schedule
+    order = Schedule("read", 2, 2, 2, sched.placement, tuple(tuple((a,) for a in r) for r in actions))
+    assert math.isclose(problem.execute(row["starts"], order).time, row["iteration_time"], rel_tol=1e-12)
+    assert main([*base, "--schedule", "1F1B", "--w-placement", "free"]) == 2
+    assert "no W" in capsys.readouterr().err
