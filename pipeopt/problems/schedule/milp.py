@@ -374,9 +374,17 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
             incumbent, inc_value = list(cand), value
     if incumbent is not None:  # a better warm start: cuts moved while the executor's time drops
         incumbent, inc_value = local_search(problem, incumbent, inc_value, deadline.sub(fraction=HEURISTIC_SHARE))
-    info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
     ref = inc_value if incumbent is not None else problem.execute(candidates[0]).time
     unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else 1.0
+    if free and incumbent is not None:  # the best W places for the warm start's split (placement only)
+        from .w_placement import place_for_split
+
+        order, value = place_for_split(problem, incumbent, None, unit, deadline.sub(fraction=HEURISTIC_SHARE),
+                                       solver=solver, threads=int(threads), seed=int(seed))
+        info["placement_heuristic"] = value if math.isfinite(value) else None
+        if value < inc_value:
+            inc_order, inc_value = order, value
+    info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
     bound, exclude, notes = problem.memory_free_bound(), [], []
     info["bound_source"] = "memory-free bound m (F + B) / p"
     proven, runs, last = False, 0, "no_solution"
@@ -395,6 +403,8 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         if runs == 1:
             info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]),
                         constraints=lp.numConstraints())
+            if free:
+                info["gap_binaries"] = sum(len(z) for rank in v["z"] for z in rank)
         warm = warm_values(problem, v, incumbent, inc_order, unit) if incumbent is not None else None
         out = solve_pulp(lp, solver=solver, deadline=deadline, rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP,
                          threads=int(threads), seed=int(seed), warm_start=warm)

@@ -271,3 +271,36 @@ def free_start_values(problem: ScheduleProblem, v: dict, starts, order, unit: fl
         vals[var.name] = begin[op] / unit
     vals[v["Z"].name] = ex.time / unit
     return vals
+
+
+def place_for_split(problem: ScheduleProblem, starts, order, unit: float, deadline: Deadline, *,
+                    solver: str = "cbc", threads: int = 1, seed: int = 0):
+    """The best W placement for the fixed split ``starts`` within ``deadline``: the model of
+    :func:`build_free_milp` with the split's binaries fixed (only the gap binaries left),
+    warm-started from ``order`` (``None``: the schedule's own places). A heuristic for the
+    whole problem's incumbent (:func:`~.milp.solve_milp`), not a proof.
+
+    Returns
+    -------
+    (order, value)
+        The best order found and its executor time (``inf`` over memory), or ``(None, inf)``
+        when the solver found nothing within the deadline.
+    """
+    from ...backends.deadline import DeadlineReached
+    from ...backends.pulp import solve_pulp
+
+    try:
+        lp, v = build_free_milp(problem, unit, deadline=deadline)
+    except DeadlineReached:
+        return None, math.inf
+    if lp is None:
+        return None, math.inf
+    for t, row in v["y"].items():
+        for c, var in row.items():
+            var.lowBound = var.upBound = float(c >= starts[t - 1])
+    warm = free_start_values(problem, v, starts, order, unit)
+    out = solve_pulp(lp, solver=solver, deadline=deadline, rel_gap=1e-6, threads=threads, seed=seed, warm_start=warm)
+    if not out.has_solution:
+        return None, math.inf
+    found = read_order(problem, v, out)
+    return found, problem.value(starts, found)
