@@ -28,6 +28,9 @@ Edge attribute ``bytes`` defaults to the tail's ``out_bytes``.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import heapq
 import math
 import numbers
 import re
@@ -162,16 +165,80 @@ def kinds_of(graph: nx.DiGraph) -> tuple[str, ...]:
     return tuple(sorted({k for _, d in graph.nodes(data="fwd") for k in d}))
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector while a large graph is read: the ~10^5 short-lived
+    tuples and lists of one read would trigger collections that each walk every object of the
+    graph (most of the read's time). Reference counting still frees them; the collector's
+    state is restored on the way out."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def layer_order(graph: nx.DiGraph) -> list:
     """A deterministic topological order of the layers.
 
     Pinned (``pin_first``) layers come first; ties are broken by the natural order of the
     node names (``node2`` before ``node10``), so the order does not depend on how the graph
     was built. A chain comes out in its path order.
+
+    The order is that of ``networkx.lexicographical_topological_sort`` with the natural key
+    (ties between equal keys: the graph's node order), computed without building a key for a
+    layer that is the only one ready (on a chain, none is built): 10^5 layers take tens of
+    milliseconds instead of seconds.
     """
-    pinned = sorted((n for n, p in graph.nodes(data="pin_first") if p), key=_natural_key)
-    rest = graph.subgraph(n for n in graph.nodes if not graph.nodes[n].get("pin_first"))
-    return pinned + list(nx.lexicographical_topological_sort(rest, key=_natural_key))
+    with _gc_paused():
+        pinned = sorted((n for n, p in graph.nodes(data="pin_first") if p), key=_natural_key)
+        if pinned:  # networkx's node order of the subgraph of the other layers (its tie-break)
+            nodes = list(graph.subgraph(n for n in graph.nodes if not graph.nodes[n].get("pin_first")))
+        else:
+            nodes = list(graph)
+        return pinned + _lexicographic_topological_order(graph, nodes)
+
+
+def _lexicographic_topological_order(graph: nx.DiGraph, nodes: list) -> list:
+    """Kahn's algorithm on the subgraph induced by ``nodes``, always taking the ready layer of
+    least ``(natural key, position in nodes)``: ``nx.lexicographical_topological_sort``'s
+    order. A key is built only when two or more layers are ready at once."""
+    index = {u: i for i, u in enumerate(nodes)}
+    succ = dict(graph.adjacency())
+    if len(nodes) == len(succ):  # every layer: no successor to filter out
+        children = [[index[v] for v in succ[u]] for u in nodes]
+    else:
+        children = [[index[v] for v in succ[u] if v in index] for u in nodes]
+    indegree = [0] * len(nodes)
+    for ch in children:
+        for j in ch:
+            indegree[j] += 1
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    single = ready[0] if len(ready) == 1 else None  # the only ready layer (then heap is empty)
+    heap = [] if single is not None else [(_natural_key(nodes[i]), i) for i in ready]
+    heapq.heapify(heap)
+    out = []
+    while heap or single is not None:
+        if single is not None:
+            i, single = single, None
+        else:
+            i = heapq.heappop(heap)[1]
+        out.append(nodes[i])
+        for j in children[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                if single is None and not heap:
+                    single = j
+                    continue
+                if single is not None:
+                    heapq.heappush(heap, (_natural_key(nodes[single]), single))
+                    single = None
+                heapq.heappush(heap, (_natural_key(nodes[j]), j))
+    if len(out) != len(nodes):
+        raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
+    return out
 
 
 @dataclass(frozen=True)
@@ -212,12 +279,18 @@ class Chain:
     @classmethod
     def from_graph(cls, graph: nx.DiGraph, order: list | None = None) -> Chain:
         """Build the chain of a validated layer graph over ``order`` (default :func:`layer_order`)."""
+        with _gc_paused():
+            return cls._from_graph(graph, order)
+
+    @classmethod
+    def _from_graph(cls, graph: nx.DiGraph, order: list | None) -> Chain:
         order = layer_order(graph) if order is None else list(order)
+        attrs = dict(graph.nodes(data=True))
         units: list[tuple] = []
         pending: list = []
         for node in order:
             pending.append(node)
-            if not graph.nodes[node].get("pin_first"):
+            if not attrs[node].get("pin_first"):
                 units.append(tuple(pending))
                 pending = []
         if pending:  # only pinned layers: they form the last unit
@@ -228,18 +301,19 @@ class Chain:
         kinds = kinds_of(graph)
         n = len(units)
         index = {node: i for i, unit in enumerate(units) for node in unit}
+        flat = [attrs[node] for unit in units for node in unit]
+        unit_ids = np.repeat(np.arange(n), [len(unit) for unit in units])
 
         def total(key: str, kind: str | None = None) -> np.ndarray:
-            out = np.zeros(n)
-            for i, unit in enumerate(units):
-                for node in unit:
-                    v = graph.nodes[node][key]
-                    out[i] += v.get(kind, math.inf) if kind is not None else v
-            return out
+            # each unit's sum over its layers in order (np.bincount adds one by one from 0.0)
+            vals = [d[key].get(kind, math.inf) for d in flat] if kind is not None else [d[key] for d in flat]
+            return np.bincount(unit_ids, weights=np.array(vals, dtype=float), minlength=n)
 
-        for u, v in graph.edges:
-            if index[u] > index[v]:
-                raise InvalidGraphError(f"edge {u!r} -> {v!r} goes backwards in the layer order")
+        for u, succ in graph.adjacency():
+            iu = index[u]
+            for v in succ:
+                if iu > index[v]:
+                    raise InvalidGraphError(f"edge {u!r} -> {v!r} goes backwards in the layer order")
         return cls(
             units=units,
             kinds=kinds,
