@@ -31,7 +31,7 @@ from pipeopt.schedules import Action, Schedule, make_schedule, run_schedule
 from pipeopt.schedules.w_gaps import place_w, rank_gaps, schedule_gaps
 
 REL = 1e-6
-FEW = settings(max_examples=10, deadline=None, derandomize=True,
+FEW = settings(max_examples=15, deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -182,3 +182,21 @@ def test_cli_w_placement(tmp_path, capsys):
     assert math.isclose(problem.execute(row["starts"], order).time, row["iteration_time"], rel_tol=1e-12)
     assert main([*base, "--schedule", "1F1B", "--w-placement", "free"]) == 2
     assert "no W" in capsys.readouterr().err
+
+
+def test_free_placement_fits_where_the_schedules_order_does_not():
+    """Memory binds: W's placed right after their I's free activations the schedule keeps."""
+    g = nx.DiGraph()
+    for i in range(5):
+        g.add_node(f"l{i}", fwd={"gpu": 1.0 + 0.3 * i}, bwd={"gpu": 2.0 + 0.5 * (i % 3)}, bwd_w={"gpu": 0.9 + 0.2 * i},
+                   out_bytes=2e7, act_bytes=1e9, param_bytes=1e8)
+    nx.add_path(g, [f"l{i}" for i in range(5)])
+    inst = Instance(g, Cluster.homogeneous(2, memory=4.2e9, bandwidth=1e9), Settings())
+    own = ScheduleProblem(inst, "InterleavedZeroBubble", 2, 3, 1)
+    assert solve_milp(own, time_limit=60).status == "infeasible" and exhaustive(own).status == "infeasible"
+    free = ScheduleProblem(inst, "InterleavedZeroBubble", 2, 3, 1, w_placement="free")
+    res = solve_milp(free, time_limit=60)
+    assert res.status == "optimal"
+    assert math.isclose(res.objective, exhaustive(free).objective, rel_tol=REL)
+    check_claim(free, res)
+    assert max(res.execution.memory) <= 4.2e9 * (1 + 1e-6)
