@@ -376,14 +376,15 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         incumbent, inc_value = local_search(problem, incumbent, inc_value, deadline.sub(fraction=HEURISTIC_SHARE))
     ref = inc_value if incumbent is not None else problem.execute(candidates[0]).time
     unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else 1.0
-    if free and incumbent is not None:  # the best W places for the warm start's split (placement only)
+    if free:  # the best W places for the warm start's split (or the first candidate if none fits): placement only
         from .w_placement import place_for_split
 
-        order, value = place_for_split(problem, incumbent, None, unit, deadline.sub(fraction=HEURISTIC_SHARE),
+        split_ = incumbent if incumbent is not None else candidates[0]
+        order, value = place_for_split(problem, split_, None, unit, deadline.sub(fraction=HEURISTIC_SHARE),
                                        solver=solver, threads=int(threads), seed=int(seed))
         info["placement_heuristic"] = value if math.isfinite(value) else None
         if value < inc_value:
-            inc_order, inc_value = order, value
+            incumbent, inc_order, inc_value = list(split_), order, value
     info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
     bound, exclude, notes = problem.memory_free_bound(), [], []
     info["bound_source"] = "memory-free bound m (F + B) / p"
