@@ -2,7 +2,8 @@
 each over m microbatches, their placement of stages on ranks and their memory rule
 (:mod:`.actions`); the seven schedules torch.distributed.pipelining ships
 (:mod:`.torch_orders`); the iteration as a graph of operations (:mod:`.dag`) and its
-execution with a plan's per-chunk durations (:mod:`.execute`).
+execution with a plan's per-chunk durations (:mod:`.execute`); where a zero-bubble schedule's
+W actions may go (:mod:`.w_gaps`).
 
 >>> from pipeopt.schedules import make_schedule
 >>> print(make_schedule("1F1B", ranks=2, microbatches=3))
