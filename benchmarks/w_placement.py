@@ -60,7 +60,7 @@ def main(argv=None) -> int:
                           time_limit=limit, hint=own.starts)
         print(f"{name:<22} {'free':<9} {row(free)}", flush=True)
         gain = (f"{1 - free.objective / own.objective:.2%} shorter than" if own.objective < float("inf")
-                else "fits where no split fits")
+                else "fits where no split fits with")
         print(f"  free W placement: {gain} the schedule's own W places"
               f" ({time.perf_counter() - t0:.1f} s for both); split binaries {free.info.get('binaries')}, gap binaries"
               f" {free.info.get('gap_binaries')},"
