@@ -5,7 +5,7 @@ non-W steps (F, I, B and fused steps) and each W(s, j) goes into one *gap* of it
 after the step of its I (:mod:`pipeopt.schedules.w_gaps`: the gap is the whole decision, the
 W's of one chunk keep the order of their I's without loss). The model is the event-time MILP
 of :mod:`.milp` (the same split binaries and duration variables,
-:func:`~.milp.split_and_durations`, and the same longest-path rows,
+:func:`~.model.split_and_durations`, and the same longest-path rows,
 :func:`pipeopt.problems.run_rows.add_run_rows`, on the schedule's operations without its W's)
 plus, per rank r with non-W steps ``0..K-1`` and per W w of chunk s:
 
@@ -24,7 +24,7 @@ plus, per rank r with non-W steps ``0..K-1`` and per W w of chunk s:
   copies param <= limit`` with ``c_s`` the F's minus the B's of chunk s so far (constants: the
   order of the non-W steps is fixed) and the products ``act_s z`` linearised by
   ``q <= act_s``, ``q <= A_s z`` (``A_s``: the most activation bytes a chunk can have); the
-  rows are :func:`~.milp.memory_terms` less the q's. A deferred W thus keeps its microbatch's
+  rows are :func:`~.model.memory_terms` less the q's. A deferred W thus keeps its microbatch's
   activations - the existing rule, no new term.
 
 For a fixed split and placement the least Z is the executor's iteration time of the order
@@ -47,7 +47,7 @@ from ...cost.schedule import RunGraph
 from ...schedules import Schedule, schedule_graph
 from ...schedules.w_gaps import place_w, rank_gaps, schedule_gaps
 from ..run_rows import add_run_rows
-from .milp import _merged, memory_scale, memory_terms, split_and_durations, split_values
+from .model import memory_scale, memory_terms, merged, split_and_durations, split_values
 from .problem import ScheduleProblem
 
 __all__ = ["build_free_milp", "free_start_values", "read_order"]
@@ -99,7 +99,7 @@ def build_free_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadli
     -------
     (lp, v)
         The PuLP problem (``None`` if a memory row is false on constants) and its variables:
-        those of :func:`~.milp.split_and_durations`, ``"t"`` per op of ``v["graph"]``,
+        those of :func:`~.model.split_and_durations`, ``"t"`` per op of ``v["graph"]``,
         ``"z"`` (per rank, per W, ``{gap: variable}``), ``"b"`` (``{(rank, w, gap): var}``),
         ``"q"``, ``"gaps"`` (:func:`~pipeopt.schedules.w_gaps.rank_gaps`).
     """
@@ -161,9 +161,9 @@ def build_free_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadli
                         const += sign * M * zz
                     else:
                         terms.append((zz, sign * M))
-                add(_merged(terms), const, f"wblock_{r}_{w}_{g}")
+                add(merged(terms), const, f"wblock_{r}_{w}_{g}")
                 block[g].append((b, 1.0))
-            add(_merged([(dw, 1.0), *own]), 0.0, f"wsum_{r}_{w}")
+            add(merged([(dw, 1.0), *own]), 0.0, f"wsum_{r}_{w}")
         for g in range(K):
             last = rg.steps[g][-1]
             ka, ia, _ = last
@@ -173,10 +173,10 @@ def build_free_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadli
                 terms.append((t[index[first]], -1.0))
             else:
                 terms.append((Z, -1.0))
-            add(_merged(terms), 0.0, f"wseq_{r}_{g}")
+            add(merged(terms), 0.0, f"wseq_{r}_{g}")
         work = [(d[a.kind][a.stage], 1.0) for step in rg.steps for a in step]
         work += [(d["W"][a.stage], 1.0) for a in rg.ws]
-        add(_merged([*work, (Z, -1.0)]), 0.0, f"busy_{r}")
+        add(merged([*work, (Z, -1.0)]), 0.0, f"busy_{r}")
         if math.isfinite(problem.capacity) and _memory_rows(problem, split, between, r, rg, zval, qs) is None:
             return None, v
     v.update(z=zs, b=bs, q=qs)
@@ -219,14 +219,14 @@ def _memory_rows(problem, split, between, r: int, rg, zval, qs: dict):
                 if qv is None:
                     qv = qs[(r, w, g - 1)] = split.lp.add_variable(f"q_{r}_{w}_{g - 1}", lowBound=0.0)
                     t_, c_ = between(P["act"], wa.stage, scale)
-                    split.add(_merged([(qv, 1.0), *[(x, -c) for x, c in t_]]), -c_, f"qact_{r}_{w}_{g - 1}")
+                    split.add(merged([(qv, 1.0), *[(x, -c) for x, c in t_]]), -c_, f"qact_{r}_{w}_{g - 1}")
                     split.add([(qv, 1.0), (zz, -amax)], 0.0, f"qz_{r}_{w}_{g - 1}")
                 terms.append((qv, -1.0))
             if not terms:
                 if const > 0:
                     return None
                 continue
-            split.add(_merged(terms), const, f"wmem_{r}_{g}_{local[a.stage]}")
+            split.add(merged(terms), const, f"wmem_{r}_{g}_{local[a.stage]}")
     return True
 
 
