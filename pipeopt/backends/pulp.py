@@ -259,7 +259,9 @@ def solve_pulp(
     ValueError
         If ``warm_start`` names a variable ``prob`` does not have (a programming error).
     RuntimeError
-        If the solver crashed or rejected the model (a programming error, not a time-out).
+        If the solver crashed twice (CBC) or rejected the model (a programming error, not a
+        time-out). A CBC crash with no time left to run it again is a ``"no_solution"``
+        outcome whose notes name the signal.
     """
     entry = time.perf_counter()
     deadline = Deadline(None) if deadline is None else deadline
@@ -288,8 +290,11 @@ def solve_pulp(
             try:
                 raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start)
             except CbcCrashed as crash:  # CBC 2.10 segfaults now and then (about 1 solve in 2,000)
-                if deadline.expired():
-                    raise RuntimeError(str(crash)) from None
+                if deadline.expired():  # no time to run it again: nothing proven, as at a deadline
+                    return PulpOutcome("no_solution", runtime=time.perf_counter() - entry, solver=solver,
+                                       solver_status=f"crashed ({crash.signal_name})",
+                                       notes=[f"CBC crashed ({crash.signal_name}, exit code {crash.returncode}) "
+                                              "with no time left to run it again: nothing proven"])
                 raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start)
                 raw.notes.append(f"CBC crashed once ({crash.signal_name}) and was run again on the same model")
         else:
@@ -477,13 +482,16 @@ def _write_mipstart(path: str, start: dict[str, float]) -> None:
 class CbcCrashed(RuntimeError):
     """CBC's process died of a signal (a segfault, exit code -11) that pipeopt did not send.
 
-    :func:`solve_pulp` runs the same model once more; a second crash is an error."""
+    :func:`solve_pulp` runs the same model once more; a second crash is an error. A crash
+    after the deadline has passed is a ``"no_solution"`` outcome (nothing proven, as when the
+    deadline stops the solver), not an error."""
 
     def __init__(self, returncode: int, log: str):
         try:
             self.signal_name = signal.Signals(-returncode).name
         except ValueError:
             self.signal_name = f"signal {-returncode}"
+        self.returncode = returncode
         super().__init__(f"CBC crashed ({self.signal_name}, exit code {returncode}); log tail:\n{log[-2000:]}")
 
 

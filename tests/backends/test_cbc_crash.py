@@ -51,3 +51,23 @@ def test_two_crashes_are_an_error_naming_the_signal(tmp_path, monkeypatch):
         door.solve_pulp(_model(), solver="cbc")
     assert int((tmp_path / "count").read_text()) == 2
     assert os.path.exists(tmp_path / "cbc")
+
+
+def test_a_crash_after_the_deadline_is_no_solution_not_an_error(monkeypatch):
+    """CI saw CBC segfault at the end of a 1 s solve: with no time to run it again, the door
+    reports that nothing was proven (as at a deadline) and names the crash."""
+    from pipeopt.backends.deadline import Deadline
+
+    calls = []
+
+    def crash_late(workdir, mps, mip, deadline, *args):
+        calls.append(1)
+        while not deadline.expired():
+            pass
+        raise door.CbcCrashed(-11, "log")
+
+    monkeypatch.setattr(door, "_run_cbc", crash_late)
+    out = door.solve_pulp(_model(), solver="cbc", deadline=Deadline(0.05))
+    assert out.status == "no_solution" and out.objective is None and out.bound is None
+    assert any("SIGSEGV" in n and "nothing proven" in n for n in out.notes)
+    assert calls == [1]
