@@ -347,11 +347,13 @@ class DaskCluster:
             # (an instance shipped once would pull every task to the worker that holds it, and
             # die with it)
             payloads = {k: _payload(instances[k]) for k in sorted({call[0] for call in calls})}
-            futures = {
-                client.submit(_dask_call, fn, f"{token}-{call[0]}", payloads[call[0]], tuple(call[1:]),
-                              pure=False, key=f"pipeopt-{token}-{i}"): i
-                for i, call in enumerate(calls)
-            }
+
+            def submit(i: int, key: str):
+                call = calls[i]
+                return client.submit(_dask_call, fn, f"{token}-{call[0]}", payloads[call[0]], tuple(call[1:]),
+                                     pure=False, key=key)
+
+            futures = {submit(i, f"pipeopt-{token}-{i}"): i for i in range(len(calls))}
             suspects: list[int] = []
             for future in distributed.as_completed(futures):
                 value = _dask_outcome(future)
@@ -361,9 +363,7 @@ class DaskCluster:
                 else:
                     yield futures[future], value
             for i in sorted(suspects):  # alone, so that a death names its own call
-                call = calls[i]
-                future = client.submit(_dask_call, fn, f"{token}-{call[0]}", payloads[call[0]], tuple(call[1:]),
-                                       pure=False, key=f"pipeopt-{token}-{i}-alone")
+                future = submit(i, f"pipeopt-{token}-{i}-alone")
                 distributed.wait(future)
                 value = _dask_outcome(future)
                 future.release()

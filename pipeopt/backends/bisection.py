@@ -420,6 +420,12 @@ def bisect(
             best, best_key = out.plan, key
         return True
 
+    def share() -> Deadline | None:
+        """A midpoint probe's clock: ``step_share`` of the time left (at least ``min_step``)."""
+        if deadline is not None and deadline.bounded and step_share is not None:
+            return deadline.sub(seconds=max(min_step, step_share * deadline.remaining()))
+        return deadline
+
     def result(is_closed: bool, iterations: int, stop: str | None = None) -> Bisection:
         if stop is None:
             stop = "closed" if is_closed else "deadline" if expired() else "max_iter"
@@ -449,10 +455,7 @@ def bisect(
         T = upper / (1.0 + 0.5 * rel_tol)
         if closed() or expired() or hard is not None or not lower < T < upper:
             break
-        step = deadline
-        if deadline is not None and deadline.bounded and step_share is not None:
-            step = deadline.sub(seconds=max(min_step, step_share * deadline.remaining()))
-        out = probe(T, step)
+        out = probe(T, share())
         iterations += 1
         steps.append((T, out.outcome))
         if out.outcome == INFEASIBLE:
@@ -465,10 +468,7 @@ def bisect(
         if not lower < T < top:
             return result(closed(), iterations, "floats")
         retry = hard is not None and top == upper
-        step = deadline
-        if deadline is not None and deadline.bounded and step_share is not None and not retry:
-            step = deadline.sub(seconds=max(min_step, step_share * deadline.remaining()))
-        out = probe(T, step)
+        out = probe(T, deadline if retry else share())
         iterations += 1
         steps.append((T, out.outcome))
         if out.outcome == FEASIBLE and take(out, T):
