@@ -351,7 +351,6 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list, half_duplex: bool)
     ev = evaluate(instance, plan)
     if not ev.feasible and any("cannot run" in v for v in ev.violations):
         raise InvalidPlanError("; ".join(v for v in ev.violations if "cannot run" in v))
-    S = plan.num_stages
     reps = [st.replicas for st in plan.stages]
     bw = instance.cluster.bandwidth
     graph = instance.graph

@@ -179,7 +179,7 @@ class Sequential:
     def run(self, fn: Callable, instances: Sequence[Instance], calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
         """Yield ``(i, fn(instances[calls[i][0]], *calls[i][1:]))`` for i = 0, 1, ..."""
         for i, call in enumerate(calls):
-            yield i, _guarded(fn, lambda: instances[call[0]], tuple(call[1:]))
+            yield i, _guarded(fn, lambda call=call: instances[call[0]], tuple(call[1:]))
 
 
 class Processes:

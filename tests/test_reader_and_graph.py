@@ -11,7 +11,7 @@ from conftest import PROFILE_DIR, PROFILES, profile
 from pipeopt import Cluster, Instance
 from pipeopt.errors import InvalidClusterError, InvalidGraphError, ReadError
 from pipeopt.cost import CostTable
-from pipeopt.graph import Chain, layer_order
+from pipeopt.graph import layer_order
 from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
 
 # (nodes, distinct edges, forward ms without Input nodes, backward ms, Input data-loading ms),

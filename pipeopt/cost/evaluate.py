@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidPlanError, InvalidProblemError
+from ..graph import edge_bytes
 from ..instance import Instance
 from ..plan import Plan
 from . import rules
@@ -316,7 +317,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         # predecessor: its own act_bytes); the weights updated where the backward runs travel
         # back b -> a once per M microbatches
         preds = list(graph.predecessors(n))
-        inp = (sum(rules.edge_bytes(graph, u, n) for u in preds) if preds
+        inp = (sum(edge_bytes(graph, u, n) for u in preds) if preds
                else graph.nodes[n]["act_bytes"])
         act, par = rules.migration_bytes(inp, graph.nodes[n]["param_bytes"], M)
         if a < b:

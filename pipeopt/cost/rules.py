@@ -21,7 +21,6 @@ import math
 
 import numpy as np
 
-from ..graph import edge_bytes
 from .arrays import layer_arrays
 
 MEMORY_SLACK = 1e-9

@@ -319,7 +319,6 @@ class PartitionProblem:
         work = np.asarray(self.stage_work(p[:-1], p[1:], reps), dtype=float)
         after = np.cumsum(reps[::-1])[::-1]
         window = rules.in_flight(np.arange(S), S, workers_after=after, replicas=reps)
-        _, bound = self.cut_terms
         cuts = p[1:-1]
         half = self.trip[cuts] / 2  # x = y: activations forward, as many gradient bytes back
         links = np.minimum(reps[:-1], reps[1:])

@@ -70,7 +70,6 @@ DNN Training*, ICPADS 2022 (the problem; Algorithm 2 is the start heuristic).
 from __future__ import annotations
 
 import math
-from functools import cached_property
 
 import numpy as np
 

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ...cost import CostTable, rules
+from ...cost import CostTable
 from ...cost.passes import weight_gradient_time
 from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance

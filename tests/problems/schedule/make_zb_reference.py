@@ -5,7 +5,7 @@ megatron/core/pipeline_parallel/zerobubble/scheduler/{zb,graph}.py (sail-sg/zero
 @39f2c186) with empty __init__.py files on the way: the cases are random per-stage costs and memory
 limits, the orders are what zb.create_schedule returns.
 """
-import json, random, sys
+import json, random
 from megatron.core.pipeline_parallel.zerobubble.scheduler import zb
 rnd = random.Random(7)
 cases = []

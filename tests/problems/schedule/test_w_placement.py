@@ -159,13 +159,18 @@ def test_place_w_reproduces_the_schedule(name, v):
         place_w(sched, bad, gaps)
 
 
-def test_cli_w_placement(tmp_path, capsys):
+def five_layers():
+    """Five layers with W costs, 2 ranks, m = 2 (the CLI tests)."""
     g = nx.DiGraph()
     for i in range(5):
         g.add_node(f"l{i}", fwd={"gpu": 0.01 + 0.004 * i}, bwd={"gpu": 0.02 + 0.01 * (i % 3)},
                    bwd_w={"gpu": 0.004 + 0.002 * i}, out_bytes=2e6, act_bytes=1e8, param_bytes=2e8)
     nx.add_path(g, [f"l{i}" for i in range(5)])
-    inst = Instance(g, Cluster.homogeneous(2, bandwidth=1e9), Settings(microbatches=2), name="five")
+    return Instance(g, Cluster.homogeneous(2, bandwidth=1e9), Settings(microbatches=2), name="five")
+
+
+def test_cli_w_placement(tmp_path, capsys):
+    inst = five_layers()
     path = write(inst, tmp_path / "five.json")
     base = ["solve", str(path), "--stages", "2", "--microbatches", "2"]
     assert main([*base, "--schedule", "ZBVZeroBubble", "--w-placement", "free", "--json"]) == 0
@@ -182,6 +187,34 @@ def test_cli_w_placement(tmp_path, capsys):
     assert math.isclose(problem.execute(row["starts"], order).time, row["iteration_time"], rel_tol=1e-12)
     assert main([*base, "--schedule", "1F1B", "--w-placement", "free"]) == 2
     assert "no W" in capsys.readouterr().err
+
+
+def test_cli_auto_with_free_placement(tmp_path, capsys):
+    """``--schedule auto --w-placement free``: the schedules with W actions get the free
+    placement, the others their own order (not refused); every row is the brute force's
+    optimum of the problem it names, and the best is the least of them."""
+    inst = five_layers()
+    path = write(inst, tmp_path / "five.json")
+    assert main(["solve", str(path), "--stages", "2", "--microbatches", "2", "--schedule", "auto",
+                 "--w-placement", "free", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    refs, free_rows = {}, 0
+    for row in out["schedules"]:
+        if "refused" in row:
+            continue
+        own = ScheduleProblem(inst, row["schedule"], 2, 2)
+        placement = "free" if own.schedule.splits_backward else "schedule"
+        assert (row["w_placement"] or "schedule") == placement, row
+        free_rows += placement == "free"
+        problem = ScheduleProblem(inst, own.schedule, w_placement="free") if placement == "free" else own
+        ref = exhaustive(problem)
+        refs[row["schedule"]] = ref.objective
+        assert row["status"] == "optimal"
+        assert math.isclose(row["iteration_time"], ref.objective, rel_tol=REL), row["schedule"]
+        if placement == "free":  # never worse than the schedule's own placement
+            assert row["iteration_time"] <= exhaustive(own).objective * (1 + REL)
+    assert free_rows >= 2 and len(refs) >= 4
+    assert out["best"] == min(refs, key=refs.get) and out["proven_best"]
 
 
 def test_free_placement_fits_where_the_schedules_order_does_not():
