@@ -188,6 +188,12 @@ class DeviceTypes:
         self.ndev = self.comps.sum(axis=1)
         self.full = int(self.counts @ self.stride)
         self.subsets = bool((self.counts == 1).all())
+        # packed count vectors (fits_within): type t in a field of bits[t] bits, its top bit a
+        # guard; 2**(bits - 1) > count, and sum(bits) <= log2(size) + 2 tau <= 63 bits
+        bits = np.array([int(c).bit_length() + 1 for c in self.counts], dtype=np.int64)
+        shift = np.concatenate([[0], np.cumsum(bits)[:-1]]).astype(np.int64)
+        self._guard = int(sum(1 << int(s + b - 1) for s, b in zip(shift, bits, strict=True)))
+        self._packed = (self.comps << shift[None, :]).sum(axis=1)
 
     @property
     def tau(self) -> int:
@@ -195,10 +201,14 @@ class DeviceTypes:
         return len(self.classes)
 
     def fits_within(self, c: np.ndarray, room: np.ndarray) -> np.ndarray:
-        """``c <= room`` type by type, for index arrays broadcast together."""
+        """``c <= room`` type by type, for index arrays broadcast together.
+
+        On packed count vectors, one subtraction for every type at once: each field of
+        ``room + guard - c`` is ``2**(bits - 1) + room_t - c_t``, which stays in ``[1, 2**bits)``
+        (so no field borrows from the next) and keeps its guard bit iff ``c_t <= room_t``."""
         if self.subsets:
             return (c & room) == c
-        return (self.comps[c] <= self.comps[room]).all(axis=-1)
+        return ((self._packed[room] + self._guard - self._packed[c]) & self._guard) == self._guard
 
     def prefix_min(self, values: np.ndarray) -> np.ndarray:
         """``out[u] = min over v <= u of values[v]`` (a zeta transform over the count vectors)."""
@@ -249,6 +259,7 @@ class TypesProbe:
         p, n = problem, problem.n
         self.kinds = p.kinds
         self._rows: dict = {}
+        self._least = self._owner = None  # buffers of _least_per_key
         # prices for the necessary conditions: the cover rows of the whole chain (finite ones)
         F, B = p.load(0, n)
         prices = []
@@ -684,9 +695,7 @@ class TypesProbe:
         nu = u + c
         # the least window state per (end, count vector): the others are dominated (module
         # docstring), and every test below reads only (end, count vector, G)
-        key = b * ty.size + nu
-        order = np.lexsort((G, key))
-        order = order[np.concatenate([[True], key[order][1:] != key[order][:-1]])]
+        order = self._least_per_key(b * ty.size + nu, G, J * ty.size)
         li, nu, b, G = li[order], nu[order], b[order], G[order]
         left = ty.full - nu
         ok = (self.power[left] >= rest[b] * (1 - 1e-12)).all(axis=1) & (ty.ndev[left] >= S - 1 - k)
@@ -709,6 +718,19 @@ class TypesProbe:
         for lo_i, hi_i in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [b.size]]), strict=True):
             parts.setdefault(int(j2s[b[lo_i]]), []).append(
                 (nu[lo_i:hi_i], G[lo_i:hi_i], np.full(hi_i - lo_i, j), lab.u[li[lo_i:hi_i]]))
+
+    def _least_per_key(self, key: np.ndarray, G: np.ndarray, size: int) -> np.ndarray:
+        """Positions of one least ``G`` per distinct ``key`` (ints in ``[0, size)``), by a
+        scatter-min into a reused dense buffer (far faster than sorting the pairs)."""
+        if self._least is None or self._least.size < size:
+            self._least = np.full(size, np.inf)
+            self._owner = np.empty(size, dtype=np.int64)
+        least, owner = self._least, self._owner
+        np.minimum.at(least, key, G)
+        pos = np.flatnonzero(G <= least[key])
+        owner[key[pos]] = pos  # one of the tied positions per key
+        least[key] = np.inf  # the buffer is all inf again
+        return pos[owner[key[pos]] == pos]
 
     def _pareto(self, parts: list) -> _Labels:
         """The non-dominated labels (module docstring) among ``parts`` at one boundary."""

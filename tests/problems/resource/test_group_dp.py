@@ -128,6 +128,12 @@ def test_count_vector_transforms():
         le = [v for v in range(ty.size) if (ty.comps[v] <= ty.comps[u]).all()]
         assert pm[u] == min(vals[v] for v in le)
         assert below[u] == min((vals[v] for v in le if v != u), default=math.inf)
+    # fits_within (packed fields, one subtraction) = the type-by-type comparison, every pair
+    c, room = np.meshgrid(np.arange(ty.size), np.arange(ty.size))
+    assert (ty.fits_within(c, room) == (ty.comps[c] <= ty.comps[room]).all(axis=-1)).all()
+    wide = DeviceTypes(GroupProblem(_instance(4, [0] * 16 + [1] * 7 + [2], seed=1, bandwidth=1e9), 2))
+    c, room = np.meshgrid(np.arange(wide.size), np.arange(wide.size))
+    assert (wide.fits_within(c, room) == (wide.comps[c] <= wide.comps[room]).all(axis=-1)).all()
     distinct = DeviceTypes(GroupProblem(_instance(4, [0, 1, 2], seed=1, bandwidth=1e9), 2))
     assert distinct.subsets and distinct.size == 8
     assert all(int(distinct.comps[i] @ distinct.stride) == i for i in range(8))
