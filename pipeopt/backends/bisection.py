@@ -313,6 +313,11 @@ class Bisection:
 TOP_PROBES = 3
 """Most probes just below the upper end with ``probe_top`` (:func:`bisect`)."""
 
+TOP_SHARE = 0.5
+"""A probe just below the upper end (``probe_top``) gets this fraction of a midpoint's share
+of the clock: it bets that the start is optimal, where a rejection is quick (a tight limit),
+and a poor start makes it a generous limit, where an exact probe is slowest."""
+
 
 def bisect(
     probe: Callable[[float, Deadline | None], Probe],
@@ -380,7 +385,7 @@ def bisect(
         when the start is optimal (a good heuristic start often is), one rejection there closes
         the bracket, instead of the ``log2(gap / rel_tol)`` midpoints that walk the lower end up
         to it; a plan found there moves the upper end and the next probe is just below it again,
-        at most :data:`TOP_PROBES` times in all.
+        at most :data:`TOP_PROBES` times in all, each with :data:`TOP_SHARE` of a midpoint's clock.
     score
         ``score(plan) -> float``: the plan kept is the one of least score (ties: the
         earlier), e.g. the bottleneck after :func:`complete_stages`. Default: the plan's
@@ -420,10 +425,10 @@ def bisect(
             best, best_key = out.plan, key
         return True
 
-    def share() -> Deadline | None:
-        """A midpoint probe's clock: ``step_share`` of the time left (at least ``min_step``)."""
+    def share(fraction: float = 1.0) -> Deadline | None:
+        """A probe's clock: ``fraction`` of ``step_share`` of the time left (at least ``min_step``)."""
         if deadline is not None and deadline.bounded and step_share is not None:
-            return deadline.sub(seconds=max(min_step, step_share * deadline.remaining()))
+            return deadline.sub(seconds=max(min_step, fraction * step_share * deadline.remaining()))
         return deadline
 
     def result(is_closed: bool, iterations: int, stop: str | None = None) -> Bisection:
@@ -455,7 +460,7 @@ def bisect(
         T = upper / (1.0 + 0.5 * rel_tol)
         if closed() or expired() or hard is not None or not lower < T < upper:
             break
-        out = probe(T, share())
+        out = probe(T, share(TOP_SHARE))
         iterations += 1
         steps.append((T, out.outcome))
         if out.outcome == INFEASIBLE:

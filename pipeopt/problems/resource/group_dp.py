@@ -70,6 +70,7 @@ DNN Training*, ICPADS 2022 (the problem; Algorithm 2 is the start heuristic).
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 
@@ -339,11 +340,15 @@ class TypesProbe:
         (``f >= Phi / x``, ``b >= Beta / (P_s - x)`` for the priced power x its forward share has),
         and ``sum root_s**2 / P_s >= (sum root_s)**2 / sum P_s``; minimised over the front of
         :meth:`_window_fronts`."""
-        A, B = self._fronts[k]
-        a, b = A[j], B[j]  # (m, FRONT)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            val = np.where(np.isfinite(a), a * a / np.maximum(power, 1e-300)[:, None] + b, np.inf)
+        A2, B = self._fronts_sq[k]  # fronts padded with inf: inf * x + inf = inf, never nan
+        val = A2[j] * (1.0 / np.maximum(power, 1e-300))[:, None]
+        val += B[j]
         return val.min(axis=1)
+
+    @cached_property
+    def _fronts_sq(self) -> dict:
+        """:meth:`_window_fronts` with the roots squared (what :meth:`window_need` reads)."""
+        return {k: (A * A, B) for k, (A, B) in self._fronts.items()}
 
     def work_bound(self) -> float:
         """The priced work bound (seconds): no plan has a period below ``max_pi W_pi / P_pi`` (the
