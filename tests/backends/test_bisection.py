@@ -206,3 +206,26 @@ def test_probe_top_follows_improving_plans_then_bisects():
     tops = calls[:TOP_PROBES]
     assert [round(t, 3) for t in tops[:2]] == [3.0, 2.9]  # each just below the incumbent
     assert found.upper - found.lower <= 1e-4 * found.lower
+
+
+def test_probe_top_gets_a_smaller_clock_than_a_midpoint():
+    """A top probe is given TOP_SHARE of a midpoint's share of the time left (a poor start
+    must not cost a midpoint's worth of clock); both are sub-deadlines of the search's."""
+    from pipeopt.backends.bisection import TOP_SHARE
+    from pipeopt.backends.deadline import Deadline
+
+    given: list = []
+
+    def probe(T, deadline):
+        given.append((T, deadline.remaining()))
+        if T > 2.9:  # just below the start: undecided, the midpoints follow
+            return Probe(UNKNOWN)
+        return Probe(INFEASIBLE) if T < 2.0 else Probe(FEASIBLE, ("plan", T), T)
+
+    found = bisect(probe, 1.0, 3.0, start="start", rel_tol=1e-2, probe_top=True, deadline=Deadline(1000.0),
+                   step_share=0.3)
+    assert found.closed
+    (top_T, top), (mid_T, mid) = given[0], given[1]
+    assert top_T > 2.9 and mid_T < top_T
+    assert math.isclose(top, TOP_SHARE * 0.3 * 1000.0, rel_tol=1e-3)
+    assert math.isclose(mid, 0.3 * 1000.0, rel_tol=1e-3)
