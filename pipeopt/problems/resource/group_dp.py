@@ -731,10 +731,12 @@ class TypesProbe:
             self._least = np.full(size, np.inf)
             self._owner = np.empty(size, dtype=np.int64)
         least, owner = self._least, self._owner
-        np.minimum.at(least, key, G)
-        pos = np.flatnonzero(G <= least[key])
-        owner[key[pos]] = pos  # one of the tied positions per key
-        least[key] = np.inf  # the buffer is all inf again
+        try:
+            np.minimum.at(least, key, G)
+            pos = np.flatnonzero(G <= least[key])
+            owner[key[pos]] = pos  # one of the tied positions per key
+        finally:
+            least[key] = np.inf  # the buffer is all inf again, whatever happened
         return pos[owner[key[pos]] == pos]
 
     def _pareto(self, parts: list) -> _Labels:

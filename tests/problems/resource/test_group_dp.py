@@ -141,6 +141,21 @@ def test_count_vector_transforms():
     assert list(distinct.fits_within(a, b)) == [True, True, False]  # bit 0 is not in 6
 
 
+def test_least_window_state_per_key():
+    """_least_per_key keeps exactly one position of least G per key (ties: any one), and leaves
+    its reused buffer clean for the next call (random keys, many ties)."""
+    probe = TypesProbe(GroupProblem(_instance(4, [0, 0, 1], seed=2, bandwidth=1e9), 2))
+    rng = np.random.default_rng(5)
+    for size in (7, 50, 7):
+        key = rng.integers(0, size, 300)
+        G = rng.integers(0, 4, 300).astype(float) - 2.0
+        kept = probe._least_per_key(key, G, size)
+        assert sorted(key[kept]) == sorted(set(key.tolist()))
+        for q in set(key.tolist()):
+            assert G[kept][key[kept] == q][0] == G[key == q].min()
+        assert np.isinf(probe._least).all()
+
+
 def test_rules_read_per_composition():
     """The cover-row rate is 1 / best_split's stage time and busy is least_busy on the pooled
     worker, for every composition and a few ranges (the DP reads the rules, it does not redo them)."""
