@@ -69,6 +69,7 @@ DNN Training*, ICPADS 2022 (the problem; Algorithm 2 is the start heuristic).
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import cached_property
 
@@ -121,6 +122,27 @@ FRONT = 32
 
 CHUNK = 20000
 """Compositions per vectorised block of :meth:`TypesProbe.menus` (bounds its temporary arrays)."""
+
+PAIRS_CHUNK = 2**21
+"""Most label x menu pairs :meth:`TypesProbe._extend` makes at once (about 40 bytes each in
+flight)."""
+
+KEY_MIN_PAIRS = 200_000
+"""An exact probe's pairing (:meth:`TypesProbe._extend`) keys menu items on a few types
+(:meth:`TypesProbe._pairs_by_key`) only when at least this many label x menu pairs pass the
+power test at one boundary and start unit."""
+
+KEY_SAMPLE = 4096
+"""Pairs sampled to choose the key types (:meth:`TypesProbe._key_types`)."""
+
+KEY_MAX_TYPES = 8
+"""Most key types."""
+
+KEY_MAX_GROUPS = 4096
+"""Most groups (product of the key types' counts + 1)."""
+
+KEY_RANGE_COST = 4.0
+"""Cost of one (label, end, group) range in pairs (a searchsorted and the index arithmetic)."""
 
 BIG = 1e300
 """Stand-in for an infinite cover coefficient (a pass without work on a kind): finite, so that
@@ -347,8 +369,13 @@ class TypesProbe:
 
     @cached_property
     def _fronts_sq(self) -> dict:
-        """:meth:`_window_fronts` with the roots squared (what :meth:`window_need` reads)."""
-        return {k: (A * A, B) for k, (A, B) in self._fronts.items()}
+        """:meth:`_window_fronts` with the roots squared (what :meth:`window_need` reads), cut to
+        the longest front's width (the fronts are left-aligned; most hold one or two points)."""
+        out = {}
+        for k, (A, B) in self._fronts.items():
+            width = max(1, int(np.isfinite(A).sum(axis=1).max()))
+            out[k] = (A[:, :width] ** 2, B[:, :width])
+        return out
 
     def work_bound(self) -> float:
         """The priced work bound (seconds): no plan has a period below ``max_pi W_pi / P_pi`` (the
@@ -484,7 +511,7 @@ class TypesProbe:
                     j2s = j2s[(share <= spread / (S - k)) | (j2s == j2s[0])]
                 floors = -D[k + 1] * Tp - trip[j2s]  # below them the next stage forgets G
                 menus = self.menus(k, j, j2s, Tp, lab, h, floors, beam, deadline)
-                self._extend(k, j, Tp, lab, h, floors, menus, parts, beam)
+                self._extend(k, j, Tp, lab, h, floors, menus, parts, beam, deadline)
             labels = {}
             for j2 in sorted(parts):
                 lab2 = self._pareto(parts[j2])
@@ -606,13 +633,13 @@ class TypesProbe:
             c, bl = idx[sl], block[sl]
             vals = np.einsum("it,itl->il", ty.comps[c].astype(float), rows[bl])  # (m, L)
             ok_c = (vals.min(axis=1) >= 1.0 / T) & rules.fits(mem_need[bl], ty.M[c])
-            has = ty.comps[c] > 0
-            preds = np.where(has, c[:, None] - ty.stride[None, :], 0)
-            prate = (vals[:, None, :] - rows[bl]).min(axis=2)  # one device of type t fewer
-            ok_p = (has & (prate >= 1.0 / T) & rules.fits(mem_need[bl][:, None], ty.M[preds])
-                    & (ty.ndev[preds] >= 1))
-            with np.errstate(divide="ignore"):
-                ptau[sl] = np.where(ok_p, 1.0 / np.where(ok_p, prate, 1.0), np.inf)
+            # its predecessors (one device of type t fewer), for the compositions that pass only
+            pi, pt = np.nonzero((ty.comps[c] > 0) & ok_c[:, None])
+            pred = c[pi] - ty.stride[pt]
+            prate = (vals[pi] - rows[bl[pi], pt]).min(axis=1)
+            ok_p = (prate >= 1.0 / T) & rules.fits(mem_need[bl[pi]], ty.M[pred]) & (ty.ndev[pred] >= 1)
+            pi, pt = pi[ok_p], pt[ok_p]
+            ptau[lo_c + pi, pt] = 1.0 / prate[ok_p]
             keep[sl] = ok_c & ~(2.0 * ptau[sl] <= theta[bl][:, None]).any(axis=1)
         idx, block, ptau = idx[keep], block[keep], ptau[keep]
         if beam is not None and idx.size:  # the least powerful first: menus are sorted by end, then power
@@ -661,34 +688,62 @@ class TypesProbe:
         return w
 
     def _extend(self, k: int, j: int, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray, menus,
-                parts: dict, beam: int | None) -> None:
+                parts: dict, beam: int | None, deadline: Deadline | None = None) -> None:
         """Every label at ``(k, j)`` times every menu composition of stage k (units ``j..j2-1``, every
         end) that leaves the rest enough priced power of the first price: into ``parts[j2]``, the
-        labels at ``(k + 1, j2)`` that pass the rules and the necessary conditions."""
-        idx, w, wp, block, j2s = menus
+        labels at ``(k + 1, j2)`` that pass the rules and the necessary conditions (:meth:`_join`).
+
+        The pairs are made for consecutive labels at most :data:`PAIRS_CHUNK` at a time (one
+        boundary can pair billions: memory stays bounded), keyed on a few types when they are
+        many (:meth:`_pairs_by_key`); ``deadline`` is checked per chunk."""
+        idx, _, _, block, j2s = menus
         if idx.size == 0:
             return
-        ty, S, first = self.types, self.problem.num_stages, self._order_key
+        ty, first = self.types, self._order_key
         J = j2s.size
         rest = (self.work[-1] - self.work[j2s]) / T  # (J, P)
         # label l may take the menu items of end b whose first-price power leaves the rest its work
         room = self.power[ty.full - lab.u, first][:, None] - rest[None, :, first]  # (L, J)
         p0 = self.power[idx, first]
         span = float(p0.max()) * 2.0 + 1.0
+        room = np.minimum(room, span / 2) * (1 + 1e-12) + 1e-300
         key = block * span + p0  # increasing: the menus are sorted by end, then by power
         start = np.searchsorted(block, np.arange(J), side="left")
-        count = np.searchsorted(key, np.arange(J)[None, :] * span + np.minimum(room, span / 2) * (1 + 1e-12) + 1e-300,
-                                side="right") - start[None, :]
-        count = np.maximum(count, 0)
+        count = np.maximum(np.searchsorted(key, np.arange(J)[None, :] * span + room, side="right") - start[None, :], 0)
         if beam is not None:
             count = np.minimum(count, beam)
         flat = count.ravel()
         total = int(flat.sum())
         if total == 0:
             return
-        li = np.repeat(np.repeat(np.arange(lab.u.size), J), flat)
-        mi = (np.arange(total) - np.repeat(np.cumsum(flat) - flat, flat)
-              + np.repeat(np.tile(start, lab.u.size), flat))
+        keys = self._key_types(lab.u, idx, start, flat, total) if beam is None and total >= KEY_MIN_PAIRS else []
+        per_label = count.sum(axis=1)
+        chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
+        cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
+        for lo, hi in itertools.pairwise(cuts):
+            if deadline is not None:
+                deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
+            if keys:
+                li, mi = self._pairs_by_key(keys, lab.u[lo:hi], idx, block, p0, room[lo:hi], span)
+                li += lo
+            else:
+                cf = count[lo:hi].ravel()
+                n_pairs = int(cf.sum())
+                li = np.repeat(np.repeat(np.arange(lo, hi), J), cf)
+                mi = (np.arange(n_pairs) - np.repeat(np.cumsum(cf) - cf, cf)
+                      + np.repeat(np.tile(start, hi - lo), cf))
+            if li.size:
+                self._join(k, j, T, lab, h, floors, menus, rest, li, mi, parts)
+
+    def _join(self, k: int, j: int, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray, menus,
+              rest: np.ndarray, li: np.ndarray, mi: np.ndarray, parts: dict) -> None:
+        """The pairs (label ``li``, menu item ``mi``) of :meth:`_extend` that use at most the
+        devices there are, pass the window rows ending at stage k and the necessary conditions of
+        the rest (priced power, devices, memory, :meth:`window_need`): into ``parts[j2]``, the least
+        window state per end and count vector."""
+        idx, w, wp, block, j2s = menus
+        ty, S, first = self.types, self.problem.num_stages, self._order_key
+        J = j2s.size
         u, c, b = lab.u[li], idx[mi], block[mi]
         ok = ty.fits_within(c, ty.full - u)
         ok &= wp[mi] > floors[b] - h[li]  # else a smaller composition clips to the same state
@@ -723,6 +778,85 @@ class TypesProbe:
         for lo_i, hi_i in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [b.size]]), strict=True):
             parts.setdefault(int(j2s[b[lo_i]]), []).append(
                 (nu[lo_i:hi_i], G[lo_i:hi_i], np.full(hi_i - lo_i, j), lab.u[li[lo_i:hi_i]]))
+
+    def _key_types(self, u: np.ndarray, idx: np.ndarray, start: np.ndarray, flat: np.ndarray,
+                   total: int) -> list[int]:
+        """The types :meth:`_pairs_by_key` keys on (``[]``: pair by power only): chosen greedily on
+        a sample of the ``total`` label x menu pairs that pass the power test (``flat``: their
+        count per label and end, label-major; ``start``: each end's first menu position), each
+        type while its rejections (``c_t > counts_t - u_t``) save more pairs than the extra
+        ranges it costs (:data:`KEY_RANGE_COST`)."""
+        ty = self.types
+        J = flat.size // u.size
+        ends = np.cumsum(flat)
+        pos = np.random.default_rng(0).integers(0, total, size=KEY_SAMPLE)  # uniform over the pairs
+        at = np.searchsorted(ends, pos, side="right")  # their (label, end) ranges, label-major
+        sl = at // J
+        sc = idx[start[at % J] + pos - (ends[at] - flat[at])]
+        left = ty.counts[None, :] - ty.comps[u[sl]]  # (sample, tau)
+        bad = ty.comps[sc] > left  # (sample, tau): the pair fails on type t
+        width = (ty.counts[None, :] - ty.comps[u] + 1).astype(float)  # (L, tau): values a label allows
+        keys: list[int] = []
+        alive = np.ones(KEY_SAMPLE, bool)
+        mult = np.ones(u.size)
+        cost = float(total)
+        while len(keys) < KEY_MAX_TYPES:
+            best, best_cost = None, cost
+            for t in range(ty.tau):
+                if t in keys or ty.counts[t] == 0:
+                    continue
+                m = mult * width[:, t]
+                groups = float(np.prod([ty.counts[q] + 1 for q in keys + [t]]))
+                if groups > KEY_MAX_GROUPS:
+                    continue
+                pairs = total * float((alive & ~bad[:, t]).mean())
+                c = pairs + KEY_RANGE_COST * float(m.sum()) * J
+                if c < best_cost:
+                    best, best_cost = t, c
+            if best is None:
+                break
+            keys.append(best)
+            alive &= ~bad[:, best]
+            mult = mult * width[:, best]
+            cost = best_cost
+        return keys
+
+    def _pairs_by_key(self, keys: list[int], u: np.ndarray, idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
+                      room: np.ndarray, span: float) -> tuple[np.ndarray, np.ndarray]:
+        """The label x menu pairs that pass the power test (``room``: ``(L, J)``, the first price's
+        power each label leaves an end's item, clipped to ``span / 2``) and, on the key types, the
+        count test ``c_t <= counts_t - u_t``: menu items grouped by their counts of the key types
+        (power order kept within a group), each label's allowed groups are a box, and each (label,
+        end, allowed group) is one contiguous power range. Returns the label and menu positions of
+        every pair (a subset of the power-only pairs; every pair it drops fails ``fits_within``)."""
+        ty = self.types
+        L, J = room.shape
+        radix = [int(ty.counts[t]) + 1 for t in keys]
+        gid = np.zeros(idx.size, np.int64)
+        for t, r in zip(keys, radix, strict=True):
+            gid = gid * r + ty.comps[idx, t]
+        ngroups = int(np.prod(radix))
+        order = np.lexsort((gid, block))  # stable: power order within (end, group)
+        cell = block[order] * ngroups + gid[order]
+        key = cell * span + p0[order]
+        # each label's allowed groups: a box of count values per key type
+        lab_of = np.arange(L)
+        gl = np.zeros(L, np.int64)
+        for t, r in zip(keys, radix, strict=True):
+            allow = ty.counts[t] - ty.comps[u[lab_of], t] + 1  # values 0..counts - u_t
+            lab_of = np.repeat(lab_of, allow)
+            gl = np.repeat(gl * r, allow) + (np.arange(allow.sum()) - np.repeat(np.cumsum(allow) - allow, allow))
+        # every (label, allowed group, end): one range of items
+        A = lab_of.size
+        rl = np.repeat(lab_of, J)
+        rc = np.tile(np.arange(J), A) * ngroups + np.repeat(gl, J)
+        lo = np.searchsorted(cell, rc, side="left")
+        hi = np.searchsorted(key, rc * span + room[rl, rc // ngroups], side="right")
+        cnt = np.maximum(hi - lo, 0)
+        total = int(cnt.sum())
+        li = np.repeat(rl, cnt)
+        mi = order[np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)]
+        return li, mi
 
     def _least_per_key(self, key: np.ndarray, G: np.ndarray, size: int) -> np.ndarray:
         """Positions of one least ``G`` per distinct ``key`` (ints in ``[0, size)``), by a

@@ -3,6 +3,7 @@ brute force, the group MILP and CP-SAT, and its building blocks against the rule
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 import pipeopt
 from pipeopt.backends.deadline import Deadline
-from pipeopt.problems.resource import GroupProblem, brute_force, group
+from pipeopt.problems.resource import GroupProblem, brute_force, group, group_dp
 from pipeopt.problems.resource.examples import random_chain
 from pipeopt.problems.resource.group_dp import DeviceTypes, TypesProbe, solve_dp
 from pipeopt.problems.resource.split import best_split, least_busy
@@ -72,6 +73,92 @@ def test_types_equals_brute_force(p):
     assert r.lower_bound <= best * (1 + 1e-9)
     assert r.objective <= best * (1 + REL)
 
+
+
+@contextlib.contextmanager
+def _keyed_in_small_chunks():
+    """Every pairing keyed on every type that rejects a sampled pair, a few labels at a time."""
+    old = (group_dp.KEY_MIN_PAIRS, group_dp.KEY_RANGE_COST, group_dp.PAIRS_CHUNK)
+    group_dp.KEY_MIN_PAIRS, group_dp.KEY_RANGE_COST, group_dp.PAIRS_CHUNK = 0, 0.0, 5
+    try:
+        yield
+    finally:
+        group_dp.KEY_MIN_PAIRS, group_dp.KEY_RANGE_COST, group_dp.PAIRS_CHUNK = old
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=small_problems())
+def test_types_keyed_in_small_chunks_equals_brute_force(p):
+    """The same cross-check with the pairs keyed on the types and made five at a time (on these
+    sizes the defaults pair by power in one go)."""
+    _, _, best = brute_force(p)
+    with _keyed_in_small_chunks():
+        if not math.isfinite(best):
+            with pytest.raises(pipeopt.InfeasibleError):
+                solve_dp(p, time_limit=30)
+            return
+        r = solve_dp(p, time_limit=30)
+    _check(p, r)
+    assert r.status == pipeopt.Status.OPTIMAL
+    assert r.objective <= best * (1 + REL) and r.lower_bound <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("profiles", [[0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 3, 4, 0, 3]])
+def test_keyed_pairing_keeps_every_label(profiles):
+    """On 8 units, 7-8 devices (repeated types, then 5 types), 3 workers, at limits from
+    infeasible to generous: the labels of every boundary and the plan are the same whether the
+    pairs are made by power in one go or keyed on the types a few at a time."""
+    p = GroupProblem(_instance(8, profiles, seed=4, bandwidth=1e8), 3)
+    probe = TypesProbe(p)
+    lo = probe.work_bound()
+    for T in (lo, 1.2 * lo, 1.5 * lo, 2.5 * lo, 6 * lo):
+        seen = {}
+        for mode in ("power", "keyed"):
+            labels = []
+            original = TypesProbe._pareto
+
+            def record(self, parts, original=original, labels=labels):
+                lab = original(self, parts)
+                labels.append(sorted(zip(lab.u.tolist(), lab.G.tolist(), strict=True)))
+                return lab
+
+            TypesProbe._pareto = record
+            try:
+                if mode == "keyed":
+                    with _keyed_in_small_chunks():
+                        found = probe.solve(T)
+                else:
+                    found = probe.solve(T)
+            finally:
+                TypesProbe._pareto = original
+            seen[mode] = (labels, None if found is None else p.plan_value(*found))
+        assert seen["power"] == seen["keyed"]
+
+
+def test_keyed_pairs_are_the_power_pairs_that_fit():
+    """_pairs_by_key returns exactly the (label, item) pairs whose item's first-price power is
+    within the label's room at its end and whose counts of the key types fit what the label
+    leaves (random labels and menus, 3 and 2 key types)."""
+    p = GroupProblem(_instance(5, [0, 0, 0, 1, 1, 2, 3, 3], seed=1, bandwidth=1e9), 3)
+    probe = TypesProbe(p)
+    ty, first = probe.types, probe._order_key
+    rng = np.random.default_rng(3)
+    for keys in ([0, 1, 3], [2, 0]):
+        u = rng.integers(0, ty.size, 40)
+        J = 4
+        idx = rng.integers(1, ty.size, 300)
+        block = np.sort(rng.integers(0, J, 300))
+        p0 = probe.power[idx, first]
+        order = np.lexsort((p0, block))  # menus come sorted by end, then power
+        idx, block, p0 = idx[order], block[order], p0[order]
+        span = float(p0.max()) * 2.0 + 1.0
+        room = np.minimum(rng.uniform(0, p0.max(), (u.size, J)), span / 2)
+        li, mi = probe._pairs_by_key(keys, u, idx, block, p0, room, span)
+        got = sorted(zip(li.tolist(), mi.tolist(), strict=True))
+        want = sorted((l, m) for l in range(u.size) for m in range(idx.size)
+                      if p0[m] <= room[l, block[m]]
+                      and all(ty.comps[idx[m], t] <= ty.counts[t] - ty.comps[u[l], t] for t in keys))
+        assert got == want and len(want) > 0
 
 CROSS = [  # units, device profiles (repeats: identical devices), workers, seed, bandwidth, memory per device
     (6, [0, 0, 1, 2], 3, 1, 1e9, None),  # two identical devices
