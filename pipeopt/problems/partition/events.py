@@ -261,7 +261,7 @@ def build_events(
     """
     deadline = Deadline(None) if deadline is None else deadline
     problem = model.problem
-    n, S = model.n, model.S
+    S = model.S
     graph = event_graph(problem, schedule)
     lp = pulp.LpProblem("partition_events", pulp.LpMinimize)
     Z = lp.add_variable("iteration", lowBound=0.0)

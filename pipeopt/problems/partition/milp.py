@@ -107,7 +107,7 @@ def build_milp(
         variables are named ``window_sum_{t}`` and ``window_min_{l}``.
     """
     deadline = Deadline(None) if deadline is None else deadline
-    n, S = model.n, model.S
+    S = model.S
     lp = pulp.LpProblem("partition_straight", pulp.LpMinimize)
     T = lp.add_variable("bottleneck", lowBound=model.lower_bound / time_unit)
     lp += T, "bottleneck_time"

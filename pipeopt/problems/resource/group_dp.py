@@ -631,7 +631,7 @@ class TypesProbe:
                 deadline.check(f"the type DP's menus (stage {k}, start unit {j})")
             sl = slice(lo_c, lo_c + CHUNK)
             c, bl = idx[sl], block[sl]
-            vals = np.einsum("it,itl->il", ty.comps[c].astype(float), rows[bl])  # (m, L)
+            vals = self._rates(ty.comps[c].astype(float), bl, rows)  # (m, L)
             ok_c = (vals.min(axis=1) >= 1.0 / T) & rules.fits(mem_need[bl], ty.M[c])
             # its predecessors (one device of type t fewer), for the compositions that pass only
             pi, pt = np.nonzero((ty.comps[c] > 0) & ok_c[:, None])
@@ -664,6 +664,16 @@ class TypesProbe:
         wp = vals.min(axis=1)
         fin = np.isfinite(w) & (wp > theta[block])
         return idx[fin], w[fin], wp[fin], block[fin], j2s
+
+    @staticmethod
+    def _rates(comps: np.ndarray, block: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``out[i] = comps[i] @ rows[block[i]]`` for ``block`` sorted: one matrix product per run
+        of equal blocks (``comps (m, tau)``, ``rows (J, tau, L)``; no ``(m, tau, L)`` gather)."""
+        out = np.empty((comps.shape[0], rows.shape[2]))
+        cuts = np.concatenate([[0], np.flatnonzero(np.diff(block)) + 1, [block.size]])
+        for lo, hi in itertools.pairwise(cuts):
+            out[lo:hi] = comps[lo:hi] @ rows[block[lo]]
+        return out
 
     def busy_ranges(self, j: int, j2s: np.ndarray, block: np.ndarray, idx: np.ndarray, T: float) -> np.ndarray:
         """:meth:`busy` of units ``j..j2s[block]-1`` on count vectors ``idx`` (element by element)."""

@@ -243,6 +243,17 @@ def test_least_window_state_per_key():
         assert np.isinf(probe._least).all()
 
 
+def test_rates_by_runs_equal_the_gather():
+    """_rates (one product per run of equal blocks) is the per-row gather comps[i] @ rows[block[i]],
+    for sorted blocks, unsorted blocks and a single row."""
+    rng = np.random.default_rng(3)
+    rows = rng.random((5, 3, 4))
+    for block in (np.sort(rng.integers(0, 5, 40)), rng.integers(0, 5, 40), np.array([2])):
+        comps = rng.integers(0, 3, (block.size, 3)).astype(float)
+        want = np.einsum("it,itl->il", comps, rows[block])
+        assert np.allclose(TypesProbe._rates(comps, block, rows), want, rtol=1e-12, atol=0)
+
+
 def test_rules_read_per_composition():
     """The cover-row rate is 1 / best_split's stage time and busy is least_busy on the pooled
     worker, for every composition and a few ranges (the DP reads the rules, it does not redo them)."""
