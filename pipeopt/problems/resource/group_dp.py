@@ -300,6 +300,7 @@ class TypesProbe:
             unit += priced.min(axis=2)
         self.work = np.vstack([np.zeros(len(self.prices)), np.cumsum(unit, axis=0)])  # (n+1, P) priced work prefix
         self.power = self.types.R @ self.prices.T  # (size, P) priced power of every count vector
+        self._power_cols = [np.ascontiguousarray(self.power[:, q]) for q in range(self.power.shape[1])]
         self.memory_limited = bool(np.isfinite(self.types.mem).any())
         # bytes units j..n-1 need at least (every stage keeps >= 2 microbatches with split execution)
         self.mem_rest = np.asarray(p.table.memory(np.arange(n + 1), n, 2), dtype=float)
@@ -602,9 +603,10 @@ class TypesProbe:
         size = hi - lo
         block = np.repeat(np.arange(J), size)
         idx = self._order[np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size) + np.repeat(lo, size)]
-        pw = self.power[idx]
-        ok = ((pw >= need[block] * (1 - 1e-12)).all(axis=1) & (pw <= top[block] * (1 + 1e-12) + 1e-300).all(axis=1)
-              & (ty.ndev[idx] >= 1))
+        ok = ty.ndev[idx] >= 1
+        for q, col in enumerate(self._power_cols):  # one price at a time: no (m, P) temporaries
+            pw = col[idx]
+            ok &= (pw >= (need[:, q] * (1 - 1e-12))[block]) & (pw <= (top[:, q] * (1 + 1e-12) + 1e-300)[block])
         idx, block = idx[ok], block[ok]
         # the window rows with the most favourable label: least entering state, most power left
         if idx.size and k + 1 < self.problem.num_stages:
@@ -727,6 +729,7 @@ class TypesProbe:
         if total == 0:
             return
         keys = self._key_types(lab.u, idx, start, flat, total) if beam is None and total >= KEY_MIN_PAIRS else []
+        groups = self._key_groups(keys, idx, block, p0, span) if keys else None
         per_label = count.sum(axis=1)
         chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
         cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
@@ -734,7 +737,7 @@ class TypesProbe:
             if deadline is not None:
                 deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
             if keys:
-                li, mi = self._pairs_by_key(keys, lab.u[lo:hi], idx, block, p0, room[lo:hi], span)
+                li, mi = self._pairs_by_key(keys, lab.u[lo:hi], idx, block, p0, room[lo:hi], span, groups)
                 li += lo
             else:
                 cf = count[lo:hi].ravel()
@@ -831,24 +834,34 @@ class TypesProbe:
             cost = best_cost
         return keys
 
+    def _key_groups(self, keys: list[int], idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
+                    span: float) -> tuple:
+        """The menu items grouped by their counts of the key types (:meth:`_pairs_by_key`), once per
+        boundary and start unit: ``(order, cell, key)`` - the items' order by (end, group), power
+        order kept within a group; each one's ``end * groups + group``; and ``cell * span + power``."""
+        ty = self.types
+        gid = np.zeros(idx.size, np.int64)
+        for t in keys:
+            gid = gid * (int(ty.counts[t]) + 1) + ty.comps[idx, t]
+        ngroups = int(np.prod([int(ty.counts[t]) + 1 for t in keys]))
+        order = np.lexsort((gid, block))  # stable: power order within (end, group)
+        cell = block[order] * ngroups + gid[order]
+        return order, cell, cell * span + p0[order]
+
     def _pairs_by_key(self, keys: list[int], u: np.ndarray, idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
-                      room: np.ndarray, span: float) -> tuple[np.ndarray, np.ndarray]:
+                      room: np.ndarray, span: float, groups: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The label x menu pairs that pass the power test (``room``: ``(L, J)``, the first price's
         power each label leaves an end's item, clipped to ``span / 2``) and, on the key types, the
         count test ``c_t <= counts_t - u_t``: menu items grouped by their counts of the key types
-        (power order kept within a group), each label's allowed groups are a box, and each (label,
-        end, allowed group) is one contiguous power range. Returns the label and menu positions of
-        every pair (a subset of the power-only pairs; every pair it drops fails ``fits_within``)."""
+        (power order kept within a group; ``groups``: :meth:`_key_groups`, made here if not
+        given), each label's allowed groups are a box, and each (label, end, allowed group) is one
+        contiguous power range. Returns the label and menu positions of every pair (a subset of
+        the power-only pairs; every pair it drops fails ``fits_within``)."""
         ty = self.types
         L, J = room.shape
         radix = [int(ty.counts[t]) + 1 for t in keys]
-        gid = np.zeros(idx.size, np.int64)
-        for t, r in zip(keys, radix, strict=True):
-            gid = gid * r + ty.comps[idx, t]
         ngroups = int(np.prod(radix))
-        order = np.lexsort((gid, block))  # stable: power order within (end, group)
-        cell = block[order] * ngroups + gid[order]
-        key = cell * span + p0[order]
+        order, cell, key = self._key_groups(keys, idx, block, p0, span) if groups is None else groups
         # each label's allowed groups: a box of count values per key type
         lab_of = np.arange(L)
         gl = np.zeros(L, np.int64)
