@@ -626,24 +626,26 @@ class TypesProbe:
         if idx.size == 0:
             return idx, np.zeros(0), np.zeros(0), block, j2s
         mem_need = np.asarray(self.problem.table.memory(j, j2s, self.problem.in_flight(k)), dtype=float)
-        keep = np.zeros(idx.size, bool)
-        ptau = np.full((idx.size, ty.tau), np.inf)  # inf: no passing predecessor of that type
+        kept = []  # per chunk: the compositions kept, their ends and predecessors' best-split times
         for lo_c in range(0, idx.size, CHUNK):
             if deadline is not None:
                 deadline.check(f"the type DP's menus (stage {k}, start unit {j})")
-            sl = slice(lo_c, lo_c + CHUNK)
-            c, bl = idx[sl], block[sl]
+            c, bl = idx[lo_c:lo_c + CHUNK], block[lo_c:lo_c + CHUNK]
             vals = self._rates(ty.comps[c].astype(float), bl, rows)  # (m, L)
-            ok_c = (vals.min(axis=1) >= 1.0 / T) & rules.fits(mem_need[bl], ty.M[c])
-            # its predecessors (one device of type t fewer), for the compositions that pass only
-            pi, pt = np.nonzero((ty.comps[c] > 0) & ok_c[:, None])
+            ok_c = np.flatnonzero((vals.min(axis=1) >= 1.0 / T) & rules.fits(mem_need[bl], ty.M[c]))
+            c, bl, vals = c[ok_c], bl[ok_c], vals[ok_c]
+            # their predecessors (one device of type t fewer), for the compositions that pass only
+            pi, pt = np.nonzero(ty.comps[c] > 0)
             pred = c[pi] - ty.stride[pt]
             prate = (vals[pi] - rows[bl[pi], pt]).min(axis=1)
             ok_p = (prate >= 1.0 / T) & rules.fits(mem_need[bl[pi]], ty.M[pred]) & (ty.ndev[pred] >= 1)
-            pi, pt = pi[ok_p], pt[ok_p]
-            ptau[lo_c + pi, pt] = 1.0 / prate[ok_p]
-            keep[sl] = ok_c & ~(2.0 * ptau[sl] <= theta[bl][:, None]).any(axis=1)
-        idx, block, ptau = idx[keep], block[keep], ptau[keep]
+            ptau_c = np.full((c.size, ty.tau), np.inf)  # inf: no passing predecessor of that type
+            ptau_c[pi[ok_p], pt[ok_p]] = 1.0 / prate[ok_p]
+            keep = ~(2.0 * ptau_c <= theta[bl][:, None]).any(axis=1)
+            kept.append((c[keep], bl[keep], ptau_c[keep]))
+        idx = np.concatenate([q[0] for q in kept]) if kept else idx[:0]
+        block = np.concatenate([q[1] for q in kept]) if kept else block[:0]
+        ptau = np.concatenate([q[2] for q in kept]) if kept else np.zeros((0, ty.tau))
         if beam is not None and idx.size:  # the least powerful first: menus are sorted by end, then power
             start = np.searchsorted(block, block, side="left")
             rank = np.arange(idx.size) - start
