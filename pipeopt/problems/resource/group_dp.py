@@ -144,6 +144,10 @@ KEY_MAX_GROUPS = 4096
 KEY_RANGE_COST = 4.0
 """Cost of one (label, end, group) range in pairs (a searchsorted and the index arithmetic)."""
 
+LEAST_SCAN = 1024
+"""Count vectors :meth:`TypesProbe.least_power` scans per stage range, in order of power, for the
+least powerful that passes (beyond it the bound is the power it reached)."""
+
 BIG = 1e300
 """Stand-in for an infinite cover coefficient (a pass without work on a kind): finite, so that
 zero devices of a type contribute 0, not nan."""
@@ -282,6 +286,7 @@ class TypesProbe:
         p, n = problem, problem.n
         self.kinds = p.kinds
         self._rows: dict = {}
+        self._kind_rows: dict = {}
         self._least = self._owner = None  # buffers of _least_per_key
         # prices for the necessary conditions: the cover rows of the whole chain (finite ones)
         F, B = p.load(0, n)
@@ -310,6 +315,8 @@ class TypesProbe:
         self._order_key = int(np.argmax(tight))
         self._order = np.argsort(self.power[:, self._order_key], kind="stable")
         self._sorted_power = self.power[self._order, self._order_key]
+        self._sorted_R = self.types.R[self._order]  # least_power's scan reads these in order
+        self._sorted_busy = self.types.ndev[self._order] >= 1
         # the window bound (module docstring): priced forward and backward work of the tightest price
         price = self.prices[self._order_key]
         priced = {}
@@ -397,16 +404,27 @@ class TypesProbe:
             F, B = self.problem.load(a, b)
             coef = interval_cover_coefficients(F, B, self.kinds)
             out = np.zeros((self.types.tau, len(coef)))
+            kind_coef = np.zeros((len(self.kinds), len(coef)))
             for l, row in enumerate(coef):
                 for q, k in enumerate(self.kinds):
                     c = row.get(k, 0.0)
                     if c > 0:
                         out[:, l] += np.where(self.types.res[:, q] > 0, self.types.res[:, q] * min(c, BIG), 0.0)
+                        kind_coef[q, l] = min(c, BIG)
             out = np.minimum(out, BIG)
             if len(self._rows) > 200_000:
                 self._rows.clear()
+                self._kind_rows.clear()
             self._rows[key] = out
+            self._kind_rows[key] = kind_coef
         return out
+
+    def kind_rows(self, a: int, b: int) -> np.ndarray:
+        """``ndarray (K, L)``: :meth:`rows` per resource kind (``rows = res @ kind_rows``, each
+        coefficient capped at :data:`BIG`): a worker with pooled resources R passes T iff
+        ``min_l R @ kind_rows[:, l] >= 1 / T`` (up to float rounding)."""
+        self.rows(a, b)
+        return self._kind_rows[(a, b)]
 
     def rate(self, a: int, b: int, idx: np.ndarray) -> np.ndarray:
         """Best-split rate (microbatches per second) of units ``a..b-1`` on count vectors ``idx``."""
@@ -495,6 +513,7 @@ class TypesProbe:
         self._D = D
         trip = p.round_trip
         cut_ok = p.cut_time <= Tp
+        self._least_rest = self.least_power(Tp, cut_ok, deadline)
         labels = {0: _Labels(np.zeros(1, np.int64), np.full(1, -np.inf), np.full(1, -1), np.full(1, -1))}
         history = [labels]
         for k in range(S - 1):
@@ -534,6 +553,65 @@ class TypesProbe:
                 if best is None or value < best[0]:
                     best = (value, found)
         return None if best is None else best[1]
+
+    def least_power(self, T: float, cut_ok: np.ndarray, deadline: Deadline | None = None) -> np.ndarray:
+        """``ndarray (S + 1, n + 1)``: ``out[s, j]``, the least first-price power that s stages
+        covering units ``j..n-1`` at T can have in all (``inf``: none can) - a necessary condition
+        on the devices a label leaves, stronger than the priced work ``W / T`` because each stage
+        rounds up to a whole composition.
+
+        Each stage ``j..j2-1`` takes at least the least powerful composition whose own rows pass
+        T (:meth:`kind_rows`; memory and window rows are left out: a relaxation), found by
+        scanning the count vectors in order of power from the stage's priced work, at most
+        :data:`LEAST_SCAN` of them (if none passes, the power where the scan stopped is still a
+        lower bound); stage ends only where the cut passes T (``cut_ok``), as in the DP. ``T`` is
+        read with a relative slack of 1e-9 (float rounding cannot make it cut off a composition
+        the DP accepts)."""
+        p = self.problem
+        n, S, first = p.n, p.num_stages, self._order_key
+        ty = self.types
+        least = np.full((n + 1, n + 1), np.inf)  # least[j, j2]: one stage over units j..j2-1
+        rate_need = (1.0 - 1e-9) / T
+        for j in range(n):
+            if deadline is not None:
+                deadline.check(f"the type DP's least stage powers (start unit {j})")
+            j2s = np.arange(j + 1, n + 1)
+            coef = [self.kind_rows(j, int(e)) for e in j2s]
+            rows = np.empty((len(coef), len(self.kinds), max(c.shape[1] for c in coef)))  # (J, K, L)
+            for b, c in enumerate(coef):  # padded with copies of the first row (no minimum changes)
+                rows[b, :, :c.shape[1]] = c
+                rows[b, :, c.shape[1]:] = c[:, :1]
+            reach = np.einsum("k,jkl->jl", ty.R[ty.full], rows).min(axis=1) >= rate_need
+            j2s, rows = j2s[reach], rows[reach]
+            need = (self.work[j2s, first] - self.work[j, first]) / T
+            pos = np.searchsorted(self._sorted_power, need * (1 - 1e-7), side="left")
+            best = np.full(j2s.size, np.inf)
+            todo = np.arange(j2s.size)
+            step = min(256, LEAST_SCAN)
+            for _ in range(LEAST_SCAN // step):
+                at = pos[todo][:, None] + np.arange(step)[None, :]  # (m, step)
+                valid = at < ty.size
+                at_c = np.minimum(at, ty.size - 1)
+                rates = np.matmul(self._sorted_R[at_c], rows[todo]).min(axis=2)  # (m, step)
+                hit = valid & (rates >= rate_need) & self._sorted_busy[at_c]
+                found = hit.any(axis=1)
+                best[todo[found]] = self._sorted_power[at[found, hit[found].argmax(axis=1)]]
+                pos[todo] += step
+                todo = todo[~found & (pos[todo] < ty.size)]
+                if not todo.size:
+                    break
+            # not found within the scan: every composition below pos fails, so the least passing
+            # one has at least pos's power (none left: no composition passes)
+            best[todo] = np.where(pos[todo] < ty.size, self._sorted_power[np.minimum(pos[todo], ty.size - 1)], np.inf)
+            least[j, j2s] = best
+        ends_ok = cut_ok.copy()
+        ends_ok[n] = True
+        out = np.full((S + 1, n + 1), np.inf)
+        out[0, n] = 0.0
+        masked = np.where(ends_ok[None, :], least, np.inf)  # a stage may end only at a cut that passes
+        for s_ in range(1, S + 1):
+            out[s_, :n] = (masked[:n] + out[s_ - 1][None, :]).min(axis=1)
+        return out
 
     def _slack(self, lab: _Labels, j: int, T: float) -> np.ndarray:
         """Per label at end ``j``: priced power left beyond the work of the units left, relative to
@@ -598,6 +676,10 @@ class TypesProbe:
         theta = floors - h.max()
         need = (self.work[j2s] - self.work[j]) / T  # (J, P) priced power each stage needs
         top = self.power[ty.full] - (self.work[j] - self.work[0] + self.work[-1] - self.work[j2s]) / T
+        # the first price: what the labels' stages used and the least power of the stages after k
+        used = float(self.power[lab.u, first].min())
+        top[:, first] = np.minimum(top[:, first], self.power[ty.full, first] - used
+                                   - self._least_rest[self.problem.num_stages - 1 - k, j2s])
         lo = np.searchsorted(self._sorted_power, need[:, first] * (1 - 1e-12), side="left")
         hi = np.maximum(lo, np.searchsorted(self._sorted_power, top[:, first] * (1 + 1e-12) + 1e-300, side="right"))
         size = hi - lo
@@ -716,6 +798,8 @@ class TypesProbe:
         ty, first = self.types, self._order_key
         J = j2s.size
         rest = (self.work[-1] - self.work[j2s]) / T  # (J, P)
+        # the first price: at least the least power of the stages left (each a whole composition)
+        rest[:, first] = np.maximum(rest[:, first], self._least_rest[self.problem.num_stages - 1 - k, j2s])
         # label l may take the menu items of end b whose first-price power leaves the rest its work
         room = self.power[ty.full - lab.u, first][:, None] - rest[None, :, first]  # (L, J)
         p0 = self.power[idx, first]

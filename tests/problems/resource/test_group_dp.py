@@ -254,6 +254,43 @@ def test_rates_by_runs_equal_the_gather():
         assert np.allclose(TypesProbe._rates(comps, block, rows), want, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("bandwidth", [2e8, 3e6])
+@pytest.mark.parametrize("scan", [group_dp.LEAST_SCAN, 8])
+def test_least_power_is_the_brute_force_least(scan, bandwidth, monkeypatch):
+    """least_power(T)[s, j] = min over every way to cover units j..n-1 with s stages (ends where
+    the cut passes) of the summed first-price power of each stage's least powerful passing count
+    vector, by brute force, when the scan reaches every count vector; a lower bound on it when
+    the scan stops early (8 of 162 here); and the cluster has that power whenever the DP finds a
+    plan. Loose bandwidth, and tight (some cuts fail T: stages end elsewhere)."""
+    p = GroupProblem(_instance(7, [0, 0, 1, 1, 2, 3, 3, 4, 4], seed=6, bandwidth=bandwidth), 3)
+    probe = TypesProbe(p)
+    ty, first, n = probe.types, probe._order_key, p.n
+    idx = np.arange(ty.size)
+    lo = probe.work_bound()
+    monkeypatch.setattr(group_dp, "LEAST_SCAN", scan)
+    for T in (0.9 * lo, 1.3 * lo, 2.0 * lo, 4.0 * lo):
+        cut_ok = p.cut_time <= T
+        got = probe.least_power(T, cut_ok)
+        one = {}
+        for a in range(n):
+            for b in range(a + 1, n + 1):
+                ok = (probe.rate(a, b, idx) >= 1.0 / T) & (ty.ndev >= 1)
+                one[a, b] = float(probe.power[idx[ok], first].min()) if ok.any() else math.inf
+        for s_ in range(0, p.num_stages + 1):
+            for j in range(n):
+                want = math.inf
+                for cuts in itertools.combinations(range(j + 1, n), s_ - 1) if s_ >= 1 else []:
+                    if all(cut_ok[c] for c in cuts):
+                        bounds = (j, *cuts, n)
+                        want = min(want, sum(one[x, y] for x, y in itertools.pairwise(bounds)))
+                if scan >= ty.size:
+                    assert got[s_, j] == pytest.approx(want, rel=1e-9) or got[s_, j] == want == math.inf
+                else:
+                    assert got[s_, j] <= want * (1 + 1e-9)
+        if probe.solve(T) is not None:
+            assert probe.power[ty.full, first] >= got[p.num_stages, 0] * (1 - 1e-9)
+
+
 def test_rules_read_per_composition():
     """The cover-row rate is 1 / best_split's stage time and busy is least_busy on the pooled
     worker, for every composition and a few ranges (the DP reads the rules, it does not redo them)."""
