@@ -816,7 +816,7 @@ class TypesProbe:
         if total == 0:
             return
         keys = self._key_types(lab.u, idx, start, flat, total) if beam is None and total >= KEY_MIN_PAIRS else []
-        groups = self._key_groups(keys, idx, block, p0, span) if keys else None
+        groups = self._key_groups(keys, idx, block, p0, span, J) if keys else None
         per_label = count.sum(axis=1)
         chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
         cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
@@ -922,10 +922,12 @@ class TypesProbe:
         return keys
 
     def _key_groups(self, keys: list[int], idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
-                    span: float) -> tuple:
+                    span: float, J: int) -> tuple:
         """The menu items grouped by their counts of the key types (:meth:`_pairs_by_key`), once per
-        boundary and start unit: ``(order, cell, key)`` - the items' order by (end, group), power
-        order kept within a group; each one's ``end * groups + group``; and ``cell * span + power``."""
+        boundary and start unit: ``(order, cell, key, first)`` - the items' order by (end, group),
+        power order kept within a group; each one's ``cell = end * groups + group``; ``cell * span +
+        power``; and the position of each cell's first item (``J * groups + 1``: cell c holds
+        ``first[c]..first[c+1]-1``)."""
         ty = self.types
         gid = np.zeros(idx.size, np.int64)
         for t in keys:
@@ -933,7 +935,8 @@ class TypesProbe:
         ngroups = int(np.prod([int(ty.counts[t]) + 1 for t in keys]))
         order = np.lexsort((gid, block))  # stable: power order within (end, group)
         cell = block[order] * ngroups + gid[order]
-        return order, cell, cell * span + p0[order]
+        first = np.searchsorted(cell, np.arange(J * ngroups + 1), side="left")  # each cell's first item
+        return order, cell, cell * span + p0[order], first
 
     def _pairs_by_key(self, keys: list[int], u: np.ndarray, idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
                       room: np.ndarray, span: float, groups: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -948,7 +951,7 @@ class TypesProbe:
         L, J = room.shape
         radix = [int(ty.counts[t]) + 1 for t in keys]
         ngroups = int(np.prod(radix))
-        order, cell, key = self._key_groups(keys, idx, block, p0, span) if groups is None else groups
+        order, cell, key, first = self._key_groups(keys, idx, block, p0, span, J) if groups is None else groups
         # each label's allowed groups: a box of count values per key type
         lab_of = np.arange(L)
         gl = np.zeros(L, np.int64)
@@ -960,8 +963,12 @@ class TypesProbe:
         A = lab_of.size
         rl = np.repeat(lab_of, J)
         rc = np.tile(np.arange(J), A) * ngroups + np.repeat(gl, J)
-        lo = np.searchsorted(cell, rc, side="left")
-        hi = np.searchsorted(key, rc * span + room[rl, rc // ngroups], side="right")
+        lo, hi = first[rc], first[rc + 1]  # the cell's items; those within the room's power:
+        some = np.flatnonzero(hi > lo)
+        rl, rc, lo, hi = rl[some], rc[some], lo[some], hi[some]
+        q = rc * span + room[rl, rc // ngroups]
+        part = np.flatnonzero(key[hi - 1] > q)  # not every item fits: search the cell
+        hi[part] = np.searchsorted(key, q[part], side="right")
         cnt = np.maximum(hi - lo, 0)
         total = int(cnt.sum())
         li = np.repeat(rl, cnt)
