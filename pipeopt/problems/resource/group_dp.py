@@ -46,7 +46,11 @@ passes T on resources R has ``T pi.R >= sum_i (min_k pi_k fwd[i,k] + min_k pi_k 
 units and stages; so the devices left after a label must reach the work of the units left,
 for each of a few price vectors (the cover rows of the whole chain), and their memory the
 parameters plus two microbatches' activations of those units; every stage left needs a
-device and a unit. Pruned labels have no completion: the DP's "infeasible" is a proof.
+device and a unit. Each stage rounds its priced power up to a whole composition: for the first
+price, the stages left need at least the least total power of a split of the units left into
+stages each on its least powerful passing composition (:meth:`TypesProbe.least_power`, a DP
+over stage ends at T), which bounds the devices a label may leave and a stage may take. Pruned
+labels have no completion: the DP's "infeasible" is a proof.
 
 The DP runs at ``T (1 + RELAX)`` (float rounding of the rules' two readings, the cover rows
 and the knapsack frontier, cannot turn a feasible T into a proven infeasible one); its plan is
@@ -288,6 +292,8 @@ class TypesProbe:
         self.kinds = p.kinds
         self._rows: dict = {}
         self._kind_rows: dict = {}
+        self._kind_stacks: dict = {}  # _kind_stack's cache
+        self._least_at = None  # least_power's last (key, result)
         self._least = self._owner = None  # buffers of _least_per_key
         # prices for the necessary conditions: the cover rows of the whole chain (finite ones)
         F, B = p.load(0, n)
@@ -573,22 +579,21 @@ class TypesProbe:
         ty = self.types
         least = np.full((n + 1, n + 1), np.inf)  # least[j, j2]: one stage over units j..j2-1
         rate_need = (1.0 - 1e-9) / T
+        key = (T, cut_ok.tobytes(), LEAST_SCAN)
+        if self._least_at is not None and self._least_at[0] == key:  # the beam passes at one T
+            return self._least_at[1]
         for j in range(n):
             if deadline is not None:
                 deadline.check(f"the type DP's least stage powers (start unit {j})")
+            rows, full_rate = self._kind_stack(j)
             j2s = np.arange(j + 1, n + 1)
-            coef = [self.kind_rows(j, int(e)) for e in j2s]
-            rows = np.empty((len(coef), len(self.kinds), max(c.shape[1] for c in coef)))  # (J, K, L)
-            for b, c in enumerate(coef):  # padded with copies of the first row (no minimum changes)
-                rows[b, :, :c.shape[1]] = c
-                rows[b, :, c.shape[1]:] = c[:, :1]
-            reach = np.einsum("k,jkl->jl", ty.R[ty.full], rows).min(axis=1) >= rate_need
+            reach = full_rate >= rate_need
             j2s, rows = j2s[reach], rows[reach]
             need = (self.work[j2s, first] - self.work[j, first]) / T
             pos = np.searchsorted(self._sorted_power, need * (1 - 1e-7), side="left")
             best = np.full(j2s.size, np.inf)
             todo = np.arange(j2s.size)
-            step = min(256, LEAST_SCAN)
+            step = min(256, LEAST_SCAN, ty.size)
             for _ in range(LEAST_SCAN // step):
                 at = pos[todo][:, None] + np.arange(step)[None, :]  # (m, step)
                 valid = at < ty.size
@@ -612,6 +617,22 @@ class TypesProbe:
         masked = np.where(ends_ok[None, :], least, np.inf)  # a stage may end only at a cut that passes
         for s_ in range(1, S + 1):
             out[s_, :n] = (masked[:n] + out[s_ - 1][None, :]).min(axis=1)
+        self._least_at = (key, out)
+        return out
+
+    def _kind_stack(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`kind_rows` of units ``j..j2-1`` for every end ``j2 = j+1..n``, stacked ``(J, K, L)``
+        (padded with copies of the first row: no minimum changes), and the whole cluster's rate
+        on each (cached: they do not depend on T)."""
+        out = self._kind_stacks.get(j)
+        if out is None:
+            coef = [self.kind_rows(j, int(e)) for e in range(j + 1, self.problem.n + 1)]
+            rows = np.empty((len(coef), len(self.kinds), max(c.shape[1] for c in coef)))
+            for b, c in enumerate(coef):
+                rows[b, :, :c.shape[1]] = c
+                rows[b, :, c.shape[1]:] = c[:, :1]
+            full_rate = np.einsum("k,jkl->jl", self.types.R[self.types.full], rows).min(axis=1)
+            out = self._kind_stacks[j] = (rows, full_rate)
         return out
 
     def _slack(self, lab: _Labels, j: int, T: float) -> np.ndarray:
