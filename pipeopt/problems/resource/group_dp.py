@@ -577,11 +577,11 @@ class TypesProbe:
         p = self.problem
         n, S, first = p.n, p.num_stages, self._order_key
         ty = self.types
-        least = np.full((n + 1, n + 1), np.inf)  # least[j, j2]: one stage over units j..j2-1
-        rate_need = (1.0 - 1e-9) / T
         key = (T, cut_ok.tobytes(), LEAST_SCAN)
         if self._least_at is not None and self._least_at[0] == key:  # the beam passes at one T
             return self._least_at[1]
+        least = np.full((n + 1, n + 1), np.inf)  # least[j, j2]: one stage over units j..j2-1
+        rate_need = (1.0 - 1e-9) / T
         for j in range(n):
             if deadline is not None:
                 deadline.check(f"the type DP's least stage powers (start unit {j})")
@@ -626,11 +626,7 @@ class TypesProbe:
         on each (cached: they do not depend on T)."""
         out = self._kind_stacks.get(j)
         if out is None:
-            coef = [self.kind_rows(j, int(e)) for e in range(j + 1, self.problem.n + 1)]
-            rows = np.empty((len(coef), len(self.kinds), max(c.shape[1] for c in coef)))
-            for b, c in enumerate(coef):
-                rows[b, :, :c.shape[1]] = c
-                rows[b, :, c.shape[1]:] = c[:, :1]
+            rows = _stack([self.kind_rows(j, e) for e in range(j + 1, self.problem.n + 1)], len(self.kinds))
             full_rate = np.einsum("k,jkl->jl", self.types.R[self.types.full], rows).min(axis=1)
             out = self._kind_stacks[j] = (rows, full_rate)
         return out
@@ -651,13 +647,7 @@ class TypesProbe:
     def _stacked_rows(self, j: int, j2s: np.ndarray) -> np.ndarray:
         """``ndarray (J, tau, L)``: :meth:`rows` of units ``j..j2-1`` for every end, padded to the
         largest row count with copies of the first row (a copy changes no minimum)."""
-        rows = [self.rows(j, int(e)) for e in j2s]
-        width = max((r.shape[1] for r in rows), default=1)
-        out = np.empty((len(rows), self.types.tau, width))
-        for b, r in enumerate(rows):
-            out[b, :, :r.shape[1]] = r
-            out[b, :, r.shape[1]:] = r[:, :1]
-        return out
+        return _stack([self.rows(j, int(e)) for e in j2s], self.types.tau)
 
     def menus(self, k: int, j: int, j2s: np.ndarray, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray,
               beam: int | None = None, deadline: Deadline | None = None):
@@ -945,9 +935,9 @@ class TypesProbe:
     def _key_groups(self, keys: list[int], idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
                     span: float, J: int) -> tuple:
         """The menu items grouped by their counts of the key types (:meth:`_pairs_by_key`), once per
-        boundary and start unit: ``(order, cell, key, first)`` - the items' order by (end, group),
-        power order kept within a group; each one's ``cell = end * groups + group``; ``cell * span +
-        power``; and the position of each cell's first item (``J * groups + 1``: cell c holds
+        boundary and start unit: ``(order, key, first)`` - the items' order by (end, group), power
+        order kept within a group; each one's ``cell * span + power`` (``cell = end * groups +
+        group``); and the position of each cell's first item (``J * groups + 1``: cell c holds
         ``first[c]..first[c+1]-1``)."""
         ty = self.types
         gid = np.zeros(idx.size, np.int64)
@@ -957,7 +947,7 @@ class TypesProbe:
         order = np.lexsort((gid, block))  # stable: power order within (end, group)
         cell = block[order] * ngroups + gid[order]
         first = np.searchsorted(cell, np.arange(J * ngroups + 1), side="left")  # each cell's first item
-        return order, cell, cell * span + p0[order], first
+        return order, cell * span + p0[order], first
 
     def _pairs_by_key(self, keys: list[int], u: np.ndarray, idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
                       room: np.ndarray, span: float, groups: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -972,7 +962,7 @@ class TypesProbe:
         L, J = room.shape
         radix = [int(ty.counts[t]) + 1 for t in keys]
         ngroups = int(np.prod(radix))
-        order, cell, key, first = self._key_groups(keys, idx, block, p0, span, J) if groups is None else groups
+        order, key, first = self._key_groups(keys, idx, block, p0, span, J) if groups is None else groups
         # each label's allowed groups: a box of count values per key type
         lab_of = np.arange(L)
         gl = np.zeros(L, np.int64)
@@ -1073,6 +1063,16 @@ class TypesProbe:
         starts = starts[::-1] if S > 1 else []
         counts = np.array(comps).T  # (tau, S)
         return starts, p.groups_from_counts(counts.tolist())
+
+
+def _stack(mats: list[np.ndarray], height: int) -> np.ndarray:
+    """``ndarray (len(mats), height, L)``: the ``(height, L_i)`` matrices of cover rows padded to
+    the widest with copies of their first column (a copy changes no minimum over the rows)."""
+    out = np.empty((len(mats), height, max((m.shape[1] for m in mats), default=1)))
+    for b, m in enumerate(mats):
+        out[b, :, :m.shape[1]] = m
+        out[b, :, m.shape[1]:] = m[:, :1]
+    return out
 
 
 def _front(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
