@@ -233,14 +233,23 @@ class DeviceTypes:
         return len(self.classes)
 
     def fits_within(self, c: np.ndarray, room: np.ndarray) -> np.ndarray:
-        """``c <= room`` type by type, for index arrays broadcast together.
+        """``c <= room`` type by type, for index arrays broadcast together
+        (``fits_packed(pack(c), pack(room))``)."""
+        return self.fits_packed(self.pack(c), self.pack(room))
 
-        On packed count vectors, one subtraction for every type at once: each field of
-        ``room + guard - c`` is ``2**(bits - 1) + room_t - c_t``, which stays in ``[1, 2**bits)``
-        (so no field borrows from the next) and keeps its guard bit iff ``c_t <= room_t``."""
+    def pack(self, idx: np.ndarray) -> np.ndarray:
+        """The packed count vectors of indices ``idx`` (int64; bitmasks are their own packing)."""
+        return idx if self.subsets else self._packed[idx]
+
+    def fits_packed(self, c: np.ndarray, room: np.ndarray) -> np.ndarray:
+        """``c <= room`` type by type, for packed count vectors (:meth:`pack`) broadcast together.
+
+        One subtraction for every type at once: each field of ``room + guard - c`` is
+        ``2**(bits - 1) + room_t - c_t``, which stays in ``[1, 2**bits)`` (so no field borrows
+        from the next) and keeps its guard bit iff ``c_t <= room_t``."""
         if self.subsets:
             return (c & room) == c
-        return ((self._packed[room] + self._guard - self._packed[c]) & self._guard) == self._guard
+        return ((room + self._guard - c) & self._guard) == self._guard
 
     def prefix_min(self, values: np.ndarray) -> np.ndarray:
         """``out[u] = min over v <= u of values[v]`` (a zeta transform over the count vectors)."""
@@ -828,6 +837,7 @@ class TypesProbe:
             return
         keys = self._key_types(lab.u, idx, start, flat, total) if beam is None and total >= KEY_MIN_PAIRS else []
         groups = self._key_groups(keys, idx, block, p0, span, J) if keys else None
+        packed = (ty.pack(ty.full - lab.u), ty.pack(idx))  # small arrays the pairs gather from
         per_label = count.sum(axis=1)
         chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
         cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
@@ -844,21 +854,23 @@ class TypesProbe:
                 mi = (np.arange(n_pairs) - np.repeat(np.cumsum(cf) - cf, cf)
                       + np.repeat(np.tile(start, hi - lo), cf))
             if li.size:
-                self._join(k, j, T, lab, h, floors, menus, rest, li, mi, parts)
+                self._join(k, j, T, lab, h, floors, menus, rest, li, mi, parts, packed)
 
     def _join(self, k: int, j: int, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray, menus,
-              rest: np.ndarray, li: np.ndarray, mi: np.ndarray, parts: dict) -> None:
+              rest: np.ndarray, li: np.ndarray, mi: np.ndarray, parts: dict, packed: tuple) -> None:
         """The pairs (label ``li``, menu item ``mi``) of :meth:`_extend` that use at most the
-        devices there are, pass the window rows ending at stage k and the necessary conditions of
+        devices there are (``packed``: the labels' devices left and the menu items, packed), pass the window rows ending at stage k and the necessary conditions of
         the rest (priced power, devices, memory, :meth:`window_need`): into ``parts[j2]``, the least
         window state per end and count vector."""
         idx, w, wp, block, j2s = menus
         ty, S, first = self.types, self.problem.num_stages, self._order_key
         J = j2s.size
-        u, c, b = lab.u[li], idx[mi], block[mi]
-        ok = ty.fits_within(c, ty.full - u)
-        ok &= wp[mi] > floors[b] - h[li]  # else a smaller composition clips to the same state
-        G = w[mi] + h[li]
+        room_p, item_p = packed
+        ok = np.flatnonzero(ty.fits_packed(item_p[mi], room_p[li]))  # most pairs that fail, fail here:
+        li, mi = li[ok], mi[ok]  # the reads below only for those that fit
+        u, c, b, hl = lab.u[li], idx[mi], block[mi], h[li]
+        G = w[mi] + hl
+        ok = wp[mi] > floors[b] - hl  # else a smaller composition clips to the same state
         ok &= G <= 0.0  # the window rows ending at stage k (U = 0 with split execution)
         li, u, c, b, G = li[ok], u[ok], c[ok], b[ok], G[ok]
         if not li.size:
