@@ -837,7 +837,9 @@ class TypesProbe:
             return
         keys = self._key_types(lab.u, idx, start, flat, total) if beam is None and total >= KEY_MIN_PAIRS else []
         groups = self._key_groups(keys, idx, block, p0, span, J) if keys else None
-        packed = (ty.pack(ty.full - lab.u), ty.pack(idx))  # small arrays the pairs gather from
+        room_p, item_p = ty.pack(ty.full - lab.u), ty.pack(idx)  # small arrays the pairs gather from
+        if keys:
+            item_p = item_p[groups[0]]  # in the keyed order
         per_label = count.sum(axis=1)
         chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
         cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
@@ -845,29 +847,28 @@ class TypesProbe:
             if deadline is not None:
                 deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
             if keys:
-                li, mi = self._pairs_by_key(keys, lab.u[lo:hi], idx, block, p0, room[lo:hi], span, groups)
+                li, mi = self._pairs_by_key(keys, lab.u[lo:hi], idx, block, p0, room[lo:hi], span, groups,
+                                            (room_p[lo:hi], item_p))
                 li += lo
             else:
                 cf = count[lo:hi].ravel()
                 n_pairs = int(cf.sum())
                 li = np.repeat(np.repeat(np.arange(lo, hi), J), cf)
-                mi = (np.arange(n_pairs) - np.repeat(np.cumsum(cf) - cf, cf)
-                      + np.repeat(np.tile(start, hi - lo), cf))
+                mi = np.arange(n_pairs) + np.repeat(np.tile(start, hi - lo) - (np.cumsum(cf) - cf), cf)
+                ok = np.flatnonzero(ty.fits_packed(item_p[mi], room_p[li]))
+                li, mi = li[ok], mi[ok]
             if li.size:
-                self._join(k, j, T, lab, h, floors, menus, rest, li, mi, parts, packed)
+                self._join(k, j, T, lab, h, floors, menus, rest, li, mi, parts)
 
     def _join(self, k: int, j: int, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray, menus,
-              rest: np.ndarray, li: np.ndarray, mi: np.ndarray, parts: dict, packed: tuple) -> None:
-        """The pairs (label ``li``, menu item ``mi``) of :meth:`_extend` that use at most the
-        devices there are (``packed``: the labels' devices left and the menu items, packed), pass the window rows ending at stage k and the necessary conditions of
+              rest: np.ndarray, li: np.ndarray, mi: np.ndarray, parts: dict) -> None:
+        """The pairs (label ``li``, menu item ``mi``) of :meth:`_extend` (which use at most the
+        devices there are) that pass the window rows ending at stage k and the necessary conditions of
         the rest (priced power, devices, memory, :meth:`window_need`): into ``parts[j2]``, the least
         window state per end and count vector."""
         idx, w, wp, block, j2s = menus
         ty, S, first = self.types, self.problem.num_stages, self._order_key
         J = j2s.size
-        room_p, item_p = packed
-        ok = np.flatnonzero(ty.fits_packed(item_p[mi], room_p[li]))  # most pairs that fail, fail here:
-        li, mi = li[ok], mi[ok]  # the reads below only for those that fit
         u, c, b, hl = lab.u[li], idx[mi], block[mi], h[li]
         G = w[mi] + hl
         ok = wp[mi] > floors[b] - hl  # else a smaller composition clips to the same state
@@ -962,14 +963,17 @@ class TypesProbe:
         return order, cell * span + p0[order], first
 
     def _pairs_by_key(self, keys: list[int], u: np.ndarray, idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
-                      room: np.ndarray, span: float, groups: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      room: np.ndarray, span: float, groups: tuple | None = None,
+                      packed: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The label x menu pairs that pass the power test (``room``: ``(L, J)``, the first price's
         power each label leaves an end's item, clipped to ``span / 2``) and, on the key types, the
         count test ``c_t <= counts_t - u_t``: menu items grouped by their counts of the key types
         (power order kept within a group; ``groups``: :meth:`_key_groups`, made here if not
         given), each label's allowed groups are a box, and each (label, end, allowed group) is one
-        contiguous power range. Returns the label and menu positions of every pair (a subset of
-        the power-only pairs; every pair it drops fails ``fits_within``)."""
+        contiguous power range. With ``packed`` (the labels' devices left and the items in the
+        keyed order, :meth:`DeviceTypes.pack`), only the pairs that fit every type are kept (tested
+        before the items' positions are read). Returns the label and menu positions of every pair
+        (a subset of the power-only pairs; every pair it drops fails ``fits_within``)."""
         ty = self.types
         L, J = room.shape
         radix = [int(ty.counts[t]) + 1 for t in keys]
@@ -995,8 +999,11 @@ class TypesProbe:
         cnt = np.maximum(hi - lo, 0)
         total = int(cnt.sum())
         li = np.repeat(rl, cnt)
-        mi = order[np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)]
-        return li, mi
+        pos = np.arange(total) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)  # in the keyed order
+        if packed is not None:
+            ok = np.flatnonzero(ty.fits_packed(packed[1][pos], packed[0][li]))
+            li, pos = li[ok], pos[ok]
+        return li, order[pos]
 
     def _least_per_key(self, key: np.ndarray, G: np.ndarray, size: int) -> np.ndarray:
         """Positions of one least ``G`` per distinct ``key`` (ints in ``[0, size)``), by a

@@ -138,7 +138,8 @@ def test_keyed_pairing_keeps_every_label(profiles):
 def test_keyed_pairs_are_the_power_pairs_that_fit():
     """_pairs_by_key returns exactly the (label, item) pairs whose item's first-price power is
     within the label's room at its end and whose counts of the key types fit what the label
-    leaves (random labels and menus, 3 and 2 key types)."""
+    leaves (random labels and menus, 3 and 2 key types); with the packed count vectors, exactly
+    those that fit every type."""
     p = GroupProblem(_instance(5, [0, 0, 0, 1, 1, 2, 3, 3], seed=1, bandwidth=1e9), 3)
     probe = TypesProbe(p)
     ty, first = probe.types, probe._order_key
@@ -159,6 +160,13 @@ def test_keyed_pairs_are_the_power_pairs_that_fit():
                       if p0[m] <= room[l, block[m]]
                       and all(ty.comps[idx[m], t] <= ty.counts[t] - ty.comps[u[l], t] for t in keys))
         assert got == want and len(want) > 0
+        # with the packed count vectors: only the pairs that fit every type
+        groups = probe._key_groups(keys, idx, block, p0, span, J)
+        packed = (ty.pack(ty.full - u), ty.pack(idx)[groups[0]])
+        li, mi = probe._pairs_by_key(keys, u, idx, block, p0, room, span, groups, packed)
+        got = sorted(zip(li.tolist(), mi.tolist(), strict=True))
+        fit = [(l, m) for l, m in want if (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all()]
+        assert got == fit and 0 < len(fit) < len(want)
 
 CROSS = [  # units, device profiles (repeats: identical devices), workers, seed, bandwidth, memory per device
     (6, [0, 0, 1, 2], 3, 1, 1e9, None),  # two identical devices
