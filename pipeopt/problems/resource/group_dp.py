@@ -88,6 +88,7 @@ from .intervals import interval_cover_coefficients
 from .problem import GroupProblem
 from .bounds import top_limit
 from .search import exact_search
+from .pairing import least_pairs
 from .split import least_busy, least_busy_many
 
 MAX_COUNT_VECTORS = 2**21
@@ -128,26 +129,9 @@ FRONT = 32
 CHUNK = 20000
 """Compositions per vectorised block of :meth:`TypesProbe.menus` (bounds its temporary arrays)."""
 
-PAIRS_CHUNK = 2**21
-"""Most label x menu pairs :meth:`TypesProbe._extend` makes at once (about 40 bytes each in
-flight)."""
-
-KEY_MIN_PAIRS = 200_000
-"""An exact probe's pairing (:meth:`TypesProbe._extend`) keys menu items on a few types
-(:meth:`TypesProbe._pairs_by_key`) only when at least this many label x menu pairs pass the
-power test at one boundary and start unit."""
-
-KEY_SAMPLE = 4096
-"""Pairs sampled to choose the key types (:meth:`TypesProbe._key_types`)."""
-
-KEY_MAX_TYPES = 8
-"""Most key types."""
-
-KEY_MAX_GROUPS = 4096
-"""Most groups (product of the key types' counts + 1)."""
-
-KEY_RANGE_COST = 4.0
-"""Cost of one (label, end, group) range in pairs (a searchsorted and the index arithmetic)."""
+PAIRS_CHUNK = 2**24
+"""Most label x menu pairs :meth:`TypesProbe._extend` scans between two checks of the deadline
+(:func:`~pipeopt.problems.resource.pairing.least_pairs` scans tens of millions a second)."""
 
 LEAST_SCAN = 1024
 """Count vectors :meth:`TypesProbe.least_power` scans per stage range, in order of power, for the
@@ -303,7 +287,7 @@ class TypesProbe:
         self._kind_rows: dict = {}
         self._kind_stacks: dict = {}  # _kind_stack's cache
         self._least_at = None  # least_power's last (key, result)
-        self._least = self._owner = None  # buffers of _least_per_key
+        self._pairbuf = None  # buffers of least_pairs
         # prices for the necessary conditions: the cover rows of the whole chain (finite ones)
         F, B = p.load(0, n)
         prices = []
@@ -810,9 +794,9 @@ class TypesProbe:
         end) that leaves the rest enough priced power of the first price: into ``parts[j2]``, the
         labels at ``(k + 1, j2)`` that pass the rules and the necessary conditions (:meth:`_join`).
 
-        The pairs are made for consecutive labels at most :data:`PAIRS_CHUNK` at a time (one
-        boundary can pair billions: memory stays bounded), keyed on a few types when they are
-        many (:meth:`_pairs_by_key`); ``deadline`` is checked per chunk."""
+        One pass of :func:`~pipeopt.problems.resource.pairing.least_pairs` over the pairs (no pair
+        is materialised: one boundary can pair billions) keeps the least window state per end and
+        count vector; ``deadline`` is checked every :data:`PAIRS_CHUNK` pairs (runs of labels)."""
         idx, _, _, block, j2s = menus
         if idx.size == 0:
             return
@@ -823,64 +807,49 @@ class TypesProbe:
         rest[:, first] = np.maximum(rest[:, first], self._least_rest[self.problem.num_stages - 1 - k, j2s])
         # label l may take the menu items of end b whose first-price power leaves the rest its work
         room = self.power[ty.full - lab.u, first][:, None] - rest[None, :, first]  # (L, J)
+        room = room * (1 + 1e-12) + 1e-300
         p0 = self.power[idx, first]
+        start = np.searchsorted(block, np.arange(J + 1), side="left")
+        # pairs per label (for chunks: the deadline is checked between them)
         span = float(p0.max()) * 2.0 + 1.0
-        room = np.minimum(room, span / 2) * (1 + 1e-12) + 1e-300
         key = block * span + p0  # increasing: the menus are sorted by end, then by power
-        start = np.searchsorted(block, np.arange(J), side="left")
-        count = np.maximum(np.searchsorted(key, np.arange(J)[None, :] * span + room, side="right") - start[None, :], 0)
+        count = np.maximum(np.searchsorted(key, np.arange(J)[None, :] * span + np.minimum(room, span / 2), side="right")
+                           - start[None, :J], 0)
         if beam is not None:
             count = np.minimum(count, beam)
-        flat = count.ravel()
-        total = int(flat.sum())
-        if total == 0:
-            return
-        keys = self._key_types(lab.u, idx, start, flat, total) if beam is None and total >= KEY_MIN_PAIRS else []
-        groups = self._key_groups(keys, idx, block, p0, span, J) if keys else None
-        room_p, item_p = ty.pack(ty.full - lab.u), ty.pack(idx)  # small arrays the pairs gather from
-        if keys:
-            item_p = item_p[groups[0]]  # in the keyed order
         per_label = count.sum(axis=1)
+        if not per_label.any():
+            return
+        best, own_l, own_m, touched = self._pair_buffers(J * ty.size)
+        n_touched = np.zeros(1, np.int64)
+        room_p, item_p = ty.pack(ty.full - lab.u), ty.pack(idx)
+        guard = np.int64(0 if ty.subsets else ty._guard)
+        _, w, wp, _, _ = menus
         chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
         cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
-        for lo, hi in itertools.pairwise(cuts):
-            if deadline is not None:
-                deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
-            if keys:
-                li, mi = self._pairs_by_key(keys, lab.u[lo:hi], idx, block, p0, room[lo:hi], span, groups,
-                                            (room_p[lo:hi], item_p))
-                li += lo
-            else:
-                cf = count[lo:hi].ravel()
-                n_pairs = int(cf.sum())
-                li = np.repeat(np.repeat(np.arange(lo, hi), J), cf)
-                mi = np.arange(n_pairs) + np.repeat(np.tile(start, hi - lo) - (np.cumsum(cf) - cf), cf)
-                ok = np.flatnonzero(ty.fits_packed(item_p[mi], room_p[li]))
-                li, mi = li[ok], mi[ok]
-            if li.size:
-                self._join(k, j, T, lab, h, floors, menus, rest, li, mi, parts)
+        try:
+            for lo, hi in itertools.pairwise(cuts):
+                if deadline is not None:
+                    deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
+                least_pairs(lab.u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lo, idx, item_p, p0, w, wp, start,
+                            floors, 0 if beam is None else int(beam), ty.subsets, guard, ty.size,
+                            best, own_l, own_m, touched, n_touched)
+        finally:
+            keys = touched[:n_touched[0]].copy()
+            G = best[keys]
+            li, mi = own_l[keys], own_m[keys]
+            best[keys] = np.inf  # the buffer is all inf again, whatever happened
+        if keys.size:
+            self._join(k, j, T, lab, floors, menus, rest, li, mi, keys // ty.size, keys % ty.size, G, parts)
 
-    def _join(self, k: int, j: int, T: float, lab: _Labels, h: np.ndarray, floors: np.ndarray, menus,
-              rest: np.ndarray, li: np.ndarray, mi: np.ndarray, parts: dict) -> None:
-        """The pairs (label ``li``, menu item ``mi``) of :meth:`_extend` (which use at most the
-        devices there are) that pass the window rows ending at stage k and the necessary conditions of
-        the rest (priced power, devices, memory, :meth:`window_need`): into ``parts[j2]``, the least
-        window state per end and count vector."""
+    def _join(self, k: int, j: int, T: float, lab: _Labels, floors: np.ndarray, menus, rest: np.ndarray,
+              li: np.ndarray, mi: np.ndarray, b: np.ndarray, nu: np.ndarray, G: np.ndarray, parts: dict) -> None:
+        """The least pairs of :meth:`_extend` (label ``li``, menu item ``mi``, end position ``b``, count
+        vector ``nu``, window state ``G``, one per end and count vector) that pass the necessary
+        conditions of the rest (priced power, devices, memory, :meth:`window_need`): into
+        ``parts[j2]``."""
         idx, w, wp, block, j2s = menus
         ty, S, first = self.types, self.problem.num_stages, self._order_key
-        J = j2s.size
-        u, c, b, hl = lab.u[li], idx[mi], block[mi], h[li]
-        G = w[mi] + hl
-        ok = wp[mi] > floors[b] - hl  # else a smaller composition clips to the same state
-        ok &= G <= 0.0  # the window rows ending at stage k (U = 0 with split execution)
-        li, u, c, b, G = li[ok], u[ok], c[ok], b[ok], G[ok]
-        if not li.size:
-            return
-        nu = u + c
-        # the least window state per (end, count vector): the others are dominated (module
-        # docstring), and every test below reads only (end, count vector, G)
-        order = self._least_per_key(b * ty.size + nu, G, J * ty.size)
-        li, nu, b, G = li[order], nu[order], b[order], G[order]
         left = ty.full - nu
         ok = (self.power[left] >= rest[b] * (1 - 1e-12)).all(axis=1) & (ty.ndev[left] >= S - 1 - k)
         if self.memory_limited:
@@ -903,122 +872,13 @@ class TypesProbe:
             parts.setdefault(int(j2s[b[lo_i]]), []).append(
                 (nu[lo_i:hi_i], G[lo_i:hi_i], np.full(hi_i - lo_i, j), lab.u[li[lo_i:hi_i]]))
 
-    def _key_types(self, u: np.ndarray, idx: np.ndarray, start: np.ndarray, flat: np.ndarray,
-                   total: int) -> list[int]:
-        """The types :meth:`_pairs_by_key` keys on (``[]``: pair by power only): chosen greedily on
-        a sample of the ``total`` label x menu pairs that pass the power test (``flat``: their
-        count per label and end, label-major; ``start``: each end's first menu position), each
-        type while its rejections (``c_t > counts_t - u_t``) save more pairs than the extra
-        ranges it costs (:data:`KEY_RANGE_COST`)."""
-        ty = self.types
-        J = flat.size // u.size
-        ends = np.cumsum(flat)
-        pos = np.random.default_rng(0).integers(0, total, size=KEY_SAMPLE)  # uniform over the pairs
-        at = np.searchsorted(ends, pos, side="right")  # their (label, end) ranges, label-major
-        sl = at // J
-        sc = idx[start[at % J] + pos - (ends[at] - flat[at])]
-        left = ty.counts[None, :] - ty.comps[u[sl]]  # (sample, tau)
-        bad = ty.comps[sc] > left  # (sample, tau): the pair fails on type t
-        width = (ty.counts[None, :] - ty.comps[u] + 1).astype(float)  # (L, tau): values a label allows
-        keys: list[int] = []
-        alive = np.ones(KEY_SAMPLE, bool)
-        mult = np.ones(u.size)
-        cost = float(total)
-        while len(keys) < KEY_MAX_TYPES:
-            best, best_cost = None, cost
-            for t in range(ty.tau):
-                if t in keys or ty.counts[t] == 0:
-                    continue
-                m = mult * width[:, t]
-                groups = float(np.prod([ty.counts[q] + 1 for q in keys + [t]]))
-                if groups > KEY_MAX_GROUPS:
-                    continue
-                pairs = total * float((alive & ~bad[:, t]).mean())
-                c = pairs + KEY_RANGE_COST * float(m.sum()) * J
-                if c < best_cost:
-                    best, best_cost = t, c
-            if best is None:
-                break
-            keys.append(best)
-            alive &= ~bad[:, best]
-            mult = mult * width[:, best]
-            cost = best_cost
-        return keys
-
-    def _key_groups(self, keys: list[int], idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
-                    span: float, J: int) -> tuple:
-        """The menu items grouped by their counts of the key types (:meth:`_pairs_by_key`), once per
-        boundary and start unit: ``(order, key, first)`` - the items' order by (end, group), power
-        order kept within a group; each one's ``cell * span + power`` (``cell = end * groups +
-        group``); and the position of each cell's first item (``J * groups + 1``: cell c holds
-        ``first[c]..first[c+1]-1``)."""
-        ty = self.types
-        gid = np.zeros(idx.size, np.int64)
-        for t in keys:
-            gid = gid * (int(ty.counts[t]) + 1) + ty.comps[idx, t]
-        ngroups = int(np.prod([int(ty.counts[t]) + 1 for t in keys]))
-        order = np.lexsort((gid, block))  # stable: power order within (end, group)
-        cell = block[order] * ngroups + gid[order]
-        first = np.searchsorted(cell, np.arange(J * ngroups + 1), side="left")  # each cell's first item
-        return order, cell * span + p0[order], first
-
-    def _pairs_by_key(self, keys: list[int], u: np.ndarray, idx: np.ndarray, block: np.ndarray, p0: np.ndarray,
-                      room: np.ndarray, span: float, groups: tuple | None = None,
-                      packed: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The label x menu pairs that pass the power test (``room``: ``(L, J)``, the first price's
-        power each label leaves an end's item, clipped to ``span / 2``) and, on the key types, the
-        count test ``c_t <= counts_t - u_t``: menu items grouped by their counts of the key types
-        (power order kept within a group; ``groups``: :meth:`_key_groups`, made here if not
-        given), each label's allowed groups are a box, and each (label, end, allowed group) is one
-        contiguous power range. With ``packed`` (the labels' devices left and the items in the
-        keyed order, :meth:`DeviceTypes.pack`), only the pairs that fit every type are kept (tested
-        before the items' positions are read). Returns the label and menu positions of every pair
-        (a subset of the power-only pairs; every pair it drops fails ``fits_within``)."""
-        ty = self.types
-        L, J = room.shape
-        radix = [int(ty.counts[t]) + 1 for t in keys]
-        ngroups = int(np.prod(radix))
-        order, key, first = self._key_groups(keys, idx, block, p0, span, J) if groups is None else groups
-        # each label's allowed groups: a box of count values per key type
-        lab_of = np.arange(L)
-        gl = np.zeros(L, np.int64)
-        for t, r in zip(keys, radix, strict=True):
-            allow = ty.counts[t] - ty.comps[u[lab_of], t] + 1  # values 0..counts - u_t
-            lab_of = np.repeat(lab_of, allow)
-            gl = np.repeat(gl * r, allow) + (np.arange(allow.sum()) - np.repeat(np.cumsum(allow) - allow, allow))
-        # every (label, allowed group, end): one range of items
-        A = lab_of.size
-        rl = np.repeat(lab_of, J)
-        rc = np.tile(np.arange(J), A) * ngroups + np.repeat(gl, J)
-        lo, hi = first[rc], first[rc + 1]  # the cell's items; those within the room's power:
-        some = np.flatnonzero(hi > lo)
-        rl, rc, lo, hi = rl[some], rc[some], lo[some], hi[some]
-        q = rc * span + room[rl, rc // ngroups]
-        part = np.flatnonzero(key[hi - 1] > q)  # not every item fits: search the cell
-        hi[part] = np.searchsorted(key, q[part], side="right")
-        cnt = np.maximum(hi - lo, 0)
-        total = int(cnt.sum())
-        li = np.repeat(rl, cnt)
-        pos = np.arange(total) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)  # in the keyed order
-        if packed is not None:
-            ok = np.flatnonzero(ty.fits_packed(packed[1][pos], packed[0][li]))
-            li, pos = li[ok], pos[ok]
-        return li, order[pos]
-
-    def _least_per_key(self, key: np.ndarray, G: np.ndarray, size: int) -> np.ndarray:
-        """Positions of one least ``G`` per distinct ``key`` (ints in ``[0, size)``), by a
-        scatter-min into a reused dense buffer (far faster than sorting the pairs)."""
-        if self._least is None or self._least.size < size:
-            self._least = np.full(size, np.inf)
-            self._owner = np.empty(size, dtype=np.int64)
-        least, owner = self._least, self._owner
-        try:
-            np.minimum.at(least, key, G)
-            pos = np.flatnonzero(G <= least[key])
-            owner[key[pos]] = pos  # one of the tied positions per key
-        finally:
-            least[key] = np.inf  # the buffer is all inf again, whatever happened
-        return pos[owner[key[pos]] == pos]
+    def _pair_buffers(self, size: int) -> tuple:
+        """Reused buffers of :func:`~.pairing.least_pairs` for ``size`` keys: ``best`` (all ``inf``
+        between calls), ``own_l``, ``own_m``, ``touched``."""
+        if self._pairbuf is None or self._pairbuf[0].size < size:
+            self._pairbuf = (np.full(size, np.inf), np.empty(size, np.int64), np.empty(size, np.int64),
+                             np.empty(size, np.int64))
+        return self._pairbuf
 
     def _pareto(self, parts: list) -> _Labels:
         """The non-dominated labels (module docstring) among ``parts`` at one boundary."""

@@ -18,6 +18,7 @@ from pipeopt.backends.deadline import Deadline
 from pipeopt.problems.resource import GroupProblem, brute_force, group, group_dp
 from pipeopt.problems.resource.examples import random_chain
 from pipeopt.problems.resource.group_dp import DeviceTypes, TypesProbe, solve_dp
+from pipeopt.problems.resource.pairing import least_pairs
 from pipeopt.problems.resource.split import best_split, least_busy
 
 REL = 2e-4
@@ -76,23 +77,23 @@ def test_types_equals_brute_force(p):
 
 
 @contextlib.contextmanager
-def _keyed_in_small_chunks():
-    """Every pairing keyed on every type that rejects a sampled pair, a few labels at a time."""
-    old = (group_dp.KEY_MIN_PAIRS, group_dp.KEY_RANGE_COST, group_dp.PAIRS_CHUNK)
-    group_dp.KEY_MIN_PAIRS, group_dp.KEY_RANGE_COST, group_dp.PAIRS_CHUNK = 0, 0.0, 5
+def _small_chunks():
+    """The pairing scans a few labels at a time (the least pair per key kept across the runs)."""
+    old = group_dp.PAIRS_CHUNK
+    group_dp.PAIRS_CHUNK = 5
     try:
         yield
     finally:
-        group_dp.KEY_MIN_PAIRS, group_dp.KEY_RANGE_COST, group_dp.PAIRS_CHUNK = old
+        group_dp.PAIRS_CHUNK = old
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=small_problems())
-def test_types_keyed_in_small_chunks_equals_brute_force(p):
-    """The same cross-check with the pairs keyed on the types and made five at a time (on these
-    sizes the defaults pair by power in one go)."""
+def test_types_in_small_chunks_equals_brute_force(p):
+    """The same cross-check with the pairs scanned for a few labels at a time (on these sizes
+    the default scans every label in one go)."""
     _, _, best = brute_force(p)
-    with _keyed_in_small_chunks():
+    with _small_chunks():
         if not math.isfinite(best):
             with pytest.raises(pipeopt.InfeasibleError):
                 solve_dp(p, time_limit=30)
@@ -104,16 +105,16 @@ def test_types_keyed_in_small_chunks_equals_brute_force(p):
 
 
 @pytest.mark.parametrize("profiles", [[0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 3, 4, 0, 3]])
-def test_keyed_pairing_keeps_every_label(profiles):
+def test_chunked_pairing_keeps_every_label(profiles):
     """On 8 units, 7-8 devices (repeated types, then 5 types), 3 workers, at limits from
     infeasible to generous: the labels of every boundary and the plan are the same whether the
-    pairs are made by power in one go or keyed on the types a few at a time."""
+    pairs are scanned in one go or a few labels at a time."""
     p = GroupProblem(_instance(8, profiles, seed=4, bandwidth=1e8), 3)
     probe = TypesProbe(p)
     lo = probe.work_bound()
     for T in (lo, 1.2 * lo, 1.5 * lo, 2.5 * lo, 6 * lo):
         seen = {}
-        for mode in ("power", "keyed"):
+        for mode in ("one go", "chunks"):
             labels = []
             original = TypesProbe._pareto
 
@@ -124,49 +125,78 @@ def test_keyed_pairing_keeps_every_label(profiles):
 
             TypesProbe._pareto = record
             try:
-                if mode == "keyed":
-                    with _keyed_in_small_chunks():
+                if mode == "chunks":
+                    with _small_chunks():
                         found = probe.solve(T)
                 else:
                     found = probe.solve(T)
             finally:
                 TypesProbe._pareto = original
             seen[mode] = (labels, None if found is None else p.plan_value(*found))
-        assert seen["power"] == seen["keyed"]
+        assert seen["one go"] == seen["chunks"]
 
 
-def test_keyed_pairs_are_the_power_pairs_that_fit():
-    """_pairs_by_key returns exactly the (label, item) pairs whose item's first-price power is
-    within the label's room at its end and whose counts of the key types fit what the label
-    leaves (random labels and menus, 3 and 2 key types); with the packed count vectors, exactly
-    those that fit every type."""
-    p = GroupProblem(_instance(5, [0, 0, 0, 1, 1, 2, 3, 3], seed=1, bandwidth=1e9), 3)
+def _least_pairs_brute(ty, u, h, room, idx, p0, w, wp, block, floors, beam):
+    """Per key ``end * size + u + c``: the least G over every valid pair, by loops."""
+    want = {}
+    for l in range(u.size):
+        for b in range(room.shape[1]):
+            items = [m for m in range(idx.size) if block[m] == b]
+            for m in items[:beam] if beam else items:
+                if p0[m] > room[l, b]:
+                    break
+                if not (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all():
+                    continue
+                G = w[m] + h[l]
+                if G <= 0.0 and wp[m] > floors[b] - h[l]:
+                    key = b * ty.size + int(u[l] + idx[m])
+                    want[key] = min(want.get(key, np.inf), G)
+    return want
+
+
+@pytest.mark.parametrize("profiles", [[0, 0, 0, 1, 1, 2, 3, 3], [0, 1, 2, 3, 4]])
+@pytest.mark.parametrize("beam", [0, 3])
+def test_least_pairs_is_the_brute_force_least(profiles, beam):
+    """least_pairs keeps, per (end, count vector), a valid pair of least window state - the least
+    over every label x item pair within the power room that fits the devices and passes the window
+    and clip tests - scanned in one run or in three runs of labels (offsets), with and without a
+    beam; repeated types (packed fields) and distinct devices (bitmasks)."""
+    p = GroupProblem(_instance(5, profiles, seed=1, bandwidth=1e9), 3)
     probe = TypesProbe(p)
     ty, first = probe.types, probe._order_key
     rng = np.random.default_rng(3)
-    for keys in ([0, 1, 3], [2, 0]):
-        u = rng.integers(0, ty.size, 40)
-        J = 4
-        idx = rng.integers(1, ty.size, 300)
-        block = np.sort(rng.integers(0, J, 300))
-        p0 = probe.power[idx, first]
-        order = np.lexsort((p0, block))  # menus come sorted by end, then power
-        idx, block, p0 = idx[order], block[order], p0[order]
-        span = float(p0.max()) * 2.0 + 1.0
-        room = np.minimum(rng.uniform(0, p0.max(), (u.size, J)), span / 2)
-        li, mi = probe._pairs_by_key(keys, u, idx, block, p0, room, span)
-        got = sorted(zip(li.tolist(), mi.tolist(), strict=True))
-        want = sorted((l, m) for l in range(u.size) for m in range(idx.size)
-                      if p0[m] <= room[l, block[m]]
-                      and all(ty.comps[idx[m], t] <= ty.counts[t] - ty.comps[u[l], t] for t in keys))
-        assert got == want and len(want) > 0
-        # with the packed count vectors: only the pairs that fit every type
-        groups = probe._key_groups(keys, idx, block, p0, span, J)
-        packed = (ty.pack(ty.full - u), ty.pack(idx)[groups[0]])
-        li, mi = probe._pairs_by_key(keys, u, idx, block, p0, room, span, groups, packed)
-        got = sorted(zip(li.tolist(), mi.tolist(), strict=True))
-        fit = [(l, m) for l, m in want if (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all()]
-        assert got == fit and 0 < len(fit) < len(want)
+    L, J, M = 30, 4, 200
+    u = rng.integers(0, ty.size, L)
+    idx = rng.integers(1, ty.size, M)
+    block = np.sort(rng.integers(0, J, M))
+    p0 = probe.power[idx, first]
+    order = np.lexsort((p0, block))  # menus come sorted by end, then power
+    idx, block, p0 = idx[order], block[order], p0[order]
+    w = rng.uniform(0.0, 1.0, M)
+    wp = np.where(rng.random(M) < 0.3, rng.uniform(0.0, 1.0, M), np.inf)
+    h = np.round(rng.uniform(-1.5, -0.2, L), 1)  # ties in G
+    floors = rng.uniform(-2.0, 0.0, J)
+    room = rng.uniform(0, p0.max(), (L, J))
+    room[rng.random((L, J)) < 0.1] = -np.inf
+    start = np.searchsorted(block, np.arange(J + 1))
+    want = _least_pairs_brute(ty, u, h, room, idx, p0, w, wp, block, floors, beam)
+    assert len(want) > 5
+    for runs in ([0, L], [0, 7, 19, L]):
+        best, own_l, own_m, touched = (np.full(J * ty.size, np.inf), np.zeros(J * ty.size, np.int64),
+                                       np.zeros(J * ty.size, np.int64), np.zeros(J * ty.size, np.int64))
+        n = np.zeros(1, np.int64)
+        for lo, hi in zip(runs[:-1], runs[1:]):
+            least_pairs(u[lo:hi], h[lo:hi], room[lo:hi], ty.pack(ty.full - u)[lo:hi], lo, idx, ty.pack(idx), p0, w,
+                        wp, start, floors, beam, ty.subsets, np.int64(0 if ty.subsets else ty._guard), ty.size,
+                        best, own_l, own_m, touched, n)
+        keys = touched[:n[0]]
+        assert sorted(keys.tolist()) == sorted(want)
+        for key in keys:
+            l, m = own_l[key], own_m[key]
+            assert best[key] == want[int(key)] == w[m] + h[l]
+            assert key == block[m] * ty.size + u[l] + idx[m] and p0[m] <= room[l, block[m]]
+            assert (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all()
+
 
 CROSS = [  # units, device profiles (repeats: identical devices), workers, seed, bandwidth, memory per device
     (6, [0, 0, 1, 2], 3, 1, 1e9, None),  # two identical devices
@@ -234,21 +264,6 @@ def test_count_vector_transforms():
     assert all(int(distinct.comps[i] @ distinct.stride) == i for i in range(8))
     a, b = np.array([2, 4, 1]), np.array([6, 5, 6])
     assert list(distinct.fits_within(a, b)) == [True, True, False]  # bit 0 is not in 6
-
-
-def test_least_window_state_per_key():
-    """_least_per_key keeps exactly one position of least G per key (ties: any one), and leaves
-    its reused buffer clean for the next call (random keys, many ties)."""
-    probe = TypesProbe(GroupProblem(_instance(4, [0, 0, 1], seed=2, bandwidth=1e9), 2))
-    rng = np.random.default_rng(5)
-    for size in (7, 50, 7):
-        key = rng.integers(0, size, 300)
-        G = rng.integers(0, 4, 300).astype(float) - 2.0
-        kept = probe._least_per_key(key, G, size)
-        assert sorted(key[kept]) == sorted(set(key.tolist()))
-        for q in set(key.tolist()):
-            assert G[kept][key[kept] == q][0] == G[key == q].min()
-        assert np.isinf(probe._least).all()
 
 
 def test_rates_by_runs_equal_the_gather():
