@@ -88,7 +88,7 @@ from .intervals import interval_cover_coefficients
 from .problem import GroupProblem
 from .bounds import top_limit
 from .search import exact_search
-from .pairing import least_pairs
+from .kernels import least_pairs, menu_scan
 from .split import least_busy, least_busy_many
 
 MAX_COUNT_VECTORS = 2**21
@@ -131,7 +131,7 @@ CHUNK = 20000
 
 PAIRS_CHUNK = 2**24
 """Most label x menu pairs :meth:`TypesProbe._extend` scans between two checks of the deadline
-(:func:`~pipeopt.problems.resource.pairing.least_pairs` scans tens of millions a second)."""
+(:func:`~pipeopt.problems.resource.kernels.least_pairs` scans tens of millions a second)."""
 
 LEAST_SCAN = 1024
 """Count vectors :meth:`TypesProbe.least_power` scans per stage range, in order of power, for the
@@ -197,7 +197,7 @@ class DeviceTypes:
         shape = tuple(int(c) + 1 for c in self.counts)
         self.shape = shape
         self.stride = np.array([int(np.prod(shape[t + 1:])) for t in range(len(shape))], dtype=np.int64)
-        self.comps = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        self.comps = np.ascontiguousarray(np.indices(shape).reshape(len(shape), -1).T, dtype=np.int64)
         self.R = self.comps @ self.res
         with np.errstate(invalid="ignore"):  # 0 devices * inf memory
             self.M = np.where(self.comps > 0, self.comps * self.mem, 0.0).sum(axis=1)
@@ -288,6 +288,7 @@ class TypesProbe:
         self._kind_stacks: dict = {}  # _kind_stack's cache
         self._least_at = None  # least_power's last (key, result)
         self._pairbuf = None  # buffers of least_pairs
+        self._mem_cap = np.asarray(rules.memory_limit(self.types.M), dtype=float)  # menu_scan's memory test
         # prices for the necessary conditions: the cover rows of the whole chain (finite ones)
         F, B = p.load(0, n)
         prices = []
@@ -305,7 +306,6 @@ class TypesProbe:
             unit += priced.min(axis=2)
         self.work = np.vstack([np.zeros(len(self.prices)), np.cumsum(unit, axis=0)])  # (n+1, P) priced work prefix
         self.power = self.types.R @ self.prices.T  # (size, P) priced power of every count vector
-        self._power_cols = [np.ascontiguousarray(self.power[:, q]) for q in range(self.power.shape[1])]
         self.memory_limited = bool(np.isfinite(self.types.mem).any())
         # bytes units j..n-1 need at least (every stage keeps >= 2 microbatches with split execution)
         self.mem_rest = np.asarray(p.table.memory(np.arange(n + 1), n, 2), dtype=float)
@@ -687,58 +687,36 @@ class TypesProbe:
                                    - self._least_rest[self.problem.num_stages - 1 - k, j2s])
         lo = np.searchsorted(self._sorted_power, need[:, first] * (1 - 1e-12), side="left")
         hi = np.maximum(lo, np.searchsorted(self._sorted_power, top[:, first] * (1 + 1e-12) + 1e-300, side="right"))
-        size = hi - lo
-        block = np.repeat(np.arange(J), size)
-        idx = self._order[np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size) + np.repeat(lo, size)]
-        ok = ty.ndev[idx] >= 1
-        for q, col in enumerate(self._power_cols):  # one price at a time: no (m, P) temporaries
-            pw = col[idx]
-            ok &= (pw >= (need[:, q] * (1 - 1e-12))[block]) & (pw <= (top[:, q] * (1 + 1e-12) + 1e-300)[block])
-        idx, block = idx[ok], block[ok]
-        # the window rows with the most favourable label: least entering state, most power left
-        if idx.size and k + 1 < self.problem.num_stages:
+        window = bool(k + 1 < self.problem.num_stages)
+        if window:  # the window rows with the most favourable label: least entering state, most power left
+            A2, B = (a[j2s] for a in self._fronts_sq[k + 1])
+            with np.errstate(invalid="ignore"):
+                root2 = self._root(j, j2s) ** 2
             left_max = float(self.power[ty.full - lab.u, first].max())
-            p0 = self.power[idx, first]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                w_low = np.where(p0 > 0, self._root(j, j2s[block]) ** 2 / np.maximum(p0, 1e-300), np.inf)
-            rest = self.window_need(k + 1, j2s[block], np.maximum(left_max - p0, 0.0))
-            trip = self.problem.round_trip[j2s[block]]
-            room = 1e-9 * T
-            ok = (np.maximum(-self._D[k + 1] * T, w_low + h.min() + trip) + rest <= room)
-            idx, block = idx[ok], block[ok]
-        if beam is not None and idx.size:  # heuristic: scan only the least powerful few per end
-            rank = np.arange(idx.size) - np.searchsorted(block, block, side="left")
-            sel = rank < BEAM_SCAN * beam
-            idx, block = idx[sel], block[sel]
-        if idx.size == 0:
-            return idx, np.zeros(0), np.zeros(0), block, j2s
+            floor_k1 = float(-self._D[k + 1] * T)
+        else:
+            A2 = B = np.zeros((J, 1))
+            root2, left_max, floor_k1 = np.zeros(J), 0.0, 0.0
         mem_need = np.asarray(self.problem.table.memory(j, j2s, self.problem.in_flight(k)), dtype=float)
-        kept = []  # per chunk: the compositions kept, their ends and predecessors' best-split times
-        for lo_c in range(0, idx.size, CHUNK):
-            if deadline is not None:
-                deadline.check(f"the type DP's menus (stage {k}, start unit {j})")
-            c, bl = idx[lo_c:lo_c + CHUNK], block[lo_c:lo_c + CHUNK]
-            vals = self._rates(ty.comps[c].astype(float), bl, rows)  # (m, L)
-            ok_c = np.flatnonzero((vals.min(axis=1) >= 1.0 / T) & rules.fits(mem_need[bl], ty.M[c]))
-            c, bl, vals = c[ok_c], bl[ok_c], vals[ok_c]
-            # their predecessors (one device of type t fewer), for the compositions that pass only
-            pi, pt = np.nonzero(ty.comps[c] > 0)
-            pred = c[pi] - ty.stride[pt]
-            prate = (vals[pi] - rows[bl[pi], pt]).min(axis=1)
-            ok_p = (prate >= 1.0 / T) & rules.fits(mem_need[bl[pi]], ty.M[pred]) & (ty.ndev[pred] >= 1)
-            ptau_c = np.full((c.size, ty.tau), np.inf)  # inf: no passing predecessor of that type
-            ptau_c[pi[ok_p], pt[ok_p]] = 1.0 / prate[ok_p]
-            keep = ~(2.0 * ptau_c <= theta[bl][:, None]).any(axis=1)
-            kept.append((c[keep], bl[keep], ptau_c[keep]))
-        idx = np.concatenate([q[0] for q in kept]) if kept else idx[:0]
-        block = np.concatenate([q[1] for q in kept]) if kept else block[:0]
-        ptau = np.concatenate([q[2] for q in kept]) if kept else np.zeros((0, ty.tau))
+        total = int((hi - lo).sum())
+        out = [np.empty(total, np.int64) for _ in range(3)]
+        if deadline is not None:
+            deadline.check(f"the type DP's menus (stage {k}, start unit {j})")
+        m = menu_scan(self._order, lo, hi, ty.ndev, self.power, np.ascontiguousarray(need * (1 - 1e-12)),
+                      np.ascontiguousarray(top * (1 + 1e-12) + 1e-300), first, window, np.ascontiguousarray(A2),
+                      np.ascontiguousarray(B), left_max, root2, float(h.min()),
+                      np.ascontiguousarray(self.problem.round_trip[j2s], dtype=float), floor_k1, 1e-9 * T,
+                      0 if beam is None else BEAM_SCAN * int(beam), ty.comps, rows, 1.0 / T, mem_need,
+                      self._mem_cap, ty.stride, np.ascontiguousarray(theta, dtype=float), *out)
+        idx, block, pmask = (a[:m] for a in out)
         if beam is not None and idx.size:  # the least powerful first: menus are sorted by end, then power
             start = np.searchsorted(block, block, side="left")
             rank = np.arange(idx.size) - start
             sel = rank < beam
-            idx, block, ptau = idx[sel], block[sel], ptau[sel]
-        ok_p = np.isfinite(ptau)
+            idx, block, pmask = idx[sel], block[sel], pmask[sel]
+        if idx.size == 0:
+            return idx, np.zeros(0), np.zeros(0), block, j2s
+        ok_p = ((pmask[:, None] >> np.arange(ty.tau)[None, :]) & 1).astype(bool)  # passing predecessors
         preds = np.where(ok_p, idx[:, None] - ty.stride[None, :], 0)
         pi, pt = np.nonzero(ok_p)
         both = np.concatenate([idx, preds[pi, pt]])
@@ -755,16 +733,6 @@ class TypesProbe:
         wp = vals.min(axis=1)
         fin = np.isfinite(w) & (wp > theta[block])
         return idx[fin], w[fin], wp[fin], block[fin], j2s
-
-    @staticmethod
-    def _rates(comps: np.ndarray, block: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``out[i] = comps[i] @ rows[block[i]]`` for ``block`` sorted: one matrix product per run
-        of equal blocks (``comps (m, tau)``, ``rows (J, tau, L)``; no ``(m, tau, L)`` gather)."""
-        out = np.empty((comps.shape[0], rows.shape[2]))
-        cuts = np.concatenate([[0], np.flatnonzero(np.diff(block)) + 1, [block.size]])
-        for lo, hi in itertools.pairwise(cuts):
-            out[lo:hi] = comps[lo:hi] @ rows[block[lo]]
-        return out
 
     def busy_ranges(self, j: int, j2s: np.ndarray, block: np.ndarray, idx: np.ndarray, T: float) -> np.ndarray:
         """:meth:`busy` of units ``j..j2s[block]-1`` on count vectors ``idx`` (element by element)."""
@@ -794,7 +762,7 @@ class TypesProbe:
         end) that leaves the rest enough priced power of the first price: into ``parts[j2]``, the
         labels at ``(k + 1, j2)`` that pass the rules and the necessary conditions (:meth:`_join`).
 
-        One pass of :func:`~pipeopt.problems.resource.pairing.least_pairs` over the pairs (no pair
+        One pass of :func:`~pipeopt.problems.resource.kernels.least_pairs` over the pairs (no pair
         is materialised: one boundary can pair billions) keeps the least window state per end and
         count vector; ``deadline`` is checked every :data:`PAIRS_CHUNK` pairs (runs of labels)."""
         idx, _, _, block, j2s = menus
@@ -873,7 +841,7 @@ class TypesProbe:
                 (nu[lo_i:hi_i], G[lo_i:hi_i], np.full(hi_i - lo_i, j), lab.u[li[lo_i:hi_i]]))
 
     def _pair_buffers(self, size: int) -> tuple:
-        """Reused buffers of :func:`~.pairing.least_pairs` for ``size`` keys: ``best`` (all ``inf``
+        """Reused buffers of :func:`~.kernels.least_pairs` for ``size`` keys: ``best`` (all ``inf``
         between calls), ``own_l``, ``own_m``, ``touched``."""
         if self._pairbuf is None or self._pairbuf[0].size < size:
             self._pairbuf = (np.full(size, np.inf), np.empty(size, np.int64), np.empty(size, np.int64),

@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 import pipeopt
 from pipeopt.backends.deadline import Deadline
+from pipeopt.cost import rules
 from pipeopt.problems.resource import GroupProblem, brute_force, group, group_dp
 from pipeopt.problems.resource.examples import random_chain
 from pipeopt.problems.resource.group_dp import DeviceTypes, TypesProbe, solve_dp
-from pipeopt.problems.resource.pairing import least_pairs
+from pipeopt.problems.resource.kernels import least_pairs
 from pipeopt.problems.resource.split import best_split, least_busy
 
 REL = 2e-4
@@ -266,17 +267,6 @@ def test_count_vector_transforms():
     assert list(distinct.fits_within(a, b)) == [True, True, False]  # bit 0 is not in 6
 
 
-def test_rates_by_runs_equal_the_gather():
-    """_rates (one product per run of equal blocks) is the per-row gather comps[i] @ rows[block[i]],
-    for sorted blocks, unsorted blocks and a single row."""
-    rng = np.random.default_rng(3)
-    rows = rng.random((5, 3, 4))
-    for block in (np.sort(rng.integers(0, 5, 40)), rng.integers(0, 5, 40), np.array([2])):
-        comps = rng.integers(0, 3, (block.size, 3)).astype(float)
-        want = np.einsum("it,itl->il", comps, rows[block])
-        assert np.allclose(TypesProbe._rates(comps, block, rows), want, rtol=1e-12, atol=0)
-
-
 @pytest.mark.parametrize("bandwidth", [2e8, 3e6])
 @pytest.mark.parametrize("scan", [group_dp.LEAST_SCAN, 8])
 def test_least_power_is_the_brute_force_least(scan, bandwidth, monkeypatch):
@@ -394,3 +384,85 @@ def test_through_the_registry():
     inst = _instance(5, [0, 0, 1, 2], seed=9, bandwidth=1e9)
     r = pipeopt.solve(inst, problem="group", method="types", workers=2, time_limit=30)
     assert r.status == pipeopt.Status.OPTIMAL and r.method == "types"
+
+
+def _menu_brute(probe, k, j, j2s, T, lab, h, floors):
+    """menus() by loops over every count vector and end (the conditions of its docstring)."""
+    p, ty, first = probe.problem, probe.types, probe._order_key
+    S = p.num_stages
+    least_rest = probe.least_power(T, p.cut_time <= T)  # T's own (the probe keeps the last one)
+    out = {}
+    for b, e in enumerate(j2s.tolist()):
+        if (ty.comps[ty.full] @ probe.rows(j, e)).min() < 1.0 / T:
+            break  # no worker reaches this end (nor a later one)
+        need = (probe.work[e] - probe.work[j]) / T
+        top = probe.power[ty.full] - (probe.work[j] - probe.work[0] + probe.work[-1] - probe.work[e]) / T
+        top[first] = min(top[first], probe.power[ty.full, first] - probe.power[lab.u, first].min()
+                         - least_rest[S - 1 - k, e])
+        mem = p.table.memory(j, e, p.in_flight(k))
+        theta = floors[b] - h.max()
+
+        def passes(c):
+            return (ty.ndev[c] >= 1 and probe.rate(j, e, np.array([c]))[0] >= 1.0 / T
+                    and rules.fits(mem, ty.M[c]))
+
+        for c in range(ty.size):
+            pw = probe.power[c]
+            if ty.ndev[c] < 1 or (pw < need * (1 - 1e-12)).any() or (pw > top * (1 + 1e-12) + 1e-300).any():
+                continue
+            if k + 1 < S:
+                p0 = pw[first]
+                w_low = probe._root(j, e) ** 2 / p0 if p0 > 0 else math.inf
+                left = max(probe.power[ty.full - lab.u, first].max() - p0, 0.0)
+                rest = probe.window_need(k + 1, np.array([e]), np.array([left]))[0]
+                if max(-probe._D[k + 1] * T, w_low + h.min() + p.round_trip[e]) + rest > 1e-9 * T:
+                    continue
+            if not passes(c):
+                continue
+            preds = [c - ty.stride[t] for t in range(ty.tau) if ty.comps[c, t] > 0 and passes(c - ty.stride[t])]
+            if any(2.0 / probe.rate(j, e, np.array([q]))[0] <= theta for q in preds):
+                continue
+            w = probe.busy(j, e, np.array([c]), T)[0]
+            wp = min((probe.busy(j, e, np.array([q]), T)[0] for q in preds), default=math.inf)
+            if math.isfinite(w) and wp > theta:
+                out[(b, c)] = (w, wp)
+    return out
+
+
+@pytest.mark.parametrize("profiles,memory", [([0, 0, 1, 1, 2, 3], None), ([0, 1, 2, 3, 4], 0.4)])
+def test_menus_are_the_brute_force_menus(profiles, memory):
+    """Every menu the exact DP computes (stages, start units, limits from infeasible to generous;
+    repeated types, and distinct devices with binding memory) holds exactly the compositions the
+    conditions of its docstring keep, by loops over every count vector, with the same busy times."""
+    inst = _instance(7, profiles, seed=8, bandwidth=3e8)
+    if memory is not None:
+        per = GroupProblem(inst, 3).stage_memory(0, 7, 0) * memory
+        inst = _instance(7, profiles, seed=8, bandwidth=3e8, memory=[per] * len(profiles))
+    p = GroupProblem(inst, 3)
+    probe = TypesProbe(p)
+    calls = []
+    original = TypesProbe.menus
+
+    def record(self, k, j, j2s, T, lab, h, floors, beam=None, deadline=None):
+        out = original(self, k, j, j2s, T, lab, h, floors, beam, deadline)
+        calls.append((k, j, j2s.copy(), T, lab, h.copy(), floors.copy(), out))
+        return out
+
+    lo = probe.work_bound()
+    TypesProbe.menus = record
+    try:
+        for T in (lo, 1.3 * lo, 2.0 * lo, 5.0 * lo):
+            probe.solve(T)
+    finally:
+        TypesProbe.menus = original
+    assert len(calls) > 10
+    kept = 0
+    for k, j, j2s, T, lab, h, floors, (idx, w, wp, block, _) in calls:
+        want = _menu_brute(probe, k, j, j2s, T, lab, h, floors)
+        got = {(int(b), int(c)): (x, y) for b, c, x, y in zip(block, idx, w, wp, strict=True)}
+        assert sorted(got) == sorted(want)
+        for key, (x, y) in got.items():
+            assert x == pytest.approx(want[key][0], rel=1e-12)
+            assert y == want[key][1] or y == pytest.approx(want[key][1], rel=1e-12)
+        kept += len(got)
+    assert kept > 50

@@ -1,0 +1,209 @@
+"""The type DP's inner loops (:mod:`pipeopt.problems.resource.group_dp`), compiled with numba.
+
+* :func:`least_pairs` (:meth:`~pipeopt.problems.resource.group_dp.TypesProbe._extend`): every
+  label at one boundary and start unit times every menu item of the stage. One pass tests, per
+  pair, what the DP's rules say about it alone - the item's priced power within the label's
+  room, the devices (``u + c <= counts``), the window rows ending at the stage (``G = w + h <=
+  0``) and the clip test of the item's predecessors - and keeps, per (end, count vector), the
+  pair of least window state (the others are dominated). No pair is materialised.
+* :func:`menu_scan` (:meth:`~pipeopt.problems.resource.group_dp.TypesProbe.menus`): the
+  compositions of one stage range that pass its own rows, memory and the necessary conditions,
+  and that no passing predecessor (one device fewer) clips for sure.
+
+Each replaces numpy code that made every candidate's temporaries (hundreds of millions of pairs
+per stage at about a hundred nanoseconds each); the rules they read are the DP's (the cover rows,
+:func:`pipeopt.cost.rules.memory_limit`, the window bound), passed in as arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def least_pairs(lab_u, h, room, room_p, offset, item_c, item_p, p0, w, wp, start, floors, beam, subsets, guard, size,
+                best, own_l, own_m, touched, n_touched):  # pragma: no cover - compiled
+    """Scan labels ``0..L-1`` x the menu items of each end; update the per-key least window state.
+
+    Parameters (``L`` labels, ``J`` ends, ``M`` menu items sorted by end, then first-price power)
+    ----------
+    lab_u : int64 (L,)
+        The labels' count-vector indices.
+    h : float64 (L,)
+        Window state entering the stage, per label.
+    room : float64 (L, J)
+        Largest first-price power of an item each label may take at each end (``-inf``: none).
+    room_p : int64 (L,)
+        Packed count vectors of the devices each label leaves
+        (:meth:`~pipeopt.problems.resource.group_dp.DeviceTypes.pack`).
+    offset : int
+        Position of label 0 among the boundary's labels (``own_l`` holds ``offset + l``).
+    item_c, item_p : int64 (M,)
+        The items' count-vector indices and packed count vectors.
+    p0, w, wp : float64 (M,)
+        The items' first-price power, least busy time and their predecessors' least busy time.
+    start : int64 (J + 1,)
+        Items of end ``b``: ``start[b]..start[b+1]-1``.
+    floors : float64 (J,)
+        The next stage's floor at each end.
+    beam : int
+        At most this many items per (label, end), the least powerful first (0: no cap).
+    subsets : bool
+        Count vectors are bitmasks (one device per type).
+    guard : int64
+        Guard bits of the packed fields.
+    size : int
+        Number of count vectors (keys are ``end * size + count vector``).
+    best, own_l, own_m : float64 / int64 (J * size,)
+        Per key: least window state so far (``inf``: none) and its label and item.
+    touched : int64 (J * size,)
+        Keys set so far (the first ``n_touched[0]``).
+    n_touched : int64 (1,)
+        Count of ``touched``.
+    """
+    L, J = room.shape
+    for l in range(L):
+        u, hl, rp = lab_u[l], h[l], room_p[l]
+        for b in range(J):
+            r = room[l, b]
+            lo, hi = start[b], start[b + 1]
+            if beam > 0 and hi > lo + beam:
+                hi = lo + beam
+            clip = floors[b] - hl
+            base = b * size + u
+            for m in range(lo, hi):
+                if p0[m] > r:
+                    break
+                c = item_p[m]
+                if subsets:
+                    if c & rp != c:
+                        continue
+                elif ((rp + guard - c) & guard) != guard:
+                    continue
+                G = w[m] + hl
+                if not (G <= 0.0 and wp[m] > clip):
+                    continue
+                key = base + item_c[m]
+                old = best[key]
+                if G < old:
+                    if old == np.inf:
+                        touched[n_touched[0]] = key
+                        n_touched[0] += 1
+                    best[key] = G
+                    own_l[key] = offset + l
+                    own_m[key] = m
+
+
+@njit(cache=True, nogil=True)
+def menu_scan(order, lo, hi, ndev, power, need_lo, top_hi, first, window, A2, B, left_max, root2, h_min, trip,
+              floor_k1, room, beam_scan, comps, rows, rate_need, mem_need, mem_cap, stride, theta,
+              out_c, out_b, out_pred):  # pragma: no cover - compiled
+    """The compositions worth trying for the ends ``b = 0..J-1`` of one stage range; returns how
+    many were written to ``out_*``.
+
+    Parameters (``J`` ends, ``P`` prices, ``F`` front points, ``tau`` types, ``R`` cover rows)
+    ----------
+    order : int64 (size,)
+        Count vectors by increasing first-price power; end ``b`` scans ``order[lo[b]:hi[b]]``.
+    lo, hi : int64 (J,)
+    ndev : int64 (size,)
+        Devices per count vector.
+    power : float64 (size, P)
+        Priced power per count vector and price.
+    need_lo, top_hi : float64 (J, P)
+        The priced power window per end (slack included).
+    first : int
+        The first price.
+    window : bool
+        Apply the window bound: ``max(floor_k1, root2[b] / p + h_min + trip[b]) + min_f (A2[b, f] /
+        max(left_max - p, 0) + B[b, f]) <= room`` for first-price power ``p``.
+    A2, B : float64 (J, F); left_max : float; root2, trip : float64 (J,); h_min, floor_k1, room : float
+    beam_scan : int
+        At most this many candidates per end pass on to the rows test, the least powerful (0: all).
+    comps : int64 (size, tau)
+    rows : float64 (J, tau, R)
+        Cover rows per type: a composition passes iff ``min_r comps @ rows[b, :, r] >= rate_need``.
+    rate_need : float
+        ``1 / T``.
+    mem_need : float64 (J,); mem_cap : float64 (size,)
+        Bytes the stage needs and the most each composition holds (:func:`~pipeopt.cost.rules.memory_limit`).
+    stride : int64 (tau,)
+        Index step of one device of each type.
+    theta : float64 (J,)
+        Clip threshold: a composition with a passing predecessor of best-split time ``tau_p`` with
+        ``2 tau_p <= theta[b]`` is dropped.
+    out_c, out_b, out_pred : int64 (>= sum(hi - lo),)
+        The kept compositions, their ends and a bitmask of their passing predecessors' types.
+    """
+    n_out = 0
+    tau = comps.shape[1]
+    R = rows.shape[2]
+    P = power.shape[1]
+    vals = np.empty(R)
+    for b in range(lo.size):
+        seen = 0
+        for pos in range(lo[b], hi[b]):
+            c = order[pos]
+            if ndev[c] < 1:
+                continue
+            ok = True
+            for q in range(P):
+                pw = power[c, q]
+                if pw < need_lo[b, q] or pw > top_hi[b, q]:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            if window:
+                p0 = power[c, first]
+                w_low = root2[b] / max(p0, 1e-300) if p0 > 0 else np.inf
+                left = max(max(left_max - p0, 0.0), 1e-300)
+                rest = np.inf
+                for f in range(A2.shape[1]):
+                    v = A2[b, f] * (1.0 / left) + B[b, f]
+                    if v < rest:
+                        rest = v
+                if max(floor_k1, w_low + h_min + trip[b]) + rest > room:
+                    continue
+            if beam_scan > 0:
+                if seen >= beam_scan:
+                    break
+                seen += 1
+            if not mem_need[b] <= mem_cap[c]:
+                continue
+            low = np.inf
+            for r in range(R):
+                s = 0.0
+                for t in range(tau):
+                    s += comps[c, t] * rows[b, t, r]
+                vals[r] = s
+                if s < low:
+                    low = s
+            if not low >= rate_need:
+                continue
+            preds = 0
+            drop = False
+            for t in range(tau):
+                if comps[c, t] == 0:
+                    continue
+                p = c - stride[t]
+                if ndev[p] < 1 or not mem_need[b] <= mem_cap[p]:
+                    continue
+                prate = np.inf
+                for r in range(R):
+                    v = vals[r] - rows[b, t, r]
+                    if v < prate:
+                        prate = v
+                if prate >= rate_need:
+                    if 2.0 * (1.0 / prate) <= theta[b]:
+                        drop = True
+                        break
+                    preds |= np.int64(1) << t
+            if drop:
+                continue
+            out_c[n_out] = c
+            out_b[n_out] = b
+            out_pred[n_out] = preds
+            n_out += 1
+    return n_out
