@@ -63,15 +63,15 @@ def least_pairs(lab_u, h, room, room_p, offset, item_c, item_p, p0, w, wp, start
         Count of ``touched``.
     """
     L, J = room.shape
-    for l in range(L):
-        u, hl, rp = lab_u[l], h[l], room_p[l]
-        for b in range(J):
+    for b in range(J):  # end by end: the keys of one end (a slice of ``best``) stay in cache
+        lo, hi = start[b], start[b + 1]
+        if beam > 0 and hi > lo + beam:
+            hi = lo + beam
+        for l in range(L):
             r = room[l, b]
-            lo, hi = start[b], start[b + 1]
-            if beam > 0 and hi > lo + beam:
-                hi = lo + beam
+            hl, rp = h[l], room_p[l]
             clip = floors[b] - hl
-            base = b * size + u
+            base = b * size + lab_u[l]
             for m in range(lo, hi):
                 if p0[m] > r:
                     break
