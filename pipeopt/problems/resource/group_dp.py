@@ -137,6 +137,10 @@ LEAST_SCAN = 1024
 """Count vectors :meth:`TypesProbe.least_power` scans per stage range, in order of power, for the
 least powerful that passes (beyond it the bound is the power it reached)."""
 
+GROUP_BITS = 8
+"""Devices (bits) that group the menu items for the pairing with distinct devices
+(:meth:`TypesProbe._item_groups`): ``2**8`` groups per end."""
+
 BIG = 1e300
 """Stand-in for an infinite cover coefficient (a pass without work on a kind): finite, so that
 zero devices of a type contribute 0, not nan."""
@@ -790,22 +794,25 @@ class TypesProbe:
             return
         best, own_l, own_m, touched = self._pair_buffers(J * ty.size)
         n_touched = np.zeros(1, np.int64)
-        room_p, item_p = ty.pack(ty.full - lab.u), ty.pack(idx)
+        room_p = ty.pack(ty.full - lab.u)
         guard = np.int64(0 if ty.subsets else ty._guard)
         _, w, wp, _, _ = menus
+        perm, cells, lab_g = self._item_groups(idx, block, p0, room_p, J, beam)
+        item_c = idx[perm]
+        item_p, p0, w, wp = ty.pack(item_c), p0[perm], w[perm], wp[perm]
         chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
         cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
         try:
             for lo, hi in itertools.pairwise(cuts):
                 if deadline is not None:
                     deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
-                least_pairs(lab.u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lo, idx, item_p, p0, w, wp, start,
-                            floors, 0 if beam is None else int(beam), ty.subsets, guard, ty.size,
+                least_pairs(lab.u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lab_g[lo:hi], lo, item_c, item_p, p0,
+                            w, wp, cells, floors, 0 if beam is None else int(beam), ty.subsets, guard, ty.size,
                             best, own_l, own_m, touched, n_touched)
         finally:
             keys = touched[:n_touched[0]].copy()
             G = best[keys]
-            li, mi = own_l[keys], own_m[keys]
+            li, mi = own_l[keys], perm[own_m[keys]]
             best[keys] = np.inf  # the buffer is all inf again, whatever happened
         if keys.size:
             self._join(k, j, T, lab, floors, menus, rest, li, mi, keys // ty.size, keys % ty.size, G, parts)
@@ -839,6 +846,32 @@ class TypesProbe:
         for lo_i, hi_i in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [b.size]]), strict=True):
             parts.setdefault(int(j2s[b[lo_i]]), []).append(
                 (nu[lo_i:hi_i], G[lo_i:hi_i], np.full(hi_i - lo_i, j), lab.u[li[lo_i:hi_i]]))
+
+    def _item_groups(self, idx: np.ndarray, block: np.ndarray, p0: np.ndarray, room_p: np.ndarray, J: int,
+                     beam: int | None) -> tuple:
+        """The menu items in groups for :func:`~.kernels.least_pairs`: ``(perm, cells, lab_g)``, the
+        items' order (by end, group, first-price power), each (end, group) cell's first position
+        ``(J, G + 1)`` and per label the groups it may take.
+
+        With distinct devices (bitmasks) and an exact pass, a group is the items' devices among
+        the :data:`GROUP_BITS` devices the items use most, and a label scans only the groups within
+        the devices it leaves (the count test rejects the others anyway; ResNet-50 at 23 ms: 90 %
+        of the pairs). Otherwise one group (the menus' own order)."""
+        if not (self.types.subsets and beam is None and self.types.tau > GROUP_BITS):
+            cells = np.searchsorted(block, np.arange(J + 1), side="left")
+            return np.arange(idx.size), np.stack([cells[:-1], cells[1:]], axis=1), np.zeros(room_p.size, np.int64)
+        freq = ((idx[:, None] >> np.arange(self.types.tau)[None, :]) & 1).sum(axis=0)
+        bits = np.argsort(-freq, kind="stable")[:GROUP_BITS]
+        gid = np.zeros(idx.size, np.int64)
+        lab_g = np.zeros(room_p.size, np.int64)
+        for q, bit in enumerate(bits.tolist()):
+            gid |= ((idx >> bit) & 1) << q
+            lab_g |= ((room_p >> bit) & 1) << q
+        G = 1 << bits.size
+        perm = np.lexsort((p0, gid, block))
+        flat = np.searchsorted(block[perm] * G + gid[perm], np.arange(J * G + 1), side="left")
+        cells = flat[np.arange(J)[:, None] * G + np.arange(G + 1)[None, :]]
+        return perm, cells, lab_g
 
     def _pair_buffers(self, size: int) -> tuple:
         """Reused buffers of :func:`~.kernels.least_pairs` for ``size`` keys: ``best`` (all ``inf``

@@ -22,8 +22,8 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def least_pairs(lab_u, h, room, room_p, offset, item_c, item_p, p0, w, wp, start, floors, beam, subsets, guard, size,
-                best, own_l, own_m, touched, n_touched):  # pragma: no cover - compiled
+def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp, cells, floors, beam, subsets, guard,
+                size, best, own_l, own_m, touched, n_touched):  # pragma: no cover - compiled
     """Scan labels ``0..L-1`` x the menu items of each end; update the per-key least window state.
 
     Parameters (``L`` labels, ``J`` ends, ``M`` menu items sorted by end, then first-price power)
@@ -37,18 +37,23 @@ def least_pairs(lab_u, h, room, room_p, offset, item_c, item_p, p0, w, wp, start
     room_p : int64 (L,)
         Packed count vectors of the devices each label leaves
         (:meth:`~pipeopt.problems.resource.group_dp.DeviceTypes.pack`).
+    lab_g : int64 (L,)
+        Per label, the bitmask of the item groups whose devices it leaves: the items of group
+        ``g`` are scanned for the label iff ``g`` is a submask of ``lab_g`` (one group: all 0).
     offset : int
         Position of label 0 among the boundary's labels (``own_l`` holds ``offset + l``).
     item_c, item_p : int64 (M,)
-        The items' count-vector indices and packed count vectors.
+        The items' count-vector indices and packed count vectors, sorted by end, then group, then
+        first-price power.
     p0, w, wp : float64 (M,)
         The items' first-price power, least busy time and their predecessors' least busy time.
-    start : int64 (J + 1,)
-        Items of end ``b``: ``start[b]..start[b+1]-1``.
+    cells : int64 (J, G + 1)
+        Items of end ``b`` and group ``g``: ``cells[b, g]..cells[b, g+1]-1``.
     floors : float64 (J,)
         The next stage's floor at each end.
     beam : int
-        At most this many items per (label, end), the least powerful first (0: no cap).
+        At most this many items per (label, end), the least powerful first (0: no cap; with one
+        group only).
     subsets : bool
         Count vectors are bitmasks (one device per type).
     guard : int64
@@ -64,35 +69,40 @@ def least_pairs(lab_u, h, room, room_p, offset, item_c, item_p, p0, w, wp, start
     """
     L, J = room.shape
     for b in range(J):  # end by end: the keys of one end (a slice of ``best``) stay in cache
-        lo, hi = start[b], start[b + 1]
-        if beam > 0 and hi > lo + beam:
-            hi = lo + beam
         for l in range(L):
             r = room[l, b]
-            hl, rp = h[l], room_p[l]
+            hl, rp, allow = h[l], room_p[l], lab_g[l]
             clip = floors[b] - hl
             base = b * size + lab_u[l]
-            for m in range(lo, hi):
-                if p0[m] > r:
-                    break
-                c = item_p[m]
-                if subsets:
-                    if c & rp != c:
+            g = allow
+            while True:  # every submask g of allow, allow itself first
+                lo, hi = cells[b, g], cells[b, g + 1]
+                if beam > 0 and hi > lo + beam:
+                    hi = lo + beam
+                for m in range(lo, hi):
+                    if p0[m] > r:
+                        break
+                    c = item_p[m]
+                    if subsets:
+                        if c & rp != c:
+                            continue
+                    elif ((rp + guard - c) & guard) != guard:
                         continue
-                elif ((rp + guard - c) & guard) != guard:
-                    continue
-                G = w[m] + hl
-                if not (G <= 0.0 and wp[m] > clip):
-                    continue
-                key = base + item_c[m]
-                old = best[key]
-                if G < old:
-                    if old == np.inf:
-                        touched[n_touched[0]] = key
-                        n_touched[0] += 1
-                    best[key] = G
-                    own_l[key] = offset + l
-                    own_m[key] = m
+                    G = w[m] + hl
+                    if not (G <= 0.0 and wp[m] > clip):
+                        continue
+                    key = base + item_c[m]
+                    old = best[key]
+                    if G < old:
+                        if old == np.inf:
+                            touched[n_touched[0]] = key
+                            n_touched[0] += 1
+                        best[key] = G
+                        own_l[key] = offset + l
+                        own_m[key] = m
+                if g == 0:
+                    break
+                g = (g - 1) & allow
 
 
 @njit(cache=True, nogil=True)

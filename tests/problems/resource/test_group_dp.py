@@ -79,20 +79,22 @@ def test_types_equals_brute_force(p):
 
 @contextlib.contextmanager
 def _small_chunks():
-    """The pairing scans a few labels at a time (the least pair per key kept across the runs)."""
-    old = group_dp.PAIRS_CHUNK
-    group_dp.PAIRS_CHUNK = 5
+    """The pairing scans a few labels at a time (the least pair per key kept across the runs), with
+    distinct devices on menu items in groups of one device."""
+    old = group_dp.PAIRS_CHUNK, group_dp.GROUP_BITS
+    group_dp.PAIRS_CHUNK, group_dp.GROUP_BITS = 5, 1
     try:
         yield
     finally:
-        group_dp.PAIRS_CHUNK = old
+        group_dp.PAIRS_CHUNK, group_dp.GROUP_BITS = old
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=small_problems())
 def test_types_in_small_chunks_equals_brute_force(p):
-    """The same cross-check with the pairs scanned for a few labels at a time (on these sizes
-    the default scans every label in one go)."""
+    """The same cross-check with the pairs scanned for a few labels at a time and, with distinct
+    devices, the menu items in groups of one device (on these sizes the default scans every label
+    in one go, on one group)."""
     _, _, best = brute_force(p)
     with _small_chunks():
         if not math.isfinite(best):
@@ -105,11 +107,12 @@ def test_types_in_small_chunks_equals_brute_force(p):
     assert r.objective <= best * (1 + REL) and r.lower_bound <= best * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("profiles", [[0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 3, 4, 0, 3]])
-def test_chunked_pairing_keeps_every_label(profiles):
-    """On 8 units, 7-8 devices (repeated types, then 5 types), 3 workers, at limits from
-    infeasible to generous: the labels of every boundary and the plan are the same whether the
-    pairs are scanned in one go or a few labels at a time."""
+@pytest.mark.parametrize("profiles", [[0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 3, 4, 0, 3], [0, 1, 2, 3, 4]])
+def test_chunked_pairing_keeps_every_label(profiles, monkeypatch):
+    """On 8 units, 5-8 devices (repeated types, 5 types, 5 distinct devices), 3 workers, at limits
+    from infeasible to generous: the labels of every boundary and the plan are the same whether the
+    pairs are scanned in one go or a few labels at a time (distinct devices: with the menu items
+    in groups of 2 devices, against one group)."""
     p = GroupProblem(_instance(8, profiles, seed=4, bandwidth=1e8), 3)
     probe = TypesProbe(p)
     lo = probe.work_bound()
@@ -127,9 +130,11 @@ def test_chunked_pairing_keeps_every_label(profiles):
             TypesProbe._pareto = record
             try:
                 if mode == "chunks":
+                    monkeypatch.setattr(group_dp, "GROUP_BITS", 2)
                     with _small_chunks():
                         found = probe.solve(T)
                 else:
+                    monkeypatch.setattr(group_dp, "GROUP_BITS", 99)
                     found = probe.solve(T)
             finally:
                 TypesProbe._pareto = original
@@ -157,11 +162,13 @@ def _least_pairs_brute(ty, u, h, room, idx, p0, w, wp, block, floors, beam):
 
 @pytest.mark.parametrize("profiles", [[0, 0, 0, 1, 1, 2, 3, 3], [0, 1, 2, 3, 4]])
 @pytest.mark.parametrize("beam", [0, 3])
-def test_least_pairs_is_the_brute_force_least(profiles, beam):
+def test_least_pairs_is_the_brute_force_least(profiles, beam, monkeypatch):
     """least_pairs keeps, per (end, count vector), a valid pair of least window state - the least
     over every label x item pair within the power room that fits the devices and passes the window
     and clip tests - scanned in one run or in three runs of labels (offsets), with and without a
-    beam; repeated types (packed fields) and distinct devices (bitmasks)."""
+    beam; repeated types (packed fields) and distinct devices (bitmasks; items in groups of 2 of
+    the 5 devices without a beam)."""
+    monkeypatch.setattr(group_dp, "GROUP_BITS", 2)
     p = GroupProblem(_instance(5, profiles, seed=1, bandwidth=1e9), 3)
     probe = TypesProbe(p)
     ty, first = probe.types, probe._order_key
@@ -179,21 +186,23 @@ def test_least_pairs_is_the_brute_force_least(profiles, beam):
     floors = rng.uniform(-2.0, 0.0, J)
     room = rng.uniform(0, p0.max(), (L, J))
     room[rng.random((L, J)) < 0.1] = -np.inf
-    start = np.searchsorted(block, np.arange(J + 1))
     want = _least_pairs_brute(ty, u, h, room, idx, p0, w, wp, block, floors, beam)
     assert len(want) > 5
     for runs in ([0, L], [0, 7, 19, L]):
         best, own_l, own_m, touched = (np.full(J * ty.size, np.inf), np.zeros(J * ty.size, np.int64),
                                        np.zeros(J * ty.size, np.int64), np.zeros(J * ty.size, np.int64))
         n = np.zeros(1, np.int64)
+        room_p = ty.pack(ty.full - u)
+        perm, cells, lab_g = probe._item_groups(idx, block, p0, room_p, J, beam or None)
+        assert (cells.shape[1] > 2) == (ty.subsets and not beam)
         for lo, hi in zip(runs[:-1], runs[1:]):
-            least_pairs(u[lo:hi], h[lo:hi], room[lo:hi], ty.pack(ty.full - u)[lo:hi], lo, idx, ty.pack(idx), p0, w,
-                        wp, start, floors, beam, ty.subsets, np.int64(0 if ty.subsets else ty._guard), ty.size,
-                        best, own_l, own_m, touched, n)
+            least_pairs(u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lab_g[lo:hi], lo, idx[perm], ty.pack(idx[perm]),
+                        p0[perm], w[perm], wp[perm], cells, floors, beam, ty.subsets,
+                        np.int64(0 if ty.subsets else ty._guard), ty.size, best, own_l, own_m, touched, n)
         keys = touched[:n[0]]
         assert sorted(keys.tolist()) == sorted(want)
         for key in keys:
-            l, m = own_l[key], own_m[key]
+            l, m = own_l[key], perm[own_m[key]]
             assert best[key] == want[int(key)] == w[m] + h[l]
             assert key == block[m] * ty.size + u[l] + idx[m] and p0[m] <= room[l, block[m]]
             assert (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all()
