@@ -768,7 +768,8 @@ class TypesProbe:
 
         One pass of :func:`~pipeopt.problems.resource.kernels.least_pairs` over the pairs (no pair
         is materialised: one boundary can pair billions) keeps the least window state per end and
-        count vector; ``deadline`` is checked every :data:`PAIRS_CHUNK` pairs (runs of labels)."""
+        count vector; ``deadline`` is checked every :data:`PAIRS_CHUNK` label x item pairs (runs of
+        labels)."""
         idx, _, _, block, j2s = menus
         if idx.size == 0:
             return
@@ -781,17 +782,6 @@ class TypesProbe:
         room = self.power[ty.full - lab.u, first][:, None] - rest[None, :, first]  # (L, J)
         room = room * (1 + 1e-12) + 1e-300
         p0 = self.power[idx, first]
-        start = np.searchsorted(block, np.arange(J + 1), side="left")
-        # pairs per label (for chunks: the deadline is checked between them)
-        span = float(p0.max()) * 2.0 + 1.0
-        key = block * span + p0  # increasing: the menus are sorted by end, then by power
-        count = np.maximum(np.searchsorted(key, np.arange(J)[None, :] * span + np.minimum(room, span / 2), side="right")
-                           - start[None, :J], 0)
-        if beam is not None:
-            count = np.minimum(count, beam)
-        per_label = count.sum(axis=1)
-        if not per_label.any():
-            return
         best, own_l, own_m, touched = self._pair_buffers(J * ty.size)
         n_touched = np.zeros(1, np.int64)
         room_p = ty.pack(ty.full - lab.u)
@@ -800,8 +790,8 @@ class TypesProbe:
         perm, cells, lab_g = self._item_groups(idx, block, p0, room_p, J, beam)
         item_c = idx[perm]
         item_p, p0, w, wp = ty.pack(item_c), p0[perm], w[perm], wp[perm]
-        chunk = (np.cumsum(per_label) - per_label) // PAIRS_CHUNK  # non-decreasing: runs of labels
-        cuts = np.concatenate([[0], np.flatnonzero(np.diff(chunk)) + 1, [lab.u.size]])
+        step = max(1, PAIRS_CHUNK // idx.size)  # runs of labels of at most PAIRS_CHUNK pairs
+        cuts = list(range(0, lab.u.size, step)) + [lab.u.size]
         try:
             for lo, hi in itertools.pairwise(cuts):
                 if deadline is not None:
