@@ -63,7 +63,10 @@ proved infeasible.
 Size: one probe visits at most ``S * n * (count vectors)`` labels; stage menus are computed
 over the compositions whose priced power fits between a stage's work and what the other
 stages leave, so a tight T (near the optimum) visits few. :data:`MAX_COUNT_VECTORS` bounds the
-count vectors (16 distinct devices: 65,536).
+count vectors (16 distinct devices: 65,536). The two inner loops - the scan of a stage range's
+compositions and the pairing of labels with a stage's menu, hundreds of millions of pairs per
+stage on 64 devices of 4 types - are compiled with numba (:mod:`.kernels`); they test the same
+rules on arrays this module prepares.
 
 References
 ----------
