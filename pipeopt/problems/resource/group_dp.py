@@ -91,7 +91,7 @@ from .intervals import interval_cover_coefficients
 from .problem import GroupProblem
 from .bounds import top_limit
 from .search import exact_search
-from .kernels import least_pairs, menu_scan
+from .kernels import least_pairs, menu_scan, undominated
 from .split import least_busy, least_busy_many
 
 MAX_COUNT_VECTORS = 2**21
@@ -139,6 +139,11 @@ PAIRS_CHUNK = 2**24
 LEAST_SCAN = 1024
 """Count vectors :meth:`TypesProbe.least_power` scans per stage range, in order of power, for the
 least powerful that passes (beyond it the bound is the power it reached)."""
+
+PAIRWISE = 64
+""":meth:`TypesProbe._pareto` compares the labels of one boundary pair by pair (compiled,
+:func:`~.kernels.undominated`) while their count squared is below this many times the count
+vectors; beyond it, on a prefix minimum over every count vector."""
 
 GROUP_BITS = 8
 """Devices (bits) that group the menu items for the pairing with distinct devices
@@ -886,11 +891,8 @@ class TypesProbe:
         first = np.concatenate([[True], u[1:] != u[:-1]])  # least G per count vector
         u, G, pj, pu = u[first], G[first], pj[first], pu[first]
         if u.size > 1:
-            if u.size * u.size * ty.tau < 4 * ty.size * ty.tau:  # few labels: pairwise
-                cu = ty.comps[u]
-                le = (cu[:, None, :] <= cu[None, :, :]).all(axis=2) & (G[:, None] <= G[None, :])
-                np.fill_diagonal(le, False)
-                keep = ~le.any(axis=0)
+            if u.size * u.size < PAIRWISE * ty.size:  # few labels: pairwise
+                keep = undominated(ty.comps[u], G)
             else:
                 best = np.full(ty.size, np.inf)
                 best[u] = G

@@ -9,6 +9,8 @@
 * :func:`menu_scan` (:meth:`~pipeopt.problems.resource.group_dp.TypesProbe.menus`): the
   compositions of one stage range that pass its own rows, memory and the necessary conditions,
   and that no passing predecessor (one device fewer) clips for sure.
+* :func:`undominated` (:meth:`~pipeopt.problems.resource.group_dp.TypesProbe._pareto`): the
+  labels no other label dominates, pairwise.
 
 Each replaces numpy code that made every candidate's temporaries (hundreds of millions of pairs
 per stage at about a hundred nanoseconds each); the rules they read are the DP's (the cover rows,
@@ -217,3 +219,25 @@ def menu_scan(order, lo, hi, ndev, power, need_lo, top_hi, first, window, A2, B,
             out_pred[n_out] = preds
             n_out += 1
     return n_out
+
+
+@njit(cache=True, nogil=True)
+def undominated(comps, G):  # pragma: no cover - compiled
+    """``keep[i]``: no other label ``a`` has ``comps[a] <= comps[i]`` type by type and ``G[a] <=
+    G[i]`` (labels with distinct count vectors: ``comps`` int64 (L, tau), ``G`` float64 (L,)); the
+    pairwise test of :meth:`~pipeopt.problems.resource.group_dp.TypesProbe._pareto`."""
+    L, tau = comps.shape
+    keep = np.ones(L, np.bool_)
+    for i in range(L):
+        for a in range(L):
+            if a == i or G[a] > G[i]:
+                continue
+            le = True
+            for t in range(tau):
+                if comps[a, t] > comps[i, t]:
+                    le = False
+                    break
+            if le:
+                keep[i] = False
+                break
+    return keep

@@ -19,7 +19,7 @@ from pipeopt.cost import rules
 from pipeopt.problems.resource import GroupProblem, brute_force, group, group_dp
 from pipeopt.problems.resource.examples import random_chain
 from pipeopt.problems.resource.group_dp import DeviceTypes, TypesProbe, solve_dp
-from pipeopt.problems.resource.kernels import least_pairs
+from pipeopt.problems.resource.kernels import least_pairs, undominated
 from pipeopt.problems.resource.split import best_split, least_busy
 
 REL = 2e-4
@@ -475,3 +475,22 @@ def test_menus_are_the_brute_force_menus(profiles, memory):
             assert y == want[key][1] or y == pytest.approx(want[key][1], rel=1e-12)
         kept += len(got)
     assert kept > 50
+
+
+def test_undominated_is_the_pairwise_and_the_grid_test():
+    """undominated (compiled, pairwise) keeps exactly the labels that no other label dominates
+    (fewer devices of every type and no larger window state; ties in G), = the numpy pairwise
+    formula = the prefix-minimum test on the grid of count vectors (_pareto's other path)."""
+    ty = DeviceTypes(GroupProblem(_instance(4, [0, 0, 0, 1, 1, 2, 3, 3], seed=1, bandwidth=1e9), 2))
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        u = rng.choice(ty.size, 60, replace=False)
+        G = rng.integers(0, 5, 60).astype(float)
+        cu = ty.comps[u]
+        le = (cu[:, None, :] <= cu[None, :, :]).all(axis=2) & (G[:, None] <= G[None, :])
+        np.fill_diagonal(le, False)
+        best = np.full(ty.size, np.inf)
+        best[u] = G
+        keep = undominated(cu, G)
+        assert (keep == ~le.any(axis=0)).all() and (keep == (G < ty.below(best)[u])).all()
+        assert 0 < keep.sum() < u.size
