@@ -333,6 +333,7 @@ def bisect(
     max_iter: int = 200,
     probe_lower: bool = False,
     probe_top: bool = False,
+    first_top_share: float | None = None,
     score: Callable[[object], float] | None = None,
 ) -> Bisection:
     """The one bisection on the bottleneck limit T, for greedy checks and exact probes alike.
@@ -386,6 +387,11 @@ def bisect(
         the bracket, instead of the ``log2(gap / rel_tol)`` midpoints that walk the lower end up
         to it; a plan found there moves the upper end and the next probe is just below it again,
         at most :data:`TOP_PROBES` times in all, each with :data:`TOP_SHARE` of a midpoint's clock.
+    first_top_share
+        With ``probe_top``: the first probe just below the upper end gets this fraction of the
+        time left instead (at least ``min_step`` seconds), e.g. ``1.0`` for a probe that is
+        all-or-nothing and whose starts are its own heuristic's (a rejection there proves the
+        start optimal; a short clock would only be spent). ``None``: :data:`TOP_SHARE` as the others.
     score
         ``score(plan) -> float``: the plan kept is the one of least score (ties: the
         earlier), e.g. the bottleneck after :func:`complete_stages`. Default: the plan's
@@ -456,11 +462,15 @@ def bisect(
             take(out, lower)
     iterations = 0
     hard = None  # smallest T a probe could not decide: search below it first
-    for _ in range(TOP_PROBES if probe_top else 0):
+    for i in range(TOP_PROBES if probe_top else 0):
         T = upper / (1.0 + 0.5 * rel_tol)
         if closed() or expired() or hard is not None or not lower < T < upper:
             break
-        out = probe(T, share(TOP_SHARE))
+        if i == 0 and first_top_share is not None and deadline is not None and deadline.bounded:
+            clock = deadline.sub(seconds=max(min_step, first_top_share * deadline.remaining()))
+        else:
+            clock = share(TOP_SHARE)
+        out = probe(T, clock)
         iterations += 1
         steps.append((T, out.outcome))
         if out.outcome == INFEASIBLE:

@@ -229,3 +229,27 @@ def test_probe_top_gets_a_smaller_clock_than_a_midpoint():
     assert top_T > 2.9 and mid_T < top_T
     assert math.isclose(top, TOP_SHARE * 0.3 * 1000.0, rel_tol=1e-3)
     assert math.isclose(mid, 0.3 * 1000.0, rel_tol=1e-3)
+
+
+def test_first_top_probe_gets_its_own_share_of_the_clock():
+    """With first_top_share, the first probe just below the start gets that share of the time
+    left; a second top probe (after a plan there) and the midpoints get their usual clocks."""
+    from pipeopt.backends.bisection import TOP_SHARE
+    from pipeopt.backends.deadline import Deadline
+
+    given: list = []
+
+    def probe(T, deadline):
+        given.append((T, deadline.remaining()))
+        if T > 2.9:  # just below the start: a plan at 2.95, then undecided
+            return Probe(FEASIBLE, ("plan", 2.95), 2.95) if len(given) == 1 else Probe(UNKNOWN)
+        return Probe(INFEASIBLE) if T < 2.0 else Probe(FEASIBLE, ("plan", T), T)
+
+    found = bisect(probe, 1.0, 3.0, start="start", rel_tol=1e-2, probe_top=True, deadline=Deadline(1000.0),
+                   step_share=0.3, first_top_share=1.0)
+    assert found.closed
+    (first_T, first), (second_T, second), (mid_T, mid) = given[:3]
+    assert first_T > second_T > 2.9 > mid_T
+    assert math.isclose(first, 1000.0, rel_tol=1e-3)
+    assert math.isclose(second, TOP_SHARE * 0.3 * 1000.0, rel_tol=1e-3)
+    assert math.isclose(mid, 0.3 * 1000.0, rel_tol=1e-3)

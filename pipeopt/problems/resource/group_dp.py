@@ -123,6 +123,12 @@ exact pass) and costs a few seconds where the narrow ones fail."""
 START_SHARE = 0.25
 """Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
 
+FIRST_TOP_SHARE = 1.0
+"""Share of the time left the first probe just below the start gets (:func:`solve_dp`; the
+bisection's ``first_top_share``). The start is the DP's own beam passes, often optimal, and a
+probe near the optimum is all-or-nothing (GPT-2 XL on 64 devices of 4 types: its rejection just
+below the 34.680 ms start takes 39 s; a third of the time left would only be spent)."""
+
 START_GAP = 1e-3
 """The beam start stops when its bracket is this narrow (relative)."""
 
@@ -1039,4 +1045,4 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
     types = [int(c) for c in probe.types.counts]
     return exact_search(problem, "types", probe, deadline, _starts(problem, probe),
                         {"bound": "largest T the type DP proved infeasible", "types": types,
-                         "count_vectors": probe.types.size}, probe_top=True)
+                         "count_vectors": probe.types.size}, probe_top=True, first_top_share=FIRST_TOP_SHARE)

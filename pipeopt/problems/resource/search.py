@@ -122,7 +122,8 @@ def certify(problem: ResourceProblem, T: float, solve_once: Callable[[], Probe],
 
 def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, Deadline], Probe],
                  deadline: Deadline, starts: Callable[[Deadline], list[tuple]], info: dict,
-                 rel_tol: float = MIN_REL_GAP, probe_top: bool = False) -> Result:
+                 rel_tol: float = MIN_REL_GAP, probe_top: bool = False,
+                 first_top_share: float | None = None) -> Result:
     """Bound, start and bisect: the body of every exact joint and group method.
 
     Parameters
@@ -145,6 +146,9 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     probe_top
         Probe just below the start's value first (:func:`~pipeopt.backends.bisection.bisect`'s
         ``probe_top``): for a probe whose starts are often optimal.
+    first_top_share
+        The first of those probes' share of the time left (``bisect``'s ``first_top_share``;
+        ``None``: a fraction of a midpoint's).
 
     Returns
     -------
@@ -174,7 +178,7 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     top = best[1] if best is not None else top_limit(problem)
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
                    start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,
-                   step_share=STEP_SHARE, probe_top=probe_top)
+                   step_share=STEP_SHARE, probe_top=probe_top, first_top_share=first_top_share)
     info = {**info, "rel_gap_target": rel_tol, "start": "heuristic" if best is not None else "none fits",
             "bisection_steps": len(found.steps), "step_outcomes": [o for _, o in found.steps], "stop": found.stop}
     if found.plan is None:
