@@ -796,14 +796,16 @@ class TypesProbe:
         room = self.power[ty.full - lab.u, first][:, None] - rest[None, :, first]  # (L, J)
         room = room * (1 + 1e-12) + 1e-300
         p0 = self.power[idx, first]
-        best, own_l, own_m, touched = self._pair_buffers(J * ty.size)
+        best, own_l, touched = self._pair_buffers(J * ty.size)
         n_touched = np.zeros(1, np.int64)
         room_p = ty.pack(ty.full - lab.u)
         guard = np.int64(0 if ty.subsets else ty._guard)
         _, w, wp, _, _ = menus
         perm, cells, lab_g = self._item_groups(idx, block, p0, room_p, J, beam)
-        item_c = idx[perm]
-        item_p, p0, w, wp = ty.pack(item_c), p0[perm], w[perm], wp[perm]
+        item_c = idx if perm is None else idx[perm]
+        if perm is not None:
+            p0, w, wp = p0[perm], w[perm], wp[perm]
+        item_p = ty.pack(item_c)
         step = max(1, PAIRS_CHUNK // idx.size)  # runs of labels of at most PAIRS_CHUNK pairs
         cuts = list(range(0, lab.u.size, step)) + [lab.u.size]
         try:
@@ -812,22 +814,20 @@ class TypesProbe:
                     deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
                 least_pairs(lab.u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lab_g[lo:hi], lo, item_c, item_p, p0,
                             w, wp, cells, floors, 0 if beam is None else int(beam), ty.subsets, guard, ty.size,
-                            best, own_l, own_m, touched, n_touched)
+                            best, own_l, touched, n_touched)
         finally:
             keys = touched[:n_touched[0]].copy()
             G = best[keys]
-            li, mi = own_l[keys], perm[own_m[keys]]
+            li = own_l[keys]
             best[keys] = np.inf  # the buffer is all inf again, whatever happened
         if keys.size:
-            self._join(k, j, T, lab, floors, menus, rest, li, mi, keys // ty.size, keys % ty.size, G, parts)
+            self._join(k, j, T, lab, floors, j2s, rest, li, keys // ty.size, keys % ty.size, G, parts)
 
-    def _join(self, k: int, j: int, T: float, lab: _Labels, floors: np.ndarray, menus, rest: np.ndarray,
-              li: np.ndarray, mi: np.ndarray, b: np.ndarray, nu: np.ndarray, G: np.ndarray, parts: dict) -> None:
-        """The least pairs of :meth:`_extend` (label ``li``, menu item ``mi``, end position ``b``, count
-        vector ``nu``, window state ``G``, one per end and count vector) that pass the necessary
-        conditions of the rest (priced power, devices, memory, :meth:`window_need`): into
-        ``parts[j2]``."""
-        idx, w, wp, block, j2s = menus
+    def _join(self, k: int, j: int, T: float, lab: _Labels, floors: np.ndarray, j2s: np.ndarray, rest: np.ndarray,
+              li: np.ndarray, b: np.ndarray, nu: np.ndarray, G: np.ndarray, parts: dict) -> None:
+        """The least pairs of :meth:`_extend` (label ``li``, end position ``b`` in ``j2s``, count vector
+        ``nu``, window state ``G``, one per end and count vector) that pass the necessary conditions
+        of the rest (priced power, devices, memory, :meth:`window_need`): into ``parts[j2]``."""
         ty, S, first = self.types, self.problem.num_stages, self._order_key
         left = ty.full - nu
         ok = (self.power[left] >= rest[b] * (1 - 1e-12)).all(axis=1) & (ty.ndev[left] >= S - 1 - k)
@@ -854,7 +854,7 @@ class TypesProbe:
     def _item_groups(self, idx: np.ndarray, block: np.ndarray, p0: np.ndarray, room_p: np.ndarray, J: int,
                      beam: int | None) -> tuple:
         """The menu items in groups for :func:`~.kernels.least_pairs`: ``(perm, cells, lab_g)``, the
-        items' order (by end, group, first-price power), each (end, group) cell's first position
+        items' order (by end, group, first-price power; ``None``: the menus' own), each (end, group) cell's first position
         ``(J, G + 1)`` and per label the groups it may take.
 
         With distinct devices (bitmasks) and an exact pass, a group is the items' devices among
@@ -863,7 +863,7 @@ class TypesProbe:
         of the pairs). Otherwise one group (the menus' own order)."""
         if not (self.types.subsets and beam is None and self.types.tau > GROUP_BITS):
             cells = np.searchsorted(block, np.arange(J + 1), side="left")
-            return np.arange(idx.size), np.stack([cells[:-1], cells[1:]], axis=1), np.zeros(room_p.size, np.int64)
+            return None, np.stack([cells[:-1], cells[1:]], axis=1), np.zeros(room_p.size, np.int64)
         sample = idx[::max(1, idx.size // 4096)]  # the devices the items use most, on a sample
         freq = ((sample[:, None] >> np.arange(self.types.tau)[None, :]) & 1).sum(axis=0)
         bits = np.argsort(-freq, kind="stable")[:GROUP_BITS]
@@ -881,10 +881,9 @@ class TypesProbe:
 
     def _pair_buffers(self, size: int) -> tuple:
         """Reused buffers of :func:`~.kernels.least_pairs` for ``size`` keys: ``best`` (all ``inf``
-        between calls), ``own_l``, ``own_m``, ``touched``."""
+        between calls), ``own_l``, ``touched``."""
         if self._pairbuf is None or self._pairbuf[0].size < size:
-            self._pairbuf = (np.full(size, np.inf), np.empty(size, np.int64), np.empty(size, np.int64),
-                             np.empty(size, np.int64))
+            self._pairbuf = (np.full(size, np.inf), np.empty(size, np.int64), np.empty(size, np.int64))
         return self._pairbuf
 
     def _pareto(self, parts: list) -> _Labels:

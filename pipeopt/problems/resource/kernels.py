@@ -25,7 +25,7 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp, cells, floors, beam, subsets, guard,
-                size, best, own_l, own_m, touched, n_touched):  # pragma: no cover - compiled
+                size, best, own_l, touched, n_touched):  # pragma: no cover - compiled
     """Scan labels ``0..L-1`` x the menu items of each end; update the per-key least window state.
 
     Parameters (``L`` labels, ``J`` ends, ``M`` menu items sorted by end, then first-price power)
@@ -62,8 +62,8 @@ def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp
         Guard bits of the packed fields.
     size : int
         Number of count vectors (keys are ``end * size + count vector``).
-    best, own_l, own_m : float64 / int64 (J * size,)
-        Per key: least window state so far (``inf``: none) and its label and item.
+    best, own_l : float64 / int64 (J * size,)
+        Per key: least window state so far (``inf``: none) and its label.
     touched : int64 (J * size,)
         Keys set so far (the first ``n_touched[0]``).
     n_touched : int64 (1,)
@@ -101,7 +101,6 @@ def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp
                             n_touched[0] += 1
                         best[key] = G
                         own_l[key] = offset + l
-                        own_m[key] = m
                 if g == 0:
                     break
                 g = (g - 1) & allow

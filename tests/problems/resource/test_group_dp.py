@@ -189,23 +189,25 @@ def test_least_pairs_is_the_brute_force_least(profiles, beam, monkeypatch):
     want = _least_pairs_brute(ty, u, h, room, idx, p0, w, wp, block, floors, beam)
     assert len(want) > 5
     for runs in ([0, L], [0, 7, 19, L]):
-        best, own_l, own_m, touched = (np.full(J * ty.size, np.inf), np.zeros(J * ty.size, np.int64),
-                                       np.zeros(J * ty.size, np.int64), np.zeros(J * ty.size, np.int64))
+        best, own_l, touched = (np.full(J * ty.size, np.inf), np.zeros(J * ty.size, np.int64),
+                                np.zeros(J * ty.size, np.int64))
         n = np.zeros(1, np.int64)
         room_p = ty.pack(ty.full - u)
         perm, cells, lab_g = probe._item_groups(idx, block, p0, room_p, J, beam or None)
+        perm = np.arange(idx.size) if perm is None else perm
         assert (cells.shape[1] > 2) == (ty.subsets and not beam)
         for lo, hi in zip(runs[:-1], runs[1:]):
             least_pairs(u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lab_g[lo:hi], lo, idx[perm], ty.pack(idx[perm]),
                         p0[perm], w[perm], wp[perm], cells, floors, beam, ty.subsets,
-                        np.int64(0 if ty.subsets else ty._guard), ty.size, best, own_l, own_m, touched, n)
+                        np.int64(0 if ty.subsets else ty._guard), ty.size, best, own_l, touched, n)
         keys = touched[:n[0]]
         assert sorted(keys.tolist()) == sorted(want)
-        for key in keys:
-            l, m = own_l[key], perm[own_m[key]]
-            assert best[key] == want[int(key)] == w[m] + h[l]
-            assert key == block[m] * ty.size + u[l] + idx[m] and p0[m] <= room[l, block[m]]
-            assert (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all()
+        for key in keys:  # its label and an item of its end realise the least G
+            l, b = own_l[key], key // ty.size
+            assert best[key] == want[int(key)]
+            assert any(idx[m] == key % ty.size - u[l] and w[m] + h[l] == best[key] and p0[m] <= room[l, b]
+                       and (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all()
+                       for m in np.flatnonzero(block == b))
 
 
 CROSS = [  # units, device profiles (repeats: identical devices), workers, seed, bandwidth, memory per device
