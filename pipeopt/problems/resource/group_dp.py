@@ -192,6 +192,9 @@ class DeviceTypes:
     subsets
         True when every type has one device: indices are bitmasks and ``u + c <= counts`` iff
         ``u & c == 0``.
+    guard
+        Guard bits of the packed count vectors (:meth:`pack`; 0 with bitmasks), for
+        :func:`~pipeopt.problems.resource.kernels.fits`.
 
     Raises
     ------
@@ -222,11 +225,11 @@ class DeviceTypes:
         self.ndev = self.comps.sum(axis=1)
         self.full = int(self.counts @ self.stride)
         self.subsets = bool((self.counts == 1).all())
-        # packed count vectors (fits_within): type t in a field of bits[t] bits, its top bit a
+        # packed count vectors (kernels.fits): type t in a field of bits[t] bits, its top bit a
         # guard; 2**(bits - 1) > count, and sum(bits) <= log2(size) + 2 tau <= 63 bits
         bits = np.array([int(c).bit_length() + 1 for c in self.counts], dtype=np.int64)
         shift = np.concatenate([[0], np.cumsum(bits)[:-1]]).astype(np.int64)
-        self._guard = int(sum(1 << int(s + b - 1) for s, b in zip(shift, bits, strict=True)))
+        self.guard = 0 if self.subsets else int(sum(1 << int(s + b - 1) for s, b in zip(shift, bits, strict=True)))
         self._packed = (self.comps << shift[None, :]).sum(axis=1)
 
     @property
@@ -234,24 +237,11 @@ class DeviceTypes:
         """Number of types."""
         return len(self.classes)
 
-    def fits_within(self, c: np.ndarray, room: np.ndarray) -> np.ndarray:
-        """``c <= room`` type by type, for index arrays broadcast together
-        (``fits_packed(pack(c), pack(room))``)."""
-        return self.fits_packed(self.pack(c), self.pack(room))
-
     def pack(self, idx: np.ndarray) -> np.ndarray:
-        """The packed count vectors of indices ``idx`` (int64; bitmasks are their own packing)."""
+        """The packed count vectors of indices ``idx`` (int64; bitmasks are their own packing):
+        :func:`~pipeopt.problems.resource.kernels.fits` tests ``c <= room`` on them with
+        :attr:`guard`."""
         return idx if self.subsets else self._packed[idx]
-
-    def fits_packed(self, c: np.ndarray, room: np.ndarray) -> np.ndarray:
-        """``c <= room`` type by type, for packed count vectors (:meth:`pack`) broadcast together.
-
-        One subtraction for every type at once: each field of ``room + guard - c`` is
-        ``2**(bits - 1) + room_t - c_t``, which stays in ``[1, 2**bits)`` (so no field borrows
-        from the next) and keeps its guard bit iff ``c_t <= room_t``."""
-        if self.subsets:
-            return (c & room) == c
-        return ((room + self._guard - c) & self._guard) == self._guard
 
     def prefix_min(self, values: np.ndarray) -> np.ndarray:
         """``out[u] = min over v <= u of values[v]`` (a zeta transform over the count vectors)."""
@@ -799,9 +789,9 @@ class TypesProbe:
         best, own_l, touched = self._pair_buffers(J * ty.size)
         n_touched = np.zeros(1, np.int64)
         room_p = ty.pack(ty.full - lab.u)
-        guard = np.int64(0 if ty.subsets else ty._guard)
+        guard = np.int64(ty.guard)
         _, w, wp, _, _ = menus
-        perm, cells, lab_g = self._item_groups(idx, block, p0, room_p, J, beam)
+        perm, cells, lab_g = self._item_groups(idx, block, room_p, J, beam)
         item_c = idx if perm is None else idx[perm]
         if perm is not None:
             p0, w, wp = p0[perm], w[perm], wp[perm]
@@ -813,7 +803,7 @@ class TypesProbe:
                 if deadline is not None:
                     deadline.check(f"the type DP's pairs (stage {k}, start unit {j})")
                 least_pairs(lab.u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lab_g[lo:hi], lo, item_c, item_p, p0,
-                            w, wp, cells, floors, 0 if beam is None else int(beam), ty.subsets, guard, ty.size,
+                            w, wp, cells, floors, 0 if beam is None else int(beam), guard, ty.size,
                             best, own_l, touched, n_touched)
         finally:
             keys = touched[:n_touched[0]].copy()
@@ -851,11 +841,11 @@ class TypesProbe:
             parts.setdefault(int(j2s[b[lo_i]]), []).append(
                 (nu[lo_i:hi_i], G[lo_i:hi_i], np.full(hi_i - lo_i, j), lab.u[li[lo_i:hi_i]]))
 
-    def _item_groups(self, idx: np.ndarray, block: np.ndarray, p0: np.ndarray, room_p: np.ndarray, J: int,
+    def _item_groups(self, idx: np.ndarray, block: np.ndarray, room_p: np.ndarray, J: int,
                      beam: int | None) -> tuple:
         """The menu items in groups for :func:`~.kernels.least_pairs`: ``(perm, cells, lab_g)``, the
-        items' order (by end, group, first-price power; ``None``: the menus' own), each (end, group) cell's first position
-        ``(J, G + 1)`` and per label the groups it may take.
+        items' order (by end, group, first-price power; ``None``: the menus' own), each (end,
+        group) cell's first position ``(J, G + 1)`` and per label the groups it may take.
 
         With distinct devices (bitmasks) and an exact pass, a group is the items' devices among
         the :data:`GROUP_BITS` devices the items use most, and a label scans only the groups within

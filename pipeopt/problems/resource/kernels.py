@@ -11,6 +11,7 @@
   and that no passing predecessor (one device fewer) clips for sure.
 * :func:`undominated` (:meth:`~pipeopt.problems.resource.group_dp.TypesProbe._pareto`): the
   labels no other label dominates, pairwise.
+* :func:`fits`: ``c <= room`` type by type on packed count vectors (the pairing's device test).
 
 Each replaces numpy code that made every candidate's temporaries (hundreds of millions of pairs
 per stage at about a hundred nanoseconds each); the rules they read are the DP's (the cover rows,
@@ -24,8 +25,22 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp, cells, floors, beam, subsets, guard,
-                size, best, own_l, touched, n_touched):  # pragma: no cover - compiled
+def fits(c, room, guard):  # pragma: no cover - compiled
+    """``c <= room`` type by type, for packed count vectors
+    (:meth:`~pipeopt.problems.resource.group_dp.DeviceTypes.pack`; int64).
+
+    ``guard`` 0: bitmasks (one device per type), ``c`` a submask of ``room``. Otherwise one
+    subtraction for every type at once: each field of ``room + guard - c`` is
+    ``2**(bits - 1) + room_t - c_t``, which stays in ``[1, 2**bits)`` (so no field borrows from the
+    next) and keeps its guard bit iff ``c_t <= room_t``."""
+    if guard == 0:
+        return (c & room) == c
+    return ((room + guard - c) & guard) == guard
+
+
+@njit(cache=True, nogil=True)
+def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp, cells, floors, beam, guard, size,
+                best, own_l, touched, n_touched):  # pragma: no cover - compiled
     """Scan labels ``0..L-1`` x the menu items of each end; update the per-key least window state.
 
     Parameters (``L`` labels, ``J`` ends, ``M`` menu items sorted by end, then first-price power)
@@ -56,10 +71,8 @@ def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp
     beam : int
         At most this many items per (label, end), the least powerful first (0: no cap; with one
         group only).
-    subsets : bool
-        Count vectors are bitmasks (one device per type).
     guard : int64
-        Guard bits of the packed fields.
+        Guard bits of the packed fields (0: bitmasks), :func:`fits`.
     size : int
         Number of count vectors (keys are ``end * size + count vector``).
     best, own_l : float64 / int64 (J * size,)
@@ -84,11 +97,7 @@ def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp
                 for m in range(lo, hi):
                     if p0[m] > r:
                         break
-                    c = item_p[m]
-                    if subsets:
-                        if c & rp != c:
-                            continue
-                    elif ((rp + guard - c) & guard) != guard:
+                    if not fits(item_p[m], rp, guard):
                         continue
                     G = w[m] + hl
                     if not (G <= 0.0 and wp[m] > clip):

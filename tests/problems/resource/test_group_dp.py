@@ -19,7 +19,7 @@ from pipeopt.cost import rules
 from pipeopt.problems.resource import GroupProblem, brute_force, group, group_dp
 from pipeopt.problems.resource.examples import random_chain
 from pipeopt.problems.resource.group_dp import DeviceTypes, TypesProbe, solve_dp
-from pipeopt.problems.resource.kernels import least_pairs, undominated
+from pipeopt.problems.resource.kernels import fits, least_pairs, undominated
 from pipeopt.problems.resource.split import best_split, least_busy
 
 REL = 2e-4
@@ -193,13 +193,13 @@ def test_least_pairs_is_the_brute_force_least(profiles, beam, monkeypatch):
                                 np.zeros(J * ty.size, np.int64))
         n = np.zeros(1, np.int64)
         room_p = ty.pack(ty.full - u)
-        perm, cells, lab_g = probe._item_groups(idx, block, p0, room_p, J, beam or None)
+        perm, cells, lab_g = probe._item_groups(idx, block, room_p, J, beam or None)
         perm = np.arange(idx.size) if perm is None else perm
         assert (cells.shape[1] > 2) == (ty.subsets and not beam)
         for lo, hi in zip(runs[:-1], runs[1:]):
             least_pairs(u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lab_g[lo:hi], lo, idx[perm], ty.pack(idx[perm]),
-                        p0[perm], w[perm], wp[perm], cells, floors, beam, ty.subsets,
-                        np.int64(0 if ty.subsets else ty._guard), ty.size, best, own_l, touched, n)
+                        p0[perm], w[perm], wp[perm], cells, floors, beam, np.int64(ty.guard), ty.size, best, own_l,
+                        touched, n)
         keys = touched[:n[0]]
         assert sorted(keys.tolist()) == sorted(want)
         for key in keys:  # its label and an item of its end realise the least G
@@ -265,17 +265,17 @@ def test_count_vector_transforms():
         le = [v for v in range(ty.size) if (ty.comps[v] <= ty.comps[u]).all()]
         assert pm[u] == min(vals[v] for v in le)
         assert below[u] == min((vals[v] for v in le if v != u), default=math.inf)
-    # fits_within (packed fields, one subtraction) = the type-by-type comparison, every pair
-    c, room = np.meshgrid(np.arange(ty.size), np.arange(ty.size))
-    assert (ty.fits_within(c, room) == (ty.comps[c] <= ty.comps[room]).all(axis=-1)).all()
+    # kernels.fits on packed count vectors (one subtraction) = the type-by-type comparison, every pair
     wide = DeviceTypes(GroupProblem(_instance(4, [0] * 16 + [1] * 7 + [2], seed=1, bandwidth=1e9), 2))
-    c, room = np.meshgrid(np.arange(wide.size), np.arange(wide.size))
-    assert (wide.fits_within(c, room) == (wide.comps[c] <= wide.comps[room]).all(axis=-1)).all()
     distinct = DeviceTypes(GroupProblem(_instance(4, [0, 1, 2], seed=1, bandwidth=1e9), 2))
-    assert distinct.subsets and distinct.size == 8
+    for t in (ty, wide, distinct):
+        packed = t.pack(np.arange(t.size))
+        got = [[fits(packed[c], packed[r], np.int64(t.guard)) for c in range(t.size)] for r in range(t.size)]
+        want = (t.comps[None, :, :] <= t.comps[:, None, :]).all(axis=-1)
+        assert (np.array(got) == want).all()
+    assert distinct.subsets and distinct.size == 8 and distinct.guard == 0
     assert all(int(distinct.comps[i] @ distinct.stride) == i for i in range(8))
-    a, b = np.array([2, 4, 1]), np.array([6, 5, 6])
-    assert list(distinct.fits_within(a, b)) == [True, True, False]  # bit 0 is not in 6
+    assert [fits(a, b, np.int64(0)) for a, b in ((2, 6), (4, 5), (1, 6))] == [True, True, False]  # bit 0 not in 6
 
 
 @pytest.mark.parametrize("bandwidth", [2e8, 3e6])
