@@ -114,11 +114,13 @@ PROBE_BEAMS = BEAMS[:2]
 """The heuristic passes a probe tries before the exact pass: the narrow ones only (the probes
 go below the start, where the exact pass decides; the start has tried the wide pass)."""
 
-START_BEAMS = BEAMS
-"""The heuristic passes of the start's bisection (:func:`_starts`): all three. The wide pass
-finds the unbalanced optima the even-share spread excludes (GNMT distinct16: one unit on each of
-the first two single-device workers; ResNet-50 distinct16 at 23.8 ms: 3 s against 166 s for the
-exact pass) and costs a few seconds where the narrow ones fail."""
+START_BEAMS = BEAMS + ((512, 2.5),)
+"""The heuristic passes of the start's bisection (:func:`_starts`): the three of :data:`BEAMS`,
+then a wider one over stages of at most 2.5 even shares. The wide pass of :data:`BEAMS` finds the
+unbalanced optima the even-share spread excludes (GNMT distinct16: one unit on each of the first
+two single-device workers); beam 512 finds ResNet-50 distinct16's optimum (23.456 ms; about 3 s,
+where the exact probe just below the 23.711 ms the others reach takes 28 s and finds only
+23.687 ms). Each costs a few seconds at a limit where the narrower ones fail."""
 
 START_SHARE = 0.25
 """Share of the time the beam start (:func:`solve_dp`'s heuristic start) may use."""
@@ -250,6 +252,16 @@ class DeviceTypes:
             out = np.minimum.accumulate(out, axis=ax)
         return out.reshape(-1)
 
+    def within(self, rooms: np.ndarray) -> np.ndarray:
+        """``ndarray (size,)`` uint8: ``out[v] = 1`` iff some count vector of ``rooms`` (indices) is
+        ``>= v`` type by type (a suffix maximum over the grid of count vectors)."""
+        out = np.zeros(self.size, np.uint8)
+        out[rooms] = 1
+        out = out.reshape(self.shape)
+        for ax in range(self.tau):
+            out = np.flip(np.maximum.accumulate(np.flip(out, axis=ax), axis=ax), axis=ax)
+        return np.ascontiguousarray(out.reshape(-1))
+
     def below(self, values: np.ndarray) -> np.ndarray:
         """``out[u] = min over v <= u, v != u of values[v]`` (``inf`` for the zero vector)."""
         pm = self.prefix_min(values)
@@ -297,6 +309,7 @@ class TypesProbe:
         self._least_at = None  # least_power's last (key, result)
         self._pairbuf = None  # buffers of least_pairs
         self._mem_cap = np.asarray(rules.memory_limit(self.types.M), dtype=float)  # menu_scan's memory test
+        self._everything = np.ones(self.types.size, np.uint8)  # menu_scan's allowed count vectors
         # prices for the necessary conditions: the cover rows of the whole chain (finite ones)
         F, B = p.load(0, n)
         prices = []
@@ -656,7 +669,8 @@ class TypesProbe:
         ``j2s`` (increasing) at once, given the labels ``lab`` at ``(k, j)`` (entering window
         states ``h``) and the next stage's floors.
 
-        A composition passes the stage's own rows and memory; its priced power fits between
+        A composition passes the stage's own rows and memory (with distinct devices, it also fits
+        the devices some label leaves, :meth:`DeviceTypes.within`); its priced power fits between
         the stage's priced work and what the rest of the chain leaves, and its busy time's lower
         bound ``root**2 / P`` with the most favourable label leaves the rest of the window rows
         room (:meth:`window_need`) - the necessary conditions of the module docstring; and every
@@ -710,7 +724,10 @@ class TypesProbe:
         out = [np.empty(total, np.int64) for _ in range(3)]
         if deadline is not None:
             deadline.check(f"the type DP's menus (stage {k}, start unit {j})")
-        m = menu_scan(self._order, lo, hi, ty.ndev, self.power, np.ascontiguousarray(need * (1 - 1e-12)),
+        # distinct devices: only the subsets of the devices some label leaves (with types, the
+        # labels' rooms cover almost every count vector: the test costs more than it drops)
+        allowed = ty.within(ty.full - lab.u) if ty.subsets else self._everything
+        m = menu_scan(self._order, lo, hi, ty.ndev, allowed, self.power, np.ascontiguousarray(need * (1 - 1e-12)),
                       np.ascontiguousarray(top * (1 + 1e-12) + 1e-300), first, window, np.ascontiguousarray(A2),
                       np.ascontiguousarray(B), left_max, root2, float(h.min()),
                       np.ascontiguousarray(self.problem.round_trip[j2s], dtype=float), floor_k1, 1e-9 * T,

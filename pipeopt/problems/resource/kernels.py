@@ -69,8 +69,8 @@ def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp
     floors : float64 (J,)
         The next stage's floor at each end.
     beam : int
-        At most this many items per (label, end), the least powerful first (0: no cap; with one
-        group only).
+        At most this many items that fit the label's devices per (label, end), the least powerful
+        first (0: no cap; with one group only).
     guard : int64
         Guard bits of the packed fields (0: bitmasks), :func:`fits`.
     size : int
@@ -92,13 +92,16 @@ def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp
             g = allow
             while True:  # every submask g of allow, allow itself first
                 lo, hi = cells[b, g], cells[b, g + 1]
-                if beam > 0 and hi > lo + beam:
-                    hi = lo + beam
+                taken = 0
                 for m in range(lo, hi):
                     if p0[m] > r:
                         break
                     if not fits(item_p[m], rp, guard):
                         continue
+                    if beam > 0:
+                        if taken >= beam:
+                            break
+                        taken += 1
                     G = w[m] + hl
                     if not (G <= 0.0 and wp[m] > clip):
                         continue
@@ -116,8 +119,8 @@ def least_pairs(lab_u, h, room, room_p, lab_g, offset, item_c, item_p, p0, w, wp
 
 
 @njit(cache=True, nogil=True)
-def menu_scan(order, lo, hi, ndev, power, need_lo, top_hi, first, window, A2, B, left_max, root2, h_min, trip,
-              floor_k1, room, beam_scan, comps, rows, rate_need, mem_need, mem_cap, stride, theta,
+def menu_scan(order, lo, hi, ndev, allowed, power, need_lo, top_hi, first, window, A2, B, left_max, root2, h_min,
+              trip, floor_k1, room, beam_scan, comps, rows, rate_need, mem_need, mem_cap, stride, theta,
               out_c, out_b, out_pred):  # pragma: no cover - compiled
     """The compositions worth trying for the ends ``b = 0..J-1`` of one stage range; returns how
     many were written to ``out_*``.
@@ -129,6 +132,9 @@ def menu_scan(order, lo, hi, ndev, power, need_lo, top_hi, first, window, A2, B,
     lo, hi : int64 (J,)
     ndev : int64 (size,)
         Devices per count vector.
+    allowed : uint8 (size,)
+        Count vectors some label can take (:meth:`~pipeopt.problems.resource.group_dp.DeviceTypes.within`
+        its rooms); the others are skipped.
     power : float64 (size, P)
         Priced power per count vector and price.
     need_lo, top_hi : float64 (J, P)
@@ -165,7 +171,7 @@ def menu_scan(order, lo, hi, ndev, power, need_lo, top_hi, first, window, A2, B,
         seen = 0
         for pos in range(lo[b], hi[b]):
             c = order[pos]
-            if ndev[c] < 1:
+            if ndev[c] < 1 or not allowed[c]:
                 continue
             ok = True
             for q in range(P):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 from ...cost.rules import stage_compute
 
@@ -218,37 +219,77 @@ def least_busy_many(res: dict, fwd: dict, bwd: dict, limit: float,
     R = np.array([res[k] for k in kinds], dtype=float)
     F = np.stack([np.asarray(fwd.get(k, np.full(P, np.inf)), dtype=float) for k in kinds], axis=1)
     B = np.stack([np.asarray(bwd.get(k, np.full(P, np.inf)), dtype=float) for k in kinds], axis=1)
-    fin_f, fin_b = np.isfinite(F), np.isfinite(B)
-    two = fin_f & fin_b
-    with np.errstate(divide="ignore", invalid="ignore"):
-        alpha = np.where(fin_f, R / F, 0.0)  # a whole kind's rate on each pass (inf: a free pass)
-        beta = np.where(fin_b, R / B, 0.0)
-        x0 = np.where(fin_f & ~fin_b, alpha, 0.0).sum(axis=1)  # kinds that run the forward pass only
-        y0 = np.where(fin_b & ~fin_f, beta, 0.0).sum(axis=1)
-        special = (np.isinf(x0) | np.isinf(y0) | (two & (np.isinf(alpha) | np.isinf(beta))).any(axis=1)
-                   | ~two.any(axis=1))
-        use = two & ~special[:, None]
-        al0, be0 = np.where(use, alpha, 0.0), np.where(use, beta, 0.0)
-        key = np.where(use, -al0 / np.where(be0 > 0, be0, 1.0), np.inf)
-        order = np.argsort(key, axis=1, kind="stable")
-        al = np.take_along_axis(al0, order, axis=1)
-        be = np.take_along_axis(be0, order, axis=1)
-        A0 = x0[:, None] + np.cumsum(al, axis=1) - al  # forward rate with the kinds before on forward
-        B0 = y0[:, None] + be.sum(axis=1, keepdims=True) - (np.cumsum(be, axis=1) - be)  # this one on backward
-        inv = 0.0 if math.isinf(limit) else (math.inf if limit <= 0 else 1.0 / limit)
-        pos = al > 0
-        lo = np.maximum(0.0, (inv - A0) / np.where(pos, al, 1.0))
-        hi = np.minimum(1.0, (B0 - inv) / np.where(pos, be, 1.0))
-        rho = np.sqrt(be / np.where(pos, al, 1.0))
-        theta = np.clip((B0 - rho * A0) / np.where(pos, be + rho * al, 1.0), lo, hi)
-        fr, br = A0 + theta * al, B0 - theta * be
-        value = np.where(fr > 0, 1.0 / fr, np.inf) + np.where(br > 0, 1.0 / br, np.inf)
-        value = np.where(pos & (lo <= hi + THETA_SLACK), value, np.inf)
-    seg = np.argmin(value, axis=1)
-    rows = np.arange(P)
-    busy = value[rows, seg]
-    th = theta[rows, seg]
-    return np.where(special, np.nan, busy), np.where(special, -1, seg), np.where(special, np.nan, th)
+    inv = 0.0 if math.isinf(limit) else (math.inf if limit <= 0 else 1.0 / limit)
+    busy, seg, theta = np.empty(P), np.empty(P, np.int64), np.empty(P)
+    _least_busy_rows(R, F, B, inv, THETA_SLACK, busy, seg, theta)
+    return busy, seg, theta
+
+
+@njit(cache=True, nogil=True, error_model="numpy")  # x / 0 is inf, as in numpy
+def _least_busy_rows(R, F, B, inv, slack, busy, seg, theta):  # pragma: no cover - compiled
+    """:func:`least_busy_many`'s loop, load by load (``R (K,)``, ``F, B (P, K)``, ``inv = 1 / T``;
+    writes ``busy, seg, theta (P,)``): the frontier segments of :func:`least_busy`'s derivation."""
+    P, K = F.shape
+    al = np.empty(K)
+    be = np.empty(K)
+    key = np.empty(K)
+    order = np.empty(K, np.int64)
+    for p in range(P):
+        x0 = 0.0  # rates of the kinds that run one pass only
+        y0 = 0.0
+        special = True  # no kind runs both passes, or a pass is free
+        n = 0
+        for k in range(K):
+            ff, fb = math.isfinite(F[p, k]), math.isfinite(B[p, k])
+            a = R[k] / F[p, k] if ff else 0.0  # a whole kind's rate on each pass (inf: free)
+            b = R[k] / B[p, k] if fb else 0.0
+            if ff and not fb:
+                x0 += a
+            elif fb and not ff:
+                y0 += b
+            elif ff and fb:
+                if math.isinf(a) or math.isinf(b):
+                    n = -1
+                if n >= 0:
+                    al[n], be[n] = a, b
+                    key[n] = -a / b if b > 0 else -a
+                    n += 1
+        if n > 0 and not (math.isinf(x0) or math.isinf(y0)):
+            special = False
+        if special:
+            busy[p], seg[p], theta[p] = np.nan, -1, np.nan
+            continue
+        for i in range(n):  # stable sort of the two-pass kinds by -R/F : R/B (insertion; K is small)
+            order[i] = i
+            q = i
+            while q > 0 and key[order[q - 1]] > key[order[q]]:
+                order[q - 1], order[q] = order[q], order[q - 1]
+                q -= 1
+        total_b = 0.0
+        for i in range(n):
+            total_b += be[order[i]]
+        cs_a = 0.0  # running sums in frontier order (the same float operations as the numpy form)
+        cs_b = 0.0
+        best, best_i, best_t = np.inf, 0, np.nan
+        for i in range(n):
+            a, b = al[order[i]], be[order[i]]
+            cs_a += a
+            cs_b += b
+            A0 = (x0 + cs_a) - a  # forward rate with the kinds before on forward
+            B0 = (y0 + total_b) - (cs_b - b)  # this one on backward
+            pos = a > 0
+            da, db = (a, b) if pos else (1.0, 1.0)
+            lo = max(0.0, (inv - A0) / da)
+            hi = min(1.0, (B0 - inv) / db)
+            rho = math.sqrt(b / da)
+            t = min(max((B0 - rho * A0) / ((b + rho * a) if pos else 1.0), lo), hi)
+            fr, br = A0 + t * a, B0 - t * b
+            value = (1.0 / fr if fr > 0 else np.inf) + (1.0 / br if br > 0 else np.inf)
+            if not (pos and lo <= hi + slack):
+                value = np.inf
+            if i == 0 or value < best:
+                best, best_i, best_t = value, i, t
+        busy[p], seg[p], theta[p] = best, best_i, best_t
 
 
 def least_busy(res: dict, fwd: dict, bwd: dict, limit: float = math.inf) -> tuple[dict | None, float, float]:

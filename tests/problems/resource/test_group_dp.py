@@ -147,12 +147,13 @@ def _least_pairs_brute(ty, u, h, room, idx, p0, w, wp, block, floors, beam):
     want = {}
     for l in range(u.size):
         for b in range(room.shape[1]):
-            items = [m for m in range(idx.size) if block[m] == b]
-            for m in items[:beam] if beam else items:
-                if p0[m] > room[l, b]:
+            taken = 0  # with a beam: the first ``beam`` items of the end that fit the label's devices
+            for m in [m for m in range(idx.size) if block[m] == b]:
+                if p0[m] > room[l, b] or (beam and taken == beam):
                     break
                 if not (ty.comps[idx[m]] <= ty.counts - ty.comps[u[l]]).all():
                     continue
+                taken += 1
                 G = w[m] + h[l]
                 if G <= 0.0 and wp[m] > floors[b] - h[l]:
                     key = b * ty.size + int(u[l] + idx[m])
@@ -398,8 +399,11 @@ def test_through_the_registry():
 
 
 def _menu_brute(probe, k, j, j2s, T, lab, h, floors):
-    """menus() by loops over every count vector and end (the conditions of its docstring)."""
+    """menus() by loops over every count vector and end (the conditions of its docstring), and how
+    many pass them all but the devices test (distinct devices: no label leaves their devices)."""
     p, ty, first = probe.problem, probe.types, probe._order_key
+    rooms = ty.comps[ty.full - lab.u]
+    outside = 0
     S = p.num_stages
     least_rest = probe.least_power(T, p.cut_time <= T)  # T's own (the probe keeps the last one)
     out = {}
@@ -436,20 +440,25 @@ def _menu_brute(probe, k, j, j2s, T, lab, h, floors):
             w = probe.busy(j, e, np.array([c]), T)[0]
             wp = min((probe.busy(j, e, np.array([q]), T)[0] for q in preds), default=math.inf)
             if math.isfinite(w) and wp > theta:
+                if ty.subsets and not (ty.comps[c] <= rooms).all(axis=1).any():
+                    outside += 1
+                    continue
                 out[(b, c)] = (w, wp)
-    return out
+    return out, outside
 
 
 @pytest.mark.parametrize("profiles,memory", [([0, 0, 1, 1, 2, 3], None), ([0, 1, 2, 3, 4], 0.4)])
 def test_menus_are_the_brute_force_menus(profiles, memory):
     """Every menu the exact DP computes (stages, start units, limits from infeasible to generous;
     repeated types, and distinct devices with binding memory) holds exactly the compositions the
-    conditions of its docstring keep, by loops over every count vector, with the same busy times."""
-    inst = _instance(7, profiles, seed=8, bandwidth=3e8)
+    conditions of its docstring keep, by loops over every count vector, with the same busy times;
+    with distinct devices, some that pass every other condition are left out because no label
+    leaves their devices."""
+    inst = _instance(9, profiles, seed=8, bandwidth=3e8)
     if memory is not None:
-        per = GroupProblem(inst, 3).stage_memory(0, 7, 0) * memory
-        inst = _instance(7, profiles, seed=8, bandwidth=3e8, memory=[per] * len(profiles))
-    p = GroupProblem(inst, 3)
+        per = GroupProblem(inst, 4).stage_memory(0, 9, 0) * memory
+        inst = _instance(9, profiles, seed=8, bandwidth=3e8, memory=[per] * len(profiles))
+    p = GroupProblem(inst, 4)
     probe = TypesProbe(p)
     calls = []
     original = TypesProbe.menus
@@ -467,16 +476,17 @@ def test_menus_are_the_brute_force_menus(profiles, memory):
     finally:
         TypesProbe.menus = original
     assert len(calls) > 10
-    kept = 0
+    kept = outside = 0
     for k, j, j2s, T, lab, h, floors, (idx, w, wp, block, _) in calls:
-        want = _menu_brute(probe, k, j, j2s, T, lab, h, floors)
+        want, out = _menu_brute(probe, k, j, j2s, T, lab, h, floors)
+        outside += out
         got = {(int(b), int(c)): (x, y) for b, c, x, y in zip(block, idx, w, wp, strict=True)}
         assert sorted(got) == sorted(want)
         for key, (x, y) in got.items():
             assert x == pytest.approx(want[key][0], rel=1e-12)
             assert y == want[key][1] or y == pytest.approx(want[key][1], rel=1e-12)
         kept += len(got)
-    assert kept > 50
+    assert kept > 50 and (outside > 0) == probe.types.subsets
 
 
 def test_undominated_is_the_pairwise_and_the_grid_test():

@@ -103,8 +103,12 @@ def test_least_busy_many_equals_one_by_one():
     B = {k: F[k] * np.array([rng.uniform(0.3, 4) for _ in range(P)]) for k in kinds}
     F["npu"][::7] = np.inf
     B["gpu"][::5] = np.inf
-    for T in (0.4, 1.0, math.inf):
+    F["cpu"][3] = 0.0  # a free pass: left to least_busy (nan)
+    for k in kinds:  # no kind runs both passes: nan
+        B[k][11] = np.inf
+    for T in (0.0, 0.4, 1.0, math.inf):
         busy, _, _ = least_busy_many(res, F, B, T)
+        assert np.isnan(busy[[3, 11]]).all() and np.isfinite(busy).any() == (T > 0)
         for q in range(P):
             _, f, b = least_busy(res, {k: float(F[k][q]) for k in kinds}, {k: float(B[k][q]) for k in kinds}, T)
             if np.isnan(busy[q]):
