@@ -80,7 +80,7 @@ def test_types_equals_brute_force(p):
 @contextlib.contextmanager
 def _small_chunks():
     """The pairing scans a few labels at a time (the least pair per key kept across the runs), with
-    distinct devices on menu items in groups of one device."""
+    the menu items in groups by one test on their device counts."""
     old = group_dp.PAIRS_CHUNK, group_dp.GROUP_BITS
     group_dp.PAIRS_CHUNK, group_dp.GROUP_BITS = 5, 1
     try:
@@ -92,9 +92,9 @@ def _small_chunks():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=small_problems())
 def test_types_in_small_chunks_equals_brute_force(p):
-    """The same cross-check with the pairs scanned for a few labels at a time and, with distinct
-    devices, the menu items in groups of one device (on these sizes the default scans every label
-    in one go, on one group)."""
+    """The same cross-check with the pairs scanned for a few labels at a time and the menu items
+    in groups by one test on their device counts (on these sizes the
+    default scans every label in one go, in groups by up to 8 tests)."""
     _, _, best = brute_force(p)
     with _small_chunks():
         if not math.isfinite(best):
@@ -111,8 +111,8 @@ def test_types_in_small_chunks_equals_brute_force(p):
 def test_chunked_pairing_keeps_every_label(profiles, monkeypatch):
     """On 8 units, 5-8 devices (repeated types, 5 types, 5 distinct devices), 3 workers, at limits
     from infeasible to generous: the labels of every boundary and the plan are the same whether the
-    pairs are scanned in one go or a few labels at a time (distinct devices: with the menu items
-    in groups of 2 devices, against one group)."""
+    pairs are scanned in one go or a few labels at a time, with the menu items in groups by 2 tests
+    on their device counts, against one group."""
     p = GroupProblem(_instance(8, profiles, seed=4, bandwidth=1e8), 3)
     probe = TypesProbe(p)
     lo = probe.work_bound()
@@ -134,7 +134,7 @@ def test_chunked_pairing_keeps_every_label(profiles, monkeypatch):
                     with _small_chunks():
                         found = probe.solve(T)
                 else:
-                    monkeypatch.setattr(group_dp, "GROUP_BITS", 99)
+                    monkeypatch.setattr(group_dp, "GROUP_BITS", 0)
                     found = probe.solve(T)
             finally:
                 TypesProbe._pareto = original
@@ -163,13 +163,15 @@ def _least_pairs_brute(ty, u, h, room, idx, p0, w, wp, block, floors, beam):
 
 @pytest.mark.parametrize("profiles", [[0, 0, 0, 1, 1, 2, 3, 3], [0, 1, 2, 3, 4]])
 @pytest.mark.parametrize("beam", [0, 3])
-def test_least_pairs_is_the_brute_force_least(profiles, beam, monkeypatch):
+@pytest.mark.parametrize("bits", [2, 8])
+def test_least_pairs_is_the_brute_force_least(profiles, beam, bits, monkeypatch):
     """least_pairs keeps, per (end, count vector), a valid pair of least window state - the least
     over every label x item pair within the power room that fits the devices and passes the window
     and clip tests - scanned in one run or in three runs of labels (offsets), with and without a
-    beam; repeated types (packed fields) and distinct devices (bitmasks; items in groups of 2 of
-    the 5 devices without a beam)."""
-    monkeypatch.setattr(group_dp, "GROUP_BITS", 2)
+    beam; repeated types (packed fields) and distinct devices (bitmasks); without a beam the items
+    are in groups by 2 tests on their device counts (the types the items use most) or 8 (with
+    repeated types: thresholds on each type's count)."""
+    monkeypatch.setattr(group_dp, "GROUP_BITS", bits)
     p = GroupProblem(_instance(5, profiles, seed=1, bandwidth=1e9), 3)
     probe = TypesProbe(p)
     ty, first = probe.types, probe._order_key
@@ -194,9 +196,9 @@ def test_least_pairs_is_the_brute_force_least(profiles, beam, monkeypatch):
                                 np.zeros(J * ty.size, np.int64))
         n = np.zeros(1, np.int64)
         room_p = ty.pack(ty.full - u)
-        perm, cells, lab_g = probe._item_groups(idx, block, room_p, J, beam or None)
+        perm, cells, lab_g = probe._item_groups(idx, block, ty.full - u, J, beam or None)
         perm = np.arange(idx.size) if perm is None else perm
-        assert (cells.shape[1] > 2) == (ty.subsets and not beam)
+        assert (cells.shape[1] > 2) == (not beam)
         for lo, hi in zip(runs[:-1], runs[1:]):
             least_pairs(u[lo:hi], h[lo:hi], room[lo:hi], room_p[lo:hi], lab_g[lo:hi], lo, idx[perm], ty.pack(idx[perm]),
                         p0[perm], w[perm], wp[perm], cells, floors, beam, np.int64(ty.guard), ty.size, best, own_l,
