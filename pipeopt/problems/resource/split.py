@@ -187,8 +187,7 @@ def theorem_split(res: dict, fwd: dict, bwd: dict) -> dict:
 def least_busy_many(res: dict, fwd: dict, bwd: dict, limit: float,
                     kinds=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`least_busy` for P stage loads on one worker at once (the chain DP's inner loop;
-    compiled with numba, load by load, the same float operations as :func:`least_busy`'s
-    segments).
+    compiled with numba, one load at a time).
 
     Parameters
     ----------
