@@ -248,21 +248,23 @@ class DeviceTypes:
         return idx if self.subsets else self._packed[idx]
 
     def prefix_min(self, values: np.ndarray) -> np.ndarray:
-        """``out[u] = min over v <= u of values[v]`` (a zeta transform over the count vectors)."""
-        out = values.reshape(self.shape)
-        for ax in range(self.tau):
-            out = np.minimum.accumulate(out, axis=ax)
-        return out.reshape(-1)
+        """``out[u] = min over v <= u of values[v]`` (a zeta transform over the count vectors; a new
+        float array). Type by type, each count's slice takes the minimum with the one below it
+        (one vectorised step per count: with distinct devices, 16 steps over 65,536 values)."""
+        out = np.array(values, dtype=float)
+        for t in range(self.tau):
+            grid = out.reshape(int(np.prod(self.shape[:t])), self.shape[t], -1)  # a view
+            for c in range(1, self.shape[t]):
+                np.minimum(grid[:, c, :], grid[:, c - 1, :], out=grid[:, c, :])
+        return out
 
     def within(self, rooms: np.ndarray) -> np.ndarray:
         """``ndarray (size,)`` uint8: ``out[v] = 1`` iff some count vector of ``rooms`` (indices) is
-        ``>= v`` type by type (a suffix maximum over the grid of count vectors)."""
-        out = np.zeros(self.size, np.uint8)
-        out[rooms] = 1
-        out = out.reshape(self.shape)
-        for ax in range(self.tau):
-            out = np.flip(np.maximum.accumulate(np.flip(out, axis=ax), axis=ax), axis=ax)
-        return np.ascontiguousarray(out.reshape(-1))
+        ``>= v`` type by type: :meth:`prefix_min` over the complements (``counts - r <= counts - v``;
+        the complement of index i is ``full - i``, the reversed order)."""
+        missing = np.ones(self.size)
+        missing[self.full - rooms] = 0.0
+        return np.ascontiguousarray(self.prefix_min(missing)[::-1] == 0.0, dtype=np.uint8)
 
     def below(self, values: np.ndarray) -> np.ndarray:
         """``out[u] = min over v <= u, v != u of values[v]`` (``inf`` for the zero vector)."""
@@ -807,10 +809,11 @@ class TypesProbe:
         p0 = self.power[idx, first]
         best, own_l, touched = self._pair_buffers(J * ty.size)
         n_touched = np.zeros(1, np.int64)
-        room_p = ty.pack(ty.full - lab.u)
+        rooms = ty.full - lab.u  # the count vectors the labels leave
+        room_p = ty.pack(rooms)
         guard = np.int64(ty.guard)
         _, w, wp, _, _ = menus
-        perm, cells, lab_g = self._item_groups(idx, block, ty.full - lab.u, J, beam)
+        perm, cells, lab_g = self._item_groups(idx, block, rooms, J, beam)
         item_c = idx if perm is None else idx[perm]
         if perm is not None:
             p0, w, wp = p0[perm], w[perm], wp[perm]

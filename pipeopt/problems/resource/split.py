@@ -238,8 +238,7 @@ def _least_busy_rows(R, F, B, inv, slack, busy, seg, theta):  # pragma: no cover
     for p in range(P):
         x0 = 0.0  # rates of the kinds that run one pass only
         y0 = 0.0
-        special = True  # no kind runs both passes, or a pass is free
-        n = 0
+        n = 0  # kinds that run both passes (-1: one of them has a free pass)
         for k in range(K):
             ff, fb = math.isfinite(F[p, k]), math.isfinite(B[p, k])
             a = R[k] / F[p, k] if ff else 0.0  # a whole kind's rate on each pass (inf: free)
@@ -255,9 +254,7 @@ def _least_busy_rows(R, F, B, inv, slack, busy, seg, theta):  # pragma: no cover
                     al[n], be[n] = a, b
                     key[n] = -a / b if b > 0 else -a
                     n += 1
-        if n > 0 and not (math.isinf(x0) or math.isinf(y0)):
-            special = False
-        if special:
+        if n <= 0 or math.isinf(x0) or math.isinf(y0):  # no choice, or a free pass: left to least_busy
             busy[p], seg[p], theta[p] = np.nan, -1, np.nan
             continue
         for i in range(n):  # stable sort of the two-pass kinds by -R/F : R/B (insertion; K is small)
