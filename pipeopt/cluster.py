@@ -25,6 +25,11 @@ class Device:
     memory
         Bytes of memory, at most :data:`pipeopt.units.MAX_BYTES`, or a size string
         (``"40GiB"``, :func:`pipeopt.units.parse_size`); ``inf`` (default) for no limit.
+    host
+        The device holds the memory every transfer goes through (Tarnawski et al.'s CPU,
+        whose DRAM the accelerators read and write): under the ``max_load`` objective a stage
+        on it pays no transfer time (:func:`pipeopt.cost.rules.stage_transfers`). Default
+        ``False``.
 
     Raises
     ------
@@ -36,8 +41,11 @@ class Device:
     name: str
     resources: dict = field(default_factory=dict)
     memory: float = math.inf
+    host: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.host, bool):
+            raise InvalidClusterError(f"device {self.name!r}: host must be True or False, got {self.host!r}")
         if not isinstance(self.name, str) or not self.name:
             raise InvalidClusterError(f"a device name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.resources, dict):
@@ -178,4 +186,5 @@ class Cluster:
     def is_homogeneous(self) -> bool:
         """True if every device has the same resources and memory."""
         first = self.devices[0]
-        return all(d.resources == first.resources and d.memory == first.memory for d in self.devices)
+        return all(d.resources == first.resources and d.memory == first.memory and d.host == first.host
+                   for d in self.devices)

@@ -24,6 +24,13 @@ Node attributes (units as in DESIGN.md):
     (:data:`pipeopt.cost.passes.DEFAULT_W_SHARE`, reported among the assumptions).
 
 Edge attribute ``bytes`` defaults to the tail's ``out_bytes``.
+
+Graph attribute ``tensors`` (optional): ``list[[source layer, [reader layers...], bytes]]``,
+the tensors of the ``max_load`` objective (Tarnawski et al.'s communication rule,
+:func:`pipeopt.cost.rules.stage_transfers`) where they are not the edges' activations and
+gradients: a workload whose forward and backward operators send tensors of their own
+(:func:`pipeopt.io.read_dnn_partitioning`). Absent: derived from the edges
+(:func:`pipeopt.cost.rules.tensors_of`).
 """
 
 from __future__ import annotations
@@ -120,6 +127,25 @@ def validate_graph(graph: nx.DiGraph) -> None:
         if not _is_number(b) or not math.isfinite(b) or b < 0:
             raise InvalidGraphError(f"edge {u!r} -> {v!r} has a negative or invalid 'bytes' {b!r}")
         _check_bytes(b, f"edge {u!r} -> {v!r} has bytes")
+    if "tensors" in graph.graph:
+        _check_tensors(graph, graph.graph["tensors"])
+
+
+def _check_tensors(graph: nx.DiGraph, tensors) -> None:
+    """The optional graph attribute ``tensors``: ``[source, [readers...], bytes]`` entries
+    naming layers of the graph, with non-negative finite bytes."""
+    if isinstance(tensors, (str, bytes, dict)) or not hasattr(tensors, "__iter__"):
+        raise InvalidGraphError(f"graph attribute 'tensors' must be a list of [source, [readers], bytes], got {tensors!r:.60}")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, (list, tuple)) or len(t) != 3 or not isinstance(t[1], (list, tuple)):
+            raise InvalidGraphError(f"tensors[{i}] must be [source layer, [reader layers], bytes], got {t!r:.80}")
+        src, readers, b = t
+        for x in (src, *readers):
+            if isinstance(x, (list, dict)) or x not in graph:
+                raise InvalidGraphError(f"tensors[{i}] names unknown layer {x!r}")
+        if not _is_number(b) or not math.isfinite(b) or b < 0:
+            raise InvalidGraphError(f"tensors[{i}] has a negative or invalid byte count {b!r}")
+        _check_bytes(b, f"tensors[{i}] has bytes")
 
 
 def _check_weight_gradient(node, w, bwd: dict) -> None:

@@ -16,11 +16,13 @@ from .errors import InvalidClusterError, InvalidProblemError
 from .graph import Chain, validate_graph
 from .units import MAX_MICROBATCHES
 
-OBJECTIVES = ("bottleneck", "iteration", "gpipe")
+OBJECTIVES = ("bottleneck", "iteration", "gpipe", "max_load")
 OBJECTIVE_TEXT = {
     "bottleneck": "bottleneck: 1F1B steady-state time per microbatch (window rows included)",
     "iteration": "iteration: M microbatches under 1F1B with a flush",
     "gpipe": "gpipe: M microbatches under GPipe (fill-drain)",
+    "max_load": "max_load: the largest stage load, its compute plus every transfer it sends or receives"
+                " (Tarnawski et al., NeurIPS 2020; no overlap, no pipeline windows)",
 }
 """What each objective measures, printed with every result (README, "What the objective is")."""
 
@@ -45,8 +47,11 @@ class Settings:
         What the exact methods minimise, each equal to the simulator's value for every plan
         (README, "What the objective is"): ``"bottleneck"`` (steady-state time per
         microbatch under 1F1B and asynchronous PipeDream, window rows included; default),
-        ``"iteration"`` (M microbatches under 1F1B with a flush) or ``"gpipe"`` (M
-        microbatches under GPipe, fill-drain).
+        ``"iteration"`` (M microbatches under 1F1B with a flush), ``"gpipe"`` (M
+        microbatches under GPipe, fill-drain) or ``"max_load"`` (Tarnawski et al.'s max-load:
+        the largest stage load, compute plus the transfers the stage sends and receives, each
+        tensor once per stage, nothing on a ``host`` device; each layer's memory counted
+        once; the *placement* problem's objective).
 
     Raises
     ------

@@ -29,6 +29,10 @@ layer set Q_i (= P_i unless Bi-Partition):
 * memory: a replica keeps k_i = ceil(W_i / m_i) microbatches in flight under 1F1B (W_i the
   workers of stages i..S-1; S - i without replication; 2 k_i under split execution; M under
   GPipe); memory = k_i * act + v_i * params, v_i = k_i with weight stashing, else 1.
+* ``max_load`` (Tarnawski et al., NeurIPS 2020): the largest stage *load*, the stage's compute
+  tau_i plus the seconds of every tensor it sends or receives (:func:`rules.stage_transfers`,
+  each tensor once per stage; none on a ``host`` device); no overlap, no window rows; each
+  layer's memory counted once (k_i = 1).
 """
 
 from __future__ import annotations
@@ -86,6 +90,9 @@ class Evaluation:
         ``list[float]`` per stage (per replica).
     in_flight
         ``list[int]`` per stage: microbatches a replica keeps under the objective's schedule.
+    load
+        ``list[float]`` per stage under the ``max_load`` objective: compute plus the transfers
+        it sends and receives (empty under the other objectives).
     iteration_time
         M microbatches under 1F1B with a flush (exact, :mod:`pipeopt.cost.schedule`).
     gpipe_time
@@ -114,6 +121,7 @@ class Evaluation:
     backward_op: list = field(default_factory=list)
     round_trip: list = field(default_factory=list)
     in_flight: list = field(default_factory=list)
+    load: list = field(default_factory=list)
     pipeline: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -340,7 +348,12 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     acts_all = np.bincount(bpass.stage, weights=arr.act[bpass.order], minlength=S)
     device = {d.name: d for d in cluster.devices}
 
+    max_load = objective_name == "max_load"
+    if max_load:
+        stage_of = {x: i for i, st in enumerate(plan.stages) for x in st.layers}
+        sent = rules.transfer_time(rules.stage_transfers(rules.tensors_of(graph), stage_of, S), bw)
     stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
+    loads = []
     windows, splits = [], []
     violations: list[str] = []
     workers_after = np.cumsum(reps[::-1])[::-1]  # workers of stages i..S-1
@@ -360,8 +373,11 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             f_op += x[i] if i < S - 1 else 0.0
             b_op += y[i - 1] if i > 0 else 0.0
         window = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m)
-        kept = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m, split=split,
-                               gpipe=objective_name == "gpipe", microbatches=M)
+        kept = 1 if max_load else rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m,
+                                                  split=split, gpipe=objective_name == "gpipe", microbatches=M)
+        if max_load:
+            host = any(device[d].host for d in st.devices)
+            loads.append(float(tau / m + (0.0 if host else sent[i])))
         acts = float(acts_all[i])
         versions = rules.weight_versions(kept, settings.weight_stashing)
         mem = rules.stage_memory(acts, params, kept, versions)
@@ -406,10 +422,13 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         backward_op=b_ops,
         round_trip=[a + b for a, b in zip(*on_links, strict=True)],
         in_flight=flight,
+        load=loads,
         pipeline=pipeline,
     )
     if objective_name == "iteration":
         ev.objective = ev.iteration_time
     elif objective_name == "gpipe":
         ev.objective = ev.gpipe_time
+    elif max_load:
+        ev.objective = max(loads)
     return ev

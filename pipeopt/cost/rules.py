@@ -220,6 +220,64 @@ def crossing_bytes(graph, position, count: int) -> np.ndarray:
     return np.cumsum(diff)[: max(count - 1, 0)]
 
 
+def tensors_of(graph) -> list[tuple]:
+    """The tensors of the ``max_load`` objective: ``[(source, (readers...), bytes), ...]``.
+
+    The graph attribute ``tensors`` if it has one (a workload whose operators send tensors of
+    their own, forward and backward); otherwise one per layer with successors, its activation
+    (the largest ``bytes`` of its out-edges) read by its successors, and one per edge, the
+    gradient of that activation, sent back by the head to the tail.
+    """
+    given = graph.graph.get("tensors")
+    if given is not None:
+        return [(t[0], tuple(t[1]), float(t[2])) for t in given]
+    out = []
+    for u in graph.nodes:
+        succ = list(graph.successors(u))
+        if succ:
+            out.append((u, tuple(succ), max(float(graph.edges[u, v].get("bytes", graph.nodes[u]["out_bytes"]))
+                                            for v in succ)))
+    for u, v, b in graph.edges(data="bytes"):
+        out.append((v, (u,), float(graph.nodes[u]["out_bytes"] if b is None else b)))
+    return out
+
+
+def stage_transfers(tensors, stage_of: dict, stages: int) -> np.ndarray:
+    """Bytes each stage sends or receives under Tarnawski et al.'s rule (the ``max_load``
+    objective): a tensor is charged **once to the stage of its source** if some reader sits on
+    another stage, and **once to every other stage that reads it** (each device reads and
+    writes host memory; "sum" of compute and transfers, no overlap).
+
+    Parameters
+    ----------
+    tensors
+        ``[(source, readers, bytes)]`` (:func:`tensors_of`).
+    stage_of
+        ``dict[layer, int]``: the stage of each layer.
+    stages
+        S.
+
+    Returns
+    -------
+    ndarray (S,)
+        Bytes per stage (times: :func:`transfer_time`; a stage on a ``host`` device pays none).
+
+    References
+    ----------
+    Tarnawski et al., NeurIPS 2020, section 3 and ``throughput-dp/dp.cpp``
+    (``computeLoadForResultOrg``).
+    """
+    out = np.zeros(stages)
+    for src, readers, b in tensors:
+        s = stage_of[src]
+        others = {stage_of[r] for r in readers} - {s}
+        if others:
+            out[s] += b
+            for r in sorted(others):
+                out[r] += b
+    return out
+
+
 def migration_bytes(input_bytes, param_bytes, microbatches: int):
     """Bytes per microbatch a layer moves when its forward and backward run on different
     stages (Bi-Partition), in pipeopt's reading of the Bi-Partition abstract (the paper's

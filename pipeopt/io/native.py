@@ -19,7 +19,7 @@ A JSON object with these fields (units as in DESIGN.md: seconds, bytes, bytes/s)
         "overlap": true,                   #   communication overlaps compute
         "weight_stashing": false,          #   S - i weight versions on stage i
         "microbatches": 8,                 #   M, microbatches per iteration
-        "objective": "bottleneck"          #   "bottleneck" | "iteration" | "gpipe"
+        "objective": "bottleneck"          #   "bottleneck" | "iteration" | "gpipe" | "max_load"
       },
       "cluster": {                         # required
         "bandwidth": 2.5e10,               # required: bytes/s between consecutive workers,
@@ -28,8 +28,10 @@ A JSON object with these fields (units as in DESIGN.md: seconds, bytes, bytes/s)
         "devices": [                       # required, non-empty, in cluster order
           {"name": "gpu0",                 # required, unique
            "resources": {"gpu": 156.0},    # required: units of each resource kind
-           "memory": 4.0e10}               # required: bytes; null = no limit (infinite);
+           "memory": 4.0e10,               # required: bytes; null = no limit (infinite);
                                            #   or a unit string ("40GB", "40GiB")
+           "host": false}                  # optional (written when true): transfers go
+                                           #   through its memory (max_load objective)
         ]
       },
       "graph": {                           # required: the layer graph (node-link style)
@@ -194,6 +196,7 @@ def to_dict(instance: Instance) -> dict:
             "name": d.name,
             "resources": _encode(dict(d.resources), f"device {d.name!r} resources"),
             "memory": None if d.memory == math.inf else _encode(d.memory, f"device {d.name!r} memory"),
+            **({"host": True} if d.host else {}),
         }
         for d in instance.cluster.devices
     ]
@@ -308,7 +311,8 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
         resources = _field(rd, "resources", source, where, dict)
         memory = _field(rd, "memory", source, where, (int, float, dict, str, type(None)))
         memory = math.inf if memory is None else _unit(_decode(memory), parse_size, source, f"{where}.memory")
-        devices.append(Device(dname, _decode(resources), memory))
+        host = _field(rd, "host", source, where, bool, required=False, default=False)
+        devices.append(Device(dname, _decode(resources), memory, host))
     cluster = Cluster(tuple(devices), bandwidth)
 
     raw_graph = _field(d, "graph", source, "", dict)
