@@ -15,7 +15,7 @@ import itertools
 
 from .errors import InvalidProblemError
 from .instance import Instance
-from .problems import bipartition, partition, resource
+from .problems import bipartition, partition, placement, resource
 from .problems.method import Method
 
 MethodSpec = Method
@@ -25,9 +25,10 @@ PROBLEMS: dict[str, type] = {
     "partition": partition.PROBLEM,
     **resource.PROBLEMS,
     "bipartition": bipartition.PROBLEM,
+    "placement": placement.PROBLEM,
 }
 
-METHODS: list[Method] = [*partition.METHODS, *resource.METHODS, *bipartition.METHODS]
+METHODS: list[Method] = [*partition.METHODS, *resource.METHODS, *bipartition.METHODS, *placement.METHODS]
 
 
 def _check_problem(problem: str) -> None:
@@ -96,10 +97,13 @@ def options_of(problem: str) -> tuple[str, ...]:
 
 
 def auto_problem(instance: Instance) -> str:
-    """The problem an instance is made for: ``"partition"`` on identical single-kind devices,
+    """The problem an instance is made for: ``"placement"`` under the ``max_load`` objective
+    (Tarnawski et al.'s workloads), ``"partition"`` on identical single-kind devices,
     ``"joint"`` (partition and forward/backward split) on identical multi-kind devices,
     ``"group"`` on heterogeneous devices."""
     cluster = instance.cluster
+    if instance.settings.objective == "max_load":
+        return "placement"
     if not cluster.is_homogeneous:
         return "group"
     dev = cluster.devices[0]

@@ -68,12 +68,12 @@ class UnitDag:
     preds
         ``tuple[tuple[int, ...], ...]``: the units each unit needs in an earlier or the same stage.
     merged
-        Number of layers merged into a neighbour by the dominance of :meth:`build`.
+        The layers merged into a neighbour by the dominance of :meth:`build` (a frozenset).
     """
 
     units: tuple
     preds: tuple
-    merged: int = 0
+    merged: frozenset = frozenset()
 
     @property
     def n(self) -> int:
@@ -96,11 +96,12 @@ class UnitDag:
             every other source, so that they sit in the first stage).
         free
             Optional predicate ``free(layer) -> bool``: a layer that costs nothing wherever it
-            runs (no time, no bytes, no transfer with a third unit). Such a layer whose only
-            neighbour (predecessor or successor, one edge in all) is one unit is merged into
-            that unit, repeatedly. This is a dominance, valid where a stage may be left out
-            (at most S stages): moving the layer next to its neighbour removes the one
-            transfer it takes part in and changes nothing else (Tarnawski et al.'s ``dp.cpp``
+            runs (no time, no transfer with a third unit). Such a layer whose only neighbour
+            (predecessor or successor, one edge in all) is one unit is merged into that unit,
+            repeatedly. Where a stage may be left out (at most S stages) this is a dominance
+            for everything but memory: moving the layer next to its neighbour removes the one
+            transfer it takes part in and changes no time; a layer with bytes adds them to its
+            neighbour's device, which the caller must check (Tarnawski et al.'s ``dp.cpp``
             merges the same layers, ``performTrivialNodeOptimizations``). ``None``: no merge.
         groups
             Optional ``Iterable[Iterable[layer]]``: layers that must share a stage (they are
@@ -138,7 +139,7 @@ class UnitDag:
             grp = list(grp)
             for x in grp[1:]:
                 union(grp[0], x)
-        merged = 0
+        merged: set = set()
         if free is not None:
             changed = True
             while changed:
@@ -153,7 +154,7 @@ class UnitDag:
                     nbrs.discard(x)
                     if graph.in_degree(x) + graph.out_degree(x) == 1 and len(nbrs) == 1:
                         union(nbrs.pop(), x)
-                        merged += 1
+                        merged.add(x)
                         changed = True
         roots = sorted({find(x) for x in order}, key=rank.__getitem__)
         q = nx.DiGraph()
@@ -180,7 +181,7 @@ class UnitDag:
             members[find(x)].append(x)
         units = tuple(tuple(members[r]) for r in topo)
         preds = tuple(tuple(sorted(idx[p] for p in q.predecessors(r))) for r in topo)
-        return cls(units, preds, merged)
+        return cls(units, preds, frozenset(merged))
 
     def sums(self, values) -> np.ndarray:
         """``ndarray (n,)``: a per-layer mapping ``values[layer]`` summed over each unit."""
