@@ -10,15 +10,15 @@ lower bound.
   (:func:`solve_probe`: a K-way search on the period over exact frontier probes,
   :mod:`.chains`, for long chains and many stages; the dense DP stays the cross-check).
 
-* :func:`binary_search` -- Duan & Wu, ICPADS 2022 (straight space); its greedy check,
+* :func:`binary_search` -- Duan & Wu, ICPADS 2022 (one-order space); its greedy check,
   bisection and completion to S stages are the generic core :mod:`pipeopt.backends.bisection`
   (:func:`greedy_starts`, :func:`bisect_limit`, :func:`complete_stages`), which the resource
   problems' :func:`pipeopt.problems.resource.duan_wu.bisection_partition` shares.
 * :func:`pipedream` -- PipeDream's planner in its own cost model (Narayanan et al., SOSP 2019;
-  replicated space), with :func:`pipedream_partition` giving PipeDream's own prediction.
+  replicated-one-order space), with :func:`pipedream_partition` giving PipeDream's own prediction.
 * :func:`uniform`, :func:`param_balanced` -- DeepSpeed's ``uniform`` and ``parameters``
-  partition methods (straight space).
-* :func:`time_balanced` -- torchgpipe's ``balance_by_time`` (straight space).
+  partition methods (one-order space).
+* :func:`time_balanced` -- torchgpipe's ``balance_by_time`` (one-order space).
 * :func:`torchtitan`, :func:`megatron`, :func:`pippy` -- the default splits of torchtitan,
   Megatron-LM and PiPPy's examples, counting the blocks of a model profiled by
   :func:`pipeopt.torch.from_torch` (:mod:`.frameworks`; other graphs are refused).
@@ -28,6 +28,7 @@ lower bound.
 
 from ..method import Method
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
+from .convex import solve_convex
 from .cpsat import solve_cpsat
 from .dp import solve_dp
 from .frameworks import megatron, pippy, torchtitan
@@ -50,26 +51,28 @@ PROBLEM = PartitionProblem
 
 METHODS = (
     Method("partition", "dp", solve_dp, True, "auto", True,
-           "dynamic program; replicated space after Narayanan et al., PipeDream, SOSP 2019"),
+           "dynamic program; replicated-one-order space after Narayanan et al., PipeDream, SOSP 2019"),
     Method("partition", "probe", solve_probe, True, "auto", True,
            "search on the period over exact frontier probes (chains-on-chains: Nicol 1994; Pinar & Aykanat 2004)"),
-    Method("partition", "milp", solve_milp, True, "straight", True, "MILP (PuLP; CBC or HiGHS)"),
-    Method("partition", "cpsat", solve_cpsat, True, "straight", True, "CP-SAT (OR-Tools)"),
-    Method("partition", "binary_search", binary_search, False, "straight", True, "Duan & Wu, ICPADS 2022"),
-    Method("partition", "pipedream", pipedream, False, "replicated", True,
+    Method("partition", "convex", solve_convex, True, "convex", True,
+           "DP over the ideals of the layer DAG: every convex ordered split (Tarnawski et al., NeurIPS 2020)"),
+    Method("partition", "milp", solve_milp, True, "one-order", True, "MILP (PuLP; CBC or HiGHS)"),
+    Method("partition", "cpsat", solve_cpsat, True, "one-order", True, "CP-SAT (OR-Tools)"),
+    Method("partition", "binary_search", binary_search, False, "one-order", True, "Duan & Wu, ICPADS 2022"),
+    Method("partition", "pipedream", pipedream, False, "replicated-one-order", True,
            "Narayanan et al., PipeDream, SOSP 2019 (its own cost model)"),
-    Method("partition", "uniform", uniform, False, "straight", True, "equal layer counts (GPipe/DeepSpeed 'uniform')"),
-    Method("partition", "param_balanced", param_balanced, False, "straight", True,
+    Method("partition", "uniform", uniform, False, "one-order", True, "equal layer counts (GPipe/DeepSpeed 'uniform')"),
+    Method("partition", "param_balanced", param_balanced, False, "one-order", True,
            "DeepSpeed partition_method='parameters'"),
-    Method("partition", "time_balanced", time_balanced, False, "straight", True,
+    Method("partition", "time_balanced", time_balanced, False, "one-order", True,
            "torchgpipe balance_by_time (Kim et al. 2020)"),
-    Method("partition", "torchtitan", torchtitan, False, "straight", False,
+    Method("partition", "torchtitan", torchtitan, False, "one-order", False,
            "torchtitan v0.2.2 generate_llm_fqn_per_model_part (first/last stage less layers = 1)", "torch"),
-    Method("partition", "megatron", megatron, False, "straight", False,
+    Method("partition", "megatron", megatron, False, "one-order", False,
            "Megatron-Core 0.19 get_num_layers_to_build (L / S blocks, embedding first, head last)", "torch"),
-    Method("partition", "pippy", pippy, False, "straight", False,
+    Method("partition", "pippy", pippy, False, "one-order", False,
            "PiPPy examples: layers_per_rank = L // S, the rest on the last stage", "torch"),
-    Method("partition", "mcmc", mcmc, False, "straight", True,
+    Method("partition", "mcmc", mcmc, False, "one-order", True,
            "FlexFlow-style MCMC (Jia, Zaharia, Aiken, SysML 2019); 5 seeds share the time limit, median plan"),
 )
 
@@ -81,6 +84,7 @@ __all__ = [
     "mcmc",
     "megatron",
     "pippy",
+    "solve_convex",
     "solve_cpsat",
     "solve_dp",
     "solve_milp",
