@@ -43,7 +43,7 @@ from ...cost import evaluate, rules
 from ...errors import InfeasibleError, InvalidProblemError
 from ...plan import Plan, Stage
 from ...result import Result, Status
-from ..ideals import Lattice, LatticeTooLarge, UnitDag, Walker, ideal_count_text
+from ..ideals import Lattice, LatticeTooLarge, UnitDag, Walker, ideal_count_text, walk_supersets
 from .dp import REL_TOL
 from .problem import PartitionProblem
 
@@ -88,6 +88,30 @@ def _relax(a, js, T, probe, W, A, P, added, bound, trip, frm, to, mm, D, U, mem_
                 best[t, j] = cand
                 back[t, j] = a
                 back_m[t, j] = m
+
+
+@njit(cache=True, nogil=True)
+def _block(lo, hi, T, probe, ptr, unit, to, stamp, qty, lim, cbad, out_j, out_comm, inc_cost, ndst, src_ptr, src_t,
+           dst_ptr, dst_t, insrc, cnt, stack_i, stack_e, stack_v, W, A, P, added, bound, trip, frm, tos, mm, D, U,
+           mem_act, mem_par, ar_coef, cap, best, back, back_m):  # pragma: no cover - compiled
+    """Ideals ``lo .. hi-1`` in order: each one reached by the DP is walked
+    (:func:`pipeopt.problems.ideals.walk_supersets`) and relaxed (:func:`_relax`). Returns the
+    pairs priced."""
+    pairs = 0
+    for a in range(lo, hi):
+        reached = False
+        for s in range(best.shape[0]):
+            if best[s, a] < np.inf:
+                reached = True
+                break
+        if not reached:
+            continue
+        k = walk_supersets(a, ptr, unit, to, stamp, a, qty, lim, cbad, out_j, out_comm, inc_cost, ndst, src_ptr,
+                           src_t, dst_ptr, dst_t, insrc, cnt, stack_i, stack_e, stack_v)
+        pairs += k
+        _relax(a, out_j[:k], T, probe, W, A, P, added, bound, trip, frm, tos, mm, D, U, mem_act, mem_par, ar_coef,
+               cap, best, back, back_m)
+    return pairs
 
 
 class ConvexTables:
@@ -196,23 +220,19 @@ class _Search:
         most = p.stages if p.replication else 1
         limit = bound * most * (1 + 1e-9) if math.isfinite(bound) else np.inf
         lim = np.array([[limit, self.cap]])
-        best = np.full((S + 1, N), np.inf)
+        best = np.full((S + 1, N), np.inf, order="F")
         best[0, 0] = 0.0 if T is None else -np.inf
-        back = np.full((S + 1, N), -1, dtype=np.int64)
-        back_m = np.ones((S + 1, N), dtype=np.int64)
+        back = np.full((S + 1, N), -1, dtype=np.int64, order="F")
+        back_m = np.ones((S + 1, N), dtype=np.int64, order="F")
         frm, to, mm, D, U, mem_act, mem_par, ar = self.steps
-        probe = T is not None
-        for a in range(N - 1):
-            if a % 512 == 0:
-                self.deadline.check(f"convex DP at ideal {a} of {N}")
-            if not (best[:, a] < np.inf).any():
-                continue
-            js, _ = self.walk(a, lim)
-            if not js.size:
-                continue
-            self.pairs += js.size
-            _relax(a, js, 0.0 if T is None else T, probe, tab.W, tab.A, tab.P, tab.added, tab.bound, tab.trip,
-                   frm, to, mm, D, U, mem_act, mem_par, ar, self.cap, best, back, back_m)
+        w, inc = self.walk, self.walk.inc
+        for lo in range(0, N - 1, 512):
+            self.deadline.check(f"convex DP at ideal {lo} of {N}")
+            self.pairs += _block(lo, min(lo + 512, N - 1), 0.0 if T is None else T, T is not None, lat.ptr, lat.unit,
+                                 lat.to, w.stamp, w.qty, lim, w.bad, w.out_j, w.out_comm, inc.cost, inc.ndst,
+                                 inc.src_ptr, inc.src_t, inc.dst_ptr, inc.dst_t, w.insrc, w.cnt, w.stack_i, w.stack_e,
+                                 w.stack_v, tab.W, tab.A, tab.P, tab.added, tab.bound, tab.trip, frm, to, mm, D, U,
+                                 mem_act, mem_par, ar, self.cap, best, back, back_m)
         full = lat.full
         if not best[S, full] < np.inf:
             return None

@@ -37,7 +37,7 @@ from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
 from ...errors import InfeasibleError
 from ...result import Result, Status
-from ..ideals import LatticeTooLarge, Walker, ideal_count_text
+from ..ideals import LatticeTooLarge, Walker, ideal_count_text, walk_supersets
 from .problem import PlacementProblem
 
 
@@ -63,6 +63,57 @@ def _relax(a, js, cost, best, back_a, back_c, step, room):  # pragma: no cover -
                     best[t, j] = cand
                     back_a[t, j] = a
                     back_c[t, j] = c
+
+
+@njit(cache=True, nogil=True)
+def _block(lo, hi, ptr, unit, to, stamp, qty, lim, cbad, out_j, out_comm, inc_cost, ndst, src_ptr, src_t, dst_ptr,
+           dst_t, insrc, cnt, stack_i, stack_e, stack_v, times, bad, mem, kind, rate, host, memlim, cut, best, back_a,
+           back_c, step, room):  # pragma: no cover - compiled
+    """Ideals ``lo .. hi-1`` in order, each walked and relaxed (single-kind classes: ``kind[c]``
+    the kind, ``rate[c]`` its units; a stage's compute is its seconds on one unit over the units,
+    :func:`pipeopt.cost.rules.load_time` for one kind). Returns the pairs priced."""
+    pairs = 0
+    C = kind.size
+    S = best.shape[0]
+    cost = np.empty(C)
+    for a in range(lo, hi):
+        ok = False
+        for s in range(S):
+            if best[s, a] <= cut:
+                ok = True
+                break
+        if not ok:
+            continue
+        k = walk_supersets(a, ptr, unit, to, stamp, a, qty, lim, cbad, out_j, out_comm, inc_cost, ndst, src_ptr,
+                           src_t, dst_ptr, dst_t, insrc, cnt, stack_i, stack_e, stack_v)
+        pairs += k
+        for x in range(k):
+            j = out_j[x]
+            m = mem[j] - mem[a]
+            for c in range(C):
+                q = kind[c]
+                if bad[q, j] != bad[q, a] or m > memlim[c]:
+                    cost[c] = np.inf
+                    continue
+                t = times[q, j] - times[q, a]
+                load = 0.0 if t == 0 else 1.0 / (rate[c] / t)
+                if not host[c]:
+                    load += out_comm[x]
+                cost[c] = load
+            for s in range(S):
+                v = best[s, a]
+                if v == np.inf:
+                    continue
+                for c in range(C):
+                    if not room[s, c]:
+                        continue
+                    cand = cost[c] if cost[c] > v else v
+                    t2 = s + step[c]
+                    if cand < best[t2, j]:
+                        best[t2, j] = cand
+                        back_a[t2, j] = a
+                        back_c[t2, j] = c
+    return pairs
 
 
 class _States:
@@ -143,13 +194,30 @@ def lattice_dp(p: PlacementProblem, lattice, *, bound: float = math.inf, deadlin
         lim[c, K] = rules.memory_limit(cl.memory)
     walk = Walker(lattice, qty, cbad, p.incidence)
     states = _States([len(cl.names) for cl in p.classes])
-    best = np.full((states.size, N), np.inf)
+    # column-major: the states of one ideal side by side (the relaxation's inner loop)
+    best = np.full((states.size, N), np.inf, order="F")
     best[0, 0] = 0.0
-    back_a = np.full((states.size, N), -1, dtype=np.int64)
-    back_c = np.full((states.size, N), -1, dtype=np.int64)
+    back_a = np.full((states.size, N), -1, dtype=np.int64, order="F")
+    back_c = np.full((states.size, N), -1, dtype=np.int64, order="F")
     cut = bound * slack if math.isfinite(bound) else np.inf
     pairs = 0
-    for a in range(N - 1):
+    single = [[k for k, kind in enumerate(p.kinds) if cl.resources.get(kind, 0.0) > 0] for cl in p.classes]
+    if all(len(u) == 1 for u in single):  # every class has one kind: the compiled loop
+        inc = walk.inc
+        kind = np.array([u[0] for u in single], dtype=np.int64)
+        rate = np.array([cl.resources[p.kinds[u[0]]] for cl, u in zip(p.classes, single, strict=True)])
+        host = np.array([cl.host for cl in p.classes])
+        memlim = np.array([rules.memory_limit(cl.memory) for cl in p.classes])
+        lim2 = np.ascontiguousarray(lim)
+        for lo in range(0, N - 1, 512):
+            if deadline is not None:
+                deadline.check(f"placement DP at ideal {lo} of {N}")
+            pairs += _block(lo, min(lo + 512, N - 1), lattice.ptr, lattice.unit, lattice.to, walk.stamp, walk.qty,
+                            lim2, walk.bad, walk.out_j, walk.out_comm, inc.cost, inc.ndst, inc.src_ptr, inc.src_t,
+                            inc.dst_ptr, inc.dst_t, walk.insrc, walk.cnt, walk.stack_i, walk.stack_e, walk.stack_v,
+                            times, bad, mem, kind, rate, host, memlim, cut, best, back_a, back_c, states.step,
+                            states.room)
+    for a in range(N - 1 if not all(len(u) == 1 for u in single) else 0):
         if deadline is not None and a % 256 == 0:
             deadline.check(f"placement DP at ideal {a} of {N}")
         if not best[:, a].min() <= cut:
