@@ -254,8 +254,7 @@ class Lattice:
                         if len(masks) > limit:
                             raise LatticeTooLarge(
                                 f"the layer DAG ({n} units) has more than {limit:,} ideals (convex split"
-                                " prefixes): the DP over ideals is not run; use the convex MILP/CP-SAT"
-                                " model ('milp_convex', 'cpsat_convex')"
+                                " prefixes): the DP over ideals is not run"
                             )
                     src.append(ia)
                     add.append(v)

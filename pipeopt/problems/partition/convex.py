@@ -358,7 +358,8 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
         try:
             lat = Lattice.of(dag)
         except LatticeTooLarge as exc:
-            raise LatticeTooLarge(f"{problem.instance.name}: {exc}") from None
+            raise LatticeTooLarge(f"{problem.instance.name}: {exc}; the one-order methods ('dp', 'probe') "
+                                  "solve the smaller one-order space") from None
         info["lattice"] = ideal_count_text(lat)
         search = _Search(problem, dag, lat, deadline)
         best, upper, lower, probes = search.solve(c_upper)

@@ -279,7 +279,8 @@ def _run(problem: PlacementProblem, space: str, deadline):
             try:
                 lat = problem.lattice("convex")
             except LatticeTooLarge as exc:
-                raise LatticeTooLarge(f"{problem.instance.name}: {exc}") from None
+                raise LatticeTooLarge(f"{problem.instance.name}: {exc}; method 'milp' solves the convex space "
+                                      "without enumerating ideals") from None
             info["lattice"] = ideal_count_text(lat)
             value, better, pairs = lattice_dp(problem, lat, bound=upper, deadline=deadline)
             info["pairs"] = pairs
