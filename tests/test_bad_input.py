@@ -415,7 +415,8 @@ API_CASES = {
     "read option of another format": (lambda: read(ALEXNET, accelerators=2), ReadError, "accelerators"),
     "dnn accelerators negative": (lambda: read_dnn_partitioning(DNN, accelerators=-1), ReadError, "accelerators"),
     "dnn cpus absurd": (lambda: read_dnn_partitioning(DNN, cpus=10**9), ReadError, "cpus"),
-    "dnn no devices": (lambda: read_dnn_partitioning(DNN, accelerators=0, cpus=0), InvalidClusterError, "no devices"),
+    "dnn no devices": (lambda: read_dnn_partitioning(DNN, accelerators=0, cpus=0), ReadError,
+                       "no device (maxFPGAs = maxCPUs = 0)"),
     "cluster.device unknown": (lambda: I.cluster.device("zz"), InvalidClusterError, "'zz'"),
     # bench
     "bench stages [0]": (lambda: bench.run([I], stages=[0], progress=False), InvalidProblemError, "stages"),
