@@ -61,8 +61,8 @@ def check_options(problem: str, options: dict) -> None:
 def solve(
     instance: Instance,
     *,
-    problem: str = "partition",
-    method: str = "dp",
+    problem: str = "auto",
+    method: str | None = None,
     time_limit: float | None = 60.0,
     solver: str = "cbc",
     seed: int = 0,
@@ -80,9 +80,12 @@ def solve(
     instance
         The instance.
     problem
-        ``"partition"`` (default) or another name in :data:`pipeopt.registry.PROBLEMS`.
+        A name in :data:`pipeopt.registry.PROBLEMS`, or ``"auto"`` (default): the problem the
+        instance is made for (:func:`pipeopt.registry.auto_problem`: ``"placement"`` under the
+        ``max_load`` objective, ``"partition"`` on identical single-kind devices, ...).
     method
-        A method of that problem (:func:`pipeopt.registry.methods`).
+        A method of that problem (:func:`pipeopt.registry.methods`); ``None`` (default): its
+        first exact method (``"dp"`` for partition and placement).
     time_limit
         Seconds of wall time for the whole call (positive; ``None`` for no limit). An exact
         method that reaches it returns its incumbent and its proven bound with status
@@ -121,6 +124,10 @@ def solve(
         raise InvalidProblemError(f"solve needs a pipeopt.Instance, got {type(instance).__name__}")
     check_solver_and_seed(solver, seed)
     threads = _positive_int(threads, "threads")
+    if problem == "auto":
+        problem = registry.auto_problem(instance)
+    if method is None:
+        method = next(m.name for m in registry.methods(problem) if m.exact)
     spec = registry.method(problem, method)
     check_options(problem, options)
     prob = registry.problem_class(problem)(instance, **options)
