@@ -3,7 +3,7 @@
 The ``mcmc`` baseline (:mod:`pipeopt.problems.partition.mcmc`) runs five chains (seeds
 ``seed .. seed + 4``) that share the wall-clock budget the exact methods get, and reports the
 median chain's plan; ``info`` keeps every chain's objective. For every profile and S this
-script solves the straight partition exactly (DP, the certified optimum of the ``bottleneck``
+script solves the one-order partition exactly (DP, the certified optimum of the ``bottleneck``
 objective: 1F1B steady state with the window rows) and runs ``mcmc`` with the same budget as
 ``pipeopt bench`` (5 s), then prints each chain's gap to the optimum, the median chain's gap
 (the bench's) and the range (best and worst chain). Gap = (objective - optimum) / objective.

@@ -9,8 +9,8 @@ GPUs with 10 GB/s links, overlap, no memory limit unless ``--memory`` is given. 
 numbers chosen to look like a deep network's layers, not measured.
 
 Methods: ``probe`` (:func:`pipeopt.problems.partition.probe.solve_probe`), the dense ``dp``, the
-MILP through PuLP with CBC and with HiGHS, and CP-SAT (2 threads) - straight space; ``probe``
-and ``dp`` also in the replicated space. Each run is a forked process with a wall-clock cap
+MILP through PuLP with CBC and with HiGHS, and CP-SAT (2 threads) - one-order space; ``probe``
+and ``dp`` also in the replicated-one-order space. Each run is a forked process with a wall-clock cap
 (``--cap``, the methods' own time limit; killed at 1.5 x cap + 30 s) and an address-space cap
 (``--mem-cap``). Time: the whole call, as ``pipeopt.solve`` makes it on a new
 :class:`pipeopt.Instance` - the chain's layer order (cached on the instance), the cost table
@@ -29,7 +29,7 @@ Usage (from the repository root)::
 
     python benchmarks/partition_scale.py --quick           # n <= 10^4, S <= 64, cap 10 s
     python benchmarks/partition_scale.py                   # the issue's grid, cap 60 s (long)
-        [--n 100 1000 ...] [--S 4 16 ...] [--methods probe dp ...] [--spaces straight replicated]
+        [--n 100 1000 ...] [--S 4 16 ...] [--methods probe dp ...] [--spaces one-order replicated-one-order]
         [--cap 60] [--mem-cap 4] [--memory GiB] [--heavy K] [--warm] [--out benchmarks/results/partition_scale]
 
 Writes ``<out>.csv``, ``<out>.md`` (the table and the exponents) and ``<out>.png``.
@@ -63,11 +63,11 @@ from pipeopt.problems.partition.problem import PartitionProblem
 RESULTS = Path(__file__).resolve().parent / "results"
 
 METHODS = {
-    "probe": (lambda p, cap: solve_probe(p, time_limit=cap), ("straight", "replicated")),
-    "dp": (lambda p, cap: solve_dp(p, time_limit=cap), ("straight", "replicated")),
-    "milp-cbc": (lambda p, cap: solve_milp(p, time_limit=cap, solver="cbc"), ("straight",)),
-    "milp-highs": (lambda p, cap: solve_milp(p, time_limit=cap, solver="highs"), ("straight",)),
-    "cpsat": (lambda p, cap: solve_cpsat(p, time_limit=cap, threads=2), ("straight",)),
+    "probe": (lambda p, cap: solve_probe(p, time_limit=cap), ("one-order", "replicated-one-order")),
+    "dp": (lambda p, cap: solve_dp(p, time_limit=cap), ("one-order", "replicated-one-order")),
+    "milp-cbc": (lambda p, cap: solve_milp(p, time_limit=cap, solver="cbc"), ("one-order",)),
+    "milp-highs": (lambda p, cap: solve_milp(p, time_limit=cap, solver="highs"), ("one-order",)),
+    "cpsat": (lambda p, cap: solve_cpsat(p, time_limit=cap, threads=2), ("one-order",)),
 }
 
 FIELDS = ["method", "space", "n", "S", "status", "objective_s", "lower_bound_s", "time_s", "probe_s",
@@ -126,7 +126,7 @@ def _warm_up() -> None:
     p = PartitionProblem(synthetic_instance(12, 2), 2)
     for fn, spaces in METHODS.values():
         for space in spaces:
-            fn(PartitionProblem(p.instance, 2, replication=space == "replicated"), 10.0)
+            fn(PartitionProblem(p.instance, 2, replication=space == "replicated-one-order"), 10.0)
 
 
 def _status_kb(key: str) -> int:
@@ -155,7 +155,7 @@ def _child(conn, method: str, n: int, S: int, space: str, cap: float, mem_cap: f
             pass
         before = _status_kb("VmRSS")
         t0 = time.perf_counter()
-        p = PartitionProblem(inst, S, replication=space == "replicated")  # the cost table, as solve() does
+        p = PartitionProblem(inst, S, replication=space == "replicated-one-order")  # the cost table, as solve() does
         res = METHODS[method][0](p, cap)
         row["time_s"] = time.perf_counter() - t0
         grow = max(_status_kb("VmHWM") - before, 0) / 1024
@@ -204,7 +204,7 @@ def dp_matrix_gb(n: int) -> float:
 
 
 def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: Path, log=print,
-          heavy: int = 0, spaces=("straight", "replicated")) -> list[dict]:
+          heavy: int = 0, spaces=("one-order", "replicated-one-order")) -> list[dict]:
     rows: list[dict] = []
     failed: dict = {}  # (method, space) -> [(n, S)] that did not prove within the cap
     with open(out_csv, "w", newline="") as fh:
@@ -244,7 +244,7 @@ def _fmt(v, spec: str) -> str:
 
 
 def _line(r: dict) -> str:
-    return (f"{r['method']:<11}{r['space']:<11}{r['n']:>7}{r['S']:>6}  {r.get('status', ''):<13}"
+    return (f"{r['method']:<11}{r['space']:<21}{r['n']:>7}{r['S']:>6}  {r.get('status', ''):<13}"
             f"{_fmt(r.get('time_s'), '9.3f'):>9} s{_fmt(r.get('peak_mb'), '9.1f'):>9} MB  {r.get('note', '')}")
 
 
@@ -374,7 +374,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", nargs="+", type=int, default=None)
     ap.add_argument("--S", nargs="+", type=int, default=None)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    ap.add_argument("--spaces", nargs="+", default=["straight", "replicated"], choices=["straight", "replicated"])
+    ap.add_argument("--spaces", nargs="+", default=["one-order", "replicated-one-order"],
+                    choices=["one-order", "replicated-one-order"])
     ap.add_argument("--cap", type=float, default=None, help="seconds per run (default 60; --quick 10)")
     ap.add_argument("--mem-cap", type=float, default=4.0, help="GiB of address space per run")
     ap.add_argument("--memory", type=float, default=None, help="GiB per worker (default: no limit)")
@@ -404,7 +405,7 @@ def main(argv=None) -> int:
         TIE_BREAK["on"] = args.tie_break
         COLD["on"] = not args.warm
         _warm_up()
-        print(f"{'method':<11}{'space':<11}{'n':>7}{'S':>6}  {'status':<13}{'time':>9}  {'peak':>9}")
+        print(f"{'method':<11}{'space':<21}{'n':>7}{'S':>6}  {'status':<13}{'time':>9}  {'peak':>9}")
         rows = sweep(sorted(ns), sorted(Ss), args.methods, args.cap, args.mem_cap, memory, out.with_suffix(".csv"),
                      heavy=args.heavy, spaces=args.spaces)
     fits = exponents(rows)

@@ -1,7 +1,7 @@
 """Solve times of the exact partition methods on the PipeDream profiles.
 
 Runs the DP, the MILP (CBC and HiGHS, through PuLP) and CP-SAT on every profile for each S,
-in the straight space (one worker per stage; bandwidth and memory as read by
+in the one-order space (one worker per stage; bandwidth and memory as read by
 :func:`pipeopt.io.pipedream.read_pipedream`), and prints a table - profile, units, S,
 method, status, bottleneck (ms), lower bound (ms), gap (%), solve time (s), agreement with
 the DP - and writes the rows to a CSV.

@@ -9,9 +9,13 @@ The solves run in this process, in ``jobs`` local processes or on a Dask cluster
 written as they finish, and ``resume`` picks up a sweep from its partial CSV
 (:mod:`pipeopt.rowlog`).
 
-Gaps compare within one search space: ``best_bound`` is the largest proven lower bound of
-any exact method on the same (instance, problem, size, space), and
-``gap = (objective - best_bound) / objective`` in percent.
+Every row states its search space (:mod:`pipeopt.problems.spaces`), and a gap is taken only
+against a bound of the same or a larger space: ``best_bound`` is the largest proven lower bound
+of any exact method's row on the same (instance, problem, size) whose space contains the row's
+(:func:`pipeopt.problems.spaces.contains`; a bound over a larger space bounds every smaller
+one), and ``gap = (objective - best_bound) / objective`` in percent. A row whose space no exact
+row's space contains (PipeDream's ``replicated-convex`` plans without an exact method of that
+space) has no gap.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import registry, rowlog, sweep
 from .errors import InfeasibleError, InvalidProblemError, PipeoptError, ReadError, WriteError
 from .instance import Instance
 from .io import load
+from .problems import spaces
 from .result import optimality_gap
 from .simulate import simulate
 from .solve import check_solver_and_seed, solve
@@ -47,13 +53,13 @@ COLUMNS = [
     "workers",  # q for the group problem (else NaN)
     "method",  # method name
     "exact",  # True if the method proves bounds
-    "space",  # search space of the row (gaps compare within one space)
+    "space",  # search space of the row (pipeopt.problems.spaces; gaps use bounds of the same or a larger space)
     "status",  # optimal | feasible | time_limit | infeasible | skipped | error
     "objective_name",  # bottleneck (1F1B steady state, per microbatch) | iteration (1F1B-flush, M) | gpipe (M)
     "objective",  # seconds, evaluate(plan).objective (NaN without a plan)
     "simulated",  # seconds, the simulator's value of the same objective for the plan (NaN without one)
     "lower_bound",  # seconds, the method's own proven bound (NaN for heuristics)
-    "best_bound",  # seconds, best proven bound in the same space
+    "best_bound",  # seconds, best proven bound of an exact row in the same or a larger space
     "gap",  # percent, (objective - best_bound) / objective * 100
     "runtime",  # seconds of wall time
     "note",  # why a row was skipped, solver details
@@ -130,18 +136,19 @@ def _check_time_limit(limit) -> None:
 
 
 def _spaces(problem: str, methods: Sequence[registry.Method], replication: bool) -> dict:
-    """Which spaces each method runs in: 'auto' methods run in straight, and also in
-    replicated when asked or when a replicated-only baseline needs a bound."""
-    fixed = {m.space for m in methods if m.space != "auto"}
-    auto_spaces = ["replicated"] if replication else ["straight"]
-    if problem == "partition" and "replicated" in fixed and "replicated" not in auto_spaces:
-        auto_spaces.append("replicated")
-    return {m.name: (auto_spaces if m.space == "auto" else [m.space]) for m in methods}
+    """Which spaces each method runs in: 'auto' methods run in one-order, and also in
+    replicated-one-order when asked or when a replicated-one-order baseline needs a bound."""
+    fixed = {m.space for m in methods if m.space != spaces.AUTO}
+    auto_spaces = [spaces.REPLICATED_ONE_ORDER] if replication else [spaces.ONE_ORDER]
+    replicated = spaces.REPLICATED_ONE_ORDER
+    if problem == "partition" and replicated in fixed and replicated not in auto_spaces:
+        auto_spaces.append(replicated)
+    return {m.name: (auto_spaces if m.space == spaces.AUTO else [m.space]) for m in methods}
 
 
 def _space_option(problem: str, space: str) -> dict:
     """``{"replication": ...}`` for a problem that takes it, else ``{}``."""
-    return {"replication": space == "replicated"} if "replication" in registry.options_of(problem) else {}
+    return {"replication": spaces.replicated(space)} if "replication" in registry.options_of(problem) else {}
 
 
 def run(
@@ -189,7 +196,7 @@ def run(
     solver
         MILP backend, ``"cbc"`` or ``"highs"``.
     replication
-        Run the partition DP in the replicated space instead of the straight one.
+        Run the partition DP in the replicated-one-order space instead of the one-order one.
     bandwidth, memory
         Override every instance's bandwidth (bytes/s) / memory per device (bytes).
     seed
@@ -397,7 +404,7 @@ def _tasks(inst, problem, methods, every_method, stages, workers, replication) -
             return []
     else:
         specs = [registry.method(name, m) for m in methods]
-    spaces = _spaces(name, specs, replication)
+    space_of = _spaces(name, specs, replication)
     takes = registry.options_of(name)
     tasks = []
     for size in registry.sizes(name, inst, stages=stages if "stages" in takes else None,
@@ -408,7 +415,7 @@ def _tasks(inst, problem, methods, every_method, stages, workers, replication) -
             label = ", ".join(f"{'S' if k == 'stages' else 'q'}={v}" for k, v in size.items())
             print(f"skipped {inst.name} ({label}) for {name}: {exc}")
             continue
-        tasks.extend((inst, name, size, spec, space) for spec in specs for space in spaces[spec.name])
+        tasks.extend((inst, name, size, spec, space) for spec in specs for space in space_of[spec.name])
     return tasks
 
 
@@ -485,19 +492,44 @@ def simulated(instance: Instance, plan) -> float:
 
 
 def add_gaps(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``best_bound`` (best proven bound in the same instance/problem/size/space) and
-    ``gap`` (percent) columns; returns a new frame with :data:`COLUMNS`."""
+    """Add ``best_bound`` and ``gap`` (percent) columns; returns a new frame with :data:`COLUMNS`.
+
+    ``best_bound`` of a row is the largest proven lower bound of an exact method's row on the
+    same instance, problem and size (stages, workers) whose space contains the row's space
+    (:func:`pipeopt.problems.spaces.contains`: the same space or a larger one); NaN if there
+    is none, and then the row has no gap.
+    """
     df = df.copy()
     if df.empty:
         return df.reindex(columns=COLUMNS)
-    keys = ["instance", "problem", "stages", "workers", "space"]
-    bound = df["lower_bound"].where(df["exact"].astype(bool))
-    df["best_bound"] = bound.groupby([df[k].astype(str).fillna("-") for k in keys], dropna=False).transform("max")
+    df["best_bound"] = best_bounds(df)
     # a plan proven infeasible in its space has no gap
     gaps = [optimality_gap(o, None if math.isnan(b) else b) for o, b in zip(df["objective"], df["best_bound"])]
     df["gap"] = [math.nan if g is None else g * 100.0 for g in gaps]  # the one definition, in percent
     df.loc[df["status"] == "infeasible", "gap"] = math.nan
     return df.reindex(columns=COLUMNS)
+
+
+def best_bounds(df: pd.DataFrame) -> pd.Series:
+    """Per row of ``df`` (columns ``instance, problem, stages, workers, space, exact,
+    lower_bound``): the largest ``lower_bound`` of an ``exact`` row of the same instance,
+    problem, stages and workers whose space contains the row's
+    (:func:`pipeopt.problems.spaces.contains`), else NaN."""
+    space = df["space"].astype(str).to_numpy()
+    bound = pd.to_numeric(df["lower_bound"], errors="coerce").to_numpy(dtype=float)
+    proven = df["exact"].astype(bool).to_numpy() & ~np.isnan(bound)
+    best = np.full(len(df), math.nan)
+    keys = [df[k].astype(str) for k in ("instance", "problem", "stages", "workers")]
+    for rows in df.groupby(keys, sort=False, dropna=False).indices.values():
+        top: dict[str, float] = {}  # the best bound proven in each space of the group
+        for i in rows:
+            if proven[i]:
+                top[space[i]] = max(top.get(space[i], -math.inf), bound[i])
+        for i in rows:
+            found = [b for s, b in top.items() if spaces.contains(s, space[i])]
+            if found:
+                best[i] = max(found)
+    return pd.Series(best, index=df.index)
 
 
 def _count(x) -> object:
@@ -572,7 +604,8 @@ def save_rows(df: pd.DataFrame, path: str | Path) -> Path:
 
 
 def load_rows(path: str | Path) -> pd.DataFrame:
-    """Read rows written by :func:`save_rows` (columns :data:`COLUMNS`).
+    """Read rows written by :func:`save_rows` (columns :data:`COLUMNS`); the former space names
+    ``straight`` and ``replicated`` are read as ``one-order`` and ``replicated-one-order``.
 
     Raises
     ------
@@ -588,4 +621,5 @@ def load_rows(path: str | Path) -> pd.DataFrame:
     if missing:
         raise ReadError(f"{path} lacks benchmark columns {missing}")
     df["note"] = df["note"].astype(object).where(df["note"].notna(), "").astype(str)
+    df["space"] = df["space"].map(lambda s: spaces.canonical(s) if isinstance(s, str) else s)
     return df[COLUMNS]

@@ -288,7 +288,7 @@ def cmd_bench(args) -> int:
         raise InvalidProblemError("no rows: every instance or size was skipped (see the messages above)")
     out = args.out
     print(bench.table(df))
-    print("\nper method (gaps to the best proven bound in the same space):")
+    print("\nper method (gaps to the best proven bound in the same or a larger space):")
     print(bench.summary(df).to_string(index=False, na_rep="-"))
     print(f"\n{len(df)} rows written to {out}")
     return 0

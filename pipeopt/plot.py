@@ -13,7 +13,7 @@ and saves it to ``path`` when one is given (format from the suffix: ``.png``, ``
   per-stage memory against capacity.
 * :func:`plot_gaps`, :func:`plot_solve_times` -- from benchmark rows
   (:data:`pipeopt.bench.COLUMNS`: ``instance, stages, method, space, objective, lower_bound,
-  gap, status, runtime``; ``gap`` in percent to the best bound of the same space).
+  gap, status, runtime``; ``gap`` in percent to the best bound of the same or a larger space).
 
 References
 ----------
@@ -327,7 +327,7 @@ def plot_gaps(df, path=None, *, title: str = "optimality gap to the best proven 
     matplotlib.figure.Figure
         One group per (instance, stages), one bar per method (``method (space)`` when rows
         span several spaces), a dot on each bar so that zero gaps show; rows without a gap
-        (no bound in their space, no plan) are marked ``n/a``.
+        (no bound in their space or a larger one, no plan) are marked ``n/a``.
 
     Raises
     ------

@@ -11,6 +11,10 @@ from .cost import Evaluation
 from .errors import ClaimError
 from .plan import Plan
 
+ONE_ORDER = "one-order"
+"""The default space, :data:`pipeopt.problems.spaces.ONE_ORDER` (spelled out here: the data
+model imports no problem module)."""
+
 BOUND_TOLERANCE = 1e-9
 """Relative tolerance of a lower bound above its own plan's objective (float rounding of
 the bound); within it the bound is taken as the objective, beyond it :class:`Result` raises
@@ -60,10 +64,15 @@ class Result:
     runtime
         Wall time, seconds.
     space
-        Search space the method covers: ``"straight"`` (one worker per stage) or
-        ``"replicated"`` (PipeDream's stage replication), or a problem-specific name.
+        Search space the method covers (:mod:`pipeopt.problems.spaces`): ``"one-order"``
+        (contiguous splits of one layer order, one worker per stage), ``"replicated-one-order"``
+        (the same with PipeDream's stage replication), ``"convex"`` (convex ordered stages of the
+        layer DAG), ``"replicated-convex"``, or a problem-specific name (``"split"``, ...). A gap
+        is taken only against a bound of the same or a larger space
+        (:func:`pipeopt.problems.spaces.contains`). Also in ``info["space"]``.
     info
-        Free-form details (solver name, scaling tolerance, nodes, ...).
+        Free-form details (solver name, scaling tolerance, nodes, ...); ``info["space"]`` is
+        always :attr:`space`.
     """
 
     method: str
@@ -72,7 +81,7 @@ class Result:
     status: Status
     lower_bound: float | None = None
     runtime: float = 0.0
-    space: str = "straight"
+    space: str = ONE_ORDER
     info: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,7 +91,8 @@ class Result:
           memory is reported ``infeasible`` by :meth:`scored`);
         * a lower bound is a number, at most the objective of the plan (up to
           :data:`BOUND_TOLERANCE`, within which it is set to the objective);
-        * ``optimal`` without an explicit bound has the objective as its bound.
+        * ``optimal`` without an explicit bound has the objective as its bound;
+        * ``info["space"]`` is :attr:`space`.
 
         Raises
         ------
@@ -90,6 +100,8 @@ class Result:
             If the method claims more than its plan shows (a bug in that method).
         """
         object.__setattr__(self, "status", Status(self.status))
+        if self.info.get("space") != self.space:
+            object.__setattr__(self, "info", {**self.info, "space": self.space})
         if self.status in (Status.OPTIMAL, Status.FEASIBLE):
             if self.plan is None or self.evaluation is None:
                 raise ClaimError(f"{self.method}: status {self.status} without a plan")
@@ -123,14 +135,14 @@ class Result:
         *,
         lower_bound: float | None = None,
         started: float | None = None,
-        space: str = "straight",
+        space: str = ONE_ORDER,
         info: dict | None = None,
     ) -> Result:
         """A Result whose plan is scored by :func:`pipeopt.evaluate` on ``instance``.
 
         A heuristic (status ``FEASIBLE``) whose plan breaks memory gets ``INFEASIBLE``;
         ``runtime`` counts from ``started`` (a ``time.perf_counter()`` value); the instance's
-        assumptions go into ``info["assumptions"]``.
+        assumptions go into ``info["assumptions"]`` and ``space`` into ``info["space"]``.
         """
         from .cost import evaluate
 
@@ -141,6 +153,7 @@ class Result:
 
         info = dict(info or {})
         info.setdefault("assumptions", list(instance.assumptions))
+        info["space"] = space
         info.setdefault("objective", OBJECTIVE_TEXT[instance.settings.objective])
         if ev is not None and math.isfinite(ev.objective) and "secondary" not in info:
             # the secondary objective of the tie-break (computed only when the method gave none)
@@ -168,12 +181,12 @@ class Result:
         return optimality_gap(self.objective, self.lower_bound)
 
     def summary(self) -> str:
-        """A few lines: method, status, objective, bound, gap, stages."""
+        """A few lines: method, status, objective, bound, gap, search space, stages."""
         lines = [f"{self.method}: {self.status}  objective {self.objective * 1e3:.4f} ms"]
         if self.lower_bound is not None:
             gap = self.gap
             lines[0] += f"  bound {self.lower_bound * 1e3:.4f} ms" + (f"  gap {gap:.2%}" if gap is not None else "")
-        lines[0] += f"  ({self.runtime:.2f} s)"
+        lines[0] += f"  space {self.space}  ({self.runtime:.2f} s)"
         if "objective" in self.info:
             lines.append(f"  objective: {self.info['objective']}")
         if self.plan is not None and self.evaluation is not None:

@@ -6,8 +6,10 @@ killed leaves a valid partial file (the columns of :data:`pipeopt.bench.COLUMNS`
 task order). :func:`resume` reads such a file back and hands each task its row.
 
 A row belongs to a task when instance, problem, stages, workers and method agree; when several
-tasks agree on those (the partition DP in the straight and the replicated space), the row's
-space must be the task's (or a refinement of it: ``replicated-convex`` is a ``replicated`` task).
+tasks agree on those (the partition DP in the one-order and the replicated-one-order space), the
+row's space must be the task's, or else a larger space that no task of the same key has (a
+method may state a larger space than it was run in: PipeDream's ``replicated-convex`` plans of
+a ``replicated-one-order`` task; :func:`pipeopt.problems.spaces.contains`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import InvalidProblemError, ReadError
+from .problems import spaces
 
 TaskKey = tuple  # (instance, problem, stages or None, workers or None, method)
 
@@ -134,16 +137,23 @@ def resume(path: str | Path, tasks: Sequence[tuple[TaskKey, str]], read) -> dict
     for n, r in enumerate(rows):
         by_key[key(r["instance"], r["problem"], r["stages"], r["workers"], r["method"])].append(n)
     shared = defaultdict(int)
-    for k, _ in tasks:
+    spaces_of = defaultdict(set)  # key -> the spaces of its tasks
+    for k, space in tasks:
         shared[k] += 1
+        spaces_of[k].add(space)
     kept: dict[int, dict] = {}
-    for t, (k, space) in enumerate(tasks):
-        for n in by_key.get(k, ()):
-            s = str(rows[n]["space"])
-            if shared[k] == 1 or s == space or s.startswith(space + "-"):
-                kept[t] = rows[n]
-                by_key[k].remove(n)
-                break
+    for same in (True, False):  # the rows of a task's own space first, then of a larger one
+        for t, (k, space) in enumerate(tasks):
+            if t in kept:
+                continue
+            for n in by_key.get(k, ()):
+                s = str(rows[n]["space"])
+                own = shared[k] == 1 or s == space
+                larger = s not in spaces_of[k] and spaces.contains(s, space)
+                if own if same else larger:
+                    kept[t] = rows[n]
+                    by_key[k].remove(n)
+                    break
     left = [n for ns in by_key.values() for n in ns]
     if left:
         r = rows[left[0]]

@@ -29,8 +29,8 @@ def die(problem, **options):
 
 
 METHODS = [
-    Method("partition", "boom", boom, exact=False, space="straight", default=False),
-    Method("partition", "die", die, exact=False, space="straight", default=False),
+    Method("partition", "boom", boom, exact=False, space="one-order", default=False),
+    Method("partition", "die", die, exact=False, space="one-order", default=False),
 ]
 
 if os.environ.get(ENV) == "1" and not any(m.name == "boom" for m in registry.METHODS):

@@ -560,7 +560,7 @@ def heuristics(problem: str) -> list:
 
 def _straight_methods() -> list:
     return [pytest.param(m.name, s, id=f"{m.name}-{s}") for m in registry.methods("partition")
-            if m.exact and m.space in ("straight", "auto") for s in _solvers(m)]
+            if m.exact and m.space in ("one-order", "auto") for s in _solvers(m)]
 
 
 @functools.lru_cache(maxsize=512)
@@ -569,15 +569,15 @@ def prepared(case: Case, space: str = "auto", exact: bool = True) -> tuple[Insta
     problem draw the same cases (derandomised), so each is built and brute-forced once.
 
     ``space`` (a registry space) picks the partition reference of a heuristic: its plans are
-    compared with the optimum of the space it searches (PipeDream's is the replicated one).
+    compared with the optimum of the space it searches (PipeDream's is the replicated-one-order one).
     ``reference`` is ``None`` for allocate with ``stages`` (its partition is the method's).
     """
     inst, opts = build(case)
     problem = case.problem
     if problem == "allocate":
         ref = allocate_reference(inst, opts["plan_given"]) if "plan_given" in opts else None
-    elif problem == "partition" and not exact and space in ("straight", "replicated"):
-        replicated = space == "replicated"
+    elif problem == "partition" and not exact and space in ("one-order", "replicated-one-order"):
+        replicated = space == "replicated-one-order"
         opts = {**opts, "replication": replicated}
         ref = reference(problem, inst, opts, replicated=replicated)
     else:
@@ -822,7 +822,7 @@ def test_repro_joint_104_milp_highs():
 @pytest.mark.parametrize("name,problem,options,method,solver", [
     pytest.param(name, problem, options, m.name, s, id=f"{name.removesuffix('.json')}-{m.name}-{s}")
     for name, problem, options, *_ in REPROS
-    for m in registry.methods(problem) if m.exact and m.space in ("straight", "auto", "split")
+    for m in registry.methods(problem) if m.exact and m.space in ("one-order", "auto", "split")
     for s in _solvers(m)])
 def test_repro_every_exact_method(name, problem, options, method, solver):
     """Every exact method of the reproducer's problem (both MILP backends) on the reproducer."""

@@ -82,12 +82,12 @@ def bench_rows() -> pd.DataFrame:
     rows = []
     for inst, S in [("vgg16", 4), ("vgg16", 8), ("gnmt", 4)]:
         for method, space, gap, status, t in [
-            ("dp", "straight", 0.0, "optimal", 0.002),
-            ("milp", "straight", 0.0, "time_limit", 5.0),
-            ("uniform", "straight", 31.5, "feasible", 0.001),
-            ("mcmc", "straight", 2.5, "feasible", 0.4),
-            ("pipedream", "replicated", math.nan, "feasible", 0.05),
-            ("time_balanced", "straight", math.nan, "error", 0.0),
+            ("dp", "one-order", 0.0, "optimal", 0.002),
+            ("milp", "one-order", 0.0, "time_limit", 5.0),
+            ("uniform", "one-order", 31.5, "feasible", 0.001),
+            ("mcmc", "one-order", 2.5, "feasible", 0.4),
+            ("pipedream", "replicated-one-order", math.nan, "feasible", 0.05),
+            ("time_balanced", "one-order", math.nan, "error", 0.0),
         ]:
             rows.append({"instance": inst, "stages": S, "method": method, "space": space, "objective": 0.1,
                          "lower_bound": 0.1 if method == "dp" else math.nan, "gap": gap, "status": status,
@@ -103,7 +103,7 @@ def test_plot_gaps_and_solve_times(tmp_path):
         ax = fig.axes[0]
         assert [t.get_text() for t in ax.get_xticklabels()] == ["gnmt\nS=4", "vgg16\nS=4", "vgg16\nS=8"]
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert "uniform (straight)" in legend and "pipedream (replicated)" in legend
+        assert "uniform (one-order)" in legend and "pipedream (replicated-one-order)" in legend
     gaps = plot_gaps(df).axes[0]
     heights = sorted({round(p.get_height(), 6) for p in gaps.patches})
     assert heights == [0.0, 2.5, 31.5]

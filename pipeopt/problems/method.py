@@ -28,8 +28,9 @@ class Method:
     exact
         True if the method proves optimality or a lower bound.
     space
-        Search space it covers (gaps compare within one space): ``"straight"`` or
-        ``"replicated"`` for partition; ``"auto"`` follows the problem's option.
+        Search space it covers (:mod:`pipeopt.problems.spaces`; a gap is taken against bounds of
+        the same or a larger space): ``"one-order"`` or ``"replicated-one-order"`` for
+        partition; ``"auto"`` follows the problem's option.
     default
         Part of the default ``pipeopt bench`` run.
     source

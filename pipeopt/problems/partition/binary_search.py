@@ -31,6 +31,7 @@ import math
 from ...backends.bisection import bisect_limit, bottleneck, complete_stages, greedy_starts
 from ...backends.deadline import Deadline
 from ...result import Result, Status
+from .. import spaces
 from .problem import PartitionProblem
 
 
@@ -177,7 +178,7 @@ def binary_search(
     Parameters
     ----------
     problem
-        The partition problem (straight space; ``replication`` is ignored).
+        The partition problem (one-order space; ``replication`` is ignored).
     time_limit
         Seconds, or the solve's :class:`~pipeopt.backends.deadline.Deadline`; the bisection
         stops (with its best plan so far) when it passes.
@@ -190,7 +191,7 @@ def binary_search(
     -------
     Result
         Status ``FEASIBLE`` (or ``INFEASIBLE`` if the plan breaks memory), no lower bound,
-        space ``"straight"``. ``info``: ``limit`` (the smallest accepted T, s), ``iterations``,
+        space ``"one-order"``. ``info``: ``limit`` (the smallest accepted T, s), ``iterations``,
         ``greedy_stages`` (stages the greedy used before splitting), ``memory_fit``.
 
     References
@@ -213,5 +214,5 @@ def binary_search(
     starts = split_to_stages(problem, best, memory=memory)
     plan = problem.plan(starts)
     info = {"limit": hi, "iterations": iterations, "greedy_stages": greedy_stages, "memory_fit": memory}
-    return problem.result("binary_search", plan, Status.FEASIBLE, started=deadline.started, space="straight",
-                          info=info)
+    return problem.result("binary_search", plan, Status.FEASIBLE, started=deadline.started,
+                          space=spaces.ONE_ORDER, info=info)

@@ -32,14 +32,14 @@ predecessor is in its window, every window member is feasible.
 **The frontier** (why it is small). A state can lie on a split of period <= T only inside
 bounds that relaxations give in O(S) scalar steps:
 
-* straight space, forward: ``R_s``, the farthest end of stage s. A stage needs
+* one-order space, forward: ``R_s``, the farthest end of stage s. A stage needs
   ``a[j] - b[i] <= T`` and, for a cut, ``bound[j] <= T`` (the one-way transfer). With the
   monotone envelopes ``a_env[j] = min_{j' >= j} a[j']`` and ``b_env[i] = max_{i' <= i} b[i']``,
   ``a_env[j] <= a[j] <= T + b[i] <= T + b_env[R_{s-1}]``, so ``p_{s+1} <= R_s`` := the last
   allowed cut j with ``a_env[j] <= T + b_env[R_{s-1}]`` (by induction on s), capped so that the
   later stages keep one unit each; plus the memory relaxations ``k act(i, j) <= cap`` and
   ``v param(i, j) <= cap``. Backward, symmetrically, ``L_s`` the earliest end.
-* replicated space: the w workers of a prefix do at most ``w T`` of busy time, so its end j has
+* replicated-one-order space: the w workers of a prefix do at most ``w T`` of busy time, so its end j has
   ``a_env[j] <= w T`` and the rest ``b_env[j] >= a[n] - (S - w) T`` (telescoping the stages'
   busy times, every ``a[p] - b[p] = 2 added[p] >= 0``).
 
@@ -104,7 +104,7 @@ class Outcome:
         Stage starts (after the first) of a split meeting every row at ``T[first]`` (``None`` if
         none is feasible or ``keep`` was False).
     replicas
-        Replica count per stage (replicated space; ``None`` for straight).
+        Replica count per stage (replicated-one-order space; ``None`` for one-order).
     states
         Frontier states computed (a measure of the work).
     """
@@ -222,7 +222,7 @@ class Memory:
 
 
 class StraightProbe:
-    """Exact "period <= T?" for the straight space (one worker per stage, exactly S stages).
+    """Exact "period <= T?" for the one-order space (one worker per stage, exactly S stages).
 
     Parameters
     ----------
@@ -462,7 +462,7 @@ def _range_min(K: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 class ReplicatedProbe:
-    """Exact "period <= T?" for the replicated space (PipeDream: stages on m_s workers each,
+    """Exact "period <= T?" for the replicated-one-order space (PipeDream: stages on m_s workers each,
     ``sum m_s = S``), over states (workers used w, end unit j).
 
     A stage of units ``i .. j-1`` on m replicas taking the prefix from ``w - m`` to ``w`` workers

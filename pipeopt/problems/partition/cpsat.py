@@ -1,4 +1,4 @@
-"""CP-SAT (OR-Tools) model of the partition problem in the straight space.
+"""CP-SAT (OR-Tools) model of the partition problem in the one-order space.
 
 The decision is the start unit ``p_t`` of each stage (integer variables over the stage
 windows ``t .. n-S+t``, ``p_0 = 0``, ``p_S = n``, ``p_t < p_{t+1}``); every cost is an array

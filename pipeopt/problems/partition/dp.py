@@ -1,4 +1,4 @@
-"""Exact dynamic program for the partition problem (straight and replicated spaces).
+"""Exact dynamic program for the partition problem (one-order and replicated-one-order spaces).
 
 The objective is the steady-state time per microbatch of 1F1B, window rows included
 (:func:`pipeopt.cost.rules.steady_period`; the value :func:`pipeopt.evaluate` and
@@ -179,7 +179,7 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     Result
         Status ``OPTIMAL`` with ``lower_bound`` the proven lower end (within
         :data:`REL_TOL` of the objective). Among optimal splits, the one of least 1F1B-flush
-        iteration time (straight space; :mod:`pipeopt.problems.partition.tiebreak`).
+        iteration time (one-order space; :mod:`pipeopt.problems.partition.tiebreak`).
         ``info``: ``"min_max"`` (the first pass's bound), ``"probes"`` (bisection probes),
         ``"secondary"`` (the tie-break: its objective, value, bound, whether proven),
         ``"dp_value"`` (the period of the returned split on the table's numbers).
@@ -228,7 +228,7 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     except DeadlineReached as stop:
         status, info = Status.TIME_LIMIT, {"stopped": str(stop)}
     info.update({"min_max": float(value[problem.stages, problem.n]), "probes": probes})
-    if status == Status.OPTIMAL:  # the secondary objective (tie-break), in the straight space
+    if status == Status.OPTIMAL:  # the secondary objective (tie-break), in the one-order space
         try:
             best = (break_ties(problem, best[0], deadline, info, solver=solver, threads=threads, seed=seed), best[1])
         except DeadlineReached:

@@ -6,7 +6,7 @@ operations on every worker and link fixed by the schedule (:mod:`pipeopt.cost.sc
 over a fixed directed acyclic graph of operations, and its iteration time is the longest path
 through that graph (:func:`pipeopt.cost.schedule.makespan`, = ``evaluate(...).iteration_time``
 / ``.gpipe_time`` = what :func:`pipeopt.simulate` measures). Only the op *durations* depend on
-the split, and in the straight space (one worker per stage, sequential execution, window
+the split, and in the one-order space (one worker per stage, sequential execution, window
 ``k_s = S - s``, one link per cut) they are linear in the stage starts
 ``0 = p_0 < p_1 < ... < p_S = n``, all in seconds:
 

@@ -46,6 +46,7 @@ import networkx as nx
 from ...backends.deadline import Deadline
 from ...errors import InvalidProblemError
 from ...result import Result, Status
+from .. import spaces
 from .problem import PartitionProblem
 
 
@@ -280,7 +281,7 @@ def _framework_result(problem: PartitionProblem, name: str, counts: list[int], s
     starts = [i for i in range(1, len(seq)) if seq[i] != seq[i - 1]]
     plan = problem.plan(starts)
     info = {**info, "blocks_per_stage": list(counts), "before": before, "after": after}
-    return problem.result(name, plan, Status.FEASIBLE, started=started, space="straight", info=info)
+    return problem.result(name, plan, Status.FEASIBLE, started=started, space=spaces.ONE_ORDER, info=info)
 
 
 def torchtitan(
@@ -304,7 +305,7 @@ def torchtitan(
     -------
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if it breaks memory), no bound, space
-        ``"straight"``; ``info["blocks_per_stage"]``.
+        ``"one-order"``; ``info["blocks_per_stage"]``.
 
     Raises
     ------

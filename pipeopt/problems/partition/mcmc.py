@@ -39,7 +39,7 @@ finite).
 
 Scoring. ``score="model"`` (default) scores with the cost model every exact method
 optimises, :func:`pipeopt.evaluate`'s objective: for the ``bottleneck`` objective in the
-straight space through the problem's exact steady period on its cost table
+one-order space through the problem's exact steady period on its cost table
 (:meth:`PartitionProblem.period`, window rows included, and
 :meth:`pipeopt.cost.CostTable.stage_memory` for the penalty; equal to ``evaluate`` up to float
 rounding, several times faster), otherwise by calling :func:`pipeopt.evaluate`.

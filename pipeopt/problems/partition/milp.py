@@ -1,4 +1,4 @@
-"""MILP (PuLP; CBC or HiGHS) for the partition problem in the straight space.
+"""MILP (PuLP; CBC or HiGHS) for the partition problem in the one-order space.
 
 Formulation (arrays from :mod:`pipeopt.problems.partition.model`, read off the cost table).
 Binary *cumulative* start variables ``y[t, c] = 1`` iff stage t (t = 1..S-1) has started by
@@ -229,7 +229,7 @@ def solve_milp(
         With objective ``"iteration"`` or ``"gpipe"`` (M microbatches under 1F1B with a
         flush, or GPipe) the event-time model of :func:`solve_iteration` runs instead.
 
-        ``lower_bound`` (seconds) is valid for the true straight optimum: the largest of
+        ``lower_bound`` (seconds) is valid for the true one-order optimum: the largest of
         :meth:`PartitionProblem.simple_lower_bound` (total work / S, largest unit) and the
         solver's dual bound less :data:`BOUND_SLACK` (relative). Memory is exact (0/1 reach
         rows), so every plan that fits is in the model and a plan the solver returns fits

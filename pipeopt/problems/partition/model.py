@@ -118,7 +118,7 @@ def check_options(method: str, threads, seed) -> None:
 
 
 def require_straight(problem: PartitionProblem, method: str) -> None:
-    """Raise :class:`InvalidProblemError` unless ``problem`` is in the straight space.
+    """Raise :class:`InvalidProblemError` unless ``problem`` is in the one-order space.
 
     Parameters
     ----------
@@ -133,7 +133,7 @@ def require_straight(problem: PartitionProblem, method: str) -> None:
         )
     if problem.replication:
         raise InvalidProblemError(
-            f"method {method!r} covers the straight space (one worker per stage) only; "
+            f"method {method!r} covers the one-order space (one worker per stage) only; "
             "stage replication is solved by the DP (method 'dp') only"
         )
 
@@ -544,7 +544,7 @@ class Attempt:
     starts
         Starts of stages 1..S-1 of the solver's solution, or ``None``.
     bound
-        Seconds: a valid lower bound on the straight optimum from this run, or ``None``.
+        Seconds: a valid lower bound on the one-order optimum from this run, or ``None``.
     info
         Solver details for ``Result.info``.
     """
@@ -737,7 +737,7 @@ def solve_exact(
     info: dict | None = None,
     phase2: dict | None = None,
 ) -> Result:
-    """Run an exact straight-space method and turn what it proves into a :class:`Result`.
+    """Run an exact one-order-space method and turn what it proves into a :class:`Result`.
 
     1. The only split (S = 1 or S = n) is scored directly: ``OPTIMAL`` if it fits, else
        :class:`InfeasibleError` (proven: there is no other split).

@@ -9,7 +9,7 @@ github.com/msr-fiddle/pipedream, MIT licence) in two layers:
 * :func:`pipedream_partition` is PipeDream's planner: given the layer graph, N machines, the
   bandwidth B, the activation compression ratio and optionally a memory size it returns
   PipeDream's own predicted time per minibatch and its stages with their replica counts.
-* :func:`pipedream` is the registry method (``"pipedream"``, replicated space): it maps that
+* :func:`pipedream` is the registry method (``"pipedream"``, replicated-one-order space): it maps that
   plan onto a :class:`~pipeopt.plan.Plan` (devices dealt in order, sum of replicas = S) and
   scores it with :func:`pipeopt.evaluate`, so the bench shows what the difference between the
   two cost models costs.
@@ -78,6 +78,7 @@ from ...errors import InvalidProblemError
 from ...graph import layer_order
 from ...plan import Plan, Stage
 from ...result import Result, Status
+from .. import spaces
 from .problem import PartitionProblem
 
 PIPEDREAM_BANDWIDTH = 1e9
@@ -503,9 +504,9 @@ def pipedream(
         minibatch, s), ``replicas``, ``contiguous`` (stages are contiguous in
         ``problem.instance.chain`` order), ``state_space``, ``num_states``,
         ``pipedream_memory_fit`` (False if PipeDream's memory term admitted no plan; the plan
-        is then the one without it). ``space`` is ``"replicated"`` if contiguous, else
+        is then the one without it). ``space`` is ``"replicated-one-order"`` if contiguous, else
         ``"replicated-convex"`` (a precedence-respecting split outside the contiguous DP's
-        space, so no gap to it is meaningful).
+        space, so no gap to a one-order bound is meaningful; :mod:`pipeopt.problems.spaces`).
 
     References
     ----------
@@ -541,5 +542,5 @@ def pipedream(
         "bandwidth": problem.bandwidth,
         "compression_ratio": compression_ratio,
     }
-    space = "replicated" if contiguous else "replicated-convex"
+    space = spaces.REPLICATED_ONE_ORDER if contiguous else spaces.REPLICATED_CONVEX
     return problem.result("pipedream", plan, Status.FEASIBLE, started=started, space=space, info=info)

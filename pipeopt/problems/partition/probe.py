@@ -25,14 +25,14 @@ the optimum (under memory limits the start is the memory-greedy split). So a bra
 :data:`REACH` (relative) is first searched from below: an O(S) check of the relaxations rules
 out whole spans (an empty band, :meth:`StraightProbe.band_empty`) and :func:`_threshold` finds
 where the band starts; probe rounds then span ``REACH * lower`` above the lower end, doubling
-while they find nothing. The replicated search starts from the straight optimum (one worker
+while they find nothing. The replicated search starts from the one-order optimum (one worker
 per stage is a replicated split, often the optimal one: a single trial period just below it
 proves that) or from one stage on all workers.
 
 Memory: the trial periods' arrays over the chain (O(K n)) and the frontier's keys of the probe
 that rebuilds a split (O(K sum_s |F_s|), :mod:`.chains`), never an n x n matrix.
 
-Secondary objective (ties, :mod:`.tiebreak`): in the straight space, when the dense tie check
+Secondary objective (ties, :mod:`.tiebreak`): in the one-order space, when the dense tie check
 is affordable (``n^2 S <= TIE_BREAK_WORK``), the same second phase as the DP, MILP and
 CP-SAT; beyond, the split is returned as found and ``info["secondary"]`` says the tie-break
 was skipped.
@@ -120,7 +120,7 @@ def search(probe, lower: float, upper: float, best, *, period, deadline: Deadlin
         bracket it has (``"stopped"`` says where).
     check_first
         Start with a round of one trial period, ``upper (1 - rel_tol / 2)``: when ``best`` is
-        likely optimal already (the replicated search starts from the straight optimum), one
+        likely optimal already (the replicated search starts from the one-order optimum), one
         cheap probe proves it.
 
     Returns
@@ -230,7 +230,7 @@ def _top(problem: PartitionProblem) -> float:
 
 
 def _replicated(problem: PartitionProblem, straight: StraightProbe, plain: dict | None, deadline: Deadline) -> dict:
-    """The replicated search, started from the straight optimum ``plain`` (one worker per stage
+    """The replicated search, started from the one-order optimum ``plain`` (one worker per stage
     is a replicated split; often the optimal one) and one stage on all S workers, whichever is
     better and fits; if neither fits, from a probe at :func:`_top` (which proves infeasibility
     when it fails). ``plain`` may hold the straight search's outcome or be ``None``; if the
@@ -263,7 +263,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
     ----------
     problem
         A partition problem with the ``"bottleneck"`` objective; ``problem.replication`` selects
-        the space (the replicated search starts from the straight optimum, one worker per stage).
+        the space (the replicated search starts from the one-order optimum, one worker per stage).
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`. If it passes, the
         result has status ``TIME_LIMIT`` with the split in hand and the proven lower end.
@@ -299,7 +299,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
     out = None
     try:
         starts = _straight_start(straight)
-        if starts is not None:  # the straight optimum: the answer, or the replicated search's start
+        if starts is not None:  # the one-order optimum: the answer, or the replicated search's start
             upper = problem.period(starts)
             out = search(straight, min(straight.lower_bound(), upper), upper, (starts, None),
                          period=lambda st, reps: problem.period(st), deadline=deadline)

@@ -18,8 +18,9 @@ from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance
 from ...plan import Plan, Stage
 from ...result import Result, Status
+from .. import spaces
 
-SPACES = ("straight", "replicated")
+SPACES = (spaces.ONE_ORDER, spaces.REPLICATED_ONE_ORDER)
 
 
 def check_stage_count(instance: Instance, count, what: str = "stages") -> None:
@@ -155,8 +156,8 @@ class PartitionProblem:
 
     @property
     def space(self) -> str:
-        """``"replicated"`` or ``"straight"``."""
-        return "replicated" if self.replication else "straight"
+        """``"replicated-one-order"`` or ``"one-order"`` (:mod:`pipeopt.problems.spaces`)."""
+        return spaces.REPLICATED_ONE_ORDER if self.replication else spaces.ONE_ORDER
 
     # ---- the cost of one stage, as the exact methods see it ----------------------------
     def in_flight(self, stage: int) -> int:
@@ -376,7 +377,7 @@ class PartitionProblem:
 
     # ---- a bound every method may quote ------------------------------------------------
     def simple_lower_bound(self) -> float:
-        """max(total work / S, largest unit, memory-free): a valid bound on the straight optimum."""
+        """max(total work / S, largest unit, memory-free): a valid bound on the one-order optimum."""
         if self.n == 0:
             return 0.0
         return float(max(self.work_prefix[-1] / self.stages, self.work.max() if not self.replication else 0.0))

@@ -2,7 +2,7 @@
 
 These are what users of DeepSpeed and torchgpipe get without a planner. Each splits the units
 of :attr:`pipeopt.instance.Instance.chain` into exactly S contiguous non-empty stages, one
-worker each (straight space), and is scored by :func:`pipeopt.evaluate`, which counts what
+worker each (one-order space), and is scored by :func:`pipeopt.evaluate`, which counts what
 these methods ignore (communication, memory, the 1F1B in-flight activations).
 
 * :func:`uniform` -- DeepSpeed ``partition_method="uniform"`` (``partition_uniform``): n // S
@@ -32,6 +32,7 @@ import numpy as np
 from ...backends.deadline import Deadline
 from ...errors import InvalidProblemError
 from ...result import Result, Status
+from .. import spaces
 from .binary_search import split_to_stages
 from .problem import PartitionProblem
 
@@ -209,7 +210,7 @@ def _result(problem: PartitionProblem, name: str, bounds: list[int], started: fl
         starts = split_to_stages(problem, starts)
     info = {**info, "repaired_empty_stages": repaired}
     plan = problem.plan(starts)
-    return problem.result(name, plan, Status.FEASIBLE, started=started, space="straight", info=info)
+    return problem.result(name, plan, Status.FEASIBLE, started=started, space=spaces.ONE_ORDER, info=info)
 
 
 def uniform(
@@ -232,7 +233,7 @@ def uniform(
     -------
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no lower bound,
-        space ``"straight"``; ``info["units_per_stage"]``.
+        space ``"one-order"``; ``info["units_per_stage"]``.
 
     References
     ----------
@@ -266,7 +267,7 @@ def param_balanced(
     -------
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no lower bound,
-        space ``"straight"``; ``info["stage_param_bytes"]``.
+        space ``"one-order"``; ``info["stage_param_bytes"]``.
 
     References
     ----------
@@ -312,7 +313,7 @@ def time_balanced(
     -------
     Result
         Status ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no lower bound, space
-        ``"straight"``. ``info["repaired_empty_stages"]`` is True if the algorithm left a
+        ``"one-order"``. ``info["repaired_empty_stages"]`` is True if the algorithm left a
         block empty (torchgpipe would then fail) and the plan was split back to S stages;
         ``info["converged"]`` is False where torchgpipe's loop would never end (the plan is
         then the one at the first repeated state).

@@ -19,7 +19,7 @@ phase is proven. The budget, the record ``info["secondary"]`` and the guard agai
 stopped or crashed solver are those of every problem (:mod:`pipeopt.problems.secondary`:
 :data:`SECONDARY_SHARE` of the clock, at most :data:`SECONDARY_LIMIT`); if the budget runs
 out first the best tied split found so far is kept and ``info["secondary"]["proven"]`` is
-False. The replicated space has no second phase (the event-time model covers one worker per
+False. The replicated-one-order space has no second phase (the event-time model covers one worker per
 stage); its results say so. Bi-Partition breaks its ties by the same objective
 (:mod:`pipeopt.problems.bipartition.tiebreak`).
 """
@@ -85,7 +85,7 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     ----------
     problem
         A straight partition problem whose objective is ``"bottleneck"`` (other objectives
-        and the replicated space return ``starts`` unchanged, with a note).
+        and the replicated-one-order space return ``starts`` unchanged, with a note).
     starts
         The proven optimal split (stage starts after the first).
     deadline
@@ -111,7 +111,7 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     """
     inst = problem.instance
     if inst.settings.objective != "bottleneck" or problem.replication:
-        info["secondary"] = {"objective": "none (only the bottleneck objective in the straight space has one)"}
+        info["secondary"] = {"objective": "none (only the bottleneck objective in the one-order space has one)"}
         return list(starts)
     period = problem.period(starts)
     ev = evaluate(inst, problem.plan(starts))

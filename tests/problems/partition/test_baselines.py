@@ -120,7 +120,7 @@ def test_pipedream_registry_records_its_own_prediction():
     assert [s.replicas for s in res.plan.stages] == [3, 1]
     assert res.plan.stages[0].devices == ("gpu0", "gpu1", "gpu2")
     assert res.plan.stages[1].devices == ("gpu3",)
-    assert res.info["contiguous"] and res.space == "replicated"
+    assert res.info["contiguous"] and res.space == "replicated-one-order"
     # pipeopt's model charges the replicated stage a 2(m-1)/m all-reduce, PipeDream 4(m-1)/m:
     # the two predictions differ, and pipeopt's exact replicated DP is at least as good
     assert res.objective >= solve_dp(problem).objective * (1 - REL)
@@ -469,7 +469,7 @@ def test_baselines_on_every_profile(profile, S):
     for fn in STRAIGHT:
         res = fn(straight)
         assert_valid(straight, res)
-        assert res.space == "straight"
+        assert res.space == "one-order"
         assert res.objective >= opt * (1 - REL), fn.__name__
         if fn is binary_search:
             own = plan_time(straight, straight.starts_of(res.plan))  # its stage time = evaluate's
@@ -479,7 +479,7 @@ def test_baselines_on_every_profile(profile, S):
     assert_valid(replicated, res, replicated=True)
     assert math.isfinite(res.info["pipedream_predicted"])
     if res.info["contiguous"]:
-        assert res.space == "replicated"
+        assert res.space == "replicated-one-order"
         assert res.objective >= solve_dp(replicated).objective * (1 - REL)
     else:
         assert res.space == "replicated-convex"

@@ -27,7 +27,7 @@ MILP_REL = 1e-6  # MILP: gap 1e-9 plus feasibility tolerances on scaled rows
 
 
 def run_all(problem, time_limit, warm_start=True):
-    """Every exact method of the straight space on one problem, by name. ``warm_start=False``
+    """Every exact method of the one-order space on one problem, by name. ``warm_start=False``
     solves the bare formulations (no heuristic start, no reach rows / objective cap)."""
     return {
         "milp-cbc": solve_milp(problem, time_limit=time_limit, solver="cbc", warm_start=warm_start),
@@ -269,7 +269,7 @@ def test_through_registry(profile_dir):
     dp = solve(inst, method="dp", stages=4)
     for method, solver in (("milp", "cbc"), ("milp", "highs"), ("cpsat", "cbc")):
         res = solve(inst, method=method, solver=solver, time_limit=20, stages=4)
-        assert res.method == method and res.space == "straight" and res.status == Status.OPTIMAL
+        assert res.method == method and res.space == "one-order" and res.status == Status.OPTIMAL
         assert res.objective == pytest.approx(dp.objective, rel=1e-6)
 
 

@@ -63,7 +63,7 @@ def test_replication_moves():
     p = PartitionProblem(inst, 8, replication=True)
     res = mcmc(p, iterations=300, seed=3)
     check_plan(res, p)
-    assert res.space == "replicated"
+    assert res.space == "replicated-one-order"
     assert res.objective >= solve_dp(p).objective * (1 - 1e-9)
     assert res.objective <= mcmc(PartitionProblem(inst, 8), iterations=0).objective  # the uniform start
 
@@ -165,6 +165,6 @@ def test_time_limit_is_the_budget_and_bad_options():
 
 def test_registered_and_reachable_through_solve():
     spec = method("partition", "mcmc")
-    assert not spec.exact and spec.space == "straight"
+    assert not spec.exact and spec.space == "one-order"
     res = solve(profile("vgg16"), method="mcmc", stages=4, seed=0, time_limit=0.5)
     assert res.method == "mcmc" and res.plan.num_stages == 4
