@@ -137,13 +137,18 @@ def _check_time_limit(limit) -> None:
 
 def _spaces(problem: str, methods: Sequence[registry.Method], replication: bool) -> dict:
     """Which spaces each method runs in: 'auto' methods run in one-order, and also in
-    replicated-one-order when asked or when a replicated-one-order baseline needs a bound."""
+    replicated-one-order when asked or when a replicated-one-order baseline needs a bound; the
+    partition problem's convex method runs in the convex counterpart of each (convex,
+    replicated-convex)."""
     fixed = {m.space for m in methods if m.space != spaces.AUTO}
     auto_spaces = [spaces.REPLICATED_ONE_ORDER] if replication else [spaces.ONE_ORDER]
     replicated = spaces.REPLICATED_ONE_ORDER
     if problem == "partition" and replicated in fixed and replicated not in auto_spaces:
         auto_spaces.append(replicated)
-    return {m.name: (auto_spaces if m.space == spaces.AUTO else [m.space]) for m in methods}
+    convex = {spaces.ONE_ORDER: spaces.CONVEX, spaces.REPLICATED_ONE_ORDER: spaces.REPLICATED_CONVEX}
+    lifted = [convex[s] for s in auto_spaces]  # a convex method runs where the auto methods run, over the DAG
+    return {m.name: (auto_spaces if m.space == spaces.AUTO else lifted if m.space == spaces.CONVEX and
+                     problem == "partition" else [m.space]) for m in methods}
 
 
 def _space_option(problem: str, space: str) -> dict:

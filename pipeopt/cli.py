@@ -365,6 +365,7 @@ def cmd_solve(args) -> int:
                     "replicas": st.replicas,
                     "beta": st.beta,
                     "time": res.evaluation.stage_time[i],
+                    **({"load": res.evaluation.load[i]} if res.evaluation.load else {}),
                     "memory": res.evaluation.memory[i],
                 }
                 for i, st in enumerate(res.plan.stages)

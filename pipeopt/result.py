@@ -200,7 +200,8 @@ class Result:
                 line += f" on {','.join(st.devices)}"
                 if st.beta is not None:
                     line += " forward share " + ", ".join(f"{k} {b:.3f}" for k, b in sorted(st.beta.items()))
-                line += f"  time {e.stage_time[i] * 1e3:.4f} ms  memory {e.memory[i] / 2**30:.3f} GiB"
+                t, what = (e.load[i], "load") if e.load else (e.stage_time[i], "time")
+                line += f"  {what} {t * 1e3:.4f} ms  memory {e.memory[i] / 2**30:.3f} GiB"
                 lines.append(line)
         return "\n".join(lines)
 

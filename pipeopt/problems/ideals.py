@@ -221,13 +221,18 @@ class Lattice:
         return self.size - 1
 
     @classmethod
-    def of(cls, dag: UnitDag, *, limit: int = IDEAL_LIMIT) -> Lattice:
+    def of(cls, dag: UnitDag, *, limit: int = IDEAL_LIMIT, deadline=None) -> Lattice:
         """Every ideal of ``dag``, by breadth-first growth from the empty set.
+
+        ``deadline`` (a :class:`~pipeopt.backends.deadline.Deadline`) is checked every 1,024
+        ideals.
 
         Raises
         ------
         LatticeTooLarge
             If there are more than ``limit`` ideals (the message says how many were found).
+        DeadlineReached
+            If the deadline passes.
         """
         n = dag.n
         need = [0] * n
@@ -250,6 +255,8 @@ class Lattice:
                     ib = ids.get(b)
                     if ib is None:
                         ib = ids[b] = len(masks)
+                        if deadline is not None and not ib % 1024:
+                            deadline.check(f"listing the ideals ({ib:,} so far)")
                         masks.append(b)
                         nxt.append(b)
                         if len(masks) > limit:

@@ -356,7 +356,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
         if c_best is not None:
             plan = chain.plan(*c_best)
         try:
-            lat = Lattice.of(dag)
+            lat = Lattice.of(dag, deadline=deadline)
         except LatticeTooLarge as exc:
             raise LatticeTooLarge(f"{problem.instance.name}: {exc}; the one-order methods ('dp', 'probe') "
                                   "solve the smaller one-order space") from None

@@ -277,7 +277,7 @@ def _run(problem: PlacementProblem, space: str, deadline):
         info["one_order"] = {"value": upper, "pairs": pairs}
         if space == "convex":
             try:
-                lat = problem.lattice("convex")
+                lat = problem.lattice("convex", deadline=deadline)
             except LatticeTooLarge as exc:
                 raise LatticeTooLarge(f"{problem.instance.name}: {exc}; method 'milp' solves the convex space "
                                       "without enumerating ideals") from None

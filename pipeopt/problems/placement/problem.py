@@ -153,7 +153,7 @@ class PlacementProblem:
         return Incidence.of(self.dag.n, ((uo[s], [uo[r] for r in rd], rules.transfer_time(b, bw))
                                          for s, rd, b in self.tensors))
 
-    def lattice(self, space: str = "convex", limit: int = IDEAL_LIMIT) -> Lattice:
+    def lattice(self, space: str = "convex", limit: int = IDEAL_LIMIT, deadline=None) -> Lattice:
         """The ideals of the unit DAG (``"convex"``) or the prefixes of its unit order
         (``"one-order"``).
 
@@ -162,7 +162,8 @@ class PlacementProblem:
         LatticeTooLarge
             If the DAG has more than ``limit`` ideals.
         """
-        return Lattice.chain(self.dag.n) if space == "one-order" else Lattice.of(self.dag, limit=limit)
+        return Lattice.chain(self.dag.n) if space == "one-order" else Lattice.of(self.dag, limit=limit,
+                                                                                   deadline=deadline)
 
     # ---- plans and results ---------------------------------------------------------------
     def plan(self, stages) -> Plan:
