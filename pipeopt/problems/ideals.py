@@ -93,8 +93,8 @@ class UnitDag:
         Parameters
         ----------
         graph
-            The layer graph (``pin_first`` layers are glued into one unit that precedes
-            every other source, so that they sit in the first stage).
+            The layer graph (``pin_first`` layers and their ancestors are glued into one unit
+            that precedes every other source, so that they sit in the first stage).
         free
             Optional predicate ``free(layer) -> bool``: a layer that costs nothing wherever it
             runs (no time, no transfer with a third unit). Such a layer whose only neighbour
@@ -134,6 +134,11 @@ class UnitDag:
                 parent[rb] = ra
 
         pinned = [x for x in order if graph.nodes[x].get("pin_first")]
+        if pinned:  # the pinned layers sit in stage 0, and so do their ancestors
+            first = set(pinned)
+            for x in pinned:
+                first |= nx.ancestors(graph, x)
+            pinned = [x for x in order if x in first]
         for x in pinned[1:]:
             union(pinned[0], x)
         for grp in groups or ():

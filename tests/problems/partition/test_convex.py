@@ -258,14 +258,12 @@ def test_fixed_dag_replicated(S):
     check_against_brute_force(inst, S, list(convex_plans(inst, S, replication=True)), replication=True)
 
 
-@pytest.mark.xfail(strict=True, raises=InvalidProblemError,
-                   reason="UnitDag.build puts the pinned unit before every other root, its ancestors too")
 def test_pinned_layer_with_a_predecessor():
     """A ``pin_first`` layer that is not a source: l0 -> l1 (pinned) -> l2, S = 2.
 
     Stage 0 must hold l1, hence l0 (edge l0 -> l1 goes forward): {l0, l1} | {l2} is a valid
-    convex split (evaluate scores it, dp returns it, 6 ms); convex raises InvalidProblemError
-    ("layers that must share a stage form a cycle") instead."""
+    convex split (evaluate scores it, dp returns it, 6 ms). Once a defect: the pinned unit was
+    put before every other root, its own ancestor too (a cycle, InvalidProblemError)."""
     g = nx.DiGraph()
     for i, t in enumerate([1e-3, 2e-3, 3e-3]):
         g.add_node(f"l{i}", fwd={"gpu": t}, bwd={"gpu": t}, out_bytes=0.0, act_bytes=0.0, param_bytes=0.0)
