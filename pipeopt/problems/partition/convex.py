@@ -12,7 +12,9 @@ over that space, with the same two passes:
    replication): ``best[to][J] = min over I < J of max(best[from][I], own terms of stage J - I)``;
    its value is a lower bound;
 2. **bisection on the period T** with the exact window-slack probe
-   (:func:`pipeopt.cost.rules.window_step`), keeping the least G per (state, ideal).
+   (:func:`pipeopt.cost.rules.window_step`), keeping the least G per (state, ideal); its first
+   probes sit just below the incumbent (:data:`BELOW_PROBES`), which proves the incumbent in
+   one probe when no convex split beats it.
 
 Everything a stage costs is a function of its two ideals: its compute and bytes are differences
 of per-ideal sums, and the bytes crossing the cut after ideal I are a function of I alone (a
@@ -46,6 +48,11 @@ from ...result import Result, Status
 from ..ideals import Lattice, LatticeTooLarge, UnitDag, Walker, ideal_count_text, walk_supersets
 from .dp import REL_TOL
 from .problem import PartitionProblem
+
+
+BELOW_PROBES = 3
+"""The bisection's first probes sit just below the incumbent's period (within :data:`.dp.REL_TOL`):
+an infeasible one proves the incumbent optimal at once, a feasible one gives a better plan."""
 
 
 @njit(cache=True, nogil=True)
@@ -286,9 +293,13 @@ class _Search:
         best = None
         if period < upper:
             best, upper = (ideals, reps), period
-        probes = 0
+        probes, below = 0, BELOW_PROBES
         while upper - lower > REL_TOL * upper:
-            T = 0.5 * (lower + upper)
+            if below:  # first try to prove the incumbent: often optimal (the one-order plan)
+                below -= 1
+                T = max(lower, upper * (1 - REL_TOL / 2))
+            else:
+                T = 0.5 * (lower + upper)
             probes += 1
             found = self.run(T, T)
             if found is None:
