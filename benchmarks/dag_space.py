@@ -1,6 +1,7 @@
 """One layer order or every convex split? The gain of the convex space, and dp.exe beside it.
 
-Two tables (written to ``benchmarks/results/dag_space.md`` and ``.csv``):
+Two tables (written to ``benchmarks/results/dag_space_{workloads,profiles}.{md,csv}``, and both
+in ``dag_space.md`` when both run):
 
 1. **Tarnawski et al.'s 16 throughput workloads** (``../shared/data/dnn-partitioning``), in
    their own model (``max_load``, read by :func:`pipeopt.io.read_dnn_partitioning`): the
@@ -97,7 +98,7 @@ def workloads(args) -> pd.DataFrame:
 
 def profiles(args) -> pd.DataFrame:
     rows = []
-    for path in sorted(PROFILES.glob("*.txt")):
+    for path in sorted(p for p in PROFILES.glob("*.txt") if p.stem != "LICENSE"):
         inst = pipeopt.read(path)
         for S in args.stages:
             for rep in (False, True):
@@ -143,13 +144,16 @@ def main(argv=None) -> None:
         w = workloads(args)
         parts.append("## Tarnawski et al.'s workloads, their model (max-load, ms)\n\n" + _markdown(w))
         w.to_csv(args.out + "_workloads.csv", index=False)
+        Path(args.out + "_workloads.md").write_text(parts[-1] + "\n")
     if args.only in (None, "profiles"):
         p = profiles(args)
         parts.append("## PipeDream's profiles, pipeopt's model (1F1B period, ms)\n\n" + _markdown(p))
         p.to_csv(args.out + "_profiles.csv", index=False)
-    Path(args.out + ".md").write_text("# One order or every convex split (`benchmarks/dag_space.py`)\n\n"
-                                      + "\n\n".join(parts) + "\n")
-    print(f"wrote {args.out}.md")
+        Path(args.out + "_profiles.md").write_text(parts[-1] + "\n")
+    if args.only is None:
+        Path(args.out + ".md").write_text("# One order or every convex split (`benchmarks/dag_space.py`)\n\n"
+                                          + "\n\n".join(parts) + "\n")
+    print(f"wrote {args.out}*.md")
 
 
 if __name__ == "__main__":
