@@ -241,29 +241,38 @@ class Lattice:
         """
         n = dag.n
         need = [0] * n
+        succ: list[list[int]] = [[] for _ in range(n)]
         for v, ps in enumerate(dag.preds):
             for p in ps:
                 need[v] |= 1 << p
+                succ[p].append(v)
         ids = {0: 0}
         masks = [0]
         src, add, dst = [], [], []
-        level = [0]
+        # breadth first; each ideal carries the units it may grow by (all predecessors in it),
+        # updated from its parent's through the successors of the unit added
+        level = [(0, sum(1 << v for v in range(n) if not need[v]))]
         while level:
             nxt = []
-            for a in level:
+            for a, ready in level:
                 ia = ids[a]
-                for v in range(n):
-                    bit = 1 << v
-                    if a & bit or need[v] & ~a:
-                        continue
-                    b = a | bit
+                r = ready
+                while r:
+                    low = r & -r
+                    r ^= low
+                    v = low.bit_length() - 1
+                    b = a | low
                     ib = ids.get(b)
                     if ib is None:
                         ib = ids[b] = len(masks)
+                        masks.append(b)
+                        grown = ready & ~low
+                        for w in succ[v]:
+                            if not need[w] & ~b:
+                                grown |= 1 << w
+                        nxt.append((b, grown))
                         if deadline is not None and not ib % 1024:
                             deadline.check(f"listing the ideals ({ib:,} so far)")
-                        masks.append(b)
-                        nxt.append(b)
                         if len(masks) > limit:
                             raise LatticeTooLarge(
                                 f"the layer DAG ({n} units) has more than {limit:,} ideals (convex split"

@@ -50,6 +50,9 @@ from .dp import REL_TOL
 from .problem import PartitionProblem
 
 
+BLOCK = 64
+"""Ideals per compiled block; the deadline is checked between blocks."""
+
 BELOW_PROBES = 3
 """The bisection's first probes sit just below the incumbent's period (within :data:`.dp.REL_TOL`):
 an infeasible one proves the incumbent optimal at once, a feasible one gives a better plan."""
@@ -233,9 +236,9 @@ class _Search:
         back_m = np.ones((S + 1, N), dtype=np.int64, order="F")
         frm, to, mm, D, U, mem_act, mem_par, ar = self.steps
         w, inc = self.walk, self.walk.inc
-        for lo in range(0, N - 1, 512):
+        for lo in range(0, N - 1, BLOCK):
             self.deadline.check(f"convex DP at ideal {lo} of {N}")
-            self.pairs += _block(lo, min(lo + 512, N - 1), 0.0 if T is None else T, T is not None, lat.ptr, lat.unit,
+            self.pairs += _block(lo, min(lo + BLOCK, N - 1), 0.0 if T is None else T, T is not None, lat.ptr, lat.unit,
                                  lat.to, w.stamp, w.qty, lim, w.bad, w.out_j, w.out_comm, inc.cost, inc.ndst,
                                  inc.src_ptr, inc.src_t, inc.dst_ptr, inc.dst_t, w.insrc, w.cnt, w.stack_i, w.stack_e,
                                  w.stack_v, tab.W, tab.A, tab.P, tab.added, tab.bound, tab.trip, frm, to, mm, D, U,
@@ -326,9 +329,10 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     problem
         The partition problem (straight or replicated); objective ``"bottleneck"``.
     time_limit
-        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`, checked every 512
-        ideals. If it passes: status ``TIME_LIMIT`` with the best plan found (the one-order
-        optimum at least, if that pass ended) and the proven lower end, else no plan.
+        Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`, checked every
+        :data:`BLOCK` ideals. If it passes: status ``TIME_LIMIT`` with the best plan found (the
+        one-order optimum at least, if that pass ended) and the best proven bound (the
+        bisection's lower end, at least :meth:`PartitionProblem.simple_lower_bound`).
     solver, seed, threads
         Unused.
 
@@ -359,7 +363,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     if dag.n < problem.stages:
         raise InvalidProblemError(f"more stages ({problem.stages}) than units ({dag.n}) in {problem.instance.name}")
     info: dict = {"units": dag.n}
-    plan, status, lower = None, Status.OPTIMAL, 0.0
+    plan, status, lower = None, Status.OPTIMAL, problem.simple_lower_bound()
     try:
         chain = _Search(problem, dag, Lattice.chain(dag.n), deadline)
         c_best, c_upper, _, _ = chain.solve()
@@ -373,7 +377,8 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
                                   "solve the smaller one-order space") from None
         info["lattice"] = ideal_count_text(lat)
         search = _Search(problem, dag, lat, deadline)
-        best, upper, lower, probes = search.solve(c_upper)
+        best, upper, proven, probes = search.solve(c_upper)
+        lower = max(lower, proven)
         info.update({"pairs": search.pairs, "probes": probes})
         if best is not None:
             plan = search.plan(*best)

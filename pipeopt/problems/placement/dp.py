@@ -209,10 +209,10 @@ def lattice_dp(p: PlacementProblem, lattice, *, bound: float = math.inf, deadlin
         host = np.array([cl.host for cl in p.classes])
         memlim = np.array([rules.memory_limit(cl.memory) for cl in p.classes])
         lim2 = np.ascontiguousarray(lim)
-        for lo in range(0, N - 1, 512):
+        for lo in range(0, N - 1, 64):
             if deadline is not None:
                 deadline.check(f"placement DP at ideal {lo} of {N}")
-            pairs += _block(lo, min(lo + 512, N - 1), lattice.ptr, lattice.unit, lattice.to, walk.stamp, walk.qty,
+            pairs += _block(lo, min(lo + 64, N - 1), lattice.ptr, lattice.unit, lattice.to, walk.stamp, walk.qty,
                             lim2, walk.bad, walk.out_j, walk.out_comm, inc.cost, inc.ndst, inc.src_ptr, inc.src_t,
                             inc.dst_ptr, inc.dst_t, walk.insrc, walk.cnt, walk.stack_i, walk.stack_e, walk.stack_v,
                             times, bad, mem, kind, rate, host, memlim, cut, best, back_a, back_c, states.step,
@@ -306,7 +306,7 @@ def solve_dp(problem: PlacementProblem, *, time_limit: float | Deadline = 60.0, 
         The placement problem.
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`, checked every
-        256 ideals; if it passes, status ``TIME_LIMIT`` without a plan.
+        64 ideals; if it passes, status ``TIME_LIMIT`` without a plan.
     solver, seed, threads
         Unused (the DP needs no solver).
 
