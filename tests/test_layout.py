@@ -29,6 +29,7 @@ RANKS = {
     "pipeopt.problems": 6,
     "pipeopt.problems.method": 6,
     "pipeopt.problems.partition": 7,
+    "pipeopt.problems.placement": 7,  # Tarnawski et al.'s max-load: reads the ideal lattice, not partition
     "pipeopt.problems.bipartition": 8,
     "pipeopt.problems.resource": 8,
     "pipeopt.problems.schedule": 8,  # the split of a schedule's chunks: reuses partition's pieces
