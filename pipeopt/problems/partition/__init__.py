@@ -29,6 +29,7 @@ lower bound.
 from ..method import Method
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
 from .convex import solve_convex
+from .convex_milp import solve_convex_milp
 from .cpsat import solve_cpsat
 from .dp import solve_dp
 from .frameworks import megatron, pippy, torchtitan
@@ -56,6 +57,8 @@ METHODS = (
            "search on the period over exact frontier probes (chains-on-chains: Nicol 1994; Pinar & Aykanat 2004)"),
     Method("partition", "convex", solve_convex, True, "convex", True,
            "DP over the ideals of the layer DAG: every convex ordered split (Tarnawski et al., NeurIPS 2020)"),
+    Method("partition", "convex_milp", solve_convex_milp, True, "convex", False,
+           "MILP over every convex ordered split (PuLP; CBC or HiGHS; cf. Tarnawski et al., throughput-ip)"),
     Method("partition", "milp", solve_milp, True, "one-order", True, "MILP (PuLP; CBC or HiGHS)"),
     Method("partition", "cpsat", solve_cpsat, True, "one-order", True, "CP-SAT (OR-Tools)"),
     Method("partition", "binary_search", binary_search, False, "one-order", True, "Duan & Wu, ICPADS 2022"),
