@@ -9,6 +9,7 @@ CPUs, one convex stage per device at most, minimising the max-load.
 
 from ..method import Method
 from .dp import solve_dp, solve_one_order
+from .milp import solve_milp
 from .problem import PlacementProblem
 
 PROBLEM = PlacementProblem
@@ -16,6 +17,8 @@ PROBLEM = PlacementProblem
 METHODS = (
     Method("placement", "dp", solve_dp, True, "convex", True,
            "DP over the ideals of the DAG (Tarnawski et al., NeurIPS 2020), pruned by the one-order optimum"),
+    Method("placement", "milp", solve_milp, True, "convex", True,
+           "MILP of the convex ordered slots (PuLP; cf. Tarnawski et al.'s throughput-ip/ip.py)"),
     Method("placement", "one_order", solve_one_order, True, "one-order", True,
            "the same DP over the prefixes of one layer order (contiguous splits of one order)"),
 )
