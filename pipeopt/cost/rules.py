@@ -83,9 +83,11 @@ def load_time(res: dict, times: dict) -> float:
     Returns
     -------
     float
-        ``1 / sum_k res_k / times_k`` seconds; ``0`` for an empty load, ``inf`` if no kind can run it.
+        ``1 / sum_k res_k / times_k`` seconds; ``0`` for an empty load or one that takes no time
+        on a kind the resources name; ``inf`` if no kind of the resources can run it (a layer
+        without a time for any of them cannot run there, even if it takes 0 s elsewhere).
     """
-    if all(t == 0 for t in times.values()):
+    if not times or (all(t == 0 for t in times.values()) and any(k in res for k in times)):
         return 0.0
     rate = _rate(res, times)
     return 1.0 / rate if rate > 0 else math.inf
