@@ -487,8 +487,12 @@ def simulated(instance: Instance, plan) -> float:
     """The simulator's value of the instance's objective for ``plan`` (seconds):
     ``bottleneck`` - the steady-state time per microbatch of a long 1F1B run (split execution
     when every stage has a forward share); ``iteration`` - M microbatches under 1F1B with a
-    flush; ``gpipe`` - M microbatches under GPipe (:func:`pipeopt.simulate.simulate`)."""
+    flush; ``gpipe`` - M microbatches under GPipe (:func:`pipeopt.simulate.simulate`);
+    ``max_load`` - none (Tarnawski et al.'s model is not a pipeline schedule the simulator
+    runs): NaN."""
     objective = instance.settings.objective
+    if objective == "max_load":
+        return math.nan
     if objective == "gpipe":
         return simulate(instance, plan, schedule="gpipe").iteration_time
     split = all(st.beta is not None for st in plan.stages)
