@@ -3,7 +3,8 @@
 :func:`read` recognises the format of a file by its content (and its suffix):
 
 * pipeopt's native JSON instance (:mod:`pipeopt.io.native`; ``"format": "pipeopt-instance"``);
-* Tarnawski et al.'s dnn-partitioning JSON workloads (:mod:`pipeopt.io.dnn_partitioning`);
+* Tarnawski et al.'s dnn-partitioning JSON workloads (:mod:`pipeopt.io.dnn_partitioning`), and
+  their splits (:func:`read_dnn_partitioning_split`);
 * a PipeDream profile ``graph.txt`` (:mod:`pipeopt.io.pipedream`).
 
 :func:`write` writes the native format.
@@ -17,10 +18,12 @@ from pathlib import Path
 
 from ..errors import ReadError
 from ..instance import Instance
+from .dnn_partitioning import read_dnn_partitioning, read_dnn_partitioning_split
 from .native import from_dict, read_instance, to_dict, write_instance
 from .pipedream import read_pipedream
 
-__all__ = ["from_dict", "load", "read", "read_instance", "read_pipedream", "to_dict", "write", "write_instance"]
+__all__ = ["from_dict", "load", "read", "read_dnn_partitioning", "read_dnn_partitioning_split", "read_instance",
+           "read_pipedream", "to_dict", "write", "write_instance"]
 
 
 def read(
