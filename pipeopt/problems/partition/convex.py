@@ -334,7 +334,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
         one-order optimum at least, if that pass ended) and the best proven bound (the
         bisection's lower end, at least :meth:`PartitionProblem.simple_lower_bound`).
     solver, seed, threads
-        Unused.
+        Used only by the fallback where the ideals are too many (the convex MILP).
 
     Returns
     -------
@@ -348,7 +348,10 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     InvalidProblemError
         If the objective is not ``"bottleneck"``.
     LatticeTooLarge
-        If the DAG has more than :data:`pipeopt.problems.ideals.IDEAL_LIMIT` ideals.
+        If the DAG has more than :data:`pipeopt.problems.ideals.IDEAL_LIMIT` ideals and the
+        stages are replicated. With straight stages the convex MILP
+        (:func:`.convex_milp.solve_convex_milp`, with ``solver``) solves the problem instead, on
+        the same clock; ``info["fallback"]`` says so.
     InfeasibleError
         If no split fits the workers' memory.
     """
@@ -363,7 +366,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     if dag.n < problem.stages:
         raise InvalidProblemError(f"more stages ({problem.stages}) than units ({dag.n}) in {problem.instance.name}")
     info: dict = {"units": dag.n}
-    plan, status, lower = None, Status.OPTIMAL, problem.simple_lower_bound()
+    plan, status, lower = None, Status.OPTIMAL, _simple_bound(problem, dag)
     try:
         chain = _Search(problem, dag, Lattice.chain(dag.n), deadline)
         c_best, c_upper, _, _ = chain.solve()
@@ -373,8 +376,10 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
         try:
             lat = Lattice.of(dag, deadline=deadline)
         except LatticeTooLarge as exc:
-            raise LatticeTooLarge(f"{problem.instance.name}: {exc}; the one-order methods ('dp', 'probe') "
-                                  "solve the smaller one-order space") from None
+            if problem.replication:
+                raise LatticeTooLarge(f"{problem.instance.name}: {exc}; the one-order methods ('dp', 'probe') "
+                                      "solve the smaller replicated-one-order space") from None
+            return _fallback(problem, deadline, solver, seed, threads, f"{exc}; solved by convex_milp")
         info["lattice"] = ideal_count_text(lat)
         search = _Search(problem, dag, lat, deadline)
         best, upper, proven, probes = search.solve(c_upper)
@@ -393,3 +398,27 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     final = evaluate(problem.instance, plan).objective if plan is not None else math.inf
     return problem.result("convex", plan, status, lower_bound=min(lower, final), started=deadline.started,
                           space=space, info=info)
+
+
+def _simple_bound(problem: PartitionProblem, dag: UnitDag) -> float:
+    """A bound valid in the convex space: the total work over S, and (straight stages) the
+    largest unit, which no convex split divides (pinned layers and their ancestors share
+    stage 0)."""
+    g, kind = problem.instance.graph, problem.kind
+    r = problem.instance.cluster.devices[0].resources[kind]
+    work = [sum(g.nodes[x]["fwd"].get(kind, math.inf) + g.nodes[x]["bwd"].get(kind, math.inf) for x in u) / r
+            for u in dag.units]
+    total = sum(work)
+    if not math.isfinite(total):
+        return 0.0
+    return max(total / problem.stages, 0.0 if problem.replication else max(work))
+
+
+def _fallback(problem: PartitionProblem, deadline: Deadline, solver, seed, threads, why: str) -> Result:
+    """The convex MILP in place of the DP (too many ideals), its result named ``convex``."""
+    import dataclasses
+
+    from .convex_milp import solve_convex_milp
+
+    res = solve_convex_milp(problem, time_limit=deadline, solver=solver, seed=seed, threads=threads)
+    return dataclasses.replace(res, method="convex", info={**res.info, "fallback": why})
