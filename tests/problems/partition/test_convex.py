@@ -331,3 +331,26 @@ def test_real_profiles(name):
         if not replication:
             assert cv.plan.num_stages == 4
         assert sum(s.replicas for s in cv.plan.stages) == 4
+
+
+# ---- 5. more ideals than the limit: the convex MILP takes over (straight), an error (replicated) ---
+
+def test_too_many_ideals_falls_back_to_the_convex_milp(monkeypatch):
+    """With the ideal listing refused (as past IDEAL_LIMIT), straight stages are solved by the
+    convex MILP on the same clock, under the convex method's name, with the same optimum."""
+    from pipeopt.problems import ideals
+    from pipeopt.problems.partition import convex
+
+    inst = _diamond_plus(bandwidth=1e9)
+    exact = pipeopt.solve(inst, stages=3, method="convex")
+
+    def refuse(*args, **kwargs):
+        raise ideals.LatticeTooLarge("more than 0 ideals (test)")
+
+    monkeypatch.setattr(convex.Lattice, "of", refuse)
+    res = pipeopt.solve(inst, stages=3, method="convex", solver="highs", time_limit=60)
+    assert res.method == "convex" and "convex_milp" in res.info["fallback"]
+    assert res.status == Status.OPTIMAL and res.space == "convex"
+    assert is_close(res.objective, exact.objective, 1e-6)
+    with pytest.raises(ideals.LatticeTooLarge, match="one-order methods"):
+        pipeopt.solve(inst, stages=3, method="convex", replication=True)
