@@ -180,7 +180,7 @@ def close(a: float, b: float, rel: float) -> bool:
 
 
 def solve(inst, method, **kw):
-    return pipeopt.solve(inst, problem="placement", method=method, time_limit=60, **kw)
+    return pipeopt.solve(inst, problem="placement", method=method, time_limit=None, **kw)
 
 
 def solve_or_inf(inst, method, **kw):
