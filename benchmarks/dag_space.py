@@ -21,6 +21,7 @@ Times are wall seconds inside one Python process after import (``--cli`` adds th
     python benchmarks/dag_space.py                      # both tables
     python benchmarks/dag_space.py --dp-exe /path/to/dp.exe --cli
     python benchmarks/dag_space.py --only workloads     # or: profiles
+    python benchmarks/dag_space.py --perturb 3          # seeded random Inception-v3 variants
 """
 
 from __future__ import annotations
@@ -132,6 +133,40 @@ def profiles(args) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def perturbed(args) -> pd.DataFrame:
+    """Seeded random workloads of the same family: each node's latencies and each node's
+    outgoing transfer cost scaled by a factor drawn uniformly in [0.8, 1.2] (one per node, so a
+    node's out-edges keep one cost, as the format requires). Reports whether the convex optimum
+    is proven within the time limit."""
+    import random
+    import tempfile
+
+    rows = []
+    names = args.perturb_workloads
+    for seed in range(1, args.perturb + 1):
+        for name in names:
+            d = json.loads((WORKLOADS / f"{name}.json").read_text())
+            rng = random.Random(f"{name}/{seed}")
+            scale = {n["id"]: rng.uniform(0.8, 1.2) for n in d["nodes"]}
+            for n in d["nodes"]:
+                n["cpuLatency"] *= scale[n["id"]]
+                n["fpgaLatency"] *= scale[n["id"]]
+            cost = {n["id"]: rng.uniform(0.8, 1.2) for n in d["nodes"]}
+            for e in d["edges"]:
+                e["cost"] *= cost[e["sourceId"]]
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / f"{Path(name).name}-seed{seed}.json"
+                path.write_text(json.dumps(d))
+                inst = read_dnn_partitioning(path)
+                cv, t, err = _solve(inst, args.time_limit, problem="placement", method="dp")
+            row = {"workload": name, "seed": seed, "status": str(cv.status) if cv else err,
+                   "convex_ms": cv.objective * 1e3 if cv else math.nan, "pipeopt_s": t,
+                   "one_order_ms": cv.info["one_order"]["value"] * 1e3 if cv and "one_order" in cv.info else math.nan}
+            rows.append(row)
+            print(" ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+    return pd.DataFrame(rows)
+
+
 def _markdown(df: pd.DataFrame) -> str:
     """A GitHub table of the rows (floats to 6 significant digits)."""
     def cell(v):
@@ -150,7 +185,18 @@ def main(argv=None) -> None:
     ap.add_argument("--only", choices=["workloads", "profiles"])
     ap.add_argument("--cli", action="store_true", help="also time `pipeopt solve FILE` with start-up")
     ap.add_argument("--out", default=str(OUT / "dag_space"), help="path stem of the .md and .csv")
+    ap.add_argument("--perturb", type=int, default=0, metavar="SEEDS",
+                    help="only: solve SEEDS seeded perturbations of --perturb-workloads (latencies and costs x U[0.8, 1.2])")
+    ap.add_argument("--perturb-workloads", nargs="+",
+                    default=["LayerGraphs/inceptionv3_inference", "LayerGraphs/inceptionv3_training"])
     args = ap.parse_args(argv)
+    if args.perturb:
+        r = perturbed(args)
+        r.to_csv(args.out + "_perturbed.csv", index=False)
+        Path(args.out + "_perturbed.md").write_text(
+            "## Seeded perturbations (latencies and costs x U[0.8, 1.2]), placement dp\n\n" + _markdown(r) + "\n")
+        print(f"wrote {args.out}_perturbed.md")
+        return
     parts = []
     if args.only in (None, "workloads"):
         w = workloads(args)
