@@ -37,7 +37,6 @@ Placement of DNN Graph Operators, NeurIPS 2020 (the DP over ideals, section 4).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -119,6 +118,7 @@ class UnitDag:
         order = layer_order(graph)
         rank = {x: i for i, x in enumerate(order)}
         parent = {x: x for x in order}
+        size = dict.fromkeys(order, 1)
 
         def find(x):
             while parent[x] != x:
@@ -132,6 +132,7 @@ class UnitDag:
                 if rank[rb] < rank[ra]:
                     ra, rb = rb, ra
                 parent[rb] = ra
+                size[ra] += size[rb]
 
         pinned = [x for x in order if graph.nodes[x].get("pin_first")]
         if pinned:  # the pinned layers sit in stage 0, and so do their ancestors
@@ -153,8 +154,7 @@ class UnitDag:
                 for x in order:
                     if find(x) != x or not free(x):
                         continue
-                    members = [y for y in order if find(y) == x] if merged or groups or pinned else [x]
-                    if len(members) != 1 or graph.nodes[x].get("pin_first"):
+                    if size[x] != 1 or graph.nodes[x].get("pin_first"):
                         continue
                     nbrs = {find(y) for y in graph.predecessors(x)} | {find(y) for y in graph.successors(x)}
                     nbrs.discard(x)
@@ -302,8 +302,7 @@ class Lattice:
         ptr = np.zeros(N + 1, dtype=np.int64)
         np.add.at(ptr, np.asarray(src, dtype=np.int64) + 1, 1)
         ptr = np.cumsum(ptr)
-        for arr in (member,):
-            arr.setflags(write=False)
+        member.setflags(write=False)
         return cls(member, ptr, np.asarray(add, dtype=np.int64)[order], np.asarray(dst, dtype=np.int64)[order], space)
 
     def sums(self, per_unit: np.ndarray) -> np.ndarray:
@@ -335,7 +334,8 @@ class Incidence:
     A tensor has one source unit, a set of destination units (without the source) and a cost
     (seconds). A set X of units *touches* it if the source is in X and some destination is not,
     or the source is not and some destination is (Tarnawski et al.: the device of the source
-    sends it once, every other device that reads it receives it once).
+    sends it once, every other device that reads it receives it once): the rule of
+    :func:`pipeopt.cost.rules.stage_transfers`, kept up to date here as units join a set.
     """
 
     cost: np.ndarray  # (T,)
@@ -375,27 +375,6 @@ class Incidence:
     def empty(cls, n: int) -> Incidence:
         """No tensors."""
         return cls.of(n, ())
-
-    def touched(self, units) -> float:
-        """Seconds of the tensors a set of units touches (the rule, written once for one set;
-        :func:`walk_supersets` keeps the same sum as units join)."""
-        inside = np.zeros(len(self.src_ptr) - 1, dtype=bool)
-        inside[np.asarray(list(units), dtype=np.int64)] = True
-        total = 0.0
-        for t in range(self.cost.size):
-            src = _src_of(self.src_ptr, self.src_t, t)
-            dsts = [v for v in range(inside.size) if t in set(self.dst_t[self.dst_ptr[v]:self.dst_ptr[v + 1]].tolist())]
-            k = sum(inside[v] for v in dsts)
-            if (inside[src] and k < len(dsts)) or (not inside[src] and k > 0):
-                total += self.cost[t]
-        return total
-
-
-def _src_of(ptr, flat, t) -> int:
-    for v in range(len(ptr) - 1):
-        if t in flat[ptr[v]:ptr[v + 1]]:
-            return v
-    raise ValueError(t)  # pragma: no cover - every tensor has a source
 
 
 @njit(cache=True, nogil=True)
@@ -532,7 +511,3 @@ def ideal_count_text(lattice: Lattice) -> str:
     """A short description for a result's info."""
     return f"{lattice.size:,} ideals of {lattice.member.shape[1]} units ({lattice.space})"
 
-
-def is_finite(x) -> bool:
-    """True for a finite float."""
-    return math.isfinite(float(x))

@@ -280,9 +280,8 @@ class _Search:
         cuts = np.array(ideals[1:-1], dtype=int)
         half = t.trip[cuts] / 2
         links = np.minimum(reps[:-1], reps[1:])
-        own = max(float((t.bound[b] / reps).max(initial=0.0)), float((t.bound[a] / reps).max(initial=0.0)))
-        return max(own, rules.steady_period(work, np.zeros(S), reps, window, np.zeros(S, dtype=bool), half, half,
-                                            links))
+        # the cut rows (each cut's one-way time over its links) are steady_period's x / L terms
+        return rules.steady_period(work, np.zeros(S), reps, window, np.zeros(S, dtype=bool), half, half, links)
 
     def solve(self, upper: float = math.inf):
         """Min-max pass, then bisection; returns ``(best, upper, lower, probes)``: ``best`` the

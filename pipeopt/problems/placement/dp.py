@@ -41,6 +41,10 @@ from ..ideals import LatticeTooLarge, Walker, ideal_count_text, walk_supersets
 from .problem import PlacementProblem
 
 
+BLOCK = 64
+"""Ideals per compiled block; the deadline is checked between blocks."""
+
+
 @njit(cache=True, nogil=True)
 def _relax(a, js, cost, best, back_a, back_c, step, room):  # pragma: no cover - compiled
     """``best[s + e_c, J] = min(., max(best[s, a], cost[c, J]))`` for every state s that has room
@@ -69,13 +73,14 @@ def _relax(a, js, cost, best, back_a, back_c, step, room):  # pragma: no cover -
 def _block(lo, hi, ptr, unit, to, stamp, qty, lim, cbad, out_j, out_comm, inc_cost, ndst, src_ptr, src_t, dst_ptr,
            dst_t, insrc, cnt, stack_i, stack_e, stack_v, times, bad, mem, kind, rate, host, memlim, cut, best, back_a,
            back_c, step, room):  # pragma: no cover - compiled
-    """Ideals ``lo .. hi-1`` in order, each walked and relaxed (single-kind classes: ``kind[c]``
-    the kind, ``rate[c]`` its units; a stage's compute is its seconds on one unit over the units,
-    :func:`pipeopt.cost.rules.load_time` for one kind). Returns the pairs priced."""
+    """Ideals ``lo .. hi-1`` in order, each walked, priced and relaxed (:func:`_relax`);
+    single-kind classes: ``kind[c]`` the kind, ``rate[c]`` its units, a stage's compute its
+    seconds on one unit over the units (:func:`pipeopt.cost.rules.load_time` for one kind).
+    Returns the pairs priced."""
     pairs = 0
     C = kind.size
     S = best.shape[0]
-    cost = np.empty(C)
+    cost = np.empty((C, out_j.size))
     for a in range(lo, hi):
         ok = False
         for s in range(S):
@@ -93,26 +98,14 @@ def _block(lo, hi, ptr, unit, to, stamp, qty, lim, cbad, out_j, out_comm, inc_co
             for c in range(C):
                 q = kind[c]
                 if bad[q, j] != bad[q, a] or m > memlim[c]:
-                    cost[c] = np.inf
+                    cost[c, x] = np.inf
                     continue
                 t = times[q, j] - times[q, a]
                 load = 0.0 if t == 0 else 1.0 / (rate[c] / t)
                 if not host[c]:
                     load += out_comm[x]
-                cost[c] = load
-            for s in range(S):
-                v = best[s, a]
-                if v == np.inf:
-                    continue
-                for c in range(C):
-                    if not room[s, c]:
-                        continue
-                    cand = cost[c] if cost[c] > v else v
-                    t2 = s + step[c]
-                    if cand < best[t2, j]:
-                        best[t2, j] = cand
-                        back_a[t2, j] = a
-                        back_c[t2, j] = c
+                cost[c, x] = load
+        _relax(a, out_j[:k], cost[:, :k], best, back_a, back_c, step, room)
     return pairs
 
 
@@ -129,7 +122,7 @@ class _States:
         self.size = size
 
 
-def _costs(p: PlacementProblem, lat, times, bad, mem, a, js, comm) -> np.ndarray:
+def _costs(p: PlacementProblem, times, bad, mem, a, js, comm) -> np.ndarray:
     """``ndarray (C, len(js))``: the load of ``J - a`` on a device of each class (the cost
     model's rules: :func:`pipeopt.cost.rules.load_time` per kind, the transfers unless host,
     :func:`pipeopt.cost.rules.fits`)."""
@@ -148,11 +141,9 @@ def _costs(p: PlacementProblem, lat, times, bad, mem, a, js, comm) -> np.ndarray
             zero |= t_k[k] == 0
             fin = np.isfinite(t_k[k]) & (t_k[k] > 0)
             rate = rate + np.where(fin, r / np.where(fin, t_k[k], 1.0), 0.0)
-        alltimes_zero = (t_k == 0).all(axis=0)
         with np.errstate(divide="ignore"):
             time = np.where(rate > 0, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
         time = np.where(zero, 0.0, time)
-        time = np.where(alltimes_zero, 0.0, time)
         load = time + (0.0 if cl.host else comm)
         out[c] = np.where(rules.fits(m, cl.memory), load, np.inf)
     return out
@@ -171,7 +162,7 @@ def lattice_dp(p: PlacementProblem, lattice, *, bound: float = math.inf, deadlin
     Raises
     ------
     DeadlineReached
-        If the deadline passes (checked every 256 ideals).
+        If the deadline passes (checked every :data:`BLOCK` ideals).
     """
     N = lattice.size
     K = len(p.kinds)
@@ -185,8 +176,8 @@ def lattice_dp(p: PlacementProblem, lattice, *, bound: float = math.inf, deadlin
     lim = np.full((C, K + 1), np.inf)
     cbad = np.zeros((C, N), dtype=np.int64)
     slack = 1 + 1e-9
-    for c, cl in enumerate(p.classes):
-        usable = [k for k, kind in enumerate(p.kinds) if cl.resources.get(kind, 0.0) > 0]
+    single = [[k for k, kind in enumerate(p.kinds) if cl.resources.get(kind, 0.0) > 0] for cl in p.classes]
+    for c, (cl, usable) in enumerate(zip(p.classes, single, strict=True)):
         if len(usable) == 1:
             k = usable[0]
             lim[c, k] = bound * cl.resources[p.kinds[k]] * slack if math.isfinite(bound) else np.inf
@@ -201,7 +192,6 @@ def lattice_dp(p: PlacementProblem, lattice, *, bound: float = math.inf, deadlin
     back_c = np.full((states.size, N), -1, dtype=np.int64, order="F")
     cut = bound * slack if math.isfinite(bound) else np.inf
     pairs = 0
-    single = [[k for k, kind in enumerate(p.kinds) if cl.resources.get(kind, 0.0) > 0] for cl in p.classes]
     if all(len(u) == 1 for u in single):  # every class has one kind: the compiled loop
         inc = walk.inc
         kind = np.array([u[0] for u in single], dtype=np.int64)
@@ -209,25 +199,25 @@ def lattice_dp(p: PlacementProblem, lattice, *, bound: float = math.inf, deadlin
         host = np.array([cl.host for cl in p.classes])
         memlim = np.array([rules.memory_limit(cl.memory) for cl in p.classes])
         lim2 = np.ascontiguousarray(lim)
-        for lo in range(0, N - 1, 64):
+        for lo in range(0, N - 1, BLOCK):
             if deadline is not None:
                 deadline.check(f"placement DP at ideal {lo} of {N}")
-            pairs += _block(lo, min(lo + 64, N - 1), lattice.ptr, lattice.unit, lattice.to, walk.stamp, walk.qty,
+            pairs += _block(lo, min(lo + BLOCK, N - 1), lattice.ptr, lattice.unit, lattice.to, walk.stamp, walk.qty,
                             lim2, walk.bad, walk.out_j, walk.out_comm, inc.cost, inc.ndst, inc.src_ptr, inc.src_t,
                             inc.dst_ptr, inc.dst_t, walk.insrc, walk.cnt, walk.stack_i, walk.stack_e, walk.stack_v,
                             times, bad, mem, kind, rate, host, memlim, cut, best, back_a, back_c, states.step,
                             states.room)
-    for a in range(N - 1 if not all(len(u) == 1 for u in single) else 0):
-        if deadline is not None and a % 256 == 0:
-            deadline.check(f"placement DP at ideal {a} of {N}")
-        if not best[:, a].min() <= cut:
-            continue
-        js, comm = walk(a, lim)
-        if not js.size:
-            continue
-        pairs += js.size
-        cost = _costs(p, lattice, times, bad, mem, a, js, comm)
-        _relax(a, js, cost, best, back_a, back_c, states.step, states.room)
+    else:  # a class pools several kinds: the walk one ideal at a time, the loads in numpy
+        for a in range(N - 1):
+            if deadline is not None and a % BLOCK == 0:
+                deadline.check(f"placement DP at ideal {a} of {N}")
+            if not best[:, a].min() <= cut:
+                continue
+            js, comm = walk(a, lim)
+            if not js.size:
+                continue
+            pairs += js.size
+            _relax(a, js, _costs(p, times, bad, mem, a, js, comm), best, back_a, back_c, states.step, states.room)
     full = lattice.full
     s = int(np.argmin(best[:, full]))
     value = float(best[s, full])
@@ -306,7 +296,7 @@ def solve_dp(problem: PlacementProblem, *, time_limit: float | Deadline = 60.0, 
         The placement problem.
     time_limit
         Seconds or the solve's :class:`~pipeopt.backends.deadline.Deadline`, checked every
-        64 ideals; if it passes, status ``TIME_LIMIT`` without a plan.
+        :data:`BLOCK` ideals; if it passes, status ``TIME_LIMIT`` without a plan.
     solver, seed, threads
         Unused (the DP needs no solver).
 
