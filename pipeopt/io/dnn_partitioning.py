@@ -52,6 +52,7 @@ import networkx as nx
 
 from ..cluster import Cluster, Device
 from ..errors import InvalidPlanError, ReadError
+from ..graph import _natural_key as _natural
 from ..instance import Instance, Settings
 from ..plan import Plan, Stage
 from ..units import MAX_DEVICES
@@ -313,12 +314,6 @@ def read_dnn_partitioning(
     if fused:
         assumptions.append(f"{fused} colour class(es) fused with others: their forward edges form cycles")
     return Instance(g, Cluster(tuple(devices), bandwidth), settings, name=path.stem, assumptions=tuple(assumptions))
-
-
-def _natural(name: str):
-    import re
-
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", str(name)))
 
 
 def read_dnn_partitioning_split(path: str | Path, instance: Instance) -> Plan:
