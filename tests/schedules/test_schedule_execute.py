@@ -308,14 +308,14 @@ def test_chunk_plan_places_chunks_on_their_ranks():
 
 
 def test_readme_schedules_example_prints_its_table(capsys):
-    """The README's Schedules example runs as written and prints the table shown under it."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Schedules"):]
+    """docs/schedules.md's example runs as written and prints the table shown under it."""
+    text = (ROOT / "docs" / "schedules.md").read_text()
+    section = text[text.index("## Running a schedule on a plan"):]
     code, shown = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[:2]
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        exec(compile(code, "README-schedules", "exec"), {})
+        exec(compile(code, "docs-schedules", "exec"), {})
     finally:
         os.chdir(cwd)
     assert capsys.readouterr().out.splitlines() == shown.splitlines()
