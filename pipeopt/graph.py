@@ -1,7 +1,7 @@
 """The layer graph: validation, a deterministic layer order, and the chain view solvers use.
 
 A layer graph is a :class:`networkx.DiGraph` whose nodes are layers (or operators).
-Node attributes (units as in DESIGN.md):
+Node attributes (units as in docs/cost-model.md):
 
 ``fwd``, ``bwd``
     ``dict[str, float]``: forward / backward time in **seconds** on one unit of each

@@ -24,12 +24,12 @@ OBJECTIVE_TEXT = {
     "max_load": "max_load: the largest stage load, its compute plus every transfer it sends or receives"
                 " (Tarnawski et al., NeurIPS 2020; no overlap, no pipeline windows)",
 }
-"""What each objective measures, printed with every result (README, "What the objective is")."""
+"""What each objective measures, printed with every result (docs/cost-model.md, "Objectives")."""
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How a plan is scored (DESIGN.md, "The cost model").
+    """How a plan is scored (docs/cost-model.md).
 
     Parameters
     ----------
@@ -45,7 +45,7 @@ class Settings:
         1 .. :data:`pipeopt.units.MAX_MICROBATCHES`.
     objective
         What the exact methods minimise, each equal to the simulator's value for every plan
-        (README, "What the objective is"): ``"bottleneck"`` (steady-state time per
+        (docs/cost-model.md, "Objectives"): ``"bottleneck"`` (steady-state time per
         microbatch under 1F1B and asynchronous PipeDream, window rows included; default),
         ``"iteration"`` (M microbatches under 1F1B with a flush), ``"gpipe"`` (M
         microbatches under GPipe, fill-drain) or ``"max_load"`` (Tarnawski et al.'s max-load:

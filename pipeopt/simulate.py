@@ -71,8 +71,8 @@ gradient from the next one).
 
 The simulator equals the cost model
 -----------------------------------
-:func:`pipeopt.evaluate`'s objectives are this simulation, computed another way (README,
-"What the objective is: the schedule, exactly"):
+:func:`pipeopt.evaluate`'s objectives are this simulation, computed another way
+(docs/cost-model.md, "Objectives: the schedule, exactly"):
 
 * **steady state**: with every order fixed the pipeline is a max-plus linear system, and
   ``evaluate(...).bottleneck`` is its cycle time in closed form

@@ -1,6 +1,6 @@
 """Bandwidths and memory sizes written with units that cannot be misread.
 
-pipeopt computes in bytes and bytes per second (DESIGN.md). People write network links in
+pipeopt computes in bytes and bytes per second (docs/cost-model.md). People write network links in
 *bits* per second (``100Gbps``, ``10Gbit/s``) and memory in bytes (``16GiB``); a parser that
 reads ``10Gbps`` as 10 GB/s is off by a factor of 8 without a word. Here the letter case of
 the unit carries the meaning, as in the SI/IEC conventions, and every form that could be

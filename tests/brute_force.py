@@ -4,7 +4,7 @@ Every candidate plan of a tiny instance is built here from the problem's *defini
 scored with :func:`pipeopt.evaluate`, the one cost model; nothing below reads a solver, a
 problem class or a cost table, so a wrong rule copied into a solver cannot hide here.
 
-The search spaces (DESIGN.md, "The problems"):
+The search spaces (docs/problems.md, "Search spaces"):
 
 * **partition, straight** -- every contiguous split of the layer order into exactly S
   non-empty stages, stage s on device s (the devices are identical);
@@ -20,7 +20,7 @@ The search spaces (DESIGN.md, "The problems"):
 
 The layer order is a topological order of the graph with pinned (``pin_first``) layers glued
 to the first other layer, ties broken by the natural order of the names (``l2`` before
-``l10``) -- the order over which pipeopt defines contiguous splits (DESIGN.md, problem 1).
+``l10``) -- the order over which pipeopt defines contiguous splits (docs/problems.md, "Search spaces").
 Sizes: everything here is exponential; keep n <= 7 units, <= 5 devices.
 
 :func:`tied_plans` lists the plans tied with the optimum, over which the tests take the

@@ -1,4 +1,4 @@
-"""The one cost model (DESIGN.md, "The cost model").
+"""The one cost model (docs/cost-model.md).
 
 * :mod:`.rules` -- every rule, written once: a stage's compute time, a transfer, the
   all-reduce of a replicated stage, the microbatches in flight, the weight versions, a stage's

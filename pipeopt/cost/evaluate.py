@@ -1,6 +1,6 @@
 """The one cost model: :func:`evaluate` scores every plan of every method.
 
-See DESIGN.md, "The cost model", and the README ("What the objective is"). For stage i on
+See docs/cost-model.md (the cost model, and "Objectives: the schedule, exactly"). For stage i on
 worker V_i with pooled resources R_{i,k} (per replica), forward layer set P_i and backward
 layer set Q_i (= P_i unless Bi-Partition):
 
@@ -285,7 +285,7 @@ def _stage_sums(times: dict, has: dict, layers: _Pass, S: int) -> list[dict]:
 
 
 def evaluate(instance, plan: Plan) -> Evaluation:
-    """Score a plan under the instance's cost model (module docstring; DESIGN.md).
+    """Score a plan under the instance's cost model (module docstring; docs/cost-model.md).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Every rule of the cost model, written once (DESIGN.md, "The cost model").
+"""Every rule of the cost model, written once (docs/cost-model.md).
 
 :func:`pipeopt.evaluate` scores a plan with these rules; :class:`pipeopt.cost.CostTable`
 tabulates them over the chain for the exact methods and baselines. No other module turns
@@ -383,7 +383,7 @@ def steady_period(f_op, b_op, replicas, window, split, x, y, links) -> float:
     With fixed orders (each replica's 1F1B order, each link's microbatch order) the pipeline
     is a max-plus linear system, and its period is the largest ratio (total duration) /
     (microbatches spanned) over the cycles of its dependency graph. These cycles are
-    (DESIGN.md, "Objective - it is the schedule"):
+    (docs/cost-model.md, "Objectives: the schedule, exactly"):
 
     * one replica's own work: ``(f_s + b_s) / m_s`` (split execution: ``f_s / m_s`` and
       ``b_s / m_s``, each share on its own);

@@ -7,7 +7,7 @@ through Python's shortest ``repr``) and the same cluster and settings; ``to_dict
 
 Schema (version 1)
 ------------------
-A JSON object with these fields (units as in DESIGN.md: seconds, bytes, bytes/s)::
+A JSON object with these fields (units as in docs/cost-model.md: seconds, bytes, bytes/s)::
 
     {
       "format": "pipeopt-instance",       # required, exactly this string

@@ -7,7 +7,7 @@ value another produced, with ``bytes`` = the bytes of the tensors it reads
 (``numel * element_size`` of the traced tensors; a tensor read by several operations of one
 layer counts once).
 
-Node attributes (units as in DESIGN.md)
+Node attributes (units as in docs/cost-model.md)
 ---------------------------------------
 ``fwd``, ``bwd``
     seconds per microbatch on one unit of each resource kind. *Measured*: on this machine's

@@ -1,6 +1,6 @@
 """Device catalogue: real devices with their peak rates per resource kind, and the network links.
 
-Units (the data-model convention of DESIGN.md)
+Units (the data-model convention of docs/cost-model.md)
 ----------------------------------------------
 A layer's ``fwd[k]`` / ``bwd[k]`` is its time in seconds on **one unit** of kind ``k``, and a
 device holds ``resources[k]`` units of kind ``k``. The zoo fixes one **reference unit** for

@@ -94,7 +94,7 @@ and :func:`rules.fits` (the MILP's rows use :func:`rules.memory_limit`). The exa
 
 References
 ----------
-Cui et al., *Bi-Partition*, Journal of Cloud Computing (Springer) -- as cited in DESIGN.md;
+Cui et al., *Bi-Partition*, Journal of Cloud Computing (Springer) -- as cited in docs/problems.md;
 its abstract: different cut positions for the two passes, up to 1.9x faster than PipeDream.
 Narayanan et al., *PipeDream*, SOSP 2019 (1F1B, weight stashing, the profiles).
 """

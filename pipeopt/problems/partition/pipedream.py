@@ -14,7 +14,7 @@ github.com/msr-fiddle/pipedream, MIT licence) in two layers:
   scores it with :func:`pipeopt.evaluate`, so the bench shows what the difference between the
   two cost models costs.
 
-PipeDream's cost model (DESIGN.md, "PipeDream's own cost model"), N machines, bandwidth B,
+PipeDream's cost model (docs/cost-model.md, "PipeDream's own cost model"), N machines, bandwidth B,
 compression ratio rho, stage s with r_s replicas, compute C_s (forward + backward seconds)
 and parameter bytes P_s:
 

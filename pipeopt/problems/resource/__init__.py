@@ -1,4 +1,4 @@
-"""Duan & Wu's resource problems: allocate, joint and group (DESIGN.md problems 2-4).
+"""Duan & Wu's resource problems: allocate, joint and group (docs/problems.md).
 
 * :class:`AllocateProblem` - the optimal forward/backward split of a fixed plan.
 * :class:`JointProblem` - partition and split at once on identical multi-resource workers.

@@ -1,4 +1,4 @@
-"""Duan & Wu's resource problems: allocate, joint, group (DESIGN.md problems 2-4).
+"""Duan & Wu's resource problems: allocate, joint, group (docs/problems.md).
 
 All three share :class:`ResourceProblem`: the per-unit forward and backward times of every
 resource kind, the cut transfer times and the memory of a contiguous stage, the exact

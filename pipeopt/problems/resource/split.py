@@ -3,7 +3,7 @@
 A worker with pooled resources ``R_k`` runs a stage whose forward pass takes ``F_k`` seconds
 on one unit of kind k and whose backward pass takes ``B_k``. Giving the share ``beta_k`` of
 kind k to the forward pass (the rest to the backward pass, concurrently on another
-microbatch) yields the forward and backward times (DESIGN.md, "Split execution";
+microbatch) yields the forward and backward times (docs/cost-model.md, "A stage's compute time";
 :func:`pipeopt.cost.stage_compute`)
 
     f = 1 / sum_k beta_k R_k / F_k,    b = 1 / sum_k (1 - beta_k) R_k / B_k.

@@ -32,7 +32,7 @@ For a fixed split and placement the least Z is the executor's iteration time of 
 :func:`pipeopt.schedules.run_schedule` of that order, and equals the brute force of
 :func:`.exhaustive.exhaustive` over every split and every placement on small instances).
 Size: per rank about ``(v m) (2 v m)`` gap binaries and as many b's (and q's with memory):
-the big-M rows are weak, so proofs stop at small p, v, m (README, Schedules).
+the big-M rows are weak, so proofs stop at small p, v, m (docs/results/w_placement.md).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def assert_valid(problem, res, *, replicated=False):
 
 
 # ---------------------------------------------------------------------------------------
-# PipeDream: its own printed predictions for VGG16 (DESIGN.md)
+# PipeDream: its own printed predictions for VGG16 (docs/cost-model.md, "PipeDream's own cost model")
 # ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def vgg16_graph():
@@ -187,7 +187,7 @@ def test_pipedream_noncontiguous_plan_is_valid_and_flagged():
 # PipeDream's DP = brute force in its own cost model (chains)
 # ---------------------------------------------------------------------------------------
 def pipedream_brute_force(work, out, act, param, N, B, memory=None):
-    """min over every split into runs and every replica vector of PipeDream's time (DESIGN.md)."""
+    """min over every split into runs and every replica vector of PipeDream's time (docs/cost-model.md)."""
     n = len(work)
     best = math.inf
     for k in range(1, min(n, N) + 1):
