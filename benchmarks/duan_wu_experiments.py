@@ -31,7 +31,7 @@ the plan.
    backward efficiency and the gain at 0.08, 0.16 and 0.40 (the 1.31x claim is the first).
 
 ``--quick`` runs depths {1, 2, 4} and device counts {4, 8, 16} with a 10 s limit (a smoke
-run; the README's tables come from the default run).
+run; docs/results/duan_wu.md's tables come from the default run).
 
 Instances: AlexNet and GoogLeNet from the model zoo (Jetson AGX Orin workers with CPU, GPU and
 DLA; a mix of edge SoCs: Jetson AGX Orin, Apple M2, Apple M1, Snapdragon X Elite, over 10 GbE)

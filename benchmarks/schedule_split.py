@@ -108,7 +108,7 @@ def fmt(x, pct=False) -> str:
 
 
 def markdown(rows) -> str:
-    """The README table: per (instance, p, m) and schedule, the exact split and the baselines' gaps."""
+    """The results table (docs/results/schedule_split.md): exact split and baselines' gaps per schedule."""
     head = ("| instance | p | m | schedule | status | optimum ms | bound ms | uniform ms (gap) | torchtitan gap |"
             " best 1F1B gap | solve s |")
     lines = [head, "|" + "---|" * 11]

@@ -24,7 +24,7 @@ and the exact plan's predicted and measured speed-up over each default. Writes t
 on the GPT once (four processes on two cores).
 
     python benchmarks/torch_pipeline.py --quick          # tiny models, 1 round: a smoke run
-    python benchmarks/torch_pipeline.py                  # the README's table (quiet machine!)
+    python benchmarks/torch_pipeline.py                  # docs/results/torch_pipeline.md's table (quiet machine!)
     python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed
 """
 
