@@ -74,10 +74,19 @@ def test_every_relative_link_resolves_inside_the_repository(path):
     links = _relative_links(path)
     bad = []
     for target in links:
-        dest = (path.parent / target.split("#", 1)[0]).resolve()
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve()
         if not dest.is_relative_to(ROOT) or not dest.exists():
             bad.append(target)
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            bad.append(target)
     assert not bad, f"{path.relative_to(ROOT)}: links that do not resolve inside the repository: {bad}"
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    heads = re.findall(r"^#+\s+(.*)$", FENCE.sub("", path.read_text()), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
 
 
 def test_the_link_check_can_fail(tmp_path):
@@ -85,6 +94,7 @@ def test_the_link_check_can_fail(tmp_path):
     page.write_text("[a](missing.md) [b](https://example.org) [c](#anchor) `[d](in-code.md)`\n"
                     "```\n[e](fenced.md)\n```\n")
     assert _relative_links(page) == ["missing.md", "in-code.md"]
+    assert _anchors(ROOT / "docs" / "cost-model.md") >= {"objectives-the-schedule-exactly", "a-stages-compute-time"}
 
 
 def test_docs_cite_no_file_outside_the_repository():
