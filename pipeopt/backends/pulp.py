@@ -206,6 +206,7 @@ def solve_pulp(
     isolate: bool = True,
     assign: bool = True,
     log_path: str | os.PathLike | None = None,
+    node_limit: int | None = None,
 ) -> PulpOutcome:
     """Solve ``prob`` with CBC or HiGHS, stopping at the deadline whatever the solver does.
 
@@ -247,6 +248,12 @@ def solve_pulp(
         ``prob.status``, which the door does not set).
     log_path
         Copy the solver's log to this file (for debugging).
+    node_limit
+        MILP only: stop after this many branch-and-bound nodes (CBC ``-maxNodes``, HiGHS
+        ``mip_max_nodes``), an amount of work that does not depend on the machine's load, so a
+        solve stopped by it returns the same incumbent on every run (single thread, same
+        seed). The outcome is then ``"feasible"`` (or ``"no_solution"``) with
+        ``"node limit"`` in its notes. ``None``: no limit.
 
     Returns
     -------
@@ -268,6 +275,8 @@ def solve_pulp(
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {list(SOLVERS)}")
     _check_options(rel_gap, abs_gap, threads, seed)
+    if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, int) or node_limit < 1):
+        raise InvalidProblemError(f"solve_pulp: node_limit must be an integer >= 1 or None, got {node_limit!r}")
     grace = kill_grace(deadline.limit) if grace is None else float(grace)
     if deadline.expired():
         return PulpOutcome("no_solution", runtime=time.perf_counter() - entry, solver=solver,
@@ -288,18 +297,18 @@ def solve_pulp(
                                notes=["the deadline passed while the model was written"])
         if solver == "cbc":
             try:
-                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start)
+                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit)
             except CbcCrashed as crash:  # CBC 2.10 segfaults now and then (about 1 solve in 2,000)
                 if deadline.expired():  # no time to run it again: nothing proven, as at a deadline
                     return PulpOutcome("no_solution", runtime=time.perf_counter() - entry, solver=solver,
                                        solver_status=f"crashed ({crash.signal_name})",
                                        notes=[f"CBC crashed ({crash.signal_name}, exit code {crash.returncode}) "
                                               "with no time left to run it again: nothing proven"])
-                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start)
+                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit)
                 raw.notes.append(f"CBC crashed once ({crash.signal_name}) and was run again on the same model")
         else:
             raw = _run_highs(workdir, mps, columns, mip, deadline, grace, rel_gap, abs_gap, threads,
-                             seed, start, isolate)
+                             seed, start, isolate, node_limit)
         if log_path is not None and os.path.exists(os.path.join(workdir, "solver.log")):
             shutil.copyfile(os.path.join(workdir, "solver.log"), log_path)
     finally:
@@ -495,7 +504,7 @@ class CbcCrashed(RuntimeError):
         super().__init__(f"CBC crashed ({self.signal_name}, exit code {returncode}); log tail:\n{log[-2000:]}")
 
 
-def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start) -> _Raw:
+def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit=None) -> _Raw:
     sol = os.path.join(workdir, "model.sol")
     log_file = os.path.join(workdir, "solver.log")
     # line-buffered output (stdbuf, where present): a killed CBC's log still holds its bound
@@ -510,6 +519,8 @@ def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed
         args += ["-allow", repr(float(abs_gap))]
     # always CBC's serial search: its threaded one ("-threads N", even N = 1) stalls now and then
     args += ["-randomSeed", str(seed + 1), "-randomCbcSeed", str(seed + 1)]
+    if node_limit is not None and mip:
+        args += ["-maxNodes", str(int(node_limit))]
     if start:
         mst = os.path.join(workdir, "start.mst")
         _write_mipstart(mst, start)
@@ -560,6 +571,8 @@ def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed
         status = _cbc_mip_status(header, log, interrupted)
         if interrupted:
             notes.append("CBC's limit interrupted preprocessing / the root LP: its status is no proof")
+        if node_limit is not None and header.startswith(("Stopped on node", "Stopped on iterations")):
+            notes.append(f"stopped at the node limit ({int(node_limit)} nodes)")
     else:
         status = {"Optimal": "optimal", "Infeasible": "infeasible", "Primal infeasible": "infeasible",
                   "Unbounded": "unbounded", "Dual infeasible": "unbounded"}.get(head, "no_solution")
@@ -683,12 +696,14 @@ def _highs_in_process(args: dict) -> dict:
 
 
 def _run_highs(workdir, mps, columns, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start,
-               isolate) -> _Raw:
+               isolate, node_limit=None) -> _Raw:
     out_path = os.path.join(workdir, "out.json")
     inc_path = os.path.join(workdir, "incumbent.json")
     options = {"mip_rel_gap": float(rel_gap), "threads": int(threads), "random_seed": int(seed)}
     if abs_gap is not None:
         options["mip_abs_gap"] = float(abs_gap)
+    if node_limit is not None and mip:
+        options["mip_max_nodes"] = int(node_limit)
     args = {
         "mps": mps,
         "out": out_path,
@@ -742,6 +757,8 @@ def _run_highs(workdir, mps, columns, mip, deadline, grace, rel_gap, abs_gap, th
         return raw
     raw = _highs_raw(out, columns, mip, rel_gap, abs_gap)
     raw.start_accepted = accepted
+    if node_limit is not None and mip and raw.status != "optimal" and out.get("nodes", 0) >= int(node_limit):
+        raw.notes.append(f"stopped at the node limit ({int(node_limit)} nodes)")
     return raw
 
 

@@ -20,9 +20,16 @@ of least secondary value), and said so in the record.
 
 This module holds what the phases share:
 
-* the budget (:func:`budget`): at most :data:`SECONDARY_SHARE` of the time left when the
-  primary optimum is proven, at most :data:`SECONDARY_LIMIT` seconds - a refinement of a
-  proven answer must not hold it up;
+* the budget, which does **not** depend on the clock: a phase's work is limited by an amount
+  that is the same on a quiet and on a loaded machine - :data:`SECONDARY_NODES` branch-and-bound
+  nodes per solve of an event-time MILP, :data:`SECONDARY_WORK` table entries for the latency
+  DP - so the same call returns the same plan on every run. A phase that ends at its work limit
+  keeps the best tied plan it found and records ``proven=False`` (and why). The clock the phase
+  runs on is the method's own (:func:`budget`: whatever the user's time limit leaves, not a
+  share of it); if *that* stops the phase, the proven primary plan is returned unchanged with
+  ``proven=False`` and ``stopped`` - the tie-break is then reported unfinished, never half
+  done (an earlier version gave the phase a quarter of the clock, at most 1 s, and so returned
+  another tied plan on a loaded machine: HiGHS, VGG-16, S = 4, 1 run in 4);
 * the record ``info["secondary"]`` (:func:`open_record`, :func:`settle`), with the same keys
   in every problem;
 * the guard (:func:`run`): a phase stopped by the deadline, or whose solver process crashed
@@ -38,15 +45,19 @@ from typing import TypeVar
 
 from ..backends.deadline import Deadline, DeadlineReached
 
-__all__ = ["CAP_REL", "SECONDARY_LIMIT", "SECONDARY_SHARE", "budget", "open_record", "run", "settle"]
+__all__ = ["CAP_REL", "SECONDARY_NODES", "SECONDARY_WORK", "budget", "open_record", "run", "settle"]
 
-SECONDARY_SHARE = 0.25
-"""The second phase gets at most this share of the time left when the primary optimum is proven..."""
+SECONDARY_NODES = 2000
+"""Branch-and-bound nodes per solve of a second phase's MILP (the partition's and Bi-Partition's
+event-time MILPs; :func:`pipeopt.backends.pulp.solve_pulp`'s ``node_limit``). A work limit, not
+a time limit: with one thread and a fixed seed the solver's path to it is the same on every
+run, so the plan returned does not depend on the machine's load. Whether the phase proved its
+answer within it is in ``info["secondary"]["proven"]``."""
 
-SECONDARY_LIMIT = 1.0
-"""...and at most this many seconds: it refines a proven answer and must not hold it up (the
-partition's event-time MILP proves ResNet-18 at S = 4 in 0.2 s but can take tens of seconds at
-S = 16). Whether it was proven is in ``info["secondary"]["proven"]``."""
+SECONDARY_WORK = 2 * 10**8
+"""Most table entries the latency DP of the joint and group problems may touch
+(:mod:`pipeopt.problems.resource.tiebreak`: stages x (count vector, worker) pairs x (n + 1)^2,
+counted before it runs); above it the phase does not run and says so (``proven=False``)."""
 
 CAP_REL = 1e-9
 """Relative slack of the cap: a plan ties with the proven one if its primary value is at most
@@ -57,12 +68,13 @@ Plan = TypeVar("Plan")
 
 
 def budget(deadline: Deadline) -> Deadline | None:
-    """The second phase's clock: :data:`SECONDARY_SHARE` of what is left of ``deadline``, at
-    most :data:`SECONDARY_LIMIT` seconds; ``None`` if nothing is left."""
+    """The second phase's clock: the method's own ``deadline`` (what the user's time limit
+    leaves; the phase's work is bounded by :data:`SECONDARY_NODES` / :data:`SECONDARY_WORK`,
+    not by a share of the clock); ``None`` if nothing is left."""
     left = deadline.remaining()
     if not left > 0:
         return None
-    return deadline.sub(min(SECONDARY_LIMIT, SECONDARY_SHARE * left))
+    return deadline
 
 
 def open_record(info: dict, objective: str, value: float, *, cap: float, evaluation=None) -> dict:
@@ -121,9 +133,11 @@ def run(phase: Callable[[Deadline, dict], Plan], keep: Plan, deadline: Deadline,
     ``record["proven"]``. If no time is left, or the phase raises
     :class:`~pipeopt.backends.deadline.DeadlineReached` (the clock ran out) or
     ``RuntimeError`` (the solver process crashed; :func:`pipeopt.backends.pulp.solve_pulp`
-    raises it), ``keep`` - the proven primary plan - is returned with ``proven=False`` and
-    the reason in the record (``stopped`` or ``error``), and whatever the phase wrote into
-    the record before it stopped is undone.
+    raises it), or it returns unproven after the clock ran out (its solver stopped by the
+    time limit rather than by its work limit), ``keep`` - the proven primary plan - is
+    returned with ``proven=False`` and the reason in the record (``stopped`` or ``error``),
+    and whatever the phase wrote into the record before it stopped is undone: a plan the
+    clock chose is never reported.
     """
     clock = budget(deadline)
     if clock is None:
@@ -133,8 +147,10 @@ def run(phase: Callable[[Deadline, dict], Plan], keep: Plan, deadline: Deadline,
     started = time.perf_counter()
     try:
         out = phase(clock, record)
-        record["seconds"] = time.perf_counter() - started
-        return out
+        if record.get("proven") or not clock.expired():
+            record["seconds"] = time.perf_counter() - started
+            return out
+        why = {"stopped": "the method's time limit ended the second phase before its work limit"}
     except DeadlineReached as stop:
         why = {"stopped": str(stop)}
     except RuntimeError as exc:  # the solver process crashed: keep the proven plan

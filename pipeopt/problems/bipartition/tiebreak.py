@@ -44,7 +44,7 @@ from ...errors import InvalidPlanError
 from .. import secondary
 from ..partition.tiebreak import SECONDARY
 from ..run_rows import add_run_rows, run_start_values
-from ..secondary import CAP_REL
+from ..secondary import CAP_REL, SECONDARY_NODES
 from .model import MODEL_UNIT, SOLVER_SLACK, cuts_of_rows, model_rows, start_of_rows
 from .problem import BipartitionProblem
 
@@ -65,7 +65,8 @@ def break_ties(problem: BipartitionProblem, cuts: tuple[list[int], list[int]], d
     cuts
         ``(forward cuts, backward cuts)`` of the proven optimal plan.
     deadline
-        The method's clock; the phase gets the shared budget (:func:`pipeopt.problems.secondary.budget`).
+        The method's clock; the phase runs on what is left of it with at most
+        :data:`~pipeopt.problems.secondary.SECONDARY_NODES` nodes (:func:`pipeopt.problems.secondary.budget`).
     info
         The result's info dict: ``info["secondary"]`` (:func:`pipeopt.problems.secondary.open_record`)
         records the objective, the returned plan's iteration time (``value``), the cap, the
@@ -118,7 +119,7 @@ def break_ties(problem: BipartitionProblem, cuts: tuple[list[int], list[int]], d
         starts.update(run_start_values(graph, t, Z, ops, scale)[1])
         starts.update({**start_of_rows(m.p, a0), **start_of_rows(m.q, b0), m.T.name: cap / scale})
         out = solve_pulp(m.prob, solver=solver, deadline=clock, rel_gap=REL_GAP, abs_gap=REL_GAP * MODEL_UNIT,
-                         threads=threads, seed=seed, warm_start=starts)
+                         threads=threads, seed=seed, warm_start=starts, node_limit=SECONDARY_NODES)
         rec["status"] = out.status
         if out.bound is not None:
             rec["bound"] = out.bound * scale * (1 - SOLVER_SLACK)
@@ -138,6 +139,8 @@ def break_ties(problem: BipartitionProblem, cuts: tuple[list[int], list[int]], d
             else:
                 rec["note"] = f"the solver's plan {a}, {b} is not admitted by evaluate (tolerances): not returned"
         rec["proven"] = out.status == "optimal" and admitted
+        if any("node limit" in x for x in out.notes):
+            rec["note"] = f"the event-time MILP stopped at its node limit ({SECONDARY_NODES} nodes)"
         return chosen
 
     return secondary.run(phase, (a0, b0), deadline, record)

@@ -80,7 +80,8 @@ import numpy as np
 import pulp
 
 from ...backends.deadline import Deadline, DeadlineReached
-from ...backends.pulp import SOLVERS, solve_pulp
+from ...backends.lazy import Verdict, resolve
+from ...backends.pulp import SOLVERS
 from ...cost import evaluate
 from ...cost.schedule import FLUSH_SCHEDULES, RunGraph, makespan, run_graph
 from ...errors import InvalidProblemError
@@ -144,8 +145,10 @@ class EventOutcome:
     status
         ``"optimal"`` (proven: value within :data:`~pipeopt.problems.partition.model.MILP_TOLERANCE`
         relative of bound), ``"feasible"`` (a split, no proof), ``"time_limit"`` (stopped at the
-        deadline, with the best split seen if any) or ``"infeasible"`` (proven: no split fits,
-        or none fits with period at most the cap).
+        deadline, with the best split seen if any), ``"node_limit"`` (stopped at the solver's node
+        limit, :func:`solve_events`'s ``node_limit``) or ``"infeasible"`` (proven: no split
+        fits, or none fits with period at most the cap). The loop that gets there is
+        :func:`pipeopt.backends.lazy.resolve`.
     info
         Solver and model details (for ``Result.info``).
     """
@@ -372,6 +375,7 @@ def solve_events(
     threads: int = 1,
     seed: int = 0,
     hint: list[int] | None = None,
+    node_limit: int | None = None,
 ) -> EventOutcome:
     """The straight split of least iteration time of M microbatches, exactly (module docstring).
 
@@ -400,6 +404,10 @@ def solve_events(
         Starts of stages 1..S-1 of a split to warm-start from (used if it fits and meets the
         cap); ``None``: the best of two quick splits (:func:`balanced_split`,
         :func:`heuristic_split`).
+    node_limit
+        Branch-and-bound nodes per solver run (``None``: no limit): a limit on work, not on
+        time, so a solve stopped by it returns the same split on every run (status
+        ``"node_limit"``).
 
     Returns
     -------
@@ -476,86 +484,37 @@ def solve_events(
     unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else model.time_unit
     info["time_unit"] = unit
 
-    bound = 0.0
     info["bound_source"] = "none (0)"
-    exclude: list = []
-    notes: list[str] = []
-    proven, last = False, "no_solution"
-    runs = 0
-    while True:
-        runs += 1
-        try:
-            lp, v = build_events(model, schedule, unit, period_cap=period_cap, exclude=exclude,
-                                 deadline=deadline)
-        except DeadlineReached as stop:
-            notes.append(str(stop))
-            last = "no_solution"
-            break
-        if lp is None:
-            if incumbent is None:
-                info.update(solver_runs=runs, notes=notes + ["memory or cap rows false on constants"])
-                return EventOutcome(None, math.inf, math.inf, "infeasible", info)
-            notes.append("rows false on constants although an admitted split is known: ignored")
-            last = "infeasible"
-            break
-        if runs == 1:
-            info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]),
-                        constraints=lp.numConstraints())
-        start = _start_values(problem, v, schedule, incumbent, unit) if incumbent is not None else None
-        out = solve_pulp(lp, solver=solver, deadline=deadline, rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP,
-                         threads=int(threads), seed=int(seed), warm_start=start)
-        info.update(out.info())
-        last = out.status
-        if out.bound is not None:
-            b = max(0.0, out.bound * unit * (1 - BOUND_SLACK))
-            info["solver_bound"] = b
-            if b > bound:
-                bound, info["bound_source"] = b, f"{solver} (run {runs})"
-        # Z >= 0: the model cannot be unbounded, so "unbounded (or infeasible)" means infeasible
-        unsure = any("unbounded or infeasible" in x for x in out.notes)
-        if out.status in ("infeasible", "unbounded") or unsure:
-            last = "infeasible"
-            if incumbent is None:
-                info.update(solver_runs=runs, notes=notes)
-                return EventOutcome(None, math.inf, math.inf, "infeasible", info)
-            notes.append("the solver said infeasible although an admitted split is known: no proof, ignored")
-            break
-        if not out.has_solution:
-            break
+
+    def build(exclude, clock):
+        return build_events(model, schedule, unit, period_cap=period_cap, exclude=exclude, deadline=clock)
+
+    def first(lp, v):
+        info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]),
+                    constraints=lp.numConstraints())
+
+    def read(v, out):
         y = v["y"]
-        starts = starts_from_cumulative({t: {c: out.value(y[t][c]) for c in y[t]} for t in y}, model)
-        info["solver_objective"] = out.objective * unit
+        return starts_from_cumulative({t: {c: out.value(y[t][c]) for c in y[t]} for t in y}, model)
+
+    def verdict(starts) -> Verdict:
         value, fits, over = score(starts)
         ok = capped(starts)
         if fits and ok:
-            if value < inc_value:
-                incumbent, inc_value = starts, value
-            proven = out.proven
-            break
-        if deadline.expired():
-            notes.append(f"solver plan {starts} not admitted (fits: {fits}, within cap: {ok}); not returned")
-            break
+            return Verdict(value, True)
         if not fits and over:
-            for t, a, b_ in over:
-                model.forbid(t, a, b_)
-            notes.append(f"solver plan {starts} breaks memory by evaluate: stages {over} removed, "
-                         "solved again")
-        else:
-            exclude.append(starts)
-            notes.append(f"solver plan {starts} not admitted (fits: {fits}, within cap: {ok}): cut off, "
-                         "solved again")
-    info["solver_runs"] = runs
-    if incumbent is not None:
-        bound = min(bound, inc_value)
-    tol = max(MILP_ABS_GAP * unit, MILP_TOLERANCE * inc_value) if incumbent is not None else 0.0
-    if proven and inc_value - bound <= tol:
-        status = "optimal"
-    elif incumbent is None or last in ("feasible", "no_solution") or deadline.expired():
-        status = "time_limit"
-    else:
-        status = "feasible"
-        if proven:
-            notes.append("the solver's optimum is not confirmed by the valid bound within the tolerance")
-    if notes:
-        info["notes"] = notes
-    return EventOutcome(incumbent, inc_value, bound, status, info)
+            def forbid() -> str:
+                for t, a, b_ in over:
+                    model.forbid(t, a, b_)
+                return f"stages {over} removed"
+            return Verdict(value, False, "breaks memory by evaluate", cut=forbid)
+        return Verdict(value, False, f"not admitted (fits: {fits}, within cap: {ok})")
+
+    lazy = resolve(build, lambda v, starts: _start_values(problem, v, schedule, starts, unit), read, verdict,
+                   deadline=deadline, unit=unit, incumbent=incumbent, value=inc_value, solver=solver,
+                   rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP, tolerance=MILP_TOLERANCE, bound_slack=BOUND_SLACK,
+                   threads=threads, seed=seed, node_limit=node_limit, info=info, on_first=first,
+                   empty_note="memory or cap rows false on constants")
+    if lazy.notes:
+        info["notes"] = lazy.notes
+    return EventOutcome(lazy.plan, lazy.value, lazy.bound, lazy.status, info)

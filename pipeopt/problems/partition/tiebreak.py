@@ -8,18 +8,22 @@ optimum T* is proven:
 
 1. **the iteration time of M microbatches under 1F1B with a flush** (M =
    ``settings.microbatches``), minimised over the splits whose period is at most T*
-   (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`), by the event-time
-   MILP of :mod:`pipeopt.problems.partition.events` (the window rows cap the period);
+   (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`): first a deterministic
+   descent that moves one cut at a time (:func:`descend`), then, when the model is small
+   enough (:data:`EVENTS_SIZE`), the event-time MILP of :mod:`pipeopt.problems.partition.events`
+   from the descent's split (the window rows cap the period);
 2. then **peak memory**, as the order between splits of equal iteration time: not
    optimised (the MILP returns one of them), and said so in ``info["secondary"]``.
 
 The DP, the MILP and the CP-SAT model all call :func:`break_ties` with their proven plan as
 the warm start, so they return plans of equal primary and secondary value when the second
 phase is proven. The budget, the record ``info["secondary"]`` and the guard against a
-stopped or crashed solver are those of every problem (:mod:`pipeopt.problems.secondary`:
-:data:`SECONDARY_SHARE` of the clock, at most :data:`SECONDARY_LIMIT`); if the budget runs
-out first the best tied split found so far is kept and ``info["secondary"]["proven"]`` is
-False. The replicated-one-order space has no second phase (the event-time model covers one worker per
+stopped or crashed solver are those of every problem (:mod:`pipeopt.problems.secondary`): the
+event-time MILP runs on the method's own clock with at most :data:`SECONDARY_NODES`
+branch-and-bound nodes per solve - a work limit, so the same call returns the same split
+whatever the machine's load. If the node limit ends it, the best tied split found is kept and
+``info["secondary"]["proven"]`` is False; if the method's time limit ends it, the proven split
+is returned unchanged (``stopped``). The replicated-one-order space has no second phase (the event-time model covers one worker per
 stage); its results say so. Bi-Partition breaks its ties by the same objective
 (:mod:`pipeopt.problems.bipartition.tiebreak`).
 """
@@ -33,7 +37,7 @@ import numpy as np
 from ...backends.deadline import Deadline
 from ...cost import evaluate
 from .. import secondary
-from ..secondary import SECONDARY_LIMIT, SECONDARY_SHARE  # noqa: F401 - the budget, named in the docstring
+from ..secondary import SECONDARY_NODES
 from .events import CAP_REL, solve_events
 from .problem import PartitionProblem
 
@@ -75,6 +79,69 @@ def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
     return bool(second[n] < np.inf)
 
 
+EVENTS_SIZE = 4000
+"""The largest event-time MILP the second phase solves, as ``S (S - 1)(n - S)`` (its binaries
+times the stages): a rule on the instance, not on the clock. Measured (HiGHS, one thread, the
+machine loaded by others): PipeDream profiles at S = 4 (sizes 400-3,900) in 0.6-1.3 s, VGG-16,
+AlexNet and GNMT at S = 8 (800-2,100) in 2.7-7.6 s; ResNet-50 at S = 8 (9,400) took 30 s, almost
+all of it in HiGHS's root (cuts and sub-MIP heuristics, which a node limit does not bound).
+Larger models keep the descent's split (:func:`descend`), with ``proven`` False."""
+
+DESCENT_STEPS = (1, 2)
+"""Units by which :func:`descend` moves one cut."""
+
+DESCENT_EVALUATIONS = 500
+"""Most plans :func:`descend` evaluates: a work limit, so it ends at the same split on every run."""
+
+
+def milp_size(problem: PartitionProblem) -> int:
+    """``S (S - 1)(n - S)``: the event-time MILP's binaries times its stages (:data:`EVENTS_SIZE`)."""
+    S, n = problem.stages, problem.n
+    return S * (S - 1) * max(n - S, 0)
+
+
+def descend(problem: PartitionProblem, starts: list[int], value: float, cap: float,
+            deadline: Deadline | None = None) -> tuple[list[int], float]:
+    """A deterministic descent over the tied splits: move one cut by :data:`DESCENT_STEPS` units
+    either way (cuts in order, steps in order, first improvement taken) while the split keeps
+    its period at most ``cap (1 + CAP_REL)``, fits in memory and its 1F1B-flush iteration time
+    (``evaluate(...).iteration_time``) drops by more than float noise; at most
+    :data:`DESCENT_EVALUATIONS` plans evaluated.
+
+    Returns
+    -------
+    (starts, iteration time)
+        The split it ends at (``starts`` if no move helps) and its iteration time (seconds).
+    """
+    inst, n = problem.instance, problem.n
+    best, best_value, evaluations = list(starts), float(value), 0
+    moved = True
+    while moved and evaluations < DESCENT_EVALUATIONS:
+        moved = False
+        for t in range(len(best)):
+            for step in DESCENT_STEPS:
+                for cand_t in (best[t] - step, best[t] + step):
+                    lo = best[t - 1] if t else 0
+                    hi = best[t + 1] if t + 1 < len(best) else n
+                    if not lo < cand_t < hi:
+                        continue
+                    cand = best[:t] + [cand_t] + best[t + 1:]
+                    if problem.period(cand) > cap * (1 + CAP_REL) or evaluations >= DESCENT_EVALUATIONS:
+                        continue
+                    if deadline is not None:
+                        deadline.check("the tie-break's descent")
+                    evaluations += 1
+                    ev = evaluate(inst, problem.plan(cand))
+                    if ev.feasible and ev.iteration_time < best_value * (1 - 1e-12):
+                        best, best_value, moved = cand, float(ev.iteration_time), True
+                        break
+                if moved:
+                    break
+            if moved:
+                break
+    return best, best_value
+
+
 def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline, info: dict, *,
                solver: str = "cbc", threads: int = 1, seed: int = 0) -> list[int]:
     """The split of least 1F1B-flush iteration time among those of period <= the period of
@@ -89,8 +156,8 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     starts
         The proven optimal split (stage starts after the first).
     deadline
-        The method's clock; the second phase gets :data:`SECONDARY_SHARE` of what is left of
-        it, at most :data:`SECONDARY_LIMIT` seconds.
+        The method's clock (the second phase runs on what is left of it, with at most
+        :data:`SECONDARY_NODES` nodes per solve).
     info
         The result's info dict: ``info["secondary"]`` (:func:`pipeopt.problems.secondary.open_record`)
         records the objective, the chosen split's iteration time (``value``), the cap, the
@@ -121,14 +188,24 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
         return list(starts)
 
     def phase(clock: Deadline, rec: dict) -> list[int]:
+        chosen, value = descend(problem, list(starts), rec["value"], period, clock)
+        if chosen != list(starts):
+            secondary.settle(rec, value, evaluate(inst, problem.plan(chosen)))
+            rec["descent"] = value
+        size = milp_size(problem)
+        if size > EVENTS_SIZE:
+            rec.update(status="not run", note=f"the event-time MILP's size S (S - 1)(n - S) = {size} exceeds "
+                       f"EVENTS_SIZE = {EVENTS_SIZE}: the descent's split, no proof")
+            return chosen
         out = solve_events(problem, "1f1b", period_cap=period, deadline=clock, solver=solver,
-                           threads=threads, seed=seed, hint=list(starts))
+                           threads=threads, seed=seed, hint=list(chosen), node_limit=SECONDARY_NODES)
         rec.update(bound=out.bound, status=str(out.status))
-        chosen = list(starts)
         if out.starts is not None and out.value < rec["value"] and problem.period(out.starts) <= period * (1 + CAP_REL):
             chosen = list(out.starts)
             secondary.settle(rec, out.value, evaluate(inst, problem.plan(chosen)))
         rec["proven"] = str(out.status) == "optimal"
+        if out.status == "node_limit":
+            rec["note"] = f"the event-time MILP stopped at its node limit ({SECONDARY_NODES} nodes per solve)"
         return chosen
 
     return secondary.run(phase, list(starts), deadline, record)

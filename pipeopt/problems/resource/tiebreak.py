@@ -24,7 +24,7 @@ CP-SAT) breaks these ties the same way, once its primary optimum is proven
 objective, :mod:`pipeopt.problems.partition.tiebreak`): under split execution a stage's op
 times are ``1 / sum_k beta_k R_k / F_k`` - not linear in the shares, and the grouping makes R a
 variable too - so an event-time model of M microbatches over the partition, the grouping and
-the shares is a non-convex MINLP, far from the second phase's one-second budget. The latency
+the shares is a non-convex MINLP, far beyond what a tie-break should cost. The latency
 is the fill-and-drain part of that iteration time and the left side of the widest window row
 (stages 0..S-1); with the shares fixed at T* it is
 additive over the stages, so it is optimised exactly by one DP (:class:`LatencyDP`) for both
@@ -43,7 +43,10 @@ problems, run from the last stage back at T*:
   non-empty sub-vector of what is left. O(S n^2) for the joint problem; for grouping O(S n^2)
   times the pairs (count vector, sub-vector), ``prod_c (m_c + 1)(m_c + 2) / 2`` for classes of
   m_c devices (36 to 1,296 on the shipped 4- and 8-device mixes, 50,625 on the 16-device one).
-  When the budget runs out first the proven plan is kept and ``proven`` is False.
+  The DP's size is counted before it runs (:meth:`LatencyDP.work`); above
+  :data:`~pipeopt.problems.secondary.SECONDARY_WORK` it does not run, and the proven plan is
+  kept with ``proven`` False - a rule on the instance's size, not on the clock, so the same call
+  returns the same plan on every run.
 
 The budget, the record and the guard are the shared ones (:mod:`pipeopt.problems.secondary`).
 Every method gets the same answer whatever its primary search, so DP, MILP and CP-SAT return
@@ -53,6 +56,7 @@ plans of equal latency whenever they prove the same primary optimum.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -110,6 +114,11 @@ class LatencyDP:
             self.sizes = (1,) * S
             self.options = [[tuple(int(c == s) for c in range(S))] for s in range(S)]
         self.D, _ = rules.window_tokens([S - s for s in range(S)], np.ones(S), [True] * S)
+        n = problem.n
+        pairs = math.prod((m + 1) * (m + 2) // 2 for m in self.sizes) if isinstance(problem, GroupProblem) else 1
+        self.work = S * pairs * (n + 1) ** 2
+        """Table entries the DP may touch, at most: S x (devices held after, worker) pairs x
+        (n + 1)^2 (the pairs: ``prod_c (m_c + 1)(m_c + 2) / 2`` over the classes when grouping)."""
         self._busy: dict = {}
         self._stage: dict = {}
 
@@ -244,7 +253,8 @@ def break_ties(problem: ResourceProblem, starts: list[int], groups: list, deadli
     starts, groups
         The proven optimal plan: stage starts after the first, and each stage's devices.
     deadline
-        The method's clock; the phase gets the shared budget (:func:`pipeopt.problems.secondary.budget`).
+        The method's clock; the phase runs on what is left of it (:func:`pipeopt.problems.secondary.budget`),
+        if the DP's size is within :data:`~pipeopt.problems.secondary.SECONDARY_WORK`.
     info
         The result's info dict: ``info["secondary"]`` (:func:`pipeopt.problems.secondary.open_record`):
         the objective, the returned plan's latency (``value``), the cap T*, whether it was
@@ -272,7 +282,12 @@ def break_ties(problem: ResourceProblem, starts: list[int], groups: list, deadli
     record["limit"] = T
 
     def phase(clock: Deadline, rec: dict) -> Plan:
-        found = LatencyDP(problem, T).solve(clock)
+        dp = LatencyDP(problem, T)
+        if dp.work > secondary.SECONDARY_WORK:
+            rec["note"] = (f"the latency DP would touch {dp.work:.3g} table entries, above the second phase's "
+                           f"work limit ({secondary.SECONDARY_WORK:.3g}): the proven plan is kept")
+            return primary
+        found = dp.solve(clock)
         if found is None:  # pragma: no cover - the proven plan itself passes T
             rec["note"] = "the DP found no plan within the cap (float rounding): the proven plan is kept"
             return primary
