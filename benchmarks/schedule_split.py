@@ -83,7 +83,7 @@ def rows_for(name: str, inst, p: int, m: int, schedules, time_limit: float):
                "status": res.status, "optimum_ms": ms(res.objective), "bound_ms": ms(bound),
                "proof_gap": res.gap, "solve_s": round(res.runtime, 2), "binaries": res.info.get("binaries"),
                "ops": res.info.get("ops")}
-        for key, method in (("uniform", "uniform"), ("torchtitan", "torchtitan"), ("best1f1b", "best-1f1b")):
+        for key, method in (("uniform", "uniform"), ("torchtitan", "torchtitan"), ("best1f1b", "best_1f1b")):
             try:
                 b = BASELINES[method](pr, time_limit=time_limit)
                 row[f"{key}_ms"] = ms(b.objective)

@@ -176,6 +176,10 @@ def run(
     threads: int | None = None,
     out: str | Path | None = None,
     resume: bool = False,
+    schedule=None,
+    microbatches: int | None = None,
+    stages_per_rank: int | None = None,
+    w_placement: str | None = None,
 ) -> pd.DataFrame:
     """Run ``methods`` of ``problem`` on every instance and size; return tidy rows.
 
@@ -230,6 +234,19 @@ def run(
     resume
         Keep the rows already in ``out`` (a CSV) and run only the tasks that have none; the
         sweep must be the one that wrote them (same instances, sizes and methods).
+    schedule, microbatches, stages_per_rank, w_placement
+        The schedule problem's options (``problem="schedule"``; refused for another problem):
+        ``schedule`` a name in any spelling of :func:`pipeopt.schedules.schedule_name`, a list
+        of them, or ``"auto"`` (every torch schedule; default ``"1F1B"``), each schedule its
+        own rows (space ``schedule:<name>``, so a gap is taken to the same schedule's exact
+        bound), ``stages`` being the ranks p; ``microbatches`` m (default: each instance's
+        ``settings.microbatches``); ``stages_per_rank`` v (with ``"auto"``, for the schedules
+        that take any v); ``w_placement`` ``"schedule"`` or ``"free"`` (with ``"auto"``, free
+        applies to the zero-bubble schedules). ``time_limit`` is per solve, as for every
+        problem (one schedule's exact solve is one row; ``pipeopt solve --schedule auto``
+        shares one deadline among the schedules instead). The ``simulated`` column holds the
+        simulator's iteration time for GPipe and 1F1B on one stage per rank (the schedules it
+        plays), else NaN; ``objective_name`` is ``iteration``.
 
     A task that fails - a method that raises, a solver or worker process that dies - becomes
     a row with status ``error`` naming the failure, never the end of the sweep.
@@ -266,13 +283,15 @@ def run(
     stages = _counts(stages, "stages")
     workers = _counts(workers, "workers")
     _check_arguments(problem, methods, time_limit, solver, seed)
+    schedule_options = _schedule_options(schedule, microbatches, stages_per_rank, w_placement)
     runner = sweep.executor(jobs=jobs, dask=dask)
     threads = _threads(threads, runner.parallel)
     out = _check_out(out, resume)
     loaded = _load_all(instances, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory)
-    _refuse_unused(loaded, problem, stages=stages, workers=workers, replication=replication)
+    _refuse_unused(loaded, problem, stages=stages, workers=workers, replication=replication,
+                   **{k: v for k, v in schedule_options.items() if k != "schedules"})
     tasks = [task for inst in loaded
-             for task in _tasks(inst, problem, methods, every_method, stages, workers, replication)]
+             for task in _tasks(inst, problem, methods, every_method, stages, workers, replication, schedule_options)]
     options = {"time_limit": time_limit, "solver": solver, "seed": seed, "threads": threads}
     bar = tqdm(total=len(tasks), disable=not progress, desc="bench", unit="solve", leave=False)
     try:
@@ -286,6 +305,49 @@ def run(
         except OSError as exc:
             raise WriteError(f"cannot write the rows to {out}: {exc.strerror or exc}") from None
     return df
+
+
+def _schedule_options(schedule, microbatches, stages_per_rank, w_placement) -> dict:
+    """The schedule problem's options as given (``None`` left out), checked before any work:
+    ``{"schedule": ..., "schedules": [canonical names] | None (auto), ...}``."""
+    from .problems.schedule.choose import schedule_name_or_auto
+
+    given = {"schedule": schedule, "microbatches": microbatches, "stages_per_rank": stages_per_rank,
+             "w_placement": w_placement}
+    out = {k: v for k, v in given.items() if v is not None}
+    if schedule is not None:
+        names = [schedule] if isinstance(schedule, str) else list(schedule)
+        if not names:
+            raise InvalidProblemError("schedule is an empty list; give a name, a list of names, or 'auto'")
+        canon = [schedule_name_or_auto(n) for n in names]
+        out["schedules"] = None if "auto" in canon else list(dict.fromkeys(canon))
+    return out
+
+
+def _schedule_sizes(size: dict, options: dict) -> list[tuple[dict, str]]:
+    """``(problem options, space)`` of each schedule the schedule problem's rows run at one
+    size (:func:`run`'s ``schedule``: one name, several, or every one with ``"auto"``)."""
+    from .problems.schedule.choose import SPLITS_BACKWARD
+    from .problems.schedule.problem import schedule_space
+    from .schedules import TORCH_SCHEDULES
+    from .schedules.torch_orders import STAGES_PER_RANK
+
+    auto = "schedule" in options and options.get("schedules") is None
+    names = list(TORCH_SCHEDULES) if auto else options.get("schedules") or ["1F1B"]
+    out = []
+    for name in names:
+        opts = {**size, "schedule": name}
+        if "microbatches" in options:
+            opts["microbatches"] = options["microbatches"]
+        if "stages_per_rank" in options and not (auto and name in STAGES_PER_RANK):
+            opts["stages_per_rank"] = options["stages_per_rank"]
+        wp = options.get("w_placement", "schedule")
+        if auto and name not in SPLITS_BACKWARD:
+            wp = "schedule"
+        if wp != "schedule":
+            opts["w_placement"] = wp
+        out.append((opts, schedule_space(name, wp)))
+    return out
 
 
 def _threads(threads, parallel: bool) -> int:
@@ -397,7 +459,7 @@ def _refuse_unused(loaded, problem, **given) -> None:
         print(f"note: {option} not used by the {' and '.join(problems)} problem on {', '.join(i for i, _ in where)}")
 
 
-def _tasks(inst, problem, methods, every_method, stages, workers, replication) -> list[tuple]:
+def _tasks(inst, problem, methods, every_method, stages, workers, replication, schedule_options=None) -> list[tuple]:
     """``(instance, problem, size, method, space)`` of every solve to run on ``inst``."""
     name = registry.auto_problem(inst) if problem == "auto" else problem
     if methods is None:
@@ -414,13 +476,19 @@ def _tasks(inst, problem, methods, every_method, stages, workers, replication) -
     tasks = []
     for size in registry.sizes(name, inst, stages=stages if "stages" in takes else None,
                                workers=workers if "workers" in takes else None):
-        try:  # can the problem be posed at all? (say so once, not once per method)
-            registry.problem_class(name)(inst, **size)
-        except PipeoptError as exc:
-            label = ", ".join(f"{'S' if k == 'stages' else 'q'}={v}" for k, v in size.items())
-            print(f"skipped {inst.name} ({label}) for {name}: {exc}")
-            continue
-        tasks.extend((inst, name, size, spec, space) for spec in specs for space in space_of[spec.name])
+        posed = [(size, None)]
+        if name == "schedule":  # one set of rows per schedule, in its own space
+            posed = _schedule_sizes(size, schedule_options or {})
+        for opts, fixed_space in posed:
+            try:  # can the problem be posed at all? (say so once, not once per method)
+                registry.problem_class(name)(inst, **opts)
+            except PipeoptError as exc:
+                label = ", ".join(f"{'S' if k == 'stages' else 'q' if k == 'workers' else k}={v}"
+                                  for k, v in opts.items())
+                print(f"skipped {inst.name} ({label}) for {name}: {exc}")
+                continue
+            tasks.extend((inst, name, opts, spec, space) for spec in specs
+                         for space in ([fixed_space] if fixed_space else space_of[spec.name]))
     return tasks
 
 
@@ -441,7 +509,7 @@ def _base_row(inst, name, size, spec, space) -> dict:
         "method": spec.name,
         "exact": spec.exact,
         "space": space,
-        "objective_name": inst.settings.objective,
+        "objective_name": "iteration" if name == "schedule" else inst.settings.objective,
         "objective": math.nan,
         "simulated": math.nan,
         "lower_bound": math.nan,
@@ -469,7 +537,9 @@ def _row(inst, name, size, spec, space, **solve_options) -> dict:
             space=res.space,
             runtime=res.runtime,
         )
-        if res.plan is not None and math.isfinite(res.objective):
+        if name == "schedule":
+            row["simulated"] = simulated_schedule(inst, res)
+        elif res.plan is not None and math.isfinite(res.objective):
             row["simulated"] = simulated(inst, res.plan)
         if res.evaluation is not None and res.evaluation.violations:
             row["note"] = "; ".join(res.evaluation.violations)[:200]
@@ -498,6 +568,17 @@ def simulated(instance: Instance, plan) -> float:
     split = all(st.beta is not None for st in plan.stages)
     sim = simulate(instance, plan, schedule="split" if split else "1f1b")
     return sim.time_per_microbatch if objective == "bottleneck" else sim.iteration_time
+
+
+def simulated_schedule(instance: Instance, res) -> float:
+    """The simulator's iteration time of a schedule problem's result when the simulator plays
+    its schedule - GPipe or 1F1B on one stage per rank, in the schedule's own order - else NaN
+    (the other schedules are played only by the schedule executor, the result's evaluation)."""
+    info = res.info
+    if (res.plan is None or info.get("schedule") not in ("GPipe", "1F1B") or info.get("stages_per_rank") != 1
+            or "order" in info or not math.isfinite(res.objective)):
+        return math.nan
+    return simulate(instance, res.plan, schedule=info["schedule"], microbatches=info["microbatches"]).iteration_time
 
 
 def add_gaps(df: pd.DataFrame) -> pd.DataFrame:

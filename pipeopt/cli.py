@@ -119,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dask", metavar="ADDRESS",
                    help="run the solves on a Dask cluster: a scheduler address (tcp://host:8786), or 'local' "
                         "(a local cluster of --jobs workers); needs pip install \"pipeopt[dask]\"")
+    b.add_argument("--schedule", nargs="+", metavar="NAME|auto",
+                   help="the schedule problem (implies --problem schedule): the schedules whose chunks to split on "
+                        "--stages ranks (torch's names, any case, or gpipe/1f1b/interleaved/looped/zb/zbv/dualpipev; "
+                        "auto: every one), each its own rows")
+    b.add_argument("--microbatches", type=MICROBATCHES, help="m with --schedule (default: each instance's)")
+    b.add_argument("--stages-per-rank", type=COUNT, help="v with --schedule for the interleaved schedules (default 2)")
+    b.add_argument("--w-placement", choices=["schedule", "free"],
+                   help="with --schedule: the schedule's W places (default) or free W placement (zero-bubble schedules)")
     b.add_argument("--resume", action="store_true",
                    help="keep the rows already in --out (a CSV left by the same sweep) and run only the rest")
     _common(b, time_limit=BENCH_TIME_LIMIT)
@@ -131,9 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--save-plan", help="write the plan as JSON (for simulate/show --plan)")
     s.add_argument("--schedule", metavar="NAME|auto",
-                   help="split the layers into the chunks of a torch.distributed.pipelining schedule (GPipe, 1F1B, "
-                        "Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) on --stages "
-                        "ranks, exactly; auto: every schedule, a table of their optima and the least iteration time")
+                   help="the schedule problem: split the layers into the chunks of a torch.distributed.pipelining "
+                        "schedule (GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, "
+                        "DualPipeV; any case, class names, or gpipe/1f1b/interleaved/looped/zb/zbv/dualpipev) on "
+                        "--stages ranks, exactly; auto: every schedule under one --time-limit, a table of their "
+                        "optima and the least iteration time")
     s.add_argument("--microbatches", type=MICROBATCHES, help="m with --schedule (default: the instance's)")
     s.add_argument("--stages-per-rank", type=COUNT, help="v with --schedule for the interleaved schedules (default 2)")
     s.add_argument("--w-placement", choices=["schedule", "free"], default="schedule",
@@ -147,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--workers", type=COUNT)
     m.add_argument("--method", help="method (default: the problem's first exact method)")
     m.add_argument("--plan", help="a plan JSON written by solve --save-plan (instead of solving)")
-    m.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "async", "split"])
+    m.add_argument("--schedule", default="1F1B",
+                   help="the schedule: 1F1B (default; also Schedule1F1B, 1f1b), GPipe, async (PipeDream), "
+                        "split (Duan & Wu); any case")
     m.add_argument("--microbatches", type=MICROBATCHES, default=8)
     m.add_argument("--json", action="store_true")
     m.add_argument("--gantt", help="also write a Gantt chart PNG here")
@@ -160,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--method", help="method (default: the problem's first exact method)")
     w.add_argument("--plan", help="a plan JSON written by solve --save-plan")
     w.add_argument("--out", default="plan.png")
-    w.add_argument("--schedule", choices=["gpipe", "1f1b", "async", "split"], help="draw a Gantt chart of this schedule")
+    w.add_argument("--schedule", help="draw a Gantt chart of this schedule (1F1B, GPipe, async, split; any case)")
     w.add_argument("--microbatches", type=MICROBATCHES, default=8)
     _common(w)
 
@@ -184,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument of the model factory, as given to profile (repeatable)")
     r.add_argument("--instance", help="its profiled instance: execution order and the prediction to compare with")
-    r.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"])
+    r.add_argument("--schedule", default="1F1B", help="torch's Schedule1F1B (default) or ScheduleGPipe (any case)")
     r.add_argument("--microbatches", type=MICROBATCHES, default=4)
     r.add_argument("--iterations", type=_integer("iterations", 1, 10**6), default=5)
     r.add_argument("--warmup", type=_integer("warmup", 0, 10**6), default=2)
@@ -265,9 +277,10 @@ def cmd_bench(args) -> int:
     if not paths:
         raise PipeoptError("no instances given and none shipped in ./instances (run `pipeopt zoo`)")
     _check_writable(args.out)
+    problem = "schedule" if args.schedule and args.problem == "auto" else args.problem
     df = bench.run(  # writes each row to --out as it finishes, then all rows in order
         paths,
-        problem=args.problem,
+        problem=problem,
         stages=args.stages,
         workers=args.workers,
         methods=args.methods or None,
@@ -283,6 +296,10 @@ def cmd_bench(args) -> int:
         dask=args.dask,
         out=args.out,
         resume=args.resume,
+        schedule=args.schedule,
+        microbatches=args.microbatches,
+        stages_per_rank=args.stages_per_rank,
+        w_placement=args.w_placement,
     )
     if df.empty:
         raise InvalidProblemError("no rows: every instance or size was skipped (see the messages above)")
@@ -295,53 +312,57 @@ def cmd_bench(args) -> int:
 
 
 def _solve_schedule(args, inst) -> int:
-    """``pipeopt solve --schedule NAME|auto``: the exact split of each named schedule's chunks
-    (:mod:`pipeopt.problems.schedule`), a table of their optima, the least iteration time."""
-    from .problems.schedule.choose import best_schedule, schedule_table, solve_schedules
+    """``pipeopt solve --schedule NAME|auto`` (or ``--problem schedule``): the schedule problem
+    through the one door - :func:`pipeopt.solve` for one schedule,
+    :func:`pipeopt.problems.schedule.choose.solve_schedules` (every schedule under one
+    deadline, ``--time-limit`` for all of them) for ``auto`` - a table of the results and the
+    least iteration time."""
+    from .problems.schedule.choose import best_schedule, schedule_name_or_auto, schedule_table, solve_schedules
+    from .solve import solve
 
-    if args.method or args.workers or args.replication or args.problem not in ("auto", "partition"):
-        raise InvalidProblemError("--schedule splits a schedule's chunks; drop --method, --workers, --replication, --problem")
-    ranks = args.stages or len(inst.cluster.devices)
-    m = args.microbatches or inst.settings.microbatches
-    names = None if args.schedule.lower() == "auto" else [args.schedule]
-    results = solve_schedules(inst, ranks, m, names, stages_per_rank=args.stages_per_rank,
-                              time_limit=args.time_limit, solver=args.solver, seed=args.seed,
-                              w_placement=args.w_placement)
-    if names is not None and not hasattr(results[0], "starts"):
-        raise InvalidProblemError(results[0][1])
+    if args.workers or args.replication:
+        raise InvalidProblemError("--schedule splits a schedule's chunks on --stages ranks;"
+                                  " drop --workers, --replication")
+    if args.problem not in ("auto", "schedule"):
+        raise InvalidProblemError(f"--schedule poses the schedule problem; drop --problem {args.problem}")
+    which = schedule_name_or_auto(args.schedule or "1F1B")
+    options = {"stages_per_rank": args.stages_per_rank, "w_placement": args.w_placement}
+    if which == "auto":
+        results = solve_schedules(inst, args.stages, args.microbatches, None, time_limit=args.time_limit,
+                                  solver=args.solver, seed=args.seed, method=args.method or "milp", **options)
+    else:
+        results = [solve(inst, problem="schedule", method=args.method, time_limit=args.time_limit, solver=args.solver,
+                         seed=args.seed, schedule=which, stages=args.stages, microbatches=args.microbatches,
+                         **options)]
     best, proven = best_schedule(results)
     if args.save_plan and best is not None:
-        from .schedules import chunk_plan
-
-        plan = chunk_plan(inst, best.execution.schedule, best_chunks(inst, best))
-        _write(args.save_plan, lambda path: path.write_text(json.dumps(plan.to_dict(), indent=1)))
+        _write(args.save_plan, lambda path: path.write_text(json.dumps(best.plan.to_dict(), indent=1)))
     if args.json:
-        rows = [{"schedule": r.schedule, "status": r.status, "iteration_time": r.objective, "lower_bound": r.lower_bound,
-                 "starts": r.starts, "runtime": r.runtime, "w_placement": r.info.get("w_placement"),
-                 "order": None if r.order is None else [[str(a) for a in r.order.actions(k)]
-                                                        for k in range(r.order.ranks)]}
-                if hasattr(r, "starts") else {"schedule": r[0], "refused": r[1]}
+        rows = [{"schedule": r.info["schedule"], "method": r.method, "status": str(r.status),
+                 "iteration_time": r.objective if r.plan is not None else None, "lower_bound": r.lower_bound,
+                 "starts": r.info["starts"], "runtime": r.runtime, "w_placement": r.info.get("w_placement"),
+                 "space": r.space,
+                 "order": None if r.evaluation is None else [[str(a) for a in r.evaluation.schedule.actions(k)]
+                                                             for k in range(r.evaluation.schedule.ranks)]}
+                if not isinstance(r, tuple) else {"schedule": r[0], "refused": r[1]}
                 for r in results]
-        print(json.dumps(_jsonable({"best": best.schedule if best else None, "proven_best": proven, "schedules": rows})))
+        print(json.dumps(_jsonable({"best": best.info["schedule"] if best else None, "proven_best": proven,
+                                    "schedules": rows})))
         return 0
+    ranks = args.stages or len(inst.cluster.devices)
+    m = args.microbatches or inst.settings.microbatches
     print(f"{inst.name}: {inst.num_layers} layers, {ranks} ranks, {m} microbatches")
     print(schedule_table(results))
     if best is None:
         print("no schedule has a split that fits")
         return 0
     how = "proven least" if proven else "least found (not proven: see the bounds)"
-    print(f"\nbest: {best.schedule}, iteration {best.objective * 1e3:.4f} ms ({how})")
-    print(best.execution.summary())
+    print(f"\nbest: {best.info['schedule']}, iteration {best.objective * 1e3:.4f} ms ({how})")
+    print(best.evaluation.summary())
     if best.info.get("w_placement") == "free":
-        print("action order (W's placed with the split):\n" + "\n".join(str(best.order).splitlines()[1:]))
-    for s, layers in enumerate(best_chunks(inst, best)):
-        print(f"  chunk {s} on rank {best.execution.schedule.placement[s]}: {len(layers)} layers [{layers[0]} .. {layers[-1]}]")
+        print("action order (W's placed with the split):\n" + "\n".join(str(best.evaluation.schedule).splitlines()[1:]))
+    print("\n".join(best.evaluation.chunk_lines(best.plan)))
     return 0
-
-
-def best_chunks(inst, best):
-    """The layer tuples of a schedule result's chunks."""
-    return inst.chain.stages_from_cuts(best.starts)
 
 
 def cmd_solve(args) -> int:
@@ -349,7 +370,7 @@ def cmd_solve(args) -> int:
     if args.save_plan:
         _check_writable(args.save_plan)
     inst = _instance(args)
-    if getattr(args, "schedule", None):
+    if getattr(args, "schedule", None) or args.problem == "schedule":
         return _solve_schedule(args, inst)
     res = _solve(args, inst)
     if args.save_plan and res.plan is not None:

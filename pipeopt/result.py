@@ -55,7 +55,12 @@ class Result:
     plan
         The plan (``None`` if no plan was found).
     evaluation
-        ``evaluate(instance, plan)``; ``objective`` is always read from it.
+        ``evaluate(instance, plan)``; ``objective`` is always read from it. For the schedule
+        problem (:mod:`pipeopt.problems.schedule`) the plan's chunks run one of torch's
+        schedules and the evaluation is their :class:`pipeopt.schedules.Execution` (the
+        schedule executor, :func:`pipeopt.schedules.run_schedule`: ``objective`` its
+        iteration time, ``feasible`` and ``violations`` its ranks' memory), the claims check
+        the same.
     status
         :class:`Status`.
     lower_bound
@@ -189,7 +194,10 @@ class Result:
         lines[0] += f"  space {self.space}  ({self.runtime:.2f} s)"
         if "objective" in self.info:
             lines.append(f"  objective: {self.info['objective']}")
-        if self.plan is not None and self.evaluation is not None:
+        if self.plan is not None and hasattr(self.evaluation, "chunk_lines"):  # a schedule's execution
+            lines += ["  " + x for x in self.evaluation.summary().splitlines()]
+            lines += self.evaluation.chunk_lines(self.plan)
+        elif self.plan is not None and self.evaluation is not None:
             for i, st in enumerate(self.plan.stages):
                 e = self.evaluation
                 extra = f" x{st.replicas}" if st.replicas > 1 else ""

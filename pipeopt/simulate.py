@@ -646,7 +646,9 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
         :class:`pipeopt.Plan` (checked by :func:`pipeopt.cost.check_plan`). Op and transfer
         durations come from :func:`pipeopt.evaluate` (see the module docstring).
     schedule
-        ``"gpipe"``, ``"1f1b"`` (default), ``"async"`` or ``"split"``.
+        ``"gpipe"``, ``"1f1b"`` (default), ``"async"`` or ``"split"``, in any spelling of
+        :func:`pipeopt.schedules.schedule_name` (``"GPipe"``, ``"Schedule1F1B"``,
+        ``"pipedream"``, ...); the result names it by these keys.
     microbatches
         M >= 1; default ``instance.settings.microbatches``.
     half_duplex
@@ -687,8 +689,9 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     >>> math.isclose(sim.iteration_time, sim.analytic_iteration_time, rel_tol=1e-9)  # doctest: +SKIP
     True
     """
-    if schedule not in SCHEDULES:
-        raise InvalidProblemError(f"unknown schedule {schedule!r}; choose from {SCHEDULES}")
+    from .schedules.names import schedule_key
+
+    schedule = schedule_key(schedule)  # the one vocabulary: "GPipe", "Schedule1F1B", "1f1b", ... -> its key
     if not isinstance(half_duplex, (bool, np.bool_)):
         raise InvalidProblemError(f"half_duplex must be True or False, got {half_duplex!r}")
     if not isinstance(instance, Instance):

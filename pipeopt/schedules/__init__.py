@@ -3,7 +3,9 @@ each over m microbatches, their placement of stages on ranks and their memory ru
 (:mod:`.actions`); the seven schedules torch.distributed.pipelining ships
 (:mod:`.torch_orders`); the iteration as a graph of operations (:mod:`.dag`) and its
 execution with a plan's per-chunk durations (:mod:`.execute`); where a zero-bubble schedule's
-W actions may go (:mod:`.w_gaps`).
+W actions may go (:mod:`.w_gaps`); one vocabulary of schedule names,
+:func:`schedule_name` (:mod:`.names`: torch's names and class names in any case, and short
+aliases such as ``zbv`` or ``interleaved``), which every entry point reads.
 
 >>> from pipeopt.schedules import make_schedule
 >>> print(make_schedule("1F1B", ranks=2, microbatches=3))
@@ -25,5 +27,12 @@ from .execute import Execution as Execution
 from .execute import chunk_plan as chunk_plan
 from .execute import execute as execute
 from .execute import run_schedule as run_schedule
+from .names import ALIASES as ALIASES
+from .names import SIMULATED as SIMULATED
+from .names import TORCH_SCHEDULES as TORCH_SCHEDULES
+from .names import schedule_key as schedule_key
+from .names import schedule_name as schedule_name
 from .torch_orders import GENERATORS as GENERATORS
+from .torch_orders import MAX_OPERATIONS as MAX_OPERATIONS
 from .torch_orders import make_schedule as make_schedule
+from .torch_orders import operation_count as operation_count

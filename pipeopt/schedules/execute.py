@@ -70,6 +70,26 @@ class Execution:
         """Every rank's peak memory fits its capacity (:func:`pipeopt.cost.rules.fits`)."""
         return all(bool(rules.fits(m, c)) for m, c in zip(self.memory, self.memory_capacity, strict=True))
 
+    @property
+    def objective(self) -> float:
+        """The iteration time, seconds (:attr:`time`): what a :class:`pipeopt.Result` of the
+        schedule problem reads as its objective (this execution is its evaluation)."""
+        return float(self.time)
+
+    @property
+    def violations(self) -> list:
+        """``list[str]``: each rank whose peak memory exceeds its capacity."""
+        return [f"rank {r}: peak memory {m / 2**30:.3f} GiB over its {c / 2**30:.3f} GiB"
+                for r, (m, c) in enumerate(zip(self.memory, self.memory_capacity, strict=True))
+                if not rules.fits(m, c)]
+
+    def chunk_lines(self, plan) -> list:
+        """One line per chunk of ``plan`` (the chunk plan this execution ran): its layers and
+        rank, for :meth:`pipeopt.Result.summary`."""
+        place = self.schedule.placement
+        return [f"  chunk {s} on rank {place[s]}: {len(st.layers)} layers [{st.layers[0]} .. {st.layers[-1]}]"
+                for s, st in enumerate(plan.stages)]
+
     def busy(self) -> tuple:
         """``tuple[float, ...]`` per rank: seconds spent on actions (transfers excluded)."""
         out = [0.0] * self.schedule.ranks

@@ -30,7 +30,9 @@ from collections import defaultdict
 
 from ..cost.schedule import lane_orders
 from ..errors import InvalidProblemError
+from ..units import MAX_DEVICES, MAX_MICROBATCHES
 from .actions import Action, Schedule, looped_placement, positive_int, v_placement
+from .names import schedule_name
 
 TORCH_FILE = "torch/distributed/pipelining/schedules.py (torch 2.13)"
 
@@ -315,22 +317,50 @@ STAGES_PER_RANK = {"GPipe": 1, "1F1B": 1, "ZBVZeroBubble": 2, "DualPipeV": 2}
 
 
 def make_schedule(name: str, ranks: int, microbatches: int, stages_per_rank: int | None = None) -> Schedule:
-    """The schedule ``name`` (torch's name, any case) for p ranks, m microbatches and v
-    stages per rank (default: 1 for GPipe and 1F1B, else 2).
+    """The schedule ``name`` (any spelling :func:`pipeopt.schedules.names.schedule_name`
+    accepts: torch's names and class names in any case, or a short alias) for p ranks, m
+    microbatches and v stages per rank (default: 1 for GPipe and 1F1B, else 2).
 
     Raises
     ------
     InvalidProblemError
-        Unknown name (the known ones listed), a v the schedule does not take, or p, m, v it
-        refuses.
+        Unknown name (the known ones listed), a v the schedule does not take, p, m, v it
+        refuses, m above :data:`pipeopt.units.MAX_MICROBATCHES`, p above
+        :data:`pipeopt.units.MAX_DEVICES`, or more than :data:`MAX_OPERATIONS` operations
+        (checked before any work).
     """
-    known = {k.lower(): k for k in GENERATORS}
-    if not isinstance(name, str) or name.lower() not in known:
-        raise InvalidProblemError(f"unknown schedule {name!r}; choose from {list(GENERATORS)}")
-    key = known[name.lower()]
+    key = schedule_name(name)
+    p, m = positive_int(ranks, "ranks"), positive_int(microbatches, "microbatches")
+    if m > MAX_MICROBATCHES:
+        raise InvalidProblemError(f"{key}: microbatches must be at most {MAX_MICROBATCHES}, got {m}")
+    if p > MAX_DEVICES:
+        raise InvalidProblemError(f"{key}: ranks must be at most {MAX_DEVICES}, got {p}")
     fixed = STAGES_PER_RANK.get(key)
+    if fixed is not None and stages_per_rank not in (None, fixed):
+        raise InvalidProblemError(f"{key} runs {fixed} stage(s) per rank, not {stages_per_rank!r}")
+    v = fixed if fixed is not None else 2 if stages_per_rank is None else positive_int(stages_per_rank,
+                                                                                       "stages_per_rank")
+    ops = operation_count(p, v, m)
+    if ops > MAX_OPERATIONS:
+        raise InvalidProblemError(
+            f"{key} on {p} ranks x {v} stages over {m} microbatches has about {ops:,} operations, more than"
+            f" {MAX_OPERATIONS:,} (pipeopt.schedules.MAX_OPERATIONS); ask for fewer microbatches or ranks"
+        )
     if fixed is not None:
-        if stages_per_rank not in (None, fixed):
-            raise InvalidProblemError(f"{key} runs {fixed} stage(s) per rank, not {stages_per_rank!r}")
-        return GENERATORS[key](ranks, microbatches)
-    return GENERATORS[key](ranks, microbatches, 2 if stages_per_rank is None else stages_per_rank)
+        return GENERATORS[key](p, m)
+    return GENERATORS[key](p, m, v)
+
+
+MAX_OPERATIONS = 1_000_000
+"""Most operations (actions and transfers, :func:`operation_count`) of a schedule that
+:func:`make_schedule` builds: its graph, execution and the schedule problem's models are
+linear in them (one Python object per operation), so a larger request is refused before any
+work instead of running for minutes."""
+
+
+def operation_count(ranks: int, stages_per_rank: int, microbatches: int) -> int:
+    """An upper bound on the operations of one iteration of ``S = p v`` chunks over m
+    microbatches: at most three actions (F, I, W) per chunk and microbatch, and two transfers
+    (activations and gradients) per boundary and microbatch, ``3 S m + 2 (S - 1) m``."""
+    S = ranks * stages_per_rank
+    return 3 * S * microbatches + 2 * (S - 1) * microbatches

@@ -212,9 +212,11 @@ def prediction(instance, plan: Plan, schedule: str, microbatches: int) -> float:
 
 
 def _schedule(schedule: str) -> str:
-    if schedule not in SCHEDULES:
-        raise InvalidProblemError(f"unknown schedule {schedule!r}; torch runs {list(SCHEDULES)}")
-    return schedule
+    """``"1f1b"`` or ``"gpipe"`` for any spelling of those two schedules
+    (:func:`pipeopt.schedules.schedule_name`); another schedule is refused with the choices."""
+    from ..schedules.names import schedule_key
+
+    return schedule_key(schedule, among=("GPipe", "1F1B"))
 
 
 def _count(value, what: str, low: int) -> int:
@@ -252,7 +254,8 @@ def run_plan(
         The profiled instance of the model, or ``None``: gives the execution order for the
         export and, if given, the prediction (:func:`prediction`).
     schedule
-        ``"1f1b"`` (``Schedule1F1B``) or ``"gpipe"`` (``ScheduleGPipe``).
+        ``"1f1b"`` (``Schedule1F1B``) or ``"gpipe"`` (``ScheduleGPipe``), any spelling of
+        :func:`pipeopt.schedules.schedule_name`.
     microbatches
         M, microbatches per iteration (the batch is M copies of the example microbatch).
     iterations, warmup

@@ -109,8 +109,8 @@ def test_every_order_is_a_valid_schedule_with_its_memory_rule():
 
 
 def test_refusals():
-    with pytest.raises(InvalidProblemError, match="unknown schedule 'ZB'"):
-        make_schedule("ZB", 2, 4)
+    with pytest.raises(InvalidProblemError, match="unknown schedule 'ZB2'"):
+        make_schedule("ZB2", 2, 4)
     assert make_schedule("interleaved1f1b", 2, 4).name == "Interleaved1F1B"
     with pytest.raises(InvalidProblemError, match="1F1B runs 1 stage"):
         make_schedule("1F1B", 2, 4, 2)

@@ -1,6 +1,6 @@
 """The splits users of the runtimes get without a planner, run under a schedule.
 
-Each baseline returns a :class:`ScheduleResult` scored by the executor
+Each baseline returns a :class:`pipeopt.Result` scored by the executor
 (:meth:`ScheduleProblem.execute`), with no bound; its gap is taken against the exact
 method's bound (:func:`pipeopt.problems.schedule.milp.solve_milp`).
 
@@ -32,7 +32,8 @@ from ...errors import InfeasibleError, InvalidProblemError, PipeoptError
 from ..partition.dp import solve_dp
 from ..partition.frameworks import torch_parts, torchtitan_blocks
 from ..partition.problem import PartitionProblem
-from .problem import ScheduleProblem, ScheduleResult, uniform_starts
+from ...result import Result
+from .problem import ScheduleProblem, uniform_starts
 from .zb_greedy import SOURCE as ZB_SOURCE
 from .zb_greedy import zb_greedy_schedule
 
@@ -41,7 +42,7 @@ __all__ = ["BASELINES", "best_1f1b", "torchtitan_split", "uniform", "zb_greedy"]
 _ZOO_BLOCK = re.compile(r"^layer(\d+)_")
 
 
-def uniform(problem: ScheduleProblem, **_) -> ScheduleResult:
+def uniform(problem: ScheduleProblem, **_) -> Result:
     """Equal unit counts per chunk (module docstring)."""
     started = time.perf_counter()
     return problem.result("uniform", uniform_starts(problem.n, problem.S), "feasible", started=started)
@@ -72,7 +73,7 @@ def _blocks(instance) -> tuple[list, list, list]:
     return order[:lo], [b for _, b in blocks], order[hi + 1:]
 
 
-def torchtitan_split(problem: ScheduleProblem, input_weight: int = 1, output_weight: int = 1, **_) -> ScheduleResult:
+def torchtitan_split(problem: ScheduleProblem, input_weight: int = 1, output_weight: int = 1, **_) -> Result:
     """torchtitan's default split into ``p v`` parts (module docstring).
 
     Raises
@@ -100,7 +101,7 @@ def torchtitan_split(problem: ScheduleProblem, input_weight: int = 1, output_wei
                           info={"blocks_per_part": counts, "source": "torchtitan v0.2.2 generate_llm_fqn_per_model_part"})
 
 
-def best_1f1b(problem: ScheduleProblem, time_limit: float = 60.0, **_) -> ScheduleResult:
+def best_1f1b(problem: ScheduleProblem, time_limit: float = 60.0, **_) -> Result:
     """The partition DP's split into ``p v`` stages run under the schedule (module docstring).
 
     Raises
@@ -119,11 +120,11 @@ def best_1f1b(problem: ScheduleProblem, time_limit: float = 60.0, **_) -> Schedu
     res = solve_dp(part, time_limit=time_limit)
     if res.plan is None:
         raise InfeasibleError(f"best 1F1B plan: the DP found no split into {S} stages ({res.status})")
-    return problem.result("best-1f1b", part.starts_of(res.plan), "feasible", started=started,
+    return problem.result("best_1f1b", part.starts_of(res.plan), "feasible", started=started,
                           info={"dp_status": str(res.status), "dp_period": res.objective})
 
 
-def zb_greedy(problem: ScheduleProblem, starts=None, median: bool = False, **_) -> ScheduleResult:
+def zb_greedy(problem: ScheduleProblem, starts=None, median: bool = False, **_) -> Result:
     """The zero-bubble greedy's order on a fixed split of p chunks (default: uniform),
     executed by pipeopt's executor. Needs a problem with v = 1 (its schedule is replaced by
     the greedy's order).
@@ -141,11 +142,11 @@ def zb_greedy(problem: ScheduleProblem, starts=None, median: bool = False, **_) 
     starts = uniform_starts(problem.n, problem.S) if starts is None else problem.check_starts(starts)
     schedule = zb_greedy_schedule(problem, starts, median=median)
     greedy = ScheduleProblem(problem.instance, schedule)
-    res = greedy.result("zb-greedy", starts, "feasible", started=started, info={"source": ZB_SOURCE})
+    res = greedy.result("zb_greedy", starts, "feasible", started=started, info={"source": ZB_SOURCE})
     return res
 
 
-BASELINES = {"uniform": uniform, "torchtitan": torchtitan_split, "best-1f1b": best_1f1b}
+BASELINES = {"uniform": uniform, "torchtitan": torchtitan_split, "best_1f1b": best_1f1b}
 """The baselines that apply to every schedule (:func:`zb_greedy` has its own schedule)."""
 
 

@@ -13,7 +13,8 @@ from ...cost.passes import pass_times
 from ...errors import InvalidProblemError
 from ...schedules import execute
 from ...schedules.w_gaps import place_w, rank_gaps
-from .problem import ScheduleProblem, ScheduleResult
+from ...result import Result
+from .problem import ScheduleProblem
 
 __all__ = ["MAX_SPLITS", "exhaustive", "w_assignments"]
 
@@ -40,16 +41,18 @@ def w_assignments(gaps, chunk_order: bool = True):
     yield from itertools.product(*per_rank)
 
 
-def exhaustive(problem: ScheduleProblem, *, chunk_order: bool = True) -> ScheduleResult:
+def exhaustive(problem: ScheduleProblem, *, chunk_order: bool = True, **_) -> Result:
     """The split of least iteration time over all ``C(n - 1, S - 1)`` splits, each run by
     :meth:`ScheduleProblem.execute` (ties: the first in lexicographic order of the starts).
     With ``problem.w_placement == "free"``, each split in every W placement
     (:func:`w_assignments`, ``chunk_order`` as there): the result's
-    :attr:`~ScheduleResult.order` is the best one's.
+    ``evaluation.schedule`` (and ``info["order"]``) is the best one's. The solve arguments
+    every method takes (``time_limit``, ``solver``, ...) are accepted and ignored: the count
+    of splits is bounded by :data:`MAX_SPLITS` instead.
 
     Returns
     -------
-    ScheduleResult
+    Result
         Method ``"exhaustive"``, status ``"optimal"`` (bound = its time) or ``"infeasible"``
         (no split fits).
 

@@ -11,8 +11,8 @@ memory (the schedule's memory rule, :meth:`pipeopt.schedules.Schedule.activation
 reads (prefix sums of F, B, I, W on one worker, the transfer at each boundary, activation and
 parameter bytes: :meth:`prefixes`), and scores a split by **the single evaluation**,
 :func:`pipeopt.schedules.run_schedule` (the executor: the longest path through the schedule's
-operations). Every method of this folder returns a :class:`ScheduleResult` whose objective is
-that execution's time.
+operations). Every method of this folder returns a :class:`pipeopt.Result` whose evaluation
+is that execution and whose objective is its iteration time (:meth:`ScheduleProblem.result`).
 
 The workers are identical devices with one resource kind (like the partition problem); rank r
 is the cluster's r-th device.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -32,12 +32,12 @@ from ...cost.passes import weight_gradient_time
 from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance
 from ...plan import Plan
-from ...result import optimality_gap
-from ...schedules import Execution, Schedule, chunk_plan, make_schedule, run_schedule
+from ...result import Result
+from ...schedules import Execution, Schedule, chunk_plan, make_schedule, run_schedule, schedule_name
 from ...schedules.w_gaps import rank_gaps
 from ..partition.model import stage_window
 
-__all__ = ["W_PLACEMENTS", "ChunkSpace", "ScheduleProblem", "ScheduleResult", "uniform_starts"]
+__all__ = ["W_PLACEMENTS", "ChunkSpace", "ScheduleProblem", "ScheduleResult", "schedule_space", "uniform_starts"]
 
 W_PLACEMENTS = ("schedule", "free")
 """Values of :attr:`ScheduleProblem.w_placement`."""
@@ -65,13 +65,22 @@ class ScheduleProblem:
     instance
         :class:`pipeopt.Instance` whose cluster has at least p identical devices with one usable
         resource kind (rank r runs on device r); ``settings.overlap`` decides whether transfers
-        run beside compute. The instance's own ``microbatches`` setting is not read: m is.
+        run beside compute.
     schedule
-        A schedule name (:data:`pipeopt.schedules.GENERATORS`, any case) or a
-        :class:`pipeopt.schedules.Schedule` (then ``ranks``, ``microbatches``,
-        ``stages_per_rank`` are read from it).
-    ranks, microbatches, stages_per_rank
-        p, m and v (v: default 1 for GPipe / 1F1B, 2 otherwise; :func:`make_schedule`).
+        A schedule name in any spelling :func:`pipeopt.schedules.schedule_name` accepts
+        (torch's names and class names in any case, or a short alias: ``"1f1b"``, ``"zbv"``,
+        ...; default ``"1F1B"``) or a :class:`pipeopt.schedules.Schedule` (then its p, m and v
+        are read from it; ``stages``, ``microbatches``, ``stages_per_rank`` must be ``None`` or
+        agree).
+    stages
+        p, the pipeline's ranks (one device each; the schedule runs ``p v`` chunks on them).
+        Default: every device of the cluster. (The CLI's ``--stages``; :attr:`ranks` reads it.)
+    microbatches
+        m, 1 .. :data:`pipeopt.units.MAX_MICROBATCHES`. Default: the instance's
+        ``settings.microbatches`` (the one rule of every command,
+        :data:`pipeopt.units.DEFAULT_MICROBATCHES` when the instance was built without one).
+    stages_per_rank
+        v (default 1 for GPipe / 1F1B, 2 otherwise; :func:`pipeopt.schedules.make_schedule`).
     w_placement
         ``"schedule"`` (default): every rank runs its actions in the schedule's order.
         ``"free"`` (zero-bubble schedules): the non-W steps keep the schedule's order and each
@@ -83,16 +92,19 @@ class ScheduleProblem:
     Raises
     ------
     InvalidProblemError
-        Unknown schedule or a p, m, v it refuses; fewer than p devices, devices that differ,
-        several usable kinds; more chunks than splittable units; an unknown ``w_placement``,
-        or ``"free"`` with a schedule without W actions.
+        Unknown schedule or a p, m, v it refuses (m above
+        :data:`~pipeopt.units.MAX_MICROBATCHES`, more than
+        :data:`~pipeopt.schedules.MAX_OPERATIONS` operations: checked before the schedule is
+        built); fewer than p devices, devices that differ, several usable kinds; more chunks
+        than splittable units; an unknown ``w_placement``, or ``"free"`` with a schedule
+        without W actions; a Schedule with a p, m or v that differs from the one given.
     InfeasibleError
         A layer cannot run on the workers' kind.
     """
 
     instance: Instance
-    schedule: Schedule | str
-    ranks: int | None = None
+    schedule: Schedule | str = "1F1B"
+    stages: int | None = None
     microbatches: int | None = None
     stages_per_rank: int | None = None
     w_placement: str = "schedule"
@@ -102,12 +114,19 @@ class ScheduleProblem:
         if not isinstance(inst, Instance):
             raise InvalidProblemError(f"the schedule problem needs a pipeopt.Instance, got {type(inst).__name__}")
         sched = self.schedule
-        if not isinstance(sched, Schedule):
-            if self.ranks is None or self.microbatches is None:
-                raise InvalidProblemError("the schedule problem needs ranks and microbatches with a schedule name")
-            sched = make_schedule(sched, self.ranks, self.microbatches, self.stages_per_rank)
+        if isinstance(sched, Schedule):
+            for what, given, own in (("stages", self.stages, sched.ranks), ("microbatches", self.microbatches,
+                                     sched.microbatches), ("stages_per_rank", self.stages_per_rank,
+                                                           sched.stages_per_rank)):
+                if given is not None and given != own:
+                    raise InvalidProblemError(f"{what}={given!r} differs from the schedule {sched.name}'s {own}")
+        else:
+            name = schedule_name(sched)  # the one vocabulary; unknown names refused, choices listed
+            p = len(inst.cluster.devices) if self.stages is None else self.stages
+            m = inst.settings.microbatches if self.microbatches is None else self.microbatches
+            sched = make_schedule(name, p, m, self.stages_per_rank)  # m, p and the size checked first
         object.__setattr__(self, "schedule", sched)
-        object.__setattr__(self, "ranks", sched.ranks)
+        object.__setattr__(self, "stages", sched.ranks)
         object.__setattr__(self, "microbatches", sched.microbatches)
         object.__setattr__(self, "stages_per_rank", sched.stages_per_rank)
         if self.w_placement not in W_PLACEMENTS:
@@ -129,6 +148,16 @@ class ScheduleProblem:
         bad = np.flatnonzero(~np.isfinite(chain.fwd[self.kind]) | ~np.isfinite(chain.bwd[self.kind]))
         if bad.size:
             raise InfeasibleError(f"{inst.name}: layer(s) {chain.units[bad[0]]} cannot run on {self.kind!r}")
+
+    @property
+    def ranks(self) -> int:
+        """p, the schedule's ranks (:attr:`stages`)."""
+        return self.schedule.ranks
+
+    @property
+    def result_space(self) -> str:
+        """The search space of this problem's results (:func:`schedule_space`)."""
+        return schedule_space(self.schedule.name, self.w_placement)
 
     # ---- data ------------------------------------------------------------------------
     @cached_property
@@ -215,17 +244,37 @@ class ScheduleProblem:
 
     def result(self, method: str, starts, status: str, *, lower_bound: float | None = None,
                started: float | None = None, info: dict | None = None,
-               order: Schedule | None = None) -> ScheduleResult:
-        """A :class:`ScheduleResult` for the split ``starts`` (or ``None``) run in ``order``
-        (default: the schedule's), scored by :meth:`execute`; a heuristic's (``"feasible"``)
-        split that breaks memory gets status ``"infeasible"``."""
+               order: Schedule | None = None) -> Result:
+        """The :class:`pipeopt.Result` of the split ``starts`` (or ``None``) run in ``order``
+        (default: the schedule's).
+
+        The plan is the chunk plan (:meth:`plan`); the evaluation is its
+        :class:`~pipeopt.schedules.Execution` (:meth:`execute`, the single evaluation: the
+        objective is the execution's iteration time), so :class:`~pipeopt.Result`'s claims
+        check holds the method to it (a bound above the executor's time, or ``optimal`` /
+        ``feasible`` over memory, raise :class:`~pipeopt.errors.ClaimError`); a heuristic's
+        (``"feasible"``) split that breaks memory gets status ``"infeasible"``. The space is
+        :attr:`result_space`; ``info`` gains ``schedule`` (canonical name), ``starts`` (units where
+        chunks 1..S-1 start), ``ranks``, ``stages_per_rank``, ``microbatches``, ``chunks``,
+        ``w_placement``, ``order`` (per rank, the actions run, when they differ from the
+        schedule's: free W placement, the zero-bubble greedy), ``objective`` and
+        ``assumptions``.
+        """
         ex = self.execute(starts, order) if starts is not None else None
         if ex is not None and not ex.feasible and status == "feasible":
             status = "infeasible"
         info = dict(info or {})
+        run = self.schedule if order is None else order
         info.setdefault("assumptions", list(ex.assumptions) if ex is not None else list(self.instance.assumptions))
-        return ScheduleResult(self.schedule.name, method, list(starts) if starts is not None else None, ex, status,
-                              lower_bound, time.perf_counter() - started if started is not None else 0.0, info)
+        info.update(schedule=self.schedule.name, starts=None if starts is None else [int(c) for c in starts],
+                    ranks=self.ranks, stages_per_rank=self.stages_per_rank, microbatches=self.microbatches,
+                    chunks=self.S, w_placement=self.w_placement,
+                    objective=f"iteration: {self.microbatches} microbatches under {run.name}"
+                              f" ({self.ranks} ranks x {self.stages_per_rank} stages), by the schedule executor")
+        if order is not None and order is not self.schedule:
+            info["order"] = [[str(a) for a in order.actions(r)] for r in range(order.ranks)]
+        return Result(method, self.plan(starts) if starts is not None else None, ex, status, lower_bound,
+                      time.perf_counter() - started if started is not None else 0.0, self.result_space, info)
 
     def memory_free_bound(self) -> float:
         """Seconds: a valid lower bound without any solver - the busiest rank can do no better
@@ -244,66 +293,16 @@ def uniform_starts(n: int, S: int) -> list[int]:
     return [int(x) for x in np.cumsum(sizes)[:-1]]
 
 
-@dataclass
-class ScheduleResult:
-    """A split of the chunks of one schedule, its execution and what the method proved.
+def schedule_space(schedule: str, w_placement: str = "schedule") -> str:
+    """The search space of a schedule problem's results: ``"schedule:<name>"`` (the splits of
+    the chunks of that schedule run in its order) or ``"schedule:<name>+free-w"`` (with every
+    W placed freely, :mod:`.w_placement`). Each is compared only with itself
+    (:func:`pipeopt.problems.spaces.contains`): a gap is taken against a bound of the same
+    schedule, p, v and m, never another's."""
+    return f"schedule:{schedule}" + ("+free-w" if w_placement == "free" else "")
 
-    Attributes
-    ----------
-    schedule
-        The schedule's name.
-    method
-        The method's name.
-    starts
-        Units where chunks 1..S-1 start, or ``None`` (no split found).
-    execution
-        :class:`pipeopt.schedules.Execution` of the split (``None`` without one): the objective
-        is its ``time``; ``execution.schedule`` is the action order run (with free W placement,
-        the chosen one: :attr:`order`).
-    status
-        ``"optimal"`` (proven), ``"feasible"`` (a split, no proof), ``"time_limit"`` (stopped,
-        incumbent and bound reported), ``"infeasible"``.
-    lower_bound
-        Seconds, a valid bound on the least iteration time of the schedule (``None``: none).
-    runtime
-        Wall seconds.
-    info
-        Details (solver, model size, assumptions, notes).
-    """
 
-    schedule: str
-    method: str
-    starts: list | None
-    execution: Execution | None
-    status: str
-    lower_bound: float | None = None
-    runtime: float = 0.0
-    info: dict = field(default_factory=dict)
-
-    @property
-    def objective(self) -> float:
-        """The execution's iteration time (seconds; ``inf`` without a split or over memory)."""
-        if self.execution is None or not self.execution.feasible:
-            return math.inf
-        return float(self.execution.time)
-
-    @property
-    def order(self) -> Schedule | None:
-        """The explicit per-rank action order of the result (``execution.schedule``)."""
-        return None if self.execution is None else self.execution.schedule
-
-    @property
-    def gap(self) -> float | None:
-        """(objective - bound) / objective, or ``None``."""
-        return optimality_gap(self.objective, self.lower_bound)
-
-    def summary(self) -> str:
-        """One line: schedule, method, status, iteration time, bound, gap, runtime."""
-        line = f"{self.schedule} {self.method}: {self.status}  iteration {self.objective * 1e3:.4f} ms"
-        if self.lower_bound is not None:
-            gap = self.gap
-            line += f"  bound {self.lower_bound * 1e3:.4f} ms" + (f"  gap {gap:.2%}" if gap is not None else "")
-        return line + f"  ({self.runtime:.2f} s)"
-
-    def __str__(self) -> str:
-        return self.summary()
+ScheduleResult = Result
+"""The schedule problem's results are :class:`pipeopt.Result` (the former ``ScheduleResult``:
+its ``schedule``, ``starts`` and ``order`` are ``info["schedule"]``, ``info["starts"]`` and
+``evaluation.schedule``; its ``execution`` is ``evaluation``)."""

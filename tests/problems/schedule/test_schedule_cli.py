@@ -27,23 +27,36 @@ def instance(memory=math.inf):
 
 def test_auto_picks_the_least_of_the_exact_optima(tmp_path, capsys):
     inst = instance()
+    refs = {name: exhaustive(ScheduleProblem(inst, name, 2, 4)).objective for name in GENERATORS}
+    # the API without a time limit: every schedule proven, the least one proven least
+    results = solve_schedules(inst, 2, 4, time_limit=None)
+    for r in results:
+        assert r.status == "optimal" and math.isclose(r.objective, refs[r.info["schedule"]], rel_tol=1e-6)
+    best, proven = best_schedule(results)
+    assert best.info["schedule"] == min(refs, key=refs.get) and proven
+    # the command (under its one time limit): one row per schedule, each claim honest
     path = write(inst, tmp_path / "six.json")
     assert main(["solve", str(path), "--schedule", "auto", "--stages", "2", "--microbatches", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["schedule"]: r for r in out["schedules"]}
     assert set(rows) == set(GENERATORS)
-    refs = {}
     for name, row in rows.items():
-        ref = exhaustive(ScheduleProblem(inst, name, 2, 4))
-        refs[name] = ref.objective
-        assert row["status"] == "optimal" and math.isclose(row["iteration_time"], ref.objective, rel_tol=1e-6)
-    assert out["best"] == min(refs, key=refs.get) and out["proven_best"]
+        assert row["status"] in ("optimal", "time_limit") and row["space"] == f"schedule:{name}"
+        assert row["iteration_time"] >= refs[name] * (1 - 1e-9) and row["lower_bound"] <= refs[name] * (1 + 1e-9)
     assert main(["solve", str(path), "--schedule", "zbvzerobubble", "--stages", "2", "--microbatches", "4"]) == 0
     text = capsys.readouterr().out
     assert "ZBVZeroBubble" in text and "best: ZBVZeroBubble" in text and "chunk 3 on rank 0" in text
+    # the short alias and the class name reach the same schedule
+    assert main(["solve", str(path), "--schedule", "zbv", "--stages", "2", "--microbatches", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best"] == "ZBVZeroBubble"
+    assert main(["solve", str(path), "--problem", "schedule", "--method", "uniform", "--stages", "2", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["schedules"][0]
+    assert row["schedule"] == "1F1B" and row["method"] == "uniform" and row["status"] == "feasible"
     # a v the named schedule does not run is refused, not ignored (exit code 2, the message)
     assert main(["solve", str(path), "--schedule", "1F1B", "--stages", "2", "--stages-per-rank", "3"]) == 2
     assert "1 stage(s) per rank, not 3" in capsys.readouterr().err
+    assert main(["solve", str(path), "--schedule", "nope", "--stages", "2"]) == 2
+    assert "unknown schedule 'nope'; choose from GPipe" in capsys.readouterr().err
 
 
 def test_refused_schedules_get_a_row_and_memory_can_rule_out_all():
@@ -51,7 +64,7 @@ def test_refused_schedules_get_a_row_and_memory_can_rule_out_all():
     res = solve_schedules(inst, 2, 3, ["DualPipeV", "1F1B"])  # DualPipeV needs m >= 2p
     assert isinstance(res[0], tuple) and "DualPipeV" in res[0][1]
     best, proven = best_schedule(res)
-    assert best.schedule == "1F1B" and proven
+    assert best.info["schedule"] == "1F1B" and proven
     none = solve_schedules(instance(memory=1e8), 2, 4, ["1F1B", "GPipe"])
     assert best_schedule(none) == (None, False)
     assert all(r.status == "infeasible" for r in none)

@@ -54,15 +54,16 @@ def check_against_exhaustive(problem):
     res = solve_milp(problem, time_limit=60)
     ref = exhaustive(problem)
     if ref.status == "infeasible":
-        assert res.status == "infeasible" and res.starts is None
+        assert res.status == "infeasible" and res.info["starts"] is None
         return
     assert res.status == "optimal", res.info
-    assert math.isclose(res.objective, ref.objective, rel_tol=REL, abs_tol=1e-12), (res.starts, ref.starts)
+    assert math.isclose(res.objective, ref.objective, rel_tol=REL, abs_tol=1e-12), \
+        (res.info["starts"], ref.info["starts"])
     assert res.lower_bound <= res.objective * (1 + 1e-9)
     # the claim is the execution's time: the solver's Z for its split, and the executor
-    assert res.objective == problem.execute(res.starts).time
-    assert problem.execute(res.starts).feasible
-    if res.info.get("solver_objective") is not None and res.starts != res.info.get("warm_start"):
+    assert res.objective == problem.execute(res.info["starts"]).time
+    assert problem.execute(res.info["starts"]).feasible
+    if res.info.get("solver_objective") is not None and res.info["starts"] != res.info.get("warm_start"):
         assert math.isclose(res.info["solver_objective"], res.objective, rel_tol=REL, abs_tol=1e-12)
 
 
@@ -156,11 +157,11 @@ def test_memory_rows_and_infeasible():
         pr = ScheduleProblem(Instance(g, Cluster.homogeneous(2, memory=limit, bandwidth=1e9), Settings()), name, 2, 4)
         res, ref = solve_milp(pr, time_limit=60), exhaustive(pr)
         assert res.status == "optimal" and math.isclose(res.objective, ref.objective, rel_tol=REL)
-        assert max(res.execution.memory) <= limit * (1 + 1e-9)
+        assert max(res.evaluation.memory) <= limit * (1 + 1e-9)
         tight = ScheduleProblem(Instance(g, Cluster.homogeneous(2, memory=mems[0] * 0.99, bandwidth=1e9), Settings()),
                                 name, 2, 4)
         out = solve_milp(tight, time_limit=60)
-        assert out.status == "infeasible" and out.starts is None and exhaustive(tight).status == "infeasible"
+        assert out.status == "infeasible" and out.info["starts"] is None and exhaustive(tight).status == "infeasible"
 
 
 def test_time_limit_reports_a_bound_and_never_claims_optimality():
@@ -173,9 +174,9 @@ def test_time_limit_reports_a_bound_and_never_claims_optimality():
     res = solve_milp(pr, time_limit=1.0)
     assert res.status in ("time_limit", "optimal")
     if res.status == "time_limit":
-        assert res.starts is not None and res.lower_bound is not None
+        assert res.info["starts"] is not None and res.lower_bound is not None
         assert 0 < res.lower_bound <= res.objective and res.gap is not None
-    assert res.objective == pr.execute(res.starts).time
+    assert res.objective == pr.execute(res.info["starts"]).time
 
 
 def test_refusals():

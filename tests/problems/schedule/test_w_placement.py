@@ -55,10 +55,10 @@ def cases(draw):
 
 def check_claim(problem, res):
     """The objective is the simulator's time of the returned order, and the solver's Z says so."""
-    ex = run_schedule(problem.instance, res.order, problem.plan(res.starts))
+    ex = run_schedule(problem.instance, res.evaluation.schedule, problem.plan(res.info["starts"]))
     assert res.objective == ex.time and ex.feasible
     assert res.lower_bound <= res.objective * (1 + 1e-9)
-    if res.info.get("solver_objective") is not None and res.starts != res.info.get("warm_start"):
+    if res.info.get("solver_objective") is not None and res.info["starts"] != res.info.get("warm_start"):
         assert math.isclose(res.info["solver_objective"], res.objective, rel_tol=REL, abs_tol=1e-12)
 
 
@@ -69,10 +69,11 @@ def test_free_milp_equals_brute_force(pair):
     res = solve_milp(free, time_limit=60)
     ref = exhaustive(free)
     if ref.status == "infeasible":
-        assert res.status == "infeasible" and res.starts is None
+        assert res.status == "infeasible" and res.info["starts"] is None
         return
     assert res.status == "optimal", res.info
-    assert math.isclose(res.objective, ref.objective, rel_tol=REL, abs_tol=1e-12), (res.starts, ref.starts)
+    assert math.isclose(res.objective, ref.objective, rel_tol=REL, abs_tol=1e-12), \
+        (res.info["starts"], ref.info["starts"])
     check_claim(free, res)
     # every placement, W's of one chunk in any order: nothing better (the restriction is lossless)
     if free.microbatches <= 3:
@@ -114,7 +115,7 @@ def test_time_limit_reports_bound():
     inst = Instance(g, Cluster.homogeneous(4, bandwidth=1e9), Settings())
     problem = ScheduleProblem(inst, "ZBVZeroBubble", 4, 8, w_placement="free")
     res = solve_milp(problem, time_limit=1.0)
-    assert res.status == "time_limit" and res.starts is not None
+    assert res.status == "time_limit" and res.info["starts"] is not None
     assert res.lower_bound is not None and res.lower_bound <= res.objective
     check_claim(problem, res)
 
@@ -232,4 +233,4 @@ def test_free_placement_fits_where_the_schedules_order_does_not():
     assert res.status == "optimal"
     assert math.isclose(res.objective, exhaustive(free).objective, rel_tol=REL)
     check_claim(free, res)
-    assert max(res.execution.memory) <= 4.2e9 * (1 + 1e-6)
+    assert max(res.evaluation.memory) <= 4.2e9 * (1 + 1e-6)
