@@ -46,8 +46,9 @@ import time
 
 import numpy as np
 
-from ...backends.deadline import Deadline, DeadlineReached
-from ...backends.pulp import SOLVERS, solve_pulp
+from ...backends.deadline import Deadline
+from ...backends.lazy import Verdict, resolve
+from ...backends.pulp import SOLVERS
 from ...errors import InvalidProblemError
 from ...schedules import schedule_graph
 from ..partition.model import (
@@ -245,74 +246,35 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         if value < inc_value:
             incumbent, inc_order, inc_value = list(split_), order, value
     info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
-    bound, exclude, notes = problem.memory_free_bound(), [], []
     info["bound_source"] = "memory-free bound m (F + B) / p"
-    proven, runs, last = False, 0, "no_solution"
-    while True:
-        runs += 1
-        try:
-            lp, v = build(problem, unit, exclude=exclude, deadline=deadline)
-        except DeadlineReached as stop:
-            notes.append(str(stop))
-            break
-        if lp is None:
-            if incumbent is None:
-                info.update(solver_runs=runs, notes=notes + ["a memory row is false on constants"])
-                return problem.result("milp", None, "infeasible", lower_bound=math.inf, started=started, info=info)
-            break
-        if runs == 1:
-            info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]),
-                        constraints=lp.numConstraints())
-            if free:
-                info["gap_binaries"] = sum(len(z) for rank in v["z"] for z in rank)
-        warm = warm_values(problem, v, incumbent, inc_order, unit) if incumbent is not None else None
-        out = solve_pulp(lp, solver=solver, deadline=deadline, rel_gap=MILP_REL_GAP, abs_gap=MILP_ABS_GAP,
-                         threads=int(threads), seed=int(seed), warm_start=warm)
-        info.update(out.info())
-        last = out.status
-        if out.bound is not None:
-            b = max(0.0, out.bound * unit * (1 - BOUND_SLACK))
-            if b > bound:
-                bound, info["bound_source"] = b, f"{solver} (run {runs})"
-        if out.status in ("infeasible", "unbounded") or any("unbounded or infeasible" in x for x in out.notes):
-            if incumbent is None:
-                info.update(solver_runs=runs, notes=notes)
-                return problem.result("milp", None, "infeasible", lower_bound=math.inf, started=started, info=info)
-            notes.append("the solver said infeasible although a split that fits is known: no proof, ignored")
-            last = "no_solution"
-            break
-        if not out.has_solution:
-            break
+
+    def first(lp, v):
+        info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]), constraints=lp.numConstraints())
+        if free:
+            info["gap_binaries"] = sum(len(z) for rank in v["z"] for z in rank)
+
+    def read(v, out):  # a plan is (starts, order): the order only with free W places
         y = v["y"]
         starts = starts_from_cumulative({t: {c: out.value(y[t][c]) for c in y[t]} for t in y}, problem.space)
-        order = read_order(problem, v, out) if free else None
-        value = problem.value(starts, order)
-        info["solver_objective"] = out.objective * unit
-        if value < math.inf:
-            if value < inc_value:
-                incumbent, inc_order, inc_value = starts, order, value
-            proven = out.proven
-            break
-        if deadline.expired() or free:  # free: a no-good row would cut the split with every placement
-            notes.append(f"solver split {starts} breaks memory by the executor; not returned")
-            break
-        exclude.append(starts)
-        notes.append(f"solver split {starts} breaks memory by the executor: cut off, solved again")
-    info["solver_runs"] = runs
-    if incumbent is None:
-        info["notes"] = notes
-        return problem.result("milp", None, "time_limit", lower_bound=bound, started=started, info=info)
-    bound = min(bound, inc_value)
-    tol = max(MILP_ABS_GAP * unit, MILP_TOLERANCE * inc_value)
-    if proven and inc_value - bound <= tol:
-        status = "optimal"
-    elif last in ("feasible", "no_solution") or deadline.expired():
-        status = "time_limit"
-    else:
-        status = "feasible"
-        if proven:
-            notes.append("the solver's optimum is not confirmed by the valid bound within the tolerance")
-    if notes:
-        info["notes"] = notes
-    return problem.result("milp", incumbent, status, lower_bound=bound, started=started, info=info,
-                          order=inc_order)
+        return starts, (read_order(problem, v, out) if free else None)
+
+    def verdict(plan) -> Verdict:
+        value = problem.value(*plan)
+        # free: a no-good row would cut the split with every placement
+        return Verdict(value, value < math.inf, "breaks memory by the executor", final=free)
+
+    # the resolve loop shared with the partition problem's event-time MILP (backends/lazy.py)
+    lazy = resolve(lambda exclude, clock: build(problem, unit, exclude=[p[0] for p in exclude], deadline=clock),
+                   lambda v, plan: warm_values(problem, v, plan[0], plan[1], unit), read, verdict,
+                   deadline=deadline, unit=unit, incumbent=None if incumbent is None else (incumbent, inc_order),
+                   value=inc_value, bound=problem.memory_free_bound(), solver=solver, rel_gap=MILP_REL_GAP,
+                   abs_gap=MILP_ABS_GAP, tolerance=MILP_TOLERANCE, bound_slack=BOUND_SLACK, threads=int(threads),
+                   seed=int(seed), info=info, on_first=first, empty_note="a memory row is false on constants")
+    if lazy.notes:
+        info["notes"] = lazy.notes
+    if lazy.status == "infeasible":
+        return problem.result("milp", None, "infeasible", lower_bound=math.inf, started=started, info=info)
+    if lazy.plan is None:
+        return problem.result("milp", None, "time_limit", lower_bound=lazy.bound, started=started, info=info)
+    return problem.result("milp", lazy.plan[0], lazy.status, lower_bound=lazy.bound, started=started, info=info,
+                          order=lazy.plan[1])
