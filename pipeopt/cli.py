@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--schedule", default="1F1B",
                    help="the schedule: 1F1B (default; also Schedule1F1B, 1f1b), GPipe, async (PipeDream), "
                         "split (Duan & Wu); any case")
-    m.add_argument("--microbatches", type=MICROBATCHES, default=8)
+    m.add_argument("--microbatches", type=MICROBATCHES, help="M (default: the instance's)")
     m.add_argument("--json", action="store_true")
     m.add_argument("--gantt", help="also write a Gantt chart PNG here")
     _common(m)
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--plan", help="a plan JSON written by solve --save-plan")
     w.add_argument("--out", default="plan.png")
     w.add_argument("--schedule", help="draw a Gantt chart of this schedule (1F1B, GPipe, async, split; any case)")
-    w.add_argument("--microbatches", type=MICROBATCHES, default=8)
+    w.add_argument("--microbatches", type=MICROBATCHES, help="M with --schedule (default: the instance's)")
     _common(w)
 
     z = sub.add_parser("zoo", help="regenerate the shipped instance files from the model zoo")
@@ -197,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keyword argument of the model factory, as given to profile (repeatable)")
     r.add_argument("--instance", help="its profiled instance: execution order and the prediction to compare with")
     r.add_argument("--schedule", default="1F1B", help="torch's Schedule1F1B (default) or ScheduleGPipe (any case)")
-    r.add_argument("--microbatches", type=MICROBATCHES, default=4)
+    r.add_argument("--microbatches", type=MICROBATCHES,
+                   help="M (default: the --instance's, else pipeopt.units.DEFAULT_MICROBATCHES = 8)")
     r.add_argument("--iterations", type=_integer("iterations", 1, 10**6), default=5)
     r.add_argument("--warmup", type=_integer("warmup", 0, 10**6), default=2)
     r.add_argument("--json", action="store_true")
@@ -477,7 +478,8 @@ def _add_profile(sub) -> None:
                    help="torch threads while measuring (default 1)")
     p.add_argument("--optimizer", default="adam-fp32", choices=["adam-fp32", "adam-mixed", "sgd", "weights"],
                    help="training state folded into param_bytes (default adam-fp32)")
-    p.add_argument("--microbatches", type=MICROBATCHES, help="M per iteration (default 4 x devices)")
+    p.add_argument("--microbatches", type=MICROBATCHES,
+                   help="M per iteration written into the instance (default pipeopt.units.DEFAULT_MICROBATCHES = 8)")
     p.add_argument("--out", default="instance.json", help="instance file to write (default instance.json)")
     p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 

@@ -14,7 +14,7 @@ import numpy as np
 from .cluster import Cluster
 from .errors import InvalidClusterError, InvalidProblemError
 from .graph import Chain, validate_graph
-from .units import MAX_MICROBATCHES
+from .units import DEFAULT_MICROBATCHES, MAX_MICROBATCHES
 
 OBJECTIVES = ("bottleneck", "iteration", "gpipe", "max_load")
 OBJECTIVE_TEXT = {
@@ -41,8 +41,10 @@ class Settings:
         Stage i (0-based, S stages) keeps ``S - i`` weight versions (PipeDream) instead of one.
     microbatches
         M, microbatches per iteration (the ``iteration`` and ``gpipe`` objectives, the
-        secondary objective of the exact methods, the simulator), an integer in
-        1 .. :data:`pipeopt.units.MAX_MICROBATCHES`.
+        secondary objective of the exact methods, the simulator, the schedule problem, ``pipeopt
+        run``), an integer in 1 .. :data:`pipeopt.units.MAX_MICROBATCHES`; default
+        :data:`pipeopt.units.DEFAULT_MICROBATCHES`. Every command and function takes the M
+        given, else this one (the one rule).
     objective
         What the exact methods minimise, each equal to the simulator's value for every plan
         (docs/cost-model.md, "Objectives"): ``"bottleneck"`` (steady-state time per
@@ -62,7 +64,7 @@ class Settings:
 
     overlap: bool = True
     weight_stashing: bool = False
-    microbatches: int = 8
+    microbatches: int = DEFAULT_MICROBATCHES
     objective: str = "bottleneck"
 
     def __post_init__(self) -> None:

@@ -217,3 +217,11 @@ MAX_DEVICES = 100_000
 
 MAX_MICROBATCHES = 100_000
 """Largest number of microbatches per iteration (the simulator plays every one of them)."""
+
+DEFAULT_MICROBATCHES = 8
+"""M, microbatches per iteration, when none is given: **the one rule** of every command and
+function is *the M given, else the instance's* ``settings.microbatches``; an instance built
+without one (``Settings()``, an instance file without the key, ``pipeopt profile`` /
+:func:`pipeopt.torch.from_torch`) carries this value, and so does ``pipeopt run`` without an
+instance. (``pipeopt.zoo`` writes its instances with ``4 x devices``: their own setting,
+which the rule then reads.)"""

@@ -64,7 +64,7 @@ from torch import nn
 from ..cluster import Cluster
 from ..errors import InvalidProblemError, PipeoptError
 from ..instance import Instance, Settings
-from ..units import MAX_DEVICES, as_bandwidth
+from ..units import DEFAULT_MICROBATCHES, MAX_DEVICES, as_bandwidth
 from ..zoo.build import cluster as catalogue_cluster
 from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
 from ..zoo.devices import device as catalogue_device
@@ -210,7 +210,7 @@ def from_torch(
         Peak rates of the catalogue device (estimated costs): ``"fp32"`` or ``"fp16"``;
         default from the module's parameter dtype. Tensor sizes are always those traced.
     microbatches
-        M per iteration (default 4 x ``devices``).
+        M per iteration (default :data:`pipeopt.units.DEFAULT_MICROBATCHES`, the one rule).
     name
         Instance label (default ``"{class}-{measured|device}-x{devices}"``, lower case).
 
@@ -256,7 +256,7 @@ def from_torch(
             raise InvalidProblemError("estimated costs need a catalogue device, e.g. device='a100-40gb'")
         spec = catalogue_device(device)
     precision = _precision(module, precision)
-    settings = Settings(microbatches=4 * devices if microbatches is None else microbatches)
+    settings = Settings(microbatches=DEFAULT_MICROBATCHES if microbatches is None else microbatches)
 
     traced = trace(module, gran)
     probe_device = "cpu" if costs == "measured" else "meta"

@@ -232,7 +232,7 @@ def run_plan(
     model_kwargs: dict | None = None,
     instance=None,
     schedule: str = "1f1b",
-    microbatches: int = 4,
+    microbatches: int | None = None,
     iterations: int = 5,
     warmup: int = 2,
     timeout: float = DEFAULT_TIMEOUT,
@@ -257,7 +257,9 @@ def run_plan(
         ``"1f1b"`` (``Schedule1F1B``) or ``"gpipe"`` (``ScheduleGPipe``), any spelling of
         :func:`pipeopt.schedules.schedule_name`.
     microbatches
-        M, microbatches per iteration (the batch is M copies of the example microbatch).
+        M, microbatches per iteration (the batch is M copies of the example microbatch);
+        default the instance's ``settings.microbatches``, else
+        :data:`pipeopt.units.DEFAULT_MICROBATCHES` (the one rule).
     iterations, warmup
         Timed and untimed iterations.
     timeout
@@ -282,6 +284,10 @@ def run_plan(
     from .models import load
 
     schedule = _schedule(schedule)
+    if microbatches is None:
+        from ..units import DEFAULT_MICROBATCHES
+
+        microbatches = instance.settings.microbatches if instance is not None else DEFAULT_MICROBATCHES
     microbatches = _count(microbatches, "microbatches", 1)
     iterations = _count(iterations, "iterations", 1)
     warmup = _count(warmup, "warmup", 0)

@@ -137,3 +137,21 @@ def test_bench_runs_the_schedule_problem_with_gaps_to_its_exact_bound():
         bench.run([inst], problem="partition", stages=[2], schedule="1F1B", progress=False)
     with pytest.raises(InvalidProblemError, match="unknown schedule"):
         bench.run([inst], problem="schedule", stages=[2], schedule="nope", progress=False)
+
+
+def test_one_default_m(tmp_path, capsys):
+    import json
+
+    from pipeopt.cli import main
+    from pipeopt.io import write
+    from pipeopt.units import DEFAULT_MICROBATCHES
+
+    assert Settings().microbatches == DEFAULT_MICROBATCHES
+    inst = instance(devices=2, microbatches=6)
+    path = write(inst, tmp_path / "six.json")
+    for argv in (["simulate", str(path), "--stages", "2", "--json"],
+                 ["simulate", str(path), "--stages", "2", "--schedule", "GPipe", "--json"]):
+        assert main(argv) == 0
+        assert json.loads(capsys.readouterr().out)["microbatches"] == 6  # the instance's, not a command's own
+    res = pipeopt.solve(inst, problem="schedule", method="uniform", stages=2)
+    assert res.info["microbatches"] == 6
