@@ -15,7 +15,7 @@ import itertools
 
 from .errors import InvalidProblemError
 from .instance import Instance
-from .problems import bipartition, partition, placement, resource
+from .problems import bipartition, partition, placement, resource, schedule
 from .problems.method import Method
 
 MethodSpec = Method
@@ -26,9 +26,11 @@ PROBLEMS: dict[str, type] = {
     **resource.PROBLEMS,
     "bipartition": bipartition.PROBLEM,
     "placement": placement.PROBLEM,
+    "schedule": schedule.PROBLEM,
 }
 
-METHODS: list[Method] = [*partition.METHODS, *resource.METHODS, *bipartition.METHODS, *placement.METHODS]
+METHODS: list[Method] = [*partition.METHODS, *resource.METHODS, *bipartition.METHODS, *placement.METHODS,
+                         *schedule.METHODS]
 
 
 def _check_problem(problem: str) -> None:
