@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--method", help="method (default: the problem's first exact method)")
     m.add_argument("--plan", help="a plan JSON written by solve --save-plan (instead of solving)")
     m.add_argument("--schedule", default="1F1B",
-                   help="the schedule: 1F1B (default; also Schedule1F1B, 1f1b), GPipe, async (PipeDream), "
+                   help="the schedule: 1F1B (default; also Schedule1F1B, 1f1b), GPipe, async (PipeDream's), "
                         "split (Duan & Wu); any case")
     m.add_argument("--microbatches", type=MICROBATCHES, help="M (default: the instance's)")
     m.add_argument("--json", action="store_true")

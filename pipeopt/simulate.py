@@ -460,12 +460,8 @@ def _run(p: _Pipeline, kind: str, M: int) -> _Run:
         if not ready(i, op, j):
             return
         total = p.f_op[i] if op == "F" else p.b_op[i]  # without overlap: with the send it carries
-        send = 0.0
-        if not p.overlap:
-            if op == "F" and i < S - 1:
-                send = p.fwd_xfer[i]
-            elif op == "B" and i > 0:
-                send = p.bwd_xfer[i - 1]
+        sends = rules.carried(i, S, 0.0, 0.0, p.fwd_xfer, p.bwd_xfer, p.overlap)  # the part that is a send
+        send = sends[0] if op == "F" else sends[1]
         st[2], st[3] = True, t
         if op == "F":
             f_start[i][j] = t
@@ -648,7 +644,7 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     schedule
         ``"gpipe"``, ``"1f1b"`` (default), ``"async"`` or ``"split"``, in any spelling of
         :func:`pipeopt.schedules.schedule_name` (``"GPipe"``, ``"Schedule1F1B"``,
-        ``"pipedream"``, ...); the result names it by these keys.
+        ``"pipedream-async"``, ...); the result names it by these keys.
     microbatches
         M >= 1; default ``instance.settings.microbatches``.
     half_duplex

@@ -18,7 +18,7 @@ canonical                 also accepted (any case; ``-``, ``_``, spaces ignored)
                           ``zero-bubble``
 ``ZBVZeroBubble``         ``ScheduleZBVZeroBubble``, ``zbv``, ``zb-v``                      schedule problem
 ``DualPipeV``             ``ScheduleDualPipeV``, ``dualpipev``, ``dualpipe-v``              schedule problem
-``async``                 ``pipedream``, ``pipedream-async``                               simulator
+``async``                 ``pipedream-async``, ``async-pipedream``                         simulator
 ``split``                 ``split-execution``, ``duan-wu``                                  simulator
 ========================  =============================================================  ======================
 
@@ -52,7 +52,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "InterleavedZeroBubble": ("ScheduleInterleavedZeroBubble", "zb", "zb1p", "zero-bubble"),
     "ZBVZeroBubble": ("ScheduleZBVZeroBubble", "zbv", "zb-v"),
     "DualPipeV": ("ScheduleDualPipeV", "dualpipev", "dualpipe-v"),
-    "async": ("pipedream", "pipedream-async"),
+    "async": ("pipedream-async", "async-pipedream"),  # not "pipedream": PipeDream-Flush is 1F1B
     "split": ("split-execution", "duan-wu"),
 }
 """Canonical name -> the other spellings it accepts (the table of the module docstring)."""

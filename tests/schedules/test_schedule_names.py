@@ -63,7 +63,7 @@ def test_a_known_name_an_entry_point_does_not_run_is_refused():
         schedule_key("zbv")
     with pytest.raises(InvalidProblemError, match="'async' is not run here"):
         schedule_name("async")  # the simulator's, not a torch schedule
-    assert [schedule_key(x) for x in ("ScheduleGPipe", "1F1B", "PipeDream", "split")] == ["gpipe", "1f1b", "async",
+    assert [schedule_key(x) for x in ("ScheduleGPipe", "1F1B", "PipeDream-Async", "split")] == ["gpipe", "1f1b", "async",
                                                                                           "split"]
 
 
