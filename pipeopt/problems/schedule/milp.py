@@ -70,7 +70,8 @@ from .model import (
     split_and_durations,
     split_values,
 )
-from .problem import ScheduleProblem, ScheduleResult, uniform_starts
+from ...result import Result
+from .problem import ScheduleProblem, uniform_starts
 from .w_placement import build_free_milp, free_start_values, place_for_split, read_order
 
 __all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "local_search", "memory_scale", "memory_terms",
@@ -173,7 +174,7 @@ def local_search(problem: ScheduleProblem, starts, value: float, deadline: Deadl
 
 
 def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, solver: str = "cbc",
-               threads: int = 1, seed: int = 0, hint=None) -> ScheduleResult:
+               threads: int = 1, seed: int = 0, hint=None) -> Result:
     """The split of least iteration time under ``problem.schedule``, exactly (module docstring).
 
     Parameters
@@ -193,12 +194,13 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
 
     With ``problem.w_placement == "free"`` the model is :func:`.w_placement.build_free_milp`
     (the split and every W's gap together); the loop, warm start and statuses are the same,
-    and the result's :attr:`~ScheduleResult.order` is the chosen action order.
+    and the result's ``evaluation.schedule`` (and ``info["order"]``) is the chosen action order.
 
     Returns
     -------
-    ScheduleResult
-        Method ``"milp"``; ``objective`` = the executor's time of the split (in its order); ``status``
+    Result
+        Method ``"milp"`` (:meth:`ScheduleProblem.result`: the chunk plan and its execution);
+        ``objective`` = the executor's time of the split (in its order); ``status``
         ``"optimal"`` only when the solver proved it (within
         :data:`~pipeopt.problems.partition.model.MILP_TOLERANCE`), ``"time_limit"`` when it
         stopped with the incumbent and the bound, ``"infeasible"`` when no split fits.
