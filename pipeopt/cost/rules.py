@@ -22,8 +22,9 @@ import math
 import numpy as np
 
 from .arrays import layer_arrays
+from .tolerance import SUM_ORDER
 
-MEMORY_SLACK = 1e-9
+MEMORY_SLACK = SUM_ORDER
 """Relative slack on a memory capacity: a stage fits if ``memory <= capacity * (1 + 1e-9)``
 (a stage that needs exactly its capacity fits whatever the float rounding of its sum,
 whether it is summed layer by layer or taken as a difference of prefix sums)."""
@@ -144,6 +145,65 @@ def round_trip(forward_bytes, backward_bytes, bandwidth: float):
     """Seconds one microbatch's activations forward plus its gradients back take on one link:
     what a cut adds to the window rows (:func:`steady_period`)."""
     return transfer_time(forward_bytes + backward_bytes, bandwidth)
+
+
+def carried(stage: int, stages: int, forward, backward, x, y, overlap: bool):
+    """A stage's forward and backward op under the overlap rule, written once.
+
+    With overlap (``Settings.overlap``, PipeDream's default) transfers run on the links beside
+    compute, so the ops are the compute alone (the links carry :func:`on_links`). **Without
+    overlap the sender carries its transfer**: stage s's forward op also sends its activations
+    over cut s (``x[s]``, if s < S - 1) and its backward op its gradients over cut s - 1
+    (``y[s - 1]``, if s > 0), and nothing is left on the links.
+
+    Parameters
+    ----------
+    stage, stages
+        s (0-based) and S.
+    forward, backward
+        Seconds (numbers, arrays, or linear expressions of a model) of the stage's two ops
+        without transfers.
+    x, y
+        Per cut (length S - 1): seconds of one microbatch's activations forward / gradients back.
+    overlap
+        ``Settings.overlap``.
+
+    Returns
+    -------
+    (forward op, backward op)
+    """
+    if overlap:
+        return forward, backward
+    if stage < stages - 1:
+        forward = forward + x[stage]
+    if stage > 0:
+        backward = backward + y[stage - 1]
+    return forward, backward
+
+
+def on_links(x, y, overlap: bool, stages: int | None = None):
+    """What the links carry per cut: ``(x, y)`` with overlap; zeros without (:func:`carried`:
+    the senders' ops carry the transfers). ``stages`` sizes the zeros (default ``len(x) + 1``)."""
+    if overlap:
+        return x, y
+    cuts = len(x) if stages is None else max(stages - 1, 0)
+    return [0.0] * cuts, [0.0] * cuts
+
+
+def boundary_terms(send, busy, trip, overlap: bool):
+    """The overlap rule per boundary, for the models that price a cut where a stage begins or
+    ends: ``(added, bound, trip)``, arrays like ``send``.
+
+    ``added[c]``: what a stage beside boundary c pays on top of its compute - the transfer it
+    sends (``send``) without overlap (:func:`carried`), 0 with; ``bound[c]``: the time the stage
+    cannot go below because of the cut - its busy time (``busy``, :func:`cut_time`) with
+    overlap, 0 without; ``trip[c]``: what the cut adds to the window rows - the round trip
+    (:func:`round_trip`) with overlap, 0 without (the senders' ops hold it).
+    """
+    zero = np.zeros_like(np.asarray(send, dtype=float))
+    if overlap:
+        return zero, busy, trip
+    return send, zero, zero
 
 
 def allreduce_time(param_bytes, replicas, bandwidth: float):
@@ -327,6 +387,26 @@ def in_flight(stage: int, stages: int, *, workers_after=None, replicas=1, gpipe:
     return 2 * k if split else k
 
 
+def windows(stages: int, *, split: bool = False) -> list[int]:
+    """:func:`in_flight` of every stage of a plan with one worker per stage (no replication):
+    ``[S, S - 1, ..., 1]`` under 1F1B, ``[2 S, ..., 2]`` under split execution. The one place the
+    one-order space's windows are written; the models' window rows and memory rows read it.
+
+    Parameters
+    ----------
+    stages
+        S.
+    split
+        Split execution (Duan & Wu): twice the 1F1B window.
+
+    Returns
+    -------
+    list[int]
+        Length S; entry s is stage s's microbatches in flight.
+    """
+    return [int(in_flight(s, stages, split=split)) for s in range(stages)]
+
+
 def replica_ops(tau, forward, backward, allreduce=0.0, *, split: bool = False) -> tuple[float, float]:
     """Seconds one replica's forward op and backward op take per microbatch.
 
@@ -487,8 +567,15 @@ def window_step(G_prev, C_prev, w, D, U, T):
     (G, ok)
         ``G_l`` and whether the rows ending at l hold (arrays broadcast).
     """
-    G = w + np.maximum(-D * T, G_prev + C_prev)
+    G = w + window_carry(G_prev, C_prev, D, T)
     return G, G <= -U * T
+
+
+def window_carry(G_prev, C_prev, D, T):
+    """What the window rows carry into a stage before its own work: ``max(-D_l T, G_{l-1} +
+    C_{l-1})`` (:func:`window_step` is ``w_l`` plus this; ``-D_l T`` when a new row starting at
+    stage l is the binding one). Arrays broadcast."""
+    return np.maximum(-D * T, G_prev + C_prev)
 
 
 def weight_versions(in_flight_count, weight_stashing: bool):
