@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--instance", help="the instance the plan was made for (its graph gives the execution order)")
     x.add_argument("--model", help="the PyTorch model (as for profile), to read its container's class (torchtitan)")
     x.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE", help="as for profile")
+    x.add_argument("--schedule", help="the torch schedule the plan's chunks run (default 1F1B; torch's names any case, "
+                                      "or gpipe/1f1b/interleaved/looped/zb/zbv/dualpipev): torchtitan's "
+                                      "pipeline_parallel_schedule")
     x.add_argument("--out", help="write the JSON here (default: print it)")
     x.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 
@@ -569,7 +572,7 @@ def cmd_export(args) -> int:
         from .torch.models import load
 
         module = load(args.model, **_factory_kwargs(args.model_arg))[0]
-    out = export(plan, args.to, graph=inst.graph if inst is not None else None, module=module)
+    out = export(plan, args.to, graph=inst.graph if inst is not None else None, module=module, schedule=args.schedule)
     text = json.dumps(out, indent=1)
     if args.out:
         _write(args.out, lambda path: path.write_text(text + "\n"))

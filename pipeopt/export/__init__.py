@@ -41,7 +41,7 @@ FORMATS = {
 """Export target -> module (each has ``RUNTIME``, ``TARGET`` and ``export(plan, layout)``)."""
 
 
-def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None) -> dict:
+def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None, schedule: str | None = None) -> dict:
     """Export ``plan`` to a runtime's format.
 
     Parameters
@@ -56,6 +56,12 @@ def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None)
         order and the container of blocks. Without it the plan's own order is used.
     module
         The ``nn.Module``, optional: read only for the container's class (torchtitan).
+    schedule
+        The torch schedule the plan's chunks run, in any spelling of
+        :func:`pipeopt.schedules.schedule_name` (default ``"1F1B"``; a plan of the schedule
+        problem names its own in ``info["schedule"]``): written into the output
+        (``"schedule"``; torchtitan: ``pipeline_parallel_schedule`` and the degree = the
+        ranks, chunks on one rank listing the same devices).
 
     Returns
     -------
@@ -66,13 +72,18 @@ def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None)
     Raises
     ------
     InvalidProblemError
-        If ``to`` is not a known format.
+        If ``to`` is not a known format or ``schedule`` names no torch schedule.
     UnsupportedPlanError
         If the runtime cannot express the plan (the message says why).
     """
     if to not in FORMATS:
         raise InvalidProblemError(f"unknown export format {to!r}; choose from {sorted(FORMATS)}")
-    return FORMATS[to].export(plan, ModelLayout.of(plan, graph, module))
+    from ..schedules.names import schedule_name
+
+    name = schedule_name("1F1B" if schedule is None else schedule)
+    layout = ModelLayout.of(plan, graph, module)
+    out = FORMATS[to].export(plan, layout, schedule=name) if to == "torchtitan" else FORMATS[to].export(plan, layout)
+    return {**out, "schedule": name}
 
 
 __all__ = ["FORMATS", "ModelLayout", "StageSplit", "export", "split_stages"]

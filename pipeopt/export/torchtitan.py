@@ -13,8 +13,9 @@ the others; every other top-level child becomes ``None`` (the model's ``forward`
   modulelist structures");
 * the entries of any other container (an ``nn.Sequential``) cannot be spread over stages:
   such a container is kept or dropped whole;
-* stages contiguous in execution order, one per rank for the single-stage schedules (1F1B,
-  GPipe) pipeopt plans for.
+* stages contiguous in execution order (model parts), one per rank for the single-stage
+  schedules (1F1B, GPipe), ``S / p`` per rank for the multi-stage ones (``schedule=``: a plan
+  of the schedule problem, :mod:`pipeopt.problems.schedule`).
 
 :func:`stage_modules` re-implements that keep/drop logic to read an export back.
 
@@ -38,7 +39,7 @@ SPLITTABLE = ("ModuleList", "ModuleDict")
 """Container classes whose entries ``pipeline_module_split`` keeps one by one."""
 
 
-def export(plan: Plan, layout: ModelLayout) -> dict:
+def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B") -> dict:
     """The plan as torchtitan's ``module_fqns_per_model_part``.
 
     Parameters
@@ -49,6 +50,10 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
         The model's layout; ``layout.container_type`` (from the graph's ``torch`` attribute or
         the module) says whether the container's entries can be split; unknown is taken as a
         ModuleList and said in ``notes``.
+    schedule
+        torch's (canonical) name of the schedule, ``pipeline_parallel_schedule``; its degree
+        is the plan's ranks (stages listing the same devices share one; a plan without devices:
+        one rank per stage), ``S / ranks`` model parts per rank.
 
     Returns
     -------
@@ -61,9 +66,11 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
     UnsupportedPlanError
         A name below a ModuleList/ModuleDict entry or below a plain top-level module (a cut
         inside a module torchtitan cannot split), the entries of a non-splittable container
-        (e.g. ``nn.Sequential``) in several stages, and the rules every runtime shares.
+        (e.g. ``nn.Sequential``) in several stages, a schedule whose stages per rank differ
+        from the plan's, and the rules every runtime shares.
     """
     split = split_stages(plan, layout, RUNTIME)
+    degree = _degree(plan, schedule)
     notes = split.notes()
     where = f"{RUNTIME} cannot express this plan"
     owner = {n: i for i, st in enumerate(split.stages) for n in st}
@@ -97,17 +104,35 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
         "num_stages": split.num_stages,
         "data_parallel": split.data_parallel,
         "module_fqns_per_model_part": parts_,
-        "toml": _toml(parts_, split.num_stages),
+        "toml": _toml(parts_, degree, schedule),
         "notes": notes + ["the model's forward must skip modules set to None (torchtitan's requirement)"],
     }
 
 
-def _toml(parts: list, stages: int) -> str:
+def _degree(plan: Plan, schedule: str) -> int:
+    """The pipeline ranks of ``plan`` under ``schedule``: its distinct device lists (a chunk
+    plan lists each rank's devices on every chunk of that rank), or one per stage without
+    devices; refused if the schedule runs another number of stages per rank."""
+    from ..schedules.torch_orders import STAGES_PER_RANK
+
+    S = plan.num_stages
+    ranks = len({tuple(st.devices) for st in plan.stages}) if all(st.devices for st in plan.stages) else S
+    v, rest = divmod(S, ranks)
+    fixed = STAGES_PER_RANK.get(schedule)
+    if rest or (fixed is not None and v != fixed):
+        raise UnsupportedPlanError(
+            f"{RUNTIME}: {schedule} runs {fixed or 'a whole number of'} stage(s) per rank; the plan has {S} stages"
+            f" on {ranks} ranks"
+        )
+    return ranks
+
+
+def _toml(parts: list, degree: int, schedule: str = "1F1B") -> str:
     rows = ",\n".join("    [" + ", ".join(f'"{n}"' for n in p) + "]" for p in parts)
     return (
         "[parallelism]\n"
-        f"pipeline_parallel_degree = {stages}\n"
-        'pipeline_parallel_schedule = "1F1B"\n'
+        f"pipeline_parallel_degree = {degree}\n"
+        f'pipeline_parallel_schedule = "{schedule}"\n'
         f"module_fqns_per_model_part = [\n{rows},\n]\n"
     )
 

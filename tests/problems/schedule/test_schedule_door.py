@@ -155,3 +155,28 @@ def test_one_default_m(tmp_path, capsys):
         assert json.loads(capsys.readouterr().out)["microbatches"] == 6  # the instance's, not a command's own
     res = pipeopt.solve(inst, problem="schedule", method="uniform", stages=2)
     assert res.info["microbatches"] == 6
+
+
+def test_the_export_names_the_schedule_of_the_chunks():
+    import tomllib
+
+    from pipeopt.export import export
+    from pipeopt.schedules import chunk_plan, make_schedule
+
+    g = nx.DiGraph()
+    names = ["tok_emb", *[f"layers.{i}" for i in range(6)], "head"]
+    for n in names:
+        g.add_node(n, fwd={"gpu": 0.01}, bwd={"gpu": 0.02}, out_bytes=1e6, act_bytes=1e6, param_bytes=1e6)
+    nx.add_path(g, names)
+    inst = Instance(g, Cluster.homogeneous(2, bandwidth=1e9), Settings())
+    chunks = [names[0:2], names[2:4], names[4:6], names[6:8]]
+    plan = chunk_plan(inst, make_schedule("ZBVZeroBubble", 2, 4), chunks)
+    out = export(plan, "torchtitan", graph=g, schedule="zbv")
+    cfg = tomllib.loads(out["toml"])["parallelism"]
+    assert out["schedule"] == "ZBVZeroBubble" and cfg["pipeline_parallel_schedule"] == "ZBVZeroBubble"
+    assert cfg["pipeline_parallel_degree"] == 2 and cfg["module_fqns_per_model_part"] == chunks
+    assert export(plan, "torch", graph=g, schedule="ScheduleZBVZeroBubble")["schedule"] == "ZBVZeroBubble"
+    with pytest.raises(pipeopt.errors.UnsupportedPlanError, match="1F1B runs 1 stage"):
+        export(plan, "torchtitan", graph=g)  # 4 chunks on 2 ranks are not 1F1B's
+    with pytest.raises(InvalidProblemError, match="unknown schedule 'zbx'; choose from"):
+        export(plan, "torchtitan", graph=g, schedule="zbx")
