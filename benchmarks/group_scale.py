@@ -1,189 +1,221 @@
-"""Grouping at scale: the type DP's proven-optimal time against the number of devices and of
-device types, and on 16 all-distinct devices into 4 workers (issue 11, deliver 2 and 4).
+"""Grouping at scale on random device mixes: how often the default group method proves the
+optimum of 64 catalogue devices into 16 workers within 60 s (issue 22, deliver 3).
 
-Method: ``types`` (:func:`pipeopt.problems.resource.group_dp.solve_dp`: a DP over stage,
-layer prefix and the count of each device type used, bisected on T; one thread). Each row: the
-optimum found, the proven lower bound, the gap, the wall time (bounds, starts, every probe and
-the tie-break phase) and Algorithm 2's period for scale. ``optimal`` means the bracket closed
-to a relative gap of 1e-4. ``--compare`` adds the group CP-SAT (2 threads) and MILP (HiGHS)
-on the same instances, with the same time limit.
+Method: ``types`` (:func:`pipeopt.problems.resource.group_dp.solve_dp`: a DP over stage, layer
+prefix and the count of each device type used, bisected on T; one thread per solve; ``--jobs``
+solves side by side). ``optimal`` means the bracket closed to a relative gap of 1e-4; the gap
+of a solve stopped by the clock is ``objective / bound - 1`` with the bound the DP *proved*.
+``--method milp`` / ``cpsat`` run the group MILP (HiGHS) or CP-SAT (2 threads) instead.
 
-Instances (synthetic clusters over real model shapes; times per microbatch in ms):
+Instances: a model over 64 devices of the catalogue (:mod:`pipeopt.zoo.devices`) into 16 workers.
+Each (model, family, seed) draws a mix with :func:`draw_mix` (``random.Random(seed)`` and the
+names, so a row is reproduced by its seed alone): 4 device types drawn from the family, and a
+random composition of 64 devices over them (each type at least 2, the cut points uniform).
 
-* Types grid: GPT-2 XL (zoo, 98 units, fp16) on D devices of t types, the first t of the edge
-  mix Jetson AGX Orin, Apple M2, Apple M1, Snapdragon X Elite (CPU + GPU + NPU each, 10 GbE),
-  D/t devices of each type, into ``max(2, min(16, D/4))`` workers.
-* All-distinct, 16 devices into 4 workers (16 types of one device each):
-  GPT-2 XL on the four SoCs, each in four power modes scaling its every resource by 1.0, 0.85,
-  0.7 and 0.55 (memory unchanged); ResNet-50 and GNMT from PipeDream's measured profiles with a
-  synthetic CPU kind (:func:`pipeopt.problems.resource.examples.with_second_kind`), device i of
-  the four synthetic worker types of ``benchmarks/group_times.py`` cycled, its resources scaled
-  by ``1 - 0.03 i`` (InfiniBand EDR).
+* families: ``server`` (the catalogue's data-centre entries: V100 16/32 GB, A100 40/80 GB, H100,
+  T4, EPYC 7763 and the A100+EPYC and T4+Xeon server slices; InfiniBand HDR, 25 GB/s),
+  ``edge`` (Jetson AGX Orin, Apple M2, Apple M1, Snapdragon X Elite - all four, random counts;
+  CPU + GPU + NPU each; 10 GbE) and ``mixed`` (two types of each; 10 GbE);
+* models (fp16; zoo shapes, :mod:`pipeopt.zoo.models`): GPT-2 XL (98 units, microbatch 2),
+  ResNet-50 and GoogLeNet (microbatch 32); GNMT from PipeDream's measured profile
+  (``/work/shared/data/pipedream-profiles/gnmt.txt``, read in place): a layer's work is its
+  measured time x 6.28 TFLOP/s (the profile read as a V100 at its fp32 peak 15.7 TFLOP/s times
+  the catalogue's GPU efficiency 0.40 - an assumption), spread over the cluster's kinds with the
+  catalogue's efficiencies (:data:`pipeopt.zoo.KINDS`) as the zoo's models are.
+
+Memory per device is the catalogue's; microbatches per iteration 4 x devices (the zoo's default).
 
 Usage (from the repository root)::
 
-    python benchmarks/group_scale.py --quick       # 4-16 devices, 1-4 types, GPT-2 distinct; 20 s per solve
-    python benchmarks/group_scale.py               # 4-64 devices, 1-4 types, the three distinct cases; 60 s
-    (1, 2 and 4 types on 4, 8, 16, 32, 64 devices; 3 types on 12, 24, 48)
-        [--devices 4 8 ...] [--types 1 2 ...] [--distinct gpt2-xl resnet50 gnmt] [--time-limit 60]
-        [--compare] [--out benchmarks/results/group_scale]
+    python benchmarks/group_scale.py --jobs 2          # 2 seeds per (model, family): 24 instances
+    python benchmarks/group_scale.py --full --jobs 2   # 8 seeds per (model, family): 96 instances
+        [--seeds 0 1 ...] [--models gpt2-xl ...] [--families edge ...] [--time-limit 60]
+        [--method types|milp|cpsat] [--out benchmarks/results/group_scale]
 
-Writes ``<out>.md``, ``<out>.csv`` and ``<out>.png`` (log-log: wall time against devices, one
-line per number of types; unproven runs drawn hollow at the time limit), ``<out>_quick.*`` with
-``--quick``.
+Writes ``<out>.md`` and ``<out>.csv`` (one row per instance, then the summary: the fraction
+proven within the limit, the largest gap, the fraction within 2 %), ``<out>_full.*`` with ``--full``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import random
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import pipeopt
-from pipeopt import zoo
-from pipeopt.problems.resource import GroupProblem, group
-from pipeopt.problems.resource.duan_wu import algorithm2
-from pipeopt.problems.resource.group_dp import solve_dp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from group_times import profile_instance  # noqa: E402  (the PipeDream-profile clusters)
-
-SOC_TYPES = ("jetson-agx-orin", "apple-m2", "apple-m1", "snapdragon-x-elite")
-POWER_MODES = (1.0, 0.85, 0.7, 0.55)
-
-
-def typed_instance(devices: int, types: int) -> pipeopt.Instance:
-    """GPT-2 XL on ``devices`` SoCs of the first ``types`` types, equally many of each."""
-    per = devices // types
-    inst = zoo.instance("gpt2-xl", {t: per for t in SOC_TYPES[:types]}, bandwidth="10gbe")
-    return inst.replace(name=f"gpt2-xl {types}x{per}")
+MODELS = ("gpt2-xl", "resnet50", "gnmt", "googlenet")
+FAMILIES = ("server", "edge", "mixed")
+SERVER = ("v100-16gb", "v100-32gb", "a100-40gb", "a100-80gb", "h100-80gb", "t4", "epyc-7763",
+          "server-a100-epyc", "server-t4-xeon")
+EDGE = ("jetson-agx-orin", "apple-m2", "apple-m1", "snapdragon-x-elite")
+LINK = {"server": "ib-hdr", "edge": "10gbe", "mixed": "10gbe"}
+DEVICES, WORKERS, TYPES, MIN_COUNT = 64, 16, 4, 2
+PROFILES = Path(os.environ.get("PIPEOPT_DATA", "/work/shared/data")) / "pipedream-profiles"
+GNMT_RATE = 15.7e12 * 0.40
+"""FLOP/s at which GNMT's profile is read as measured (a V100 at its fp32 peak x GPU efficiency)."""
+DEFAULT_SEEDS, FULL_SEEDS = 2, 8
 
 
-def distinct_instance(model: str) -> pipeopt.Instance:
-    """16 all-distinct devices (module docstring)."""
-    if model == "gpt2-xl":
-        full = zoo.instance("gpt2-xl", {t: 4 for t in SOC_TYPES}, bandwidth="10gbe")
-        by_type: dict = {}
-        for d in full.cluster.devices:
-            by_type.setdefault(d.name.rsplit("-", 1)[0], []).append(d)
-        devs = [pipeopt.Device(d.name, {k: v * POWER_MODES[m] for k, v in d.resources.items()}, d.memory)
-                for ds in by_type.values() for m, d in enumerate(ds)]
-        return full.replace(cluster=pipeopt.Cluster(tuple(devs), full.cluster.bandwidth),
-                            name="gpt2-xl (zoo) distinct16")
-    inst = profile_instance(model, 16)
-    devs = [pipeopt.Device(d.name, {k: v * (1.0 - 0.03 * i) for k, v in d.resources.items()}, d.memory)
-            for i, d in enumerate(inst.cluster.devices)]
-    return inst.replace(cluster=pipeopt.Cluster(tuple(devs), inst.cluster.bandwidth),
-                        name=f"{model} (PipeDream) distinct16")
-
-
-def ms(x) -> str:
-    return "-" if x is None else (f"{x * 1e3:.4f}" if math.isfinite(x) else "inf")
-
-
-def run(problem: GroupProblem, label: str, time_limit: float) -> tuple:
-    """(result, wall seconds) of one method."""
-    t = time.perf_counter()
-    if label == "types":
-        r = solve_dp(problem, time_limit=time_limit)
-    elif label == "cpsat":
-        r = group.solve_cpsat(problem, time_limit=time_limit, threads=2)
+def draw_mix(family: str, seed: int) -> dict[str, int]:
+    """``{catalogue name: count}``: :data:`TYPES` types of ``family`` and a random composition of
+    :data:`DEVICES` devices over them, each at least :data:`MIN_COUNT` (seeded by family and seed)."""
+    rng = random.Random(f"{family}-{seed}")
+    if family == "server":
+        names = rng.sample(SERVER, TYPES)
+    elif family == "edge":
+        names = list(EDGE)
+    elif family == "mixed":
+        names = rng.sample(SERVER, TYPES // 2) + rng.sample(EDGE, TYPES - TYPES // 2)
     else:
-        r = group.solve_milp(problem, time_limit=time_limit, solver="highs")
-    return r, time.perf_counter() - t
+        raise ValueError(f"unknown family {family!r}; choose from {FAMILIES}")
+    free = DEVICES - MIN_COUNT * TYPES
+    cuts = sorted(rng.randint(0, free) for _ in range(TYPES - 1))
+    counts = [b - a + MIN_COUNT for a, b in zip([0] + cuts, cuts + [free], strict=True)]
+    return dict(zip(names, counts, strict=True))
 
 
-def plot(rows: list[dict], path: Path, limit: float) -> None:
-    """Log-log plot of the types rows: wall seconds against devices, a line per type count."""
-    import matplotlib
+def gnmt_graph(kinds):
+    """GNMT's PipeDream profile with times for ``kinds`` (module docstring)."""
+    from pipeopt.io.pipedream import read_pipedream_graph
+    from pipeopt.zoo import KINDS
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    g = read_pipedream_graph(PROFILES / "gnmt.txt")
+    for _, a in g.nodes(data=True):
+        f, b = a["fwd"]["gpu"], a["bwd"]["gpu"]
+        a["fwd"] = {k: f * GNMT_RATE / (1e12 * KINDS[k].forward_efficiency) for k in kinds}
+        a["bwd"] = {k: b * GNMT_RATE / (1e12 * KINDS[k].backward_efficiency) for k in kinds}
+    return g
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    grid = [r for r in rows if r["method"] == "types" and r["types"] <= 4]
-    for t in sorted({r["types"] for r in grid}):
-        pts = sorted((r["devices"], r["time_s"], r["status"] == "optimal") for r in grid if r["types"] == t)
-        line, = ax.plot([d for d, _, _ in pts], [s for _, s, _ in pts], marker="o", label=f"{t} type{'s' * (t > 1)}")
-        for d, sec, proven in pts:
-            if not proven:
-                ax.plot([d], [sec], marker="o", markersize=11, markerfacecolor="none", color=line.get_color())
-    distinct = [r for r in rows if r["method"] == "types" and r["types"] > 4]
-    for r in distinct:
-        ax.plot([r["devices"]], [r["time_s"]], marker="s" if r["status"] == "optimal" else "x", color="black")
-        left = r["instance"].startswith("gnmt")  # GNMT and ResNet-50 land near the limit together
-        ax.annotate(r["instance"].split()[0], (r["devices"], r["time_s"]), textcoords="offset points",
-                    xytext=(-34 if left else 6, -3), fontsize=7)
-    ax.axhline(limit, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("devices")
-    ax.set_ylabel("wall time of the whole solve (s)")
-    ax.set_title("group 'types' DP on GPT-2 XL (hollow/x: not proven at the limit)", fontsize=9)
-    ax.legend(fontsize=8, title="squares: 16 distinct devices", title_fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+
+def build(model: str, family: str, seed: int):
+    """``(GroupProblem, mix)`` of one row."""
+    import pipeopt
+    from pipeopt import zoo
+    from pipeopt.problems.resource import GroupProblem
+
+    mix = draw_mix(family, seed)
+    name = f"{model} {family} s{seed}"
+    if model == "gnmt":
+        cl = zoo.cluster(mix, bandwidth=LINK[family])
+        inst = pipeopt.Instance(gnmt_graph(cl.kinds), cl, pipeopt.Settings(microbatches=4 * DEVICES), name=name)
+    else:
+        inst = zoo.instance(model, mix, bandwidth=LINK[family], name=name)
+    return GroupProblem(inst, WORKERS), mix
+
+
+def solve_one(task: tuple) -> dict:
+    """One row: build, solve, time (run in a worker process)."""
+    model, family, seed, method, limit = task
+    problem, mix = build(model, family, seed)
+    t, cpu = time.perf_counter(), time.process_time()
+    if method == "types":
+        from pipeopt.problems.resource.group_dp import solve_dp
+
+        r = solve_dp(problem, time_limit=limit)
+    else:
+        from pipeopt.problems.resource import group
+
+        r = (group.solve_cpsat(problem, time_limit=limit, threads=2) if method == "cpsat"
+             else group.solve_milp(problem, time_limit=limit, solver="highs"))
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    vectors = math.prod(c + 1 for c in mix.values())
+    gap = None
+    if r.objective is not None and r.lower_bound and r.lower_bound > 0:
+        gap = r.objective / r.lower_bound - 1.0
+    return {"model": model, "family": family, "seed": seed,
+            "mix": " + ".join(f"{n} x{c}" for n, c in mix.items()), "count_vectors": vectors,
+            "units": problem.n, "method": method, "status": str(r.status),
+            "objective_ms": None if r.objective is None else r.objective * 1e3,
+            "bound_ms": None if r.lower_bound is None else r.lower_bound * 1e3,
+            "gap": gap, "time_s": wall, "cpu_s": cpu, "load1": os.getloadavg()[0]}
+
+
+def summary(rows: list[dict], limit: float) -> list[str]:
+    """The summary lines: overall and per model and per family."""
+    def line(label, rs):
+        proven = sum(r["status"] == "optimal" and r["time_s"] <= limit + 1.0 for r in rs)
+        gaps = [r["gap"] if r["gap"] is not None else math.inf for r in rs]
+        within = sum(g <= 0.02 for g in gaps)
+        worst = max(gaps, default=math.nan)
+        times = sorted(r["time_s"] for r in rs)
+        return (f"| {label} | {len(rs)} | {proven}/{len(rs)} ({100 * proven / len(rs):.0f} %) | "
+                f"{100 * worst:.3f}% | {within}/{len(rs)} ({100 * within / len(rs):.0f} %) | "
+                f"{times[len(times) // 2]:.1f} | {times[-1]:.1f} |")
+    out = ["| instances | n | proven within the limit | max gap | gap <= 2 % | median time (s) | max time (s) |",
+           "| --- | --- | --- | --- | --- | --- | --- |", line("all", rows)]
+    for key in ("model", "family"):
+        for v in dict.fromkeys(r[key] for r in rows):
+            out.append(line(f"{key} {v}", [r for r in rows if r[key] == v]))
+    return out
+
+
+def fmt(r: dict) -> str:
+    def ms(x):
+        return "-" if x is None else f"{x:.4f}" if math.isfinite(x) else "inf"
+    gap = "-" if r["gap"] is None else f"{100 * r['gap']:.3f}%"
+    return (f"| {r['model']} | {r['family']} | {r['seed']} | {r['mix']} | {r['count_vectors']:,} | {r['status']} | "
+            f"{ms(r['objective_ms'])} | {ms(r['bound_ms'])} | {gap} | {r['time_s']:.1f} | {r['cpu_s']:.1f} | {r['load1']:.1f} |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="4-16 devices, GPT-2 distinct only, 20 s per solve")
-    ap.add_argument("--devices", nargs="*", type=int, default=None)
-    ap.add_argument("--types", nargs="*", type=int, default=None)
-    ap.add_argument("--distinct", nargs="*", default=None)
-    ap.add_argument("--time-limit", type=float, default=None)
-    ap.add_argument("--compare", action="store_true", help="also the group CP-SAT and MILP (HiGHS)")
+    ap.add_argument("--full", action="store_true", help=f"{FULL_SEEDS} seeds per (model, family)")
+    ap.add_argument("--seeds", nargs="*", type=int, default=None)
+    ap.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--families", nargs="*", default=list(FAMILIES), choices=FAMILIES)
+    ap.add_argument("--method", default="types", choices=("types", "milp", "cpsat"))
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--jobs", type=int, default=1, help="solves side by side (processes)")
     ap.add_argument("--out", default="benchmarks/results/group_scale")
     args = ap.parse_args(argv)
-    # 1, 2 and 4 types on 4..64 devices; 3 types on 12, 24, 48 (equally many of each type)
-    devices = args.devices or ([4, 8, 12, 16] if args.quick else [4, 8, 12, 16, 24, 32, 48, 64])
-    types = args.types or [1, 2, 3, 4]
-    distinct = args.distinct if args.distinct is not None else (["gpt2-xl"] if args.quick else
-                                                                 ["gpt2-xl", "resnet50", "gnmt"])
-    limit = args.time_limit or (20.0 if args.quick else 60.0)
-    methods = ["types", "cpsat", "milp (highs)"] if args.compare else ["types"]
-    out = Path(args.out + ("_quick" if args.quick else "") + ".md")
-    rows: list[dict] = []
+    seeds = args.seeds if args.seeds is not None else list(range(FULL_SEEDS if args.full else DEFAULT_SEEDS))
+    tasks = [(m, f, s, args.method, args.time_limit) for m in args.models for f in args.families for s in seeds]
+    out = Path(args.out + ("_full" if args.full else "") + ".md")
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["# Grouping at scale: the type DP", "",
-             f"Generated by `python benchmarks/group_scale.py{' --quick' if args.quick else ''}` (time limit "
-             f"{limit:.0f} s per solve). Periods per microbatch in ms; time = wall seconds of the whole solve.", "",
-             "| instance | devices | types | count vectors | workers | units | method | status | objective | bound "
-             "| gap | time (s) | Alg. 2 |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    cases = []
-    for d in devices:
-        for t in types:
-            if d % t == 0 and d >= t and (t == 3) == (d % 3 == 0):
-                cases.append((typed_instance(d, t), max(2, min(16, d // 4)), t))
-    for model in distinct:
-        cases.append((distinct_instance(model), 4, 16))
-    for inst, q, t in cases:
-        p = GroupProblem(inst, q)
-        vectors = math.prod(len(c) + 1 for c in p.device_classes)
-        a2 = algorithm2(p)
-        for label in methods:
-            r, wall = run(p, label.split()[0], limit)
-            gap = "-" if r.gap is None else f"{100 * r.gap:.3f}%"
-            lines.append(f"| {inst.name} | {len(inst.cluster.devices)} | {t} | {vectors:,} | {q} | {inst.chain.n} | "
-                         f"{label} | {r.status} | {ms(r.objective)} | {ms(r.lower_bound)} | {gap} | {wall:.1f} | "
-                         f"{ms(a2.objective)} |")
-            print(lines[-1], flush=True)
-            out.write_text("\n".join(lines) + "\n")
-            rows.append({"instance": inst.name, "devices": len(inst.cluster.devices), "types": t,
-                         "count_vectors": vectors, "workers": q, "units": inst.chain.n, "method": label,
-                         "status": str(r.status), "objective_ms": None if r.objective is None else r.objective * 1e3,
-                         "bound_ms": None if r.lower_bound is None else r.lower_bound * 1e3,
-                         "gap": r.gap, "time_s": wall, "algorithm2_ms": a2.objective * 1e3})
-    out.write_text("\n".join(lines) + "\n")
-    import pandas as pd
+    cmd = "python benchmarks/group_scale.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    head = [f"# Grouping at scale: {DEVICES} random catalogue devices into {WORKERS} workers", "",
+            f"Generated by `{cmd}` (method `{args.method}`, time limit {args.time_limit:.0f} s per solve, "
+            f"{args.jobs} solve(s) side by side on {os.cpu_count()} cores). Periods per microbatch in ms; "
+            "time = wall seconds of the whole solve, CPU = its process CPU seconds (on a loaded machine the "
+            "wall time the limit counts exceeds it); load = the 1-minute load average when the solve ended.", ""]
+    table = ["| model | family | seed | mix | count vectors | status | objective | bound | gap | time (s) | CPU (s) "
+             "| load |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows: list[dict] = []
+    started = time.perf_counter()
+    print(table[0], flush=True)
 
-    pd.DataFrame(rows).to_csv(out.with_suffix(".csv"), index=False)
-    plot(rows, out.with_suffix(".png"), limit)
-    print(f"wrote {out}, {out.with_suffix('.csv')}, {out.with_suffix('.png')}")
+    def write():
+        order = {t[:3]: i for i, t in enumerate(tasks)}
+        done = sorted(rows, key=lambda r: order[(r["model"], r["family"], r["seed"])])
+        body = head + ["## Summary", ""] + summary(done, args.time_limit) + ["", "## Instances", ""] + table \
+            + [fmt(r) for r in done] + ["", f"Total wall time {time.perf_counter() - started:.0f} s."]
+        out.write_text("\n".join(body) + "\n")
+        return done
+
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for r in pool.map(solve_one, tasks):
+                rows.append(r)
+                print(fmt(r), flush=True)
+                write()
+    else:
+        for task in tasks:
+            rows.append(solve_one(task))
+            print(fmt(rows[-1]), flush=True)
+            write()
+    done = write()
+    import csv
+
+    with out.with_suffix(".csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(done[0]))
+        w.writeheader()
+        w.writerows(done)
+    print("\n".join([""] + summary(done, args.time_limit)))
+    print(f"wrote {out}, {out.with_suffix('.csv')}")
     return 0
 
 
