@@ -11,12 +11,10 @@ The public API: build or :func:`read` an :class:`Instance`, :func:`solve` a prob
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING
 
-from .cluster import Cluster as Cluster
-from .cluster import Device as Device
-from .cost import Evaluation as Evaluation
-from .cost import evaluate as evaluate
 from .errors import InfeasibleError as InfeasibleError
 from .errors import InvalidClusterError as InvalidClusterError
 from .errors import InvalidGraphError as InvalidGraphError
@@ -24,16 +22,57 @@ from .errors import InvalidPlanError as InvalidPlanError
 from .errors import InvalidProblemError as InvalidProblemError
 from .errors import PipeoptError as PipeoptError
 from .errors import ReadError as ReadError
-from .instance import Instance as Instance
-from .instance import Settings as Settings
-from .problems.partition.problem import PartitionProblem as PartitionProblem
-from .plan import Plan as Plan
-from .plan import Stage as Stage
-from .result import Result as Result
-from .result import Status as Status
-from .io import read as read
-from .io import write as write
-from .solve import solve as solve
+from .solve import solve as solve  # eager: the name is also its module's, which an import would set here
+
+_LAZY = {
+    "Cluster": ".cluster",
+    "Device": ".cluster",
+    "Evaluation": ".cost",
+    "evaluate": ".cost",
+    "Instance": ".instance",
+    "Settings": ".instance",
+    "PartitionProblem": ".problems.partition.problem",
+    "Plan": ".plan",
+    "Stage": ".plan",
+    "Result": ".result",
+    "Status": ".result",
+    "read": ".io",
+    "write": ".io",
+}
+"""Public names imported on first use (PEP 562), so that ``import pipeopt`` (and the
+``pipeopt`` command's parser) imports neither numpy, networkx nor any solver: name -> module."""
+
+__all__ = [*_LAZY, "InfeasibleError", "InvalidClusterError", "InvalidGraphError", "InvalidPlanError",
+           "InvalidProblemError", "PipeoptError", "ReadError", "from_torch", "solve"]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:
+    from .cluster import Cluster as Cluster
+    from .cluster import Device as Device
+    from .cost import Evaluation as Evaluation
+    from .cost import evaluate as evaluate
+    from .instance import Instance as Instance
+    from .instance import Settings as Settings
+    from .io import read as read
+    from .io import write as write
+    from .plan import Plan as Plan
+    from .plan import Stage as Stage
+    from .problems.partition.problem import PartitionProblem as PartitionProblem
+    from .result import Result as Result
+    from .result import Status as Status
 
 __version__ = "0.1.0"
 

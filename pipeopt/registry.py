@@ -6,31 +6,89 @@ A *problem class* turns an :class:`~pipeopt.Instance` plus options into a proble
 (:class:`~pipeopt.problems.method.Method`) is a plain function of a problem object whose plan
 is scored by :func:`~pipeopt.evaluate`. Each problem folder under :mod:`pipeopt.problems`
 declares its own methods (its ``METHODS``); this module only gathers them.
+
+The problems are declared by name (:data:`PACKAGES`); a problem's package, and with it its
+methods' modules, is imported the first time the problem's class or methods are asked for, so
+that reading the names (``pipeopt --help``) imports no problem.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from .errors import InvalidProblemError
-from .instance import Instance
-from .problems import bipartition, partition, placement, resource, schedule
 from .problems.method import Method
+
+if TYPE_CHECKING:
+    from .instance import Instance
 
 MethodSpec = Method
 """Alias kept for readers of older code: a method's declaration."""
 
-PROBLEMS: dict[str, type] = {
-    "partition": partition.PROBLEM,
-    **resource.PROBLEMS,
-    "bipartition": bipartition.PROBLEM,
-    "placement": placement.PROBLEM,
-    "schedule": schedule.PROBLEM,
+PACKAGES: dict[str, str] = {
+    "partition": "pipeopt.problems.partition",
+    "allocate": "pipeopt.problems.resource",
+    "joint": "pipeopt.problems.resource",
+    "group": "pipeopt.problems.resource",
+    "bipartition": "pipeopt.problems.bipartition",
+    "placement": "pipeopt.problems.placement",
+    "schedule": "pipeopt.problems.schedule",
 }
+"""Problem name -> the package that declares it, one line per problem: the package holds the
+problem class (``PROBLEM``, or ``PROBLEMS[name]`` when it declares several problems) and the
+methods (``METHODS``, each naming its problem). Names in table order."""
 
-METHODS: list[Method] = [*partition.METHODS, *resource.METHODS, *bipartition.METHODS, *placement.METHODS,
-                         *schedule.METHODS]
+
+def _package(problem: str):
+    """The package declaring ``problem`` (imported on first use)."""
+    return importlib.import_module(PACKAGES[problem])
+
+
+class _Problems(Mapping):
+    """Problem name -> problem class; the names are read without importing any problem, a
+    class imports its package."""
+
+    def __getitem__(self, problem: str) -> type:
+        if problem not in PACKAGES:
+            raise KeyError(problem)
+        pkg = _package(problem)
+        many = getattr(pkg, "PROBLEMS", None)
+        return many[problem] if many is not None else pkg.PROBLEM
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PACKAGES)
+
+    def __len__(self) -> int:
+        return len(PACKAGES)
+
+    def __contains__(self, problem) -> bool:
+        return problem in PACKAGES
+
+    def __repr__(self) -> str:
+        return f"<problems {list(PACKAGES)}>"
+
+
+PROBLEMS: Mapping[str, type] = _Problems()
+"""Problem name -> problem class (a read-only mapping; see :data:`PACKAGES`)."""
+
+
+def _declared(packages) -> list[Method]:
+    """The ``METHODS`` of the packages named, each package once, in order."""
+    return [m for name in dict.fromkeys(packages) for m in importlib.import_module(name).METHODS]
+
+
+def __getattr__(name: str):
+    """``METHODS``: every method of every problem, a list built (every problem package imported)
+    on first read and kept; code that adds methods (tests) extends or replaces this list, and
+    :func:`methods` reads it from then on."""
+    if name == "METHODS":
+        globals()["METHODS"] = value = _declared(PACKAGES.values())
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_problem(problem: str) -> None:
@@ -47,7 +105,10 @@ def methods(problem: str = "partition") -> list[Method]:
         If ``problem`` is not a known problem name.
     """
     _check_problem(problem)
-    return [m for m in METHODS if m.problem == problem]
+    table = globals().get("METHODS")  # the full list once read (and maybe extended); else one package's
+    if table is None:
+        table = _declared([PACKAGES[problem]])
+    return [m for m in table if m.problem == problem]
 
 
 def method(problem: str, name: str) -> Method:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+from typing import TYPE_CHECKING
 
 from . import registry
 from .backends.deadline import Deadline
 from .errors import InvalidProblemError
-from .instance import Instance
-from .result import Result
+
+if TYPE_CHECKING:  # imported where used: ``import pipeopt`` imports this module
+    from .instance import Instance
+    from .result import Result
 
 SOLVERS = ("cbc", "highs")
 """MILP backends (PuLP's CBC, HiGHS through highspy)."""
@@ -119,6 +122,8 @@ def solve(
     >>> pipeopt.solve(inst, stages=4).status  # doctest: +SKIP
     <Status.OPTIMAL: 'optimal'>
     """
+    from .instance import Instance
+
     deadline = Deadline(time_limit)
     if not isinstance(instance, Instance):
         raise InvalidProblemError(f"solve needs a pipeopt.Instance, got {type(instance).__name__}")

@@ -49,21 +49,19 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-from ortools.sat.python import cp_model
-from ortools.sat.python import cp_model_helper as cmh
-
+from ..lazy import lazy_module
 from ..errors import InvalidProblemError
 from .deadline import Deadline
 from .pulp import kill_grace
 
+cp_model = lazy_module("ortools.sat.python.cp_model")
+cmh = lazy_module("ortools.sat.python.cp_model_helper")
+
 __all__ = ["CpsatOutcome", "solve_cpsat"]
 
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.UNKNOWN: "no_solution",
-}
+_STATUS_NAMES = {"OPTIMAL": "optimal", "FEASIBLE": "feasible", "INFEASIBLE": "infeasible", "UNKNOWN": "no_solution"}
+"""CP-SAT's statuses (``cp_model`` names; read when a solve ends, so that importing this module
+does not import OR-Tools) and the door's names for them."""
 
 CAN_ISOLATE = hasattr(os, "fork")
 """``True`` where the door can solve in a forked child (POSIX)."""
@@ -294,7 +292,7 @@ def solve_cpsat(
     code = response.status if response is not None else cp_model.UNKNOWN
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"CP-SAT rejected the model: {model.validate()}")
-    status = _STATUS.get(code, "no_solution")
+    status = next((ours for name, ours in _STATUS_NAMES.items() if code == getattr(cp_model, name)), "no_solution")
     objective = bound = None
     if status in ("optimal", "feasible") and has_objective:
         objective = float(response.objective_value)
@@ -339,16 +337,20 @@ def _solve_here(model, solver, end: float, callback):
     return solver.response_proto, fired.is_set(), notes
 
 
-class _Streamer(cp_model.CpSolverSolutionCallback):
-    """In the child: send every incumbent (objective, bound, all values) to the parent."""
+def _streamer(send):
+    """In the child: a solution callback that sends every incumbent (objective, bound, all
+    values) to the parent (its class is made here, so that importing this module does not
+    import OR-Tools)."""
 
-    def __init__(self, send):
-        super().__init__()
-        self._send = send
+    class _Streamer(cp_model.CpSolverSolutionCallback):
+        def __init__(self):
+            super().__init__()
 
-    def on_solution_callback(self) -> None:
-        r = self.response_proto
-        self._send(("sol", float(r.objective_value), float(r.best_objective_bound), list(r.solution)))
+        def on_solution_callback(self) -> None:
+            r = self.response_proto
+            send(("sol", float(r.objective_value), float(r.best_objective_bound), list(r.solution)))
+
+    return _Streamer()
 
 
 def _die_with_parent(parent: int) -> None:
@@ -379,7 +381,7 @@ def _child(model, solver, reader, writer, parent: int) -> None:
                 writer.send(msg)
 
         solver.best_bound_callback = lambda b: send(("bound", float(b)))
-        solver.solve(model, _Streamer(send))
+        solver.solve(model, _streamer(send))
         send(("done", str(solver.response_proto)))
     except BaseException as exc:  # noqa: BLE001 - report anything, then leave
         code = 1

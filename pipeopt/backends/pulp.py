@@ -54,10 +54,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-import pulp
-
+from ..lazy import lazy_module
 from ..errors import InvalidProblemError
 from .deadline import Deadline
+
+pulp = lazy_module("pulp")
 
 __all__ = ["SOLVERS", "PulpOutcome", "kill_grace", "solve_pulp"]
 

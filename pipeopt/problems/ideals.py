@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..errors import InvalidProblemError
 from ..graph import layer_order
 

@@ -18,10 +18,11 @@ partition problem (:mod:`pipeopt.problems.partition.events`) and of Bi-Partition
 
 from __future__ import annotations
 
-import pulp
-
+from ..lazy import lazy_module
 from ..backends.deadline import Deadline
 from ..cost.schedule import RunGraph, makespan
+
+pulp = lazy_module("pulp")
 
 __all__ = ["add_run_rows", "run_start_values"]
 

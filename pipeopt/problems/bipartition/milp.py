@@ -110,8 +110,8 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe, bisect
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
@@ -123,6 +123,8 @@ from .greedy import best_same_cut
 from .model import MODEL_UNIT, SOLVER_SLACK, build_model, cuts_of_rows, start_of_rows
 from .problem import BipartitionProblem
 from .tiebreak import SECONDARY, break_ties
+
+pulp = lazy_module("pulp")
 
 MILP_GAP = 1e-6
 """Default relative tolerance of the MILP's optimality claim (above the solvers' feasibility

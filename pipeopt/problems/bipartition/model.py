@@ -15,11 +15,13 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...cost import rules
 from .problem import BipartitionProblem
+
+pulp = lazy_module("pulp")
 
 MODEL_UNIT = 1e3
 """The model's T of the incumbent, and a memory row's capacity: the solvers' absolute

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pulp
-
+from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...backends.pulp import solve_pulp
 from ...cost import evaluate
@@ -47,6 +46,8 @@ from ..run_rows import add_run_rows, run_start_values
 from ..secondary import CAP_REL, SECONDARY_NODES
 from .model import MODEL_UNIT, SOLVER_SLACK, cuts_of_rows, model_rows, start_of_rows
 from .problem import BipartitionProblem
+
+pulp = lazy_module("pulp")
 
 REL_GAP = 1e-7
 """Relative gap at which the event-time MILP stops and says optimal."""

@@ -84,8 +84,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate, rules
@@ -107,6 +107,8 @@ from .model import (
     infeasible_memory,
 )
 from .problem import PartitionProblem
+
+pulp = lazy_module("pulp")
 
 __all__ = ["MAX_CUTS", "ConvexMilp", "solve_convex_milp"]
 

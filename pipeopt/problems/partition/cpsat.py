@@ -46,8 +46,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ortools.sat.python import cp_model
 
+from ...lazy import lazy_module
 from ...backends.cpsat import solve_cpsat as solve_cpsat_model
 from ...backends.deadline import Deadline
 from ...errors import InvalidProblemError
@@ -55,6 +55,8 @@ from ...result import Result
 from .model import Attempt, StraightModel, check_options, solve_exact
 from .problem import PartitionProblem
 from .tiebreak import break_ties
+
+cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["WINDOW_TERMS", "build_cpsat", "solve_cpsat"]
 

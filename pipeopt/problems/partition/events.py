@@ -77,8 +77,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.lazy import Verdict, resolve
 from ...backends.pulp import SOLVERS
@@ -101,6 +101,8 @@ from .model import (
     starts_from_cumulative,
 )
 from .problem import PartitionProblem
+
+pulp = lazy_module("pulp")
 
 __all__ = [
     "CAP_REL",

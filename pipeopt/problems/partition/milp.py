@@ -50,8 +50,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...errors import InvalidProblemError
@@ -72,6 +72,8 @@ from .model import (
 )
 from .tiebreak import break_ties
 from .problem import PartitionProblem
+
+pulp = lazy_module("pulp")
 
 __all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_iteration", "solve_milp"]
 

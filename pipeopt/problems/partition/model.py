@@ -67,8 +67,8 @@ from functools import cached_property
 import itertools
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.bisection import bisect_limit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
@@ -76,6 +76,8 @@ from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .binary_search import greedy_check, plan_time, split_to_stages
 from .problem import PartitionProblem
+
+pulp = lazy_module("pulp")
 
 TIME_TICKS = 10**9
 """CP-SAT's integer time scale: :attr:`StraightModel.top`, a bound on every time value of the
@@ -596,8 +598,9 @@ class CumulativeSplit:
         self.y = {t: {c: lp.add_variable(f"started_{t}_by_{c}", cat=pulp.LpBinary) for c in model.window(t)[:-1]}
                   for t in range(1, model.S)}
 
-    def add(self, terms, constant: float, name: str, sense=pulp.LpConstraintLE) -> None:
-        """The row ``sum(coef * var) + constant (<= or ==) 0``."""
+    def add(self, terms, constant: float, name: str, sense=None) -> None:
+        """The row ``sum(coef * var) + constant (<= or ==) 0`` (``sense`` default ``pulp.LpConstraintLE``)."""
+        sense = pulp.LpConstraintLE if sense is None else sense
         self.lp.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms, constant), sense), name)
 
     def started(self, t: int, c: int):

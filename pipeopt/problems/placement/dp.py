@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from ...jit import njit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
 from ...errors import InfeasibleError

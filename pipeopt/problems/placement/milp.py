@@ -63,8 +63,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate, rules
@@ -72,6 +72,8 @@ from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .dp import lattice_dp
 from .problem import PlacementProblem
+
+pulp = lazy_module("pulp")
 
 __all__ = ["BOUND_SLACK", "MILP_ABS_GAP", "MILP_REL_GAP", "MILP_TOLERANCE", "PlacementMilp", "solve_milp"]
 

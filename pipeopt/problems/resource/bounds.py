@@ -16,11 +16,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pulp
 
+from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...backends.pulp import solve_pulp
 from .problem import GroupProblem, ResourceProblem
+
+pulp = lazy_module("pulp")
 
 LP_TOLERANCE = 1e-7
 """Relative amount taken off the work LP's optimum: HiGHS's feasibility tolerance on its

@@ -49,8 +49,7 @@ from __future__ import annotations
 
 import math
 
-import pulp
-
+from ...lazy import lazy_module
 from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import solve_pulp
@@ -59,6 +58,8 @@ from .bounds import strongest_worker
 from .problem import GroupProblem, ResourceProblem
 from .search import certify
 from .split import busy_cut, least_busy
+
+pulp = lazy_module("pulp")
 
 ISOLATE_VARIABLES = 2000
 """HiGHS runs in a child process that is ended at the deadline (the PuLP door's guarantee)

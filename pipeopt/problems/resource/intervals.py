@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import math
 
-from ortools.sat.python import cp_model
-
+from ...lazy import lazy_module
 from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe
 from ...backends.cpsat import solve_cpsat
 from ...backends.deadline import Deadline, DeadlineReached
@@ -48,6 +47,8 @@ from .bounds import strongest_worker
 from .problem import GroupProblem, ResourceProblem
 from .search import certify
 from .split import busy_cut
+
+cp_model = lazy_module("ortools.sat.python.cp_model")
 
 COVER_SCALE = 10**6
 """Right-hand side of the integer split-feasibility rows (coefficients rounded up, in the

@@ -21,7 +21,8 @@ per stage at about a hundred nanoseconds each); the rules they read are the DP's
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ...jit import njit
 
 
 @njit(cache=True, nogil=True)

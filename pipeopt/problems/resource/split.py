@@ -38,8 +38,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from ...jit import njit
 from ...cost.rules import stage_compute
 
 EPS_SHARE = 1e-9

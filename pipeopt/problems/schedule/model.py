@@ -5,11 +5,12 @@ The formulations are described in :mod:`.milp`'s docstring."""
 
 from __future__ import annotations
 
-import pulp
-
+from ...lazy import lazy_module
 from ...cost import rules
 from ..partition.model import CumulativeSplit
 from .problem import ScheduleProblem
+
+pulp = lazy_module("pulp")
 
 __all__ = ["MEMORY_WIDEN", "chunk_durations", "memory_scale", "memory_terms", "merged", "split_and_durations",
            "split_values"]

@@ -1,0 +1,58 @@
+"""Heavy modules imported on first use: ``pulp = lazy_module("pulp")`` in place of ``import pulp``.
+
+pipeopt's solver doors and models read PuLP, OR-Tools' CP-SAT, highspy and pandas through
+module-level names; importing them all costs about a second (OR-Tools' ``cp_model`` alone pulls
+in pandas and pyarrow). A :class:`LazyModule` stands in for such a name: the module is imported
+when an attribute is first read from it (``pulp.LpProblem``, ``cp_model.CpModel()``), and each
+attribute read is kept on the stand-in, so later reads cost an ordinary attribute lookup.
+Nothing is put in :data:`sys.modules` until the real import happens, so ``"pulp" in
+sys.modules`` stays a true statement of what was loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["LazyModule", "lazy_module"]
+
+
+class LazyModule:
+    """A module imported (:func:`importlib.import_module`) on the first attribute read."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_LazyModule__name", name)
+        object.__setattr__(self, "_LazyModule__module", None)
+
+    def _load(self):
+        """The real module (imported now if it was not)."""
+        module = self.__module
+        if module is None:
+            module = importlib.import_module(self.__name)
+            object.__setattr__(self, "_LazyModule__module", module)
+        return module
+
+    def __getattr__(self, attr: str):
+        value = getattr(self._load(), attr)
+        if not attr.startswith("__"):
+            object.__setattr__(self, attr, value)  # later reads: a plain instance attribute
+        return value
+
+    def __setattr__(self, attr: str, value) -> None:  # e.g. monkeypatching a function of the module
+        setattr(self._load(), attr, value)
+        object.__setattr__(self, attr, value)
+
+    def __delattr__(self, attr: str) -> None:
+        delattr(self._load(), attr)
+        self.__dict__.pop(attr, None)
+
+    def __dir__(self):
+        return dir(self._load())
+
+    def __repr__(self) -> str:
+        state = "imported" if self.__module is not None else "not imported yet"
+        return f"<lazy module {self.__name!r} ({state})>"
+
+
+def lazy_module(name: str) -> LazyModule:
+    """A stand-in for module ``name`` that imports it on first attribute read."""
+    return LazyModule(name)
