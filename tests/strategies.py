@@ -1,5 +1,8 @@
-"""Random layer graphs and instances for property tests (hypothesis), and a brute-force
-enumerator of contiguous splits used as the reference for exact methods."""
+"""Shared test helpers: random layer graphs and instances for property tests (hypothesis),
+the one builder of hand-made chains (:func:`chain_graph`, :func:`chain_instance`), and the
+brute-force enumerators over a problem object's own splits (:func:`brute_force`,
+:func:`straight_splits`, :func:`resource_splits`). The references built from the problems'
+definitions alone, without a problem class, are in ``tests/brute_force.py``."""
 
 from __future__ import annotations
 
@@ -11,6 +14,68 @@ from hypothesis import strategies as st
 
 from pipeopt import Cluster, Instance, Settings, evaluate
 from pipeopt.errors import PipeoptError
+
+# ---- hand-made chains ---------------------------------------------------------------------------
+
+
+def _each(value, n: int) -> list:
+    """``value`` per layer: a list or tuple (of length n) as is, anything else for every layer."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{len(value)} values for {n} layers")
+        return list(value)
+    return [value] * n
+
+
+def chain_graph(fwd, bwd=None, out=0.0, act=0.0, param=0.0, *, kind: str = "gpu", skips=(), cast=None,
+                attrs: dict | None = None) -> nx.DiGraph:
+    """A chain ``l0 -> l1 -> ... -> l{n-1}`` of ``n = len(fwd)`` layers, plus ``skips`` edges.
+
+    Parameters
+    ----------
+    fwd, bwd
+        Per-layer forward / backward seconds (a list of n); each a number (the time on ``kind``)
+        or a ``dict[kind, seconds]`` stored as given. ``bwd`` defaults to ``fwd``; a single
+        number or dict is used for every layer.
+    out, act, param
+        ``out_bytes`` (what crosses a cut after the layer), ``act_bytes``, ``param_bytes``: a
+        list of n, or one value for every layer.
+    skips
+        Extra edges ``(a, b)`` between layer indices (a tensor of ``l{a}`` read by ``l{b}``).
+    cast
+        Applied to every number above (e.g. ``float``); values are stored as given otherwise
+        (invalid ones included: the bad-input tests build graphs the readers must refuse).
+    attrs
+        Node attributes set on every layer after the ones above, as given (they override).
+    """
+    n = len(fwd)
+    c = cast or (lambda x: x)
+
+    def time(x):
+        return dict(x) if isinstance(x, dict) else {kind: c(x)}
+
+    fs, bs = _each(fwd, n), _each(fwd if bwd is None else bwd, n)
+    outs, acts, params = _each(out, n), _each(act, n), _each(param, n)
+    names = [f"l{i}" for i in range(n)]
+    g = nx.DiGraph()
+    for i, name in enumerate(names):
+        g.add_node(name, **{"fwd": time(fs[i]), "bwd": time(bs[i]), "out_bytes": c(outs[i]),
+                            "act_bytes": c(acts[i]), "param_bytes": c(params[i]), **(attrs or {})})
+    g.add_edges_from(itertools.pairwise(names))
+    g.add_edges_from((names[a], names[b]) for a, b in skips)
+    return g
+
+
+def chain_instance(fwd, bwd=None, out=0.0, act=0.0, param=0.0, *, devices: int | None = None,
+                   memory: float = math.inf, bandwidth: float = 1.25e10, skips=(), cast=None,
+                   kind: str = "gpu", name: str = "chain", **settings) -> Instance:
+    """:func:`chain_graph` on ``devices`` (default: one per layer) identical single-kind devices
+    of ``memory`` bytes joined by ``bandwidth`` bytes/s; ``settings`` are :class:`Settings`
+    fields (``overlap``, ``weight_stashing``, ``microbatches``)."""
+    g = chain_graph(fwd, bwd, out, act, param, kind=kind, skips=skips, cast=cast)
+    cluster = Cluster.homogeneous(devices or len(fwd), kind=kind, memory=memory, bandwidth=bandwidth)
+    return Instance(g, cluster, Settings(**settings), name=name)
+
 
 times = st.floats(min_value=0.0, max_value=0.05, allow_nan=False)
 sizes = st.integers(min_value=0, max_value=400_000_000)
@@ -54,6 +119,29 @@ def compositions(n: int, k: int):
     """All ways to cut n units into k non-empty contiguous parts, as stage start indices."""
     for cuts in itertools.combinations(range(1, n), k - 1):
         yield list(cuts)
+
+
+def straight_splits(problem) -> list[list[int]]:
+    """Every split of a partition (or Bi-Partition) problem's ``n`` units into its ``stages``
+    contiguous stages, as stage start indices (``problem.plan(starts)``)."""
+    return list(compositions(problem.n, problem.stages))
+
+
+def resource_splits(problem):
+    """Every ``(starts, groups)`` of a tiny joint or group problem (``problem.plan(starts, groups)``):
+    the joint problem's fixed groups, or every grouping of the devices into the group problem's
+    workers, times every contiguous split into that many stages."""
+    from pipeopt.problems.resource import JointProblem
+    from pipeopt.problems.resource.problem import groupings
+
+    names = [d.name for d in problem.instance.cluster.devices]
+    if isinstance(problem, JointProblem):
+        all_groups = [problem.groups]
+    else:
+        all_groups = [[tuple(names[d] for d in g) for g in gs] for gs in groupings(len(names), problem.num_stages)]
+    for groups in all_groups:
+        for starts in compositions(problem.n, problem.num_stages):
+            yield starts, groups
 
 
 def brute_force(problem) -> float:

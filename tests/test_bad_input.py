@@ -12,6 +12,7 @@ import sys
 import networkx as nx
 import pytest
 from conftest import PROFILE_DIR
+from strategies import chain_graph
 
 import pipeopt
 import pipeopt.simulate
@@ -37,14 +38,9 @@ DNN = PROFILE_DIR.parent / "dnn-partitioning" / "latency-inputs" / "OperatorGrap
 
 # ---- small instances ------------------------------------------------------------------------
 def chain(n: int = 4, **attrs) -> nx.DiGraph:
-    g = nx.DiGraph()
-    for i in range(n):
-        a = {"fwd": {"gpu": 0.01}, "bwd": {"gpu": 0.02}, "out_bytes": 1e6, "act_bytes": 1e6, "param_bytes": 1e6}
-        a.update(attrs)
-        g.add_node(f"l{i}", **a)
-        if i:
-            g.add_edge(f"l{i - 1}", f"l{i}")
-    return g
+    """n layers of 10 / 20 ms and 1 MB each; ``attrs`` (node attributes, valid or not) override
+    them on every layer."""
+    return chain_graph([0.01] * n, 0.02, 1e6, 1e6, 1e6, attrs=attrs)
 
 
 def homogeneous(n: int = 4, **attrs) -> Instance:

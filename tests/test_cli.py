@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from conftest import PROFILE_DIR
@@ -84,7 +85,8 @@ def test_auto_problem_follows_the_cluster(capsys, tmp_path):
 
     inst_dir = Path(__file__).resolve().parent.parent / "instances"
     files = [inst_dir / "heterogeneous" / "alexnet-soc-mix8.json", inst_dir / "homogeneous" / "alexnet-a100-40gb-x4.json"]
-    df = bench.run(files, methods=["dp", "cpsat", "algorithm2"], time_limit=30, progress=False)
+    # no wall-clock limit: the comparison below needs CP-SAT's proof, which a loaded machine may not reach in 30 s
+    df = bench.run(files, methods=["dp", "cpsat", "algorithm2"], time_limit=math.inf, progress=False)
     assert set(df["problem"]) == {"group", "partition"}
     group = df[df["problem"] == "group"]
     assert set(group["method"]) == {"cpsat", "algorithm2"} and (group["workers"] == 4).all()

@@ -21,7 +21,7 @@ import pytest
 from conftest import profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import instances
+from strategies import chain_instance, instances
 
 from pipeopt import Cluster, Instance, PartitionProblem, Plan, Settings, Stage, evaluate
 from pipeopt.errors import InvalidPlanError, InvalidProblemError
@@ -32,14 +32,8 @@ REL = 1e-9
 
 
 def chain(fwd, bwd, out_bytes=0.0, act=10.0, param=1.0, *, M=4, bandwidth=1.25e10, **settings):
-    """A chain instance with one layer per stage-to-be (single kind "gpu")."""
-    g = nx.DiGraph()
-    for k, (f, b) in enumerate(zip(fwd, bwd, strict=True)):
-        g.add_node(f"l{k}", fwd={"gpu": f}, bwd={"gpu": b}, out_bytes=out_bytes, act_bytes=act, param_bytes=param)
-        if k:
-            g.add_edge(f"l{k - 1}", f"l{k}")
-    cluster = Cluster.homogeneous(len(fwd), bandwidth=bandwidth)
-    return Instance(g, cluster, Settings(microbatches=M, **settings), name="chain")
+    """A chain instance with one layer per stage-to-be (single kind "gpu"), M microbatches."""
+    return chain_instance(fwd, bwd, out_bytes, act, param, bandwidth=bandwidth, microbatches=M, **settings)
 
 
 def one_layer_per_stage(inst):

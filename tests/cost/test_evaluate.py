@@ -6,6 +6,7 @@ import math
 
 import networkx as nx
 import pytest
+from strategies import chain_graph
 
 from pipeopt import Cluster, Device, Instance, Plan, Settings, Stage, evaluate
 from pipeopt.errors import InvalidPlanError, InvalidProblemError
@@ -13,12 +14,7 @@ from pipeopt.errors import InvalidPlanError, InvalidProblemError
 
 def chain(specs, kind="gpu"):
     """specs: list of (fwd, bwd, out_bytes, act_bytes, param_bytes)."""
-    g = nx.DiGraph()
-    for i, (f, b, o, a, p) in enumerate(specs):
-        g.add_node(f"l{i}", fwd={kind: f}, bwd={kind: b}, out_bytes=o, act_bytes=a, param_bytes=p)
-        if i:
-            g.add_edge(f"l{i - 1}", f"l{i}")
-    return g
+    return chain_graph(*(list(column) for column in zip(*specs)), kind=kind)
 
 
 def two_layer(overlap=True, memory=math.inf, stash=False):

@@ -10,7 +10,7 @@ import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import instances
+from strategies import chain_graph, instances
 
 from pipeopt import Cluster, Device, Instance, InvalidGraphError, InvalidPlanError, Plan, Stage, evaluate
 from pipeopt.cost import rules
@@ -25,14 +25,14 @@ from pipeopt.io.native import from_dict, to_dict
 
 
 def chain(n: int = 4, w=None) -> nx.DiGraph:
-    g = nx.DiGraph()
-    for i in range(n):
-        attrs = dict(fwd={"gpu": 0.01 * (i + 1)}, bwd={"gpu": 0.02 * (i + 1)}, out_bytes=1e6 * (i + 1),
-                     act_bytes=1e7, param_bytes=1e5 * (i + 1))
-        if w is not None and w[i] is not None:
-            attrs["bwd_w"] = {"gpu": w[i]}
-        g.add_node(f"l{i}", **attrs)
-    nx.add_path(g, [f"l{i}" for i in range(n)])
+    """Layer i: (i + 1) x 10 / 20 ms, (i + 1) MB out, 10 MB of activations, (i + 1) x 100 kB of
+    weights; ``w[i]`` (if given and not None) its weight-gradient seconds ``bwd_w``."""
+    k = range(1, n + 1)
+    g = chain_graph([0.01 * i for i in k], [0.02 * i for i in k], [1e6 * i for i in k], 1e7,
+                    [1e5 * i for i in k])
+    for i, x in enumerate(w or []):
+        if x is not None:
+            g.nodes[f"l{i}"]["bwd_w"] = {"gpu": x}
     return g
 
 

@@ -23,9 +23,9 @@ from test_bipartition import MB, chain_instance
 
 REL = 1e-9
 METHODS = {
-    "milp": lambda p: solve_milp(p, time_limit=30),
-    "milp-plain-highs": lambda p: solve_milp(p, time_limit=30, solver="highs", dp_bound=False),
-    "bisection": lambda p: solve_bisection(p, time_limit=30),
+    "milp": lambda p: solve_milp(p, time_limit=None),
+    "milp-plain-highs": lambda p: solve_milp(p, time_limit=None, solver="highs", dp_bound=False),
+    "bisection": lambda p: solve_bisection(p, time_limit=None),
 }
 # a chain whose heavy second layer sets the period: 3 plans tie, their iteration times differ
 TIE = dict(fwd=[0.5, 10.0, 1.5, 1.5], bwd=[1.0, 20.0, 3.0, 3.0], act=[19.3, 9.2, 19.5, 5.3],
@@ -81,12 +81,12 @@ def test_a_real_tie_changes_the_plan(monkeypatch):
     p = BipartitionProblem(chain_instance(**TIE), 3)
     with monkeypatch.context() as m:
         m.setattr(secondary, "budget", lambda deadline: None)  # no time for the second phase
-        first = solve_milp(p, time_limit=30)
+        first = solve_milp(p, time_limit=None)
     best, least = least_iteration(p)
     assert first.info["secondary"]["proven"] is False
     assert first.evaluation.iteration_time > least * (1 + 1e-3)
     for solve in (solve_milp, solve_bisection):
-        r = solve(p, time_limit=30)
+        r = solve(p, time_limit=None)
         rec = r.info["secondary"]
         assert rec["proven"] and "improved_from" in rec
         assert math.isclose(r.objective, best, rel_tol=REL)
@@ -106,7 +106,7 @@ def test_a_stopped_or_crashed_phase_keeps_the_proven_plan(monkeypatch):
                        (lambda m: m.setattr(tiebreak, "solve_pulp", crash), "error")):
         with monkeypatch.context() as m:
             patch(m)
-            r = solve_milp(p, time_limit=30)
+            r = solve_milp(p, time_limit=None)
         rec = r.info["secondary"]
         assert r.status == Status.OPTIMAL and rec["proven"] is False and key in rec
         assert "improved_from" not in rec and rec["value"] == r.evaluation.iteration_time

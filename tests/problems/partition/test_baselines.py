@@ -5,13 +5,14 @@ numbers PipeDream's planner prints for VGG16."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 
 import networkx as nx
 import numpy as np
 import pytest
+import brute_force as bf
+import strategies
 from conftest import PROFILE_DIR
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,7 +36,7 @@ from pipeopt.cluster import Cluster
 from pipeopt.cost import evaluate
 from pipeopt.errors import InfeasibleError, InvalidProblemError
 from pipeopt.problems.partition.dp import solve_dp
-from pipeopt.instance import Instance, Settings
+from pipeopt.instance import Instance
 from pipeopt.io.pipedream import read_pipedream, read_pipedream_graph
 from pipeopt.problems.partition.problem import PartitionProblem
 from pipeopt.result import Status
@@ -47,20 +48,10 @@ REL = 1e-9
 
 
 def chain_instance(work, out=None, act=None, param=None, *, bandwidth=1.0, memory=math.inf,
-                   devices=None, overlap=True, names=None):
+                   devices=None, overlap=True):
     """A chain of layers l0 -> l1 -> ... with forward times ``work`` (backward 0)."""
-    n = len(work)
-    out = out or [0.0] * n
-    act = act or [0.0] * n
-    param = param or [0.0] * n
-    names = names or [f"l{i}" for i in range(n)]
-    g = nx.DiGraph()
-    for i, name in enumerate(names):
-        g.add_node(name, fwd={"gpu": float(work[i])}, bwd={"gpu": 0.0}, out_bytes=float(out[i]),
-                   act_bytes=float(act[i]), param_bytes=float(param[i]))
-    g.add_edges_from(itertools.pairwise(names))
-    cluster = Cluster.homogeneous(devices or n, memory=memory, bandwidth=bandwidth)
-    return Instance(g, cluster, Settings(overlap=overlap), name="chain")
+    return strategies.chain_instance(list(work), 0.0, out or 0.0, act or 0.0, param or 0.0, devices=devices,
+                                     memory=memory, bandwidth=bandwidth, cast=float, overlap=overlap)
 
 
 def assert_valid(problem, res, *, replicated=False):
@@ -191,11 +182,8 @@ def pipedream_brute_force(work, out, act, param, N, B, memory=None):
     n = len(work)
     best = math.inf
     for k in range(1, min(n, N) + 1):
-        for cuts in itertools.combinations(range(1, n), k - 1):
-            bounds = [0, *cuts, n]
-            for reps in itertools.product(range(1, N + 1), repeat=k):
-                if sum(reps) != N:
-                    continue
+        for bounds in bf.splits(n, k):
+            for reps in bf.compositions(N, k):  # replica counts, each >= 1, adding up to N
                 worst, used = 0.0, 0
                 for s, r in enumerate(reps):
                     a, b = bounds[s], bounds[s + 1]
@@ -316,7 +304,7 @@ def test_bisection_core_is_exact_on_monotone_stage_times(seed):
     n, S = int(rng.integers(5, 10)), int(rng.integers(2, 5))
     work = rng.uniform(0.1, 3.0, n)
     stage_time = _sum_stage_time(work)
-    best = min(bottleneck(n, stage_time, list(c)) for c in itertools.combinations(range(1, n), S - 1))
+    best = min(bottleneck(n, stage_time, c) for c in strategies.compositions(n, S))
     lo, hi = max(work.sum() / S, work.max()), work.sum()
     found = bisect_limit(lambda T: greedy_starts(n, S, stage_time, T), lo, hi, [], rel_tol=1e-12)
     assert best <= found.limit * (1 + 1e-12) and found.limit <= best * (1 + 1e-9)

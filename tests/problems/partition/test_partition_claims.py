@@ -16,13 +16,13 @@ from __future__ import annotations
 import itertools
 import math
 
-import networkx as nx
 import numpy as np
 import pytest
 from conftest import ROOT
+from strategies import chain_instance
 
 import pipeopt
-from pipeopt import Cluster, Instance, Settings, evaluate
+from pipeopt import Instance, evaluate
 from pipeopt.backends.deadline import Deadline
 from pipeopt.errors import InfeasibleError
 from pipeopt.problems.partition import PartitionProblem, solve_cpsat, solve_dp, solve_milp
@@ -73,7 +73,7 @@ def all_agree(problem: PartitionProblem, expect: float | None = None) -> dict:
         assert opt == pytest.approx(expect, rel=1e-12)
     out = {}
     for name, run in EXACT.items():
-        res = run(problem, time_limit=20.0)
+        res = run(problem, time_limit=None)
         check(problem, res, opt)
         assert res.status == Status.OPTIMAL, (name, res.status, res.info)
         out[name] = res
@@ -84,17 +84,9 @@ def all_agree(problem: PartitionProblem, expect: float | None = None) -> dict:
 def chain(work, act, param=None, out=None, *, memory=math.inf, bandwidth=1e12, overlap=True, stashing=False,
           devices=None) -> Instance:
     """A chain l0 -> l1 -> ... with forward times ``work`` (backward half of it) and the given bytes."""
-    n = len(work)
-    param = param or [0.0] * n
-    out = out or [0.0] * n
-    g = nx.DiGraph()
-    names = [f"l{i}" for i in range(n)]
-    for i, name in enumerate(names):
-        g.add_node(name, fwd={"gpu": float(work[i])}, bwd={"gpu": 0.5 * float(work[i])},
-                   out_bytes=float(out[i]), act_bytes=float(act[i]), param_bytes=float(param[i]))
-    g.add_edges_from(itertools.pairwise(names))
-    cluster = Cluster.homogeneous(devices or n, memory=memory, bandwidth=bandwidth)
-    return Instance(g, cluster, Settings(overlap=overlap, weight_stashing=stashing), name="claims")
+    return chain_instance(work, [0.5 * float(w) for w in work], out or 0.0, act, param or 0.0,
+                          devices=devices, memory=memory, bandwidth=bandwidth, cast=float, overlap=overlap,
+                          weight_stashing=stashing, name="claims")
 
 
 def stage_memory(problem: PartitionProblem, starts: list[int], t: int) -> float:
@@ -119,7 +111,7 @@ def test_repro_partition_edge_228_stage_at_fractional_capacity(method):
     p = PartitionProblem(_repro("partition_edge_228.json"), 7)
     opt = solve_dp(p).objective
     assert round(opt * 1e3, 2) == 644.27  # = brute force over the 462 splits by evaluate
-    res = EXACT[method](p, time_limit=20.0)
+    res = EXACT[method](p, time_limit=None)
     check(p, res, opt)
     assert res.status == Status.OPTIMAL
     # the plan needs its worker's memory exactly (as the reproducer says): the capacity binds
@@ -134,7 +126,7 @@ def test_repro_partition_3_single_stage_over_memory(method):
     p = PartitionProblem(_repro("partition_3.json"), 1)
     assert not evaluate(p.instance, p.plan([])).feasible
     with pytest.raises(InfeasibleError, match="fits"):
-        EXACT[method](p, time_limit=20.0)
+        EXACT[method](p, time_limit=None)
 
 
 @pytest.mark.parametrize("method", list(EXACT))
@@ -144,7 +136,7 @@ def test_repro_partition_edge_88_tight_memory(method):
     p = PartitionProblem(_repro("partition_edge_88.json"), 2)
     opt = solve_dp(p).objective
     assert round(opt * 1e3, 3) == 2.336
-    res = EXACT[method](p, time_limit=20.0)
+    res = EXACT[method](p, time_limit=None)
     check(p, res, opt)
     assert res.status == Status.OPTIMAL
 
@@ -157,7 +149,7 @@ def test_repro_partition_edge_70_no_false_time_limit(method):
     p = PartitionProblem(_repro("partition_edge_70.json"), 3)
     opt = solve_dp(p).objective
     assert round(opt * 1e3, 2) == 2.21  # = brute force by evaluate
-    res = EXACT[method](p, time_limit=20.0)
+    res = EXACT[method](p, time_limit=None)
     check(p, res, opt)
     assert res.status == Status.OPTIMAL and res.gap is not None and res.gap <= REL
 
@@ -172,7 +164,7 @@ def test_single_stage():
     tight = PartitionProblem(chain([1.0, 2.0, 3.0], act=[10.5, 20.25, 30.125], memory=need * (1 - 1e-6)), 1)
     for run in EXACT.values():
         with pytest.raises(InfeasibleError):
-            run(tight, time_limit=20.0)
+            run(tight, time_limit=None)
 
 
 def test_one_stage_per_layer():
@@ -251,7 +243,7 @@ def test_plan_over_memory_is_rechecked(monkeypatch):
 
     monkeypatch.setattr(model_module, "memory_reach", no_memory)
     for name in ("milp-cbc", "milp-highs", "cpsat"):
-        res = EXACT[name](p, time_limit=20.0, warm_start=False)
+        res = EXACT[name](p, time_limit=None, warm_start=False)
         check(p, res, opt)
         assert res.status == Status.OPTIMAL and res.info["solver_runs"] >= 2, (name, res.info)
 
@@ -263,7 +255,7 @@ def test_memory_too_small_is_proven_infeasible():
     assert brute_force(p) == math.inf
     for run in EXACT.values():
         with pytest.raises(InfeasibleError):
-            run(p, time_limit=20.0)
+            run(p, time_limit=None)
 
 
 # ---- the time limit: what the status says --------------------------------------------------

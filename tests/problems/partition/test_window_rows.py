@@ -22,7 +22,6 @@ import itertools
 import math
 import random
 
-import networkx as nx
 import numpy as np
 import pulp
 import pytest
@@ -30,10 +29,10 @@ from conftest import PROFILE_DIR
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
-from strategies import instances
+from strategies import chain_instance, instances, straight_splits
 
 import pipeopt.io
-from pipeopt import Cluster, Instance, Settings, evaluate
+from pipeopt import Instance, evaluate
 from pipeopt.errors import InfeasibleError
 from pipeopt.problems.partition import cpsat as cpsat_module
 from pipeopt.problems.partition.binary_search import plan_time
@@ -64,22 +63,11 @@ REL = 1e-6  # the MILP's stated tolerance; CP-SAT states an absolute one (three 
 def chain(work, out, act=None, param=None, *, memory=math.inf, bandwidth=1e6, overlap=True, stashing=False):
     """A chain l0 -> l1 -> ... with forward times ``work`` (backward the same), output bytes
     ``out`` (what crosses a cut after the layer) and the given memory bytes."""
-    n = len(work)
-    act = act or [0.0] * n
-    param = param or [0.0] * n
-    g = nx.DiGraph()
-    names = [f"l{i}" for i in range(n)]
-    for i, name in enumerate(names):
-        g.add_node(name, fwd={"gpu": float(work[i])}, bwd={"gpu": float(work[i])},
-                   out_bytes=float(out[i]), act_bytes=float(act[i]), param_bytes=float(param[i]))
-    g.add_edges_from(itertools.pairwise(names))
-    cluster = Cluster.homogeneous(n, memory=memory, bandwidth=bandwidth)
-    return Instance(g, cluster, Settings(overlap=overlap, weight_stashing=stashing), name="windows")
+    return chain_instance(work, work, out, act or 0.0, param or 0.0, memory=memory, bandwidth=bandwidth,
+                          cast=float, overlap=overlap, weight_stashing=stashing, name="windows")
 
 
-def splits(problem):
-    """Every straight split's starts."""
-    return [list(c) for c in itertools.combinations(range(1, problem.n), problem.stages - 1)]
+splits = straight_splits
 
 
 def brute_force(problem) -> tuple[float, float]:
@@ -151,7 +139,7 @@ def all_prove(problem, opt: float, **kw) -> dict:
     out = {}
     for warm in (True, False):
         for name, run in METHODS.items():
-            res = run(problem, time_limit=20.0, warm_start=warm, **kw)
+            res = run(problem, time_limit=None, warm_start=warm, **kw)
             check(problem, res, opt)
             assert res.status == Status.OPTIMAL, (name, warm, res.status, res.info)
             out[name, warm] = res
@@ -264,7 +252,7 @@ def test_random_instances_match_brute_force(inst, S):
     if math.isinf(opt):
         for run in METHODS.values():
             with pytest.raises(InfeasibleError, match="memory|GiB"):
-                run(p, time_limit=10.0)
+                run(p, time_limit=None)
         return
     all_prove(p, opt)
 
@@ -354,7 +342,7 @@ def test_vgg16_brute_force(bandwidth):
         if S == 3:  # the window rows bind
             assert opt > stage_optimum(p) * (1 + 1e-6)
         for name, run in METHODS.items():
-            res = run(p, time_limit=30.0)
+            res = run(p, time_limit=None)
             check(p, res, opt)
             assert res.status == Status.OPTIMAL, (name, res.info)
 
@@ -366,7 +354,7 @@ def test_vgg16_milp_equals_cpsat(bandwidth, S):
     S = 4 the window rows bind (the optimum of the stage times alone is lower)."""
     inst = vgg16(bandwidth)
     p = PartitionProblem(inst, S)
-    res = {name: run(p, time_limit=60.0) for name, run in METHODS.items()}
+    res = {name: run(p, time_limit=None) for name, run in METHODS.items()}
     for name, r in res.items():
         assert r.status == Status.OPTIMAL, (name, r.info)
         assert r.objective == evaluate(inst, r.plan).bottleneck

@@ -67,7 +67,7 @@ def test_group_154_heuristic_starts_break_memory():
 def test_group_154_exact_methods_find_the_plan_that_fits(method, solver):
     inst = _read("group_154.json")
     _, _, best = brute_force(GroupProblem(inst, 2))
-    r = pipeopt.solve(inst, problem="group", method=method, solver=solver, workers=2, time_limit=20)
+    r = pipeopt.solve(inst, problem="group", method=method, solver=solver, workers=2, time_limit=None)
     _check_optimal(inst, r, best)
     assert r.info["start"] == "none fits"
 
@@ -76,7 +76,7 @@ def test_group_154_exact_methods_find_the_plan_that_fits(method, solver):
 def test_joint_104_exact_methods_prove_the_optimum(method, solver):
     inst = _read("joint_104.json")
     _, _, best = brute_force(JointProblem(inst, 2))
-    r = pipeopt.solve(inst, problem="joint", method=method, solver=solver, stages=2, time_limit=20)
+    r = pipeopt.solve(inst, problem="joint", method=method, solver=solver, stages=2, time_limit=None)
     _check_optimal(inst, r, best)
     assert "unknown" not in r.info.get("step_outcomes", [])  # every bisection step decided
 
