@@ -86,8 +86,9 @@ def rows_for(name: str, inst, p: int, m: int, schedules, time_limit: float):
         for key, method in (("uniform", "uniform"), ("torchtitan", "torchtitan"), ("best1f1b", "best_1f1b")):
             try:
                 b = BASELINES[method](pr, time_limit=time_limit)
-                row[f"{key}_ms"] = ms(b.objective)
-                row[f"{key}_gap"] = optimality_gap(b.objective, bound) if bound else None
+                value = b.objective if b.status != "infeasible" else math.inf  # a split over memory: no value
+                row[f"{key}_ms"] = ms(value)
+                row[f"{key}_gap"] = optimality_gap(value, bound) if bound else None
             except PipeoptError:
                 row[f"{key}_ms"] = row[f"{key}_gap"] = None
         best = min(best, res.objective)

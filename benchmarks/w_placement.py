@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         own = solve_milp(ScheduleProblem(inst, name, args.ranks, args.microbatches), time_limit=limit)
         print(f"{name:<22} {'schedule':<9} {row(own)}", flush=True)
         free = solve_milp(ScheduleProblem(inst, name, args.ranks, args.microbatches, w_placement="free"),
-                          time_limit=limit, hint=own.starts)
+                          time_limit=limit, hint=own.info["starts"])
         print(f"{name:<22} {'free':<9} {row(free)}", flush=True)
         gain = (f"{1 - free.objective / own.objective:.2%} shorter than" if own.objective < float("inf")
                 else "fits where no split fits with")
