@@ -135,6 +135,13 @@ def test_readme_commands_parse():
         inputs = getattr(ns, "paths", None) or ([ns.path] if getattr(ns, "path", None) else [])
         for arg in inputs:
             assert (ROOT / arg).exists(), f"{cmd}: {arg} does not exist"
+    # the docs' command blocks parse too (their paths may be placeholders: FILE, gpt.json)
+    for path in DOCS:
+        for block in re.findall(r"```bash\n(.*?)```", path.read_text(), re.S):
+            for line in block.splitlines():
+                cmd = line.split("#", 1)[0].strip()
+                if cmd.startswith("pipeopt "):
+                    parser.parse_args(shlex.split(cmd)[1:])
 
 
 def test_compare_a_heuristic_guide_runs(capsys):
