@@ -6,9 +6,16 @@
 baseline's status is ``FEASIBLE`` (``INFEASIBLE`` if its plan breaks memory) and it proves no
 lower bound.
 
+* :func:`solve_auto` -- the default (``method=None``): the exact method that proves fastest at
+  the instance's size, by the rule of :mod:`.auto` (bottleneck objective: ``dp`` when the dense
+  DP's work ``(n+1)^2 S`` -- replicated ``(n+1)^2 S^2`` -- is at most 10^5, else ``probe``;
+  the ``iteration`` and ``gpipe`` objectives: ``milp``); the result names the method that ran
+  (``result.method``, ``info["chosen"]``). Not in the bench's default set (it would repeat a
+  row of ``dp`` or ``probe``).
 * :func:`solve_dp`, :func:`solve_probe`, :func:`solve_milp`, :func:`solve_cpsat` -- exact
   (:func:`solve_probe`: a K-way search on the period over exact frontier probes,
-  :mod:`.chains`, for long chains and many stages; the dense DP stays the cross-check).
+  :mod:`.chains`, for long chains and many stages; the dense DP stays the cross-check and
+  refuses instances whose matrices exceed 2 GiB, :data:`.dp.DENSE_LIMIT`).
 
 * :func:`binary_search` -- Duan & Wu, ICPADS 2022 (one-order space); its greedy check,
   bisection and completion to S stages are the generic core :mod:`pipeopt.backends.bisection`
@@ -27,6 +34,7 @@ lower bound.
 """
 
 from ..method import Method
+from .auto import solve_auto
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
 from .convex import solve_convex
 from .convex_milp import solve_convex_milp
@@ -51,6 +59,9 @@ from .simple import (
 PROBLEM = PartitionProblem
 
 METHODS = (
+    Method("partition", "auto", solve_auto, True, "auto", False,
+           "the exact method that proves fastest at the instance's size: dp on short chains, probe beyond, "
+           "milp for the iteration and gpipe objectives (pipeopt.problems.partition.auto)"),
     Method("partition", "dp", solve_dp, True, "auto", True,
            "dynamic program; replicated-one-order space after Narayanan et al., PipeDream, SOSP 2019"),
     Method("partition", "probe", solve_probe, True, "auto", True,
@@ -87,6 +98,7 @@ __all__ = [
     "mcmc",
     "megatron",
     "pippy",
+    "solve_auto",
     "solve_convex",
     "solve_cpsat",
     "solve_dp",

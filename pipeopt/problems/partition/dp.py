@@ -42,14 +42,56 @@ import numpy as np
 
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
+from ...cost.tolerance import BISECTION_WIDTH
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
 from .tiebreak import SECONDARY, break_ties
 
-REL_TOL = 1e-12
+REL_TOL = BISECTION_WIDTH
 """The bisection on T stops when (upper - lower) <= REL_TOL * upper: the result's bound is the
 proven lower end, within this of its objective."""
+
+DENSE_LIMIT = 2 * 2**30
+"""Bytes of dense matrices the DP may allocate (:func:`dense_bytes`); a larger instance is
+refused before any allocation, with an :class:`InvalidProblemError` that names ``probe``
+(the exact method whose memory grows with the chain, not its square)."""
+
+DENSE_TEMPORARIES = 5
+"""(n+1) x (n+1) float matrices the DP holds at its peak beside the cached work matrices:
+the temporaries of building one (prefix differences, the mask) and of one DP step (the
+candidates, the feasibility mask)."""
+
+
+def dense_bytes(p: PartitionProblem) -> int:
+    """Bytes of the dense matrices :func:`solve_dp` allocates at its peak: one (n+1) x (n+1)
+    float64 work matrix per replica count it uses (1 straight; 1 .. S replicated, all cached)
+    plus :data:`DENSE_TEMPORARIES` matrices of temporaries. At n = 10^5 straight: 447 GiB;
+    the limit :data:`DENSE_LIMIT` (2 GiB) is passed from n = 6,690 straight and, replicated,
+    from n = 1,980 at S = 64."""
+    side = p.n + 1
+    kept = p.stages if p.replication else 1
+    return (kept + DENSE_TEMPORARIES) * side * side * 8
+
+
+def check_dense_size(p: PartitionProblem, limit: float = DENSE_LIMIT) -> None:
+    """Refuse, before any allocation, an instance whose dense matrices exceed ``limit`` bytes.
+
+    Raises
+    ------
+    InvalidProblemError
+        Naming the size, the bytes the DP would allocate and the method that solves it
+        (``probe``: O(n) arrays and the frontier of the search).
+    """
+    need = dense_bytes(p)
+    if need > limit:
+        raise InvalidProblemError(
+            f"dp: {p.instance.name} has n = {p.n:,} units (S = {p.stages}"
+            + (", replicated" if p.replication else "")
+            + f"); the dense DP would allocate {need / 2**30:,.1f} GiB of (n+1) x (n+1) matrices, above its limit "
+            f"of {limit / 2**30:g} GiB (pipeopt.problems.partition.dp.DENSE_LIMIT); use method 'probe' (exact, "
+            "memory linear in n) or 'auto'"
+        )
 
 
 def _infeasible(p: PartitionProblem) -> InfeasibleError:
@@ -125,7 +167,7 @@ def _dp(p: PartitionProblem, stages: _Stages, T: float | None, deadline: Deadlin
                               np.maximum(link[None, lo:hi], link[:, None]))
         else:
             D, U = k * m, (k - 1) * m
-            carry = np.maximum(-D * T, prev[lo:hi] + stages.trip[lo:hi])  # G_{l-1} + C or -D T
+            carry = rules.window_carry(prev[lo:hi], stages.trip[lo:hi], D, T)  # G_{l-1} + C or -D T
             cand = work + carry[None, :]
             bad = (cand > -U * T) | (link[None, lo:hi] > T) | (link[:, None] > T)
             cand = np.where(bad, np.inf, cand)
@@ -187,7 +229,9 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     Raises
     ------
     InvalidProblemError
-        If the objective is not ``"bottleneck"``.
+        If the objective is not ``"bottleneck"``, or the dense matrices would exceed
+        :data:`DENSE_LIMIT` (:func:`dense_bytes`; checked before any allocation, the message
+        names ``probe``).
     InfeasibleError
         If no split fits the workers' memory (proven: every split was priced).
     """
@@ -196,8 +240,9 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     if objective != "bottleneck":
         raise InvalidProblemError(
             f"dp minimises the steady-state bottleneck; objective {objective!r} is solved by the "
-            "event-time models of 'milp' and 'cpsat'"
+            "event-time model of 'milp'"
         )
+    check_dense_size(problem)
     stages = _Stages(problem)
     try:
         first = _dp(problem, stages, None, deadline)

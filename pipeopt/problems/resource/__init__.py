@@ -68,6 +68,10 @@ METHODS = (
     Method("joint", "two_step", duan_wu.two_step, False, "split", True,
            "Duan & Wu, ICPADS 2022: binary-search partition on the sequential stage time, then the shares "
            "of least period"),
+    Method("group", "types", group_dp.solve_dp, True, "split", True,
+           "DP at a trial T over (stage, end unit, devices used of each type: identical devices counted), "
+           "keeping the least window state, with priced-power and window-row pruning; bisected on T; ties: "
+           "least latency of a microbatch"),
     Method("group", "milp", group.solve_milp, True, "split", True,
            "MILP (PuLP) at a trial T over device-class counts and unit-to-stage binaries (window rows with "
            "lazy supporting-plane cuts, plans certified exactly), bisected on T; ties: least latency of a "
@@ -75,10 +79,6 @@ METHODS = (
     Method("group", "cpsat", group.solve_cpsat, True, "split", True,
            "CP-SAT at a trial T over stage intervals (split feasibility linear in the worker's devices, window "
            "rows with lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
-    Method("group", "types", group_dp.solve_dp, True, "split", True,
-           "DP at a trial T over (stage, end unit, devices used of each type: identical devices counted), "
-           "keeping the least window state, with priced-power and window-row pruning; bisected on T; ties: "
-           "least latency of a microbatch"),
     Method("group", "algorithm2", duan_wu.algorithm2, False, "split", True,
            "Duan & Wu, ICPADS 2022, Algorithm 2 (each worker costed on an average stage), then the "
            "binary-search partition and the shares of least period"),
