@@ -16,7 +16,9 @@ The search spaces (docs/problems.md, "Search spaces"):
   stage s) times every contiguous split into q stages, with the optimal shares;
 * **bipartition** -- every pair of contiguous splits (forward cuts a, backward cuts b) into S
   non-empty stages each, ``|a_c - b_c| <= max_shift`` if given, stage i on device i;
-* **allocate** -- the given plan's layers and devices with the optimal shares.
+* **allocate** -- the given plan's layers and devices with the optimal shares;
+* **placement** -- every convex ordered split into at most D stages times every choice of a
+  device class per stage (:func:`placement_optimum`).
 
 The layer order is a topological order of the graph with pinned (``pin_first``) layers glued
 to the first other layer, ties broken by the natural order of the names (``l2`` before
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from pipeopt import Plan, Stage, evaluate
+from pipeopt.cost.rules import fits as _fits  # evaluate's own memory test, per stage (placement)
 
 EPS = 1e-12
 """Share given to a kind whose load in one pass is zero (the supremum is not attained there)."""
@@ -391,3 +394,68 @@ def bipartition_optimum(instance, stages: int, max_shift: int | None = None) -> 
 def allocate_optimum(instance, plan: Plan) -> Optimum:
     """The given plan with the optimal shares (one candidate)."""
     return optimum(instance, [with_stage_shares(instance, plan)])
+
+
+def placement_optimum(inst) -> tuple[float, Plan | None]:
+    """Brute-force optimum of the placement problem (tests/problems/placement): the least
+    max-load over every convex ordered split into at most D stages and every choice of device
+    class per stage, scored by pipeopt.evaluate; ``(inf, None)`` if no plan fits.
+
+    A split is a partition of the layers into at most D blocks whose quotient graph is acyclic
+    (then its blocks in a topological order have every edge going to the same or a later block:
+    the convex ordered splits, each set partition once). A stage's load and memory depend only
+    on its own layers and its device (its compute, the tensors it touches, its bytes), so
+    evaluate's per-stage numbers are cached by (layers, device class) and a plan's value is the
+    max of its stages' cached loads (inf if a stage breaks memory or cannot run)."""
+    g = inst.graph
+    order = list(nx.topological_sort(g))
+    index = {x: i for i, x in enumerate(order)}
+    classes: dict = {}
+    for d in inst.cluster.devices:
+        classes.setdefault((tuple(sorted(d.resources.items())), d.memory, d.host), []).append(d.name)
+    names = list(classes.values())
+    C, D, n = len(names), len(inst.cluster.devices), len(order)
+    edges = [(index[u], index[v]) for u, v in g.edges]
+    cache: dict = {}
+    best = (math.inf, None)
+
+    def plan_of(sets, cls):
+        taken = [0] * C
+        stages = []
+        for s, c in zip(sets, cls, strict=True):
+            stages.append(Stage(tuple(x for x in order if x in s), (names[c][taken[c]],)))
+            taken[c] += 1
+        return Plan(tuple(stages))
+
+    def price(sets):
+        nonlocal best
+        for cls in itertools.product(range(C), repeat=len(sets)):
+            if any(cls.count(c) > len(names[c]) for c in range(C)):
+                continue
+            if any((s, c) not in cache for s, c in zip(sets, cls, strict=True)):
+                ev = evaluate(inst, plan_of(sets, cls))
+                for i, (s, c) in enumerate(zip(sets, cls, strict=True)):
+                    ok = math.isfinite(ev.load[i]) and _fits(ev.memory[i], ev.memory_capacity[i])
+                    cache[(s, c)] = ev.load[i] if ok else math.inf
+            value = max(cache[(s, c)] for s, c in zip(sets, cls, strict=True))
+            if value < best[0]:
+                best = (value, plan_of(sets, cls))
+
+    labels: list = []
+
+    def walk(i, blocks):  # restricted growth strings: every set partition into <= D blocks once
+        if i == n:
+            q = nx.DiGraph()
+            q.add_nodes_from(range(blocks))
+            q.add_edges_from((labels[a], labels[b]) for a, b in edges if labels[a] != labels[b])
+            if nx.is_directed_acyclic_graph(q):
+                blocks_in_order = nx.topological_sort(q)
+                price([frozenset(order[j] for j in range(n) if labels[j] == t) for t in blocks_in_order])
+            return
+        for t in range(min(blocks + 1, D)):
+            labels.append(t)
+            walk(i + 1, max(blocks, t + 1))
+            labels.pop()
+
+    walk(0, 0)
+    return best

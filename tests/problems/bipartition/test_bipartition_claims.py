@@ -73,7 +73,7 @@ def test_memory_exactly_at_capacity_fits():
     assert p.score(a, b).fits and evaluate(p.instance, p.plan(a, b)).feasible
     best = brute_force(p)
     for solver in SOLVERS:
-        r = solve_milp(p, time_limit=20, solver=solver)
+        r = solve_milp(p, time_limit=None, solver=solver)
         assert r.status == Status.OPTIMAL and r.objective == pytest.approx(best, rel=1e-6)
         assert r.lower_bound <= best * (1 + 1e-9)
 
@@ -143,8 +143,8 @@ def test_relaxation_stops_at_the_deadline_with_a_valid_bound():
 @given(small_problem())
 def test_methods_claim_only_what_is_true(p):
     best = brute_force(p)
-    runs = [lambda: solve_bisection(p, time_limit=20)]
-    runs += [lambda s=s, d=d: solve_milp(p, time_limit=20, solver=s, dp_bound=d) for s in SOLVERS for d in (True, False)]
+    runs = [lambda: solve_bisection(p, time_limit=None)]
+    runs += [lambda s=s, d=d: solve_milp(p, time_limit=None, solver=s, dp_bound=d) for s in SOLVERS for d in (True, False)]
     for run in runs:
         if not math.isfinite(best):
             with pytest.raises(InfeasibleError):
@@ -170,7 +170,7 @@ def test_highs_cap_regression():
     p = BipartitionProblem(inst, 2)
     best = brute_force(p)
     for solver in SOLVERS:
-        r = solve_milp(p, time_limit=20, solver=solver, dp_bound=False)
+        r = solve_milp(p, time_limit=None, solver=solver, dp_bound=False)
         assert r.status == Status.OPTIMAL and r.lower_bound <= best
 
 
@@ -189,7 +189,7 @@ def test_max_shift_with_binding_memory_uses_the_milp():
     p = BipartitionProblem(chain_instance(**TINY, stages=3, memory=250 * MB, stashing=True), 3, max_shift=1)
     best = brute_force(p)  # 29.5 ms; the best same-cut plan: 31.5 ms; the relaxation: 15 ms
     for solver in SOLVERS:
-        r = solve_milp(p, time_limit=20, solver=solver)
+        r = solve_milp(p, time_limit=None, solver=solver)
         assert r.status == Status.OPTIMAL and r.objective == pytest.approx(best, rel=1e-6)
         assert r.lower_bound <= best * (1 + 1e-9)
         assert "solver_bound" in r.info  # the MILP ran
@@ -223,16 +223,22 @@ def test_expired_deadline_gives_an_honest_time_limit(method):
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_time_limit_on_a_real_profile_is_honest(solver, profile_dir):
     """NASNet-A Large (1250 units) in 16 stages with 1 s: the method stops (status time_limit or
-    optimal), its plan fits and its bound is valid (below the bisection's plan)."""
+    optimal) with a bound; a plan, if it found one in the second (a loaded machine may not), fits
+    and is above the bound."""
     from pipeopt.io.pipedream import read_pipedream
 
     p = BipartitionProblem(read_pipedream(profile_dir / "nasnetalarge.txt", devices=16), 16)
     r = solve_milp(p, time_limit=1, solver=solver, dp_bound=False)
     assert r.status in (Status.TIME_LIMIT, Status.OPTIMAL)
-    assert r.plan is not None and r.evaluation.feasible
-    assert r.lower_bound <= r.objective
+    assert r.lower_bound is not None
     if r.status == Status.TIME_LIMIT:
-        assert r.info["time_limit_reached"] and r.gap > 0
+        assert r.info["time_limit_reached"]
+    if r.plan is None:
+        assert r.status == Status.TIME_LIMIT
+        return
+    assert r.evaluation.feasible and r.lower_bound <= r.objective
+    if r.status == Status.TIME_LIMIT:
+        assert r.gap > 0
 
 
 def test_bad_options_raise():
@@ -284,6 +290,6 @@ def test_windowed_milp_counts_the_weights_of_a_fixed_forward_unit():
     p = BipartitionProblem(with_capacity(inst, peaks[8]), 2)
     best = brute_force(p)
     for solver in SOLVERS:
-        r = solve_milp(p, time_limit=20, solver=solver)
+        r = solve_milp(p, time_limit=None, solver=solver)
         assert r.status == Status.OPTIMAL and r.objective == pytest.approx(best, rel=1e-6)
         assert "milp" not in r.info.get("rejected_candidates", {})

@@ -3,14 +3,13 @@ the DP on every PipeDream profile and against brute-force enumeration on random 
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
 from conftest import PROFILES, profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import instances
+from strategies import brute_force, instances
 
 import pipeopt
 from pipeopt import evaluate
@@ -70,16 +69,6 @@ def check_against(instance, opt, results, S):
         assert max(proven) - min(proven) <= 2 * max(tolerance(k, r, opt) for k, r in results.items())
 
 
-def brute_force_straight(problem):
-    """Best feasible evaluate() objective over every split into S contiguous stages."""
-    best = math.inf
-    for starts in itertools.combinations(range(1, problem.n), problem.stages - 1):
-        ev = evaluate(problem.instance, problem.plan(list(starts)))
-        if ev.feasible:
-            best = min(best, ev.objective)
-    return best
-
-
 # ---- every PipeDream profile, S in {2, 4, 8} -------------------------------------------------
 def _limit(n: int) -> float:
     """Short limits keep this file fast; the slow variant below gives every solve 60 s."""
@@ -120,9 +109,12 @@ def test_profiles_agree_with_dp_exhaustive(name, S, profile_dir):
     inst = profile(name)
     p = PartitionProblem(inst, S)
     dp = solve_dp(p)
-    results = run_all(p, 60.0)
+    # up to 400 units (the issue's target) every method must prove the optimum: run without a
+    # wall-clock limit (a proof asserted under one fails on a loaded machine); above, 60 s each
+    # and only the honest bracket bound <= optimum <= incumbent is checked
+    results = run_all(p, None if p.n <= 400 else 60.0)
     check_against(inst, dp.objective, results, S)
-    if p.n <= 400:  # the issue's target
+    if p.n <= 400:
         assert all(r.status == Status.OPTIMAL for r in results.values()), {
             k: r.status for k, r in results.items()
         }
@@ -147,13 +139,13 @@ def test_time_limit_reports_incumbent_and_true_bound(profile_dir):
 def test_random_instances_match_brute_force(inst, S):
     S = min(S, inst.chain.n)
     p = PartitionProblem(inst, S)
-    best = brute_force_straight(p)
+    best = brute_force(p)  # every split into S contiguous stages (p is straight)
     if math.isinf(best):
         for run in (
             solve_dp,
-            lambda q: solve_milp(q, solver="cbc", time_limit=10),
-            lambda q: solve_milp(q, solver="highs", time_limit=10),
-            lambda q: solve_cpsat(q, time_limit=10),
+            lambda q: solve_milp(q, solver="cbc", time_limit=None),
+            lambda q: solve_milp(q, solver="highs", time_limit=None),
+            lambda q: solve_cpsat(q, time_limit=None),
         ):
             with pytest.raises(InfeasibleError, match="memory|GiB"):
                 run(p)
@@ -161,7 +153,7 @@ def test_random_instances_match_brute_force(inst, S):
     dp = solve_dp(p)
     assert dp.objective == pytest.approx(best, rel=1e-9, abs=1e-15)
     for warm in (True, False):
-        results = run_all(p, 10.0, warm_start=warm)
+        results = run_all(p, None, warm_start=warm)
         for res in results.values():  # tiny instances: everything is proven
             assert res.status == Status.OPTIMAL, res.info
         check_against(inst, best, results, S)
@@ -228,9 +220,9 @@ def test_memory_too_small_raises_infeasible(profile_dir):
     p = PartitionProblem(inst, 4)
     for run in (
         solve_dp,
-        lambda q: solve_milp(q, solver="cbc", time_limit=20),
-        lambda q: solve_milp(q, solver="highs", time_limit=20),
-        lambda q: solve_cpsat(q, time_limit=20),
+        lambda q: solve_milp(q, solver="cbc", time_limit=None),
+        lambda q: solve_milp(q, solver="highs", time_limit=None),
+        lambda q: solve_cpsat(q, time_limit=None),
     ):
         with pytest.raises(InfeasibleError, match="memory|GiB"):
             run(p)
@@ -247,7 +239,7 @@ def test_memory_limit_binds_and_all_agree(profile_dir):
     p = PartitionProblem(inst, 4)
     dp = solve_dp(p)
     assert dp.objective > base.objective
-    results = run_all(p, 20.0)
+    results = run_all(p, None)
     assert all(r.status == Status.OPTIMAL for r in results.values())
     check_against(inst, dp.objective, results, 4)
 
@@ -268,7 +260,7 @@ def test_through_registry(profile_dir):
     inst = profile("gnmt")
     dp = solve(inst, method="dp", stages=4)
     for method, solver in (("milp", "cbc"), ("milp", "highs"), ("cpsat", "cbc")):
-        res = solve(inst, method=method, solver=solver, time_limit=20, stages=4)
+        res = solve(inst, method=method, solver=solver, time_limit=None, stages=4)
         assert res.method == method and res.space == "one-order" and res.status == Status.OPTIMAL
         assert res.objective == pytest.approx(dp.objective, rel=1e-6)
 
@@ -293,6 +285,6 @@ def test_settings_variants_agree_with_dp(variant, S, profile_dir):
     dp = solve_dp(p)
     if variant == "stashing_memory":
         assert StraightModel.of(p).memory_binding and dp.objective >= free.objective
-    results = run_all(p, 20.0)
+    results = run_all(p, None)
     assert all(r.status == Status.OPTIMAL for r in results.values()), {k: r.info for k, r in results.items()}
     check_against(inst, dp.objective, results, S)

@@ -10,18 +10,17 @@ convex MILP against a brute force over every convex ordered split and device ass
 
 from __future__ import annotations
 
-import itertools
 import math
 from pathlib import Path
 
 import networkx as nx
+import brute_force as bf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipeopt
-from pipeopt import Cluster, Device, Instance, Plan, Settings, Stage, evaluate
-from pipeopt.cost import rules
+from pipeopt import Cluster, Device, Instance, Settings, evaluate
 from pipeopt.errors import InfeasibleError
 from pipeopt.graph import layer_order
 from pipeopt.io.dnn_partitioning import read_dnn_partitioning
@@ -110,71 +109,6 @@ def placements(draw):
     return make_instance(layers, edges, tensors, fpgas, memory, cpu)
 
 
-# ---- the brute force ---------------------------------------------------------------------------
-def brute_force(inst: Instance) -> tuple[float, Plan | None]:
-    """The least max-load over every convex ordered split into at most D stages and every
-    choice of device class per stage, scored by pipeopt.evaluate.
-
-    A split is a partition of the layers into at most D blocks whose quotient graph is acyclic
-    (then its blocks in a topological order have every edge going to the same or a later block:
-    the convex ordered splits, each set partition once). A stage's load and memory depend only
-    on its own layers and its device (its compute, the tensors it touches, its bytes), so
-    evaluate's per-stage numbers are cached by (layers, device class) and a plan's value is the
-    max of its stages' cached loads (inf if a stage breaks memory or cannot run)."""
-    g = inst.graph
-    order = list(nx.topological_sort(g))
-    index = {x: i for i, x in enumerate(order)}
-    classes: dict = {}
-    for d in inst.cluster.devices:
-        classes.setdefault((tuple(sorted(d.resources.items())), d.memory, d.host), []).append(d.name)
-    names = list(classes.values())
-    C, D, n = len(names), len(inst.cluster.devices), len(order)
-    edges = [(index[u], index[v]) for u, v in g.edges]
-    cache: dict = {}
-    best = (math.inf, None)
-
-    def plan_of(sets, cls):
-        taken = [0] * C
-        stages = []
-        for s, c in zip(sets, cls, strict=True):
-            stages.append(Stage(tuple(x for x in order if x in s), (names[c][taken[c]],)))
-            taken[c] += 1
-        return Plan(tuple(stages))
-
-    def price(sets):
-        nonlocal best
-        for cls in itertools.product(range(C), repeat=len(sets)):
-            if any(cls.count(c) > len(names[c]) for c in range(C)):
-                continue
-            if any((s, c) not in cache for s, c in zip(sets, cls, strict=True)):
-                ev = evaluate(inst, plan_of(sets, cls))
-                for i, (s, c) in enumerate(zip(sets, cls, strict=True)):
-                    ok = math.isfinite(ev.load[i]) and rules.fits(ev.memory[i], ev.memory_capacity[i])
-                    cache[(s, c)] = ev.load[i] if ok else math.inf
-            value = max(cache[(s, c)] for s, c in zip(sets, cls, strict=True))
-            if value < best[0]:
-                best = (value, plan_of(sets, cls))
-
-    labels: list = []
-
-    def walk(i, blocks):  # restricted growth strings: every set partition into <= D blocks once
-        if i == n:
-            q = nx.DiGraph()
-            q.add_nodes_from(range(blocks))
-            q.add_edges_from((labels[a], labels[b]) for a, b in edges if labels[a] != labels[b])
-            if nx.is_directed_acyclic_graph(q):
-                blocks_in_order = nx.topological_sort(q)
-                price([frozenset(order[j] for j in range(n) if labels[j] == t) for t in blocks_in_order])
-            return
-        for t in range(min(blocks + 1, D)):
-            labels.append(t)
-            walk(i + 1, max(blocks, t + 1))
-            labels.pop()
-
-    walk(0, 0)
-    return best
-
-
 def close(a: float, b: float, rel: float) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
@@ -205,7 +139,7 @@ def check_result(inst, r, reference: float, rel: float) -> None:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(placements())
 def test_dp_and_milp_equal_brute_force(inst):
-    value, plan = brute_force(inst)
+    value, plan = bf.placement_optimum(inst)
     if not math.isfinite(value):
         for method in ("dp", "milp", "one_order"):
             with pytest.raises(InfeasibleError):
@@ -227,7 +161,7 @@ def test_dp_and_milp_equal_brute_force(inst):
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(placements())
 def test_milp_highs_equals_brute_force(inst):
-    value, _ = brute_force(inst)
+    value, _ = bf.placement_optimum(inst)
     if not math.isfinite(value):
         with pytest.raises(InfeasibleError):
             solve(inst, "milp", solver="highs")
@@ -241,7 +175,7 @@ def test_memory_binds_exactly_at_capacity():
     layers = {"a": (1.0, 5.0, 0.1, 0.0), "b": (1.0, 5.0, 0.2, 0.0), "c": (2.0, 5.0, 0.3, 0.0)}
     tensors = [("a", ["b"], 0.0), ("b", ["c"], 0.0)]
     inst = make_instance(layers, [("a", "b"), ("b", "c")], tensors, 2, 0.3, False)
-    value, plan = brute_force(inst)
+    value, plan = bf.placement_optimum(inst)
     assert value == 2.0 and [s.layers for s in plan.stages] == [("a", "b"), ("c",)]
     assert evaluate(inst, plan).memory[0] == 0.1 + 0.2 > 0.3
     for method, kw in EXACT:
@@ -291,7 +225,7 @@ def test_milp_memory_rows_regressions(case, solver, warm_start):
     """Instances the random test found where the solvers' presolves went wrong on earlier forms
     of the memory rows (now in millionths of the capacity, big-M with a margin)."""
     inst = case()
-    value, _ = brute_force(inst)
+    value, _ = bf.placement_optimum(inst)
     assert math.isfinite(value)
     r = solve_milp(PlacementProblem(inst), solver=solver, warm_start=warm_start)
     check_result(inst, r, value, 1e-6)
@@ -313,7 +247,7 @@ def test_convex_strictly_better_than_one_order():
     assert layer_order(inst.graph) == ["l0", "l1", "l2", "l3"]
     one = solve(inst, "one_order")
     assert one.objective == pytest.approx(30.0, rel=1e-12)
-    value, _ = brute_force(inst)
+    value, _ = bf.placement_optimum(inst)
     assert value == pytest.approx(20.0, rel=1e-12)
     for method, kw in EXACT:
         r = solve(inst, method, **kw)
@@ -330,7 +264,7 @@ def test_infeasible_memory_raises(sizes, method, kw):
     second device); or one layer is larger than the device."""
     layers = {"a": (1.0, 1.0, sizes[0], 0.0), "b": (1.0, 1.0, sizes[1], 0.0)}
     inst = make_instance(layers, [("a", "b")], [("a", ["b"], 1.0)], 1, 15.0, False)
-    assert brute_force(inst)[0] == math.inf
+    assert bf.placement_optimum(inst)[0] == math.inf
     with pytest.raises(InfeasibleError):
         solve(inst, method, **kw)
 
@@ -346,7 +280,7 @@ def test_zero_time_layer_without_the_device_kind():
               "a2": (None, 0.0, 0.0, 0.0), "y": (1.0, 50.0, 0.0, 0.0)}
     edges = [("w", "a1"), ("a1", "x"), ("x", "a2"), ("a2", "y")]
     inst = make_instance(layers, edges, [], 4, 100.0, True)
-    value, _ = brute_force(inst)
+    value, _ = bf.placement_optimum(inst)
     assert value == 50.0
     assert solve(inst, "dp").objective == value
 
