@@ -61,10 +61,10 @@ def test_auto_picks_the_least_of_the_exact_optima(tmp_path, capsys):
 
 def test_refused_schedules_get_a_row_and_memory_can_rule_out_all():
     inst = instance()
-    res = solve_schedules(inst, 2, 3, ["DualPipeV", "1F1B"])  # DualPipeV needs m >= 2p
+    res = solve_schedules(inst, 2, 3, ["DualPipeV", "1F1B"], time_limit=None)  # DualPipeV needs m >= 2p
     assert isinstance(res[0], tuple) and "DualPipeV" in res[0][1]
     best, proven = best_schedule(res)
     assert best.info["schedule"] == "1F1B" and proven
-    none = solve_schedules(instance(memory=1e8), 2, 4, ["1F1B", "GPipe"])
+    none = solve_schedules(instance(memory=1e8), 2, 4, ["1F1B", "GPipe"], time_limit=None)
     assert best_schedule(none) == (None, False)
     assert all(r.status == "infeasible" for r in none)

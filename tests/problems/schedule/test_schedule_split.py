@@ -51,7 +51,7 @@ def cases(draw, schedule: str):
 
 
 def check_against_exhaustive(problem):
-    res = solve_milp(problem, time_limit=60)
+    res = solve_milp(problem, time_limit=None)
     ref = exhaustive(problem)
     if ref.status == "infeasible":
         assert res.status == "infeasible" and res.info["starts"] is None
@@ -120,7 +120,7 @@ def test_closed_forms_gpipe_1f1b_and_interleaved():
     inst = Instance(g, Cluster.homogeneous(p, bandwidth=1e9), Settings(microbatches=m))
     for name, closed in (("GPipe", "gpipe"), ("1F1B", "iteration")):
         pr = ScheduleProblem(inst, name, p, m)
-        res = solve_milp(pr, time_limit=60)
+        res = solve_milp(pr, time_limit=None)
         assert res.status == "optimal"
         best = math.inf
         for starts in itertools.combinations(range(1, 7), p - 1):
@@ -141,7 +141,7 @@ def test_closed_forms_gpipe_1f1b_and_interleaved():
         equal = uniform_starts(8, p * v)
         closed = (v * m + p - 1) * (0.02 + 0.04)
         assert math.isclose(pr.execute(equal).time, closed, rel_tol=1e-9)
-        res = solve_milp(pr, time_limit=60)
+        res = solve_milp(pr, time_limit=None)
         assert res.status == "optimal" and res.objective <= closed * (1 + 1e-9)
         assert math.isclose(res.objective, exhaustive(pr).objective, rel_tol=REL)
 
@@ -155,12 +155,12 @@ def test_memory_rows_and_infeasible():
         mems = sorted({max(free.execute(list(s)).memory) for s in itertools.combinations(range(1, 8), free.S - 1)})
         limit = mems[len(mems) // 3]
         pr = ScheduleProblem(Instance(g, Cluster.homogeneous(2, memory=limit, bandwidth=1e9), Settings()), name, 2, 4)
-        res, ref = solve_milp(pr, time_limit=60), exhaustive(pr)
+        res, ref = solve_milp(pr, time_limit=None), exhaustive(pr)
         assert res.status == "optimal" and math.isclose(res.objective, ref.objective, rel_tol=REL)
         assert max(res.evaluation.memory) <= limit * (1 + 1e-9)
         tight = ScheduleProblem(Instance(g, Cluster.homogeneous(2, memory=mems[0] * 0.99, bandwidth=1e9), Settings()),
                                 name, 2, 4)
-        out = solve_milp(tight, time_limit=60)
+        out = solve_milp(tight, time_limit=None)
         assert out.status == "infeasible" and out.info["starts"] is None and exhaustive(tight).status == "infeasible"
 
 
