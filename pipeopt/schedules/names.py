@@ -65,7 +65,7 @@ def _key(text: str) -> str:
 _LOOKUP = {_key(alias): name for name, aliases in ALIASES.items() for alias in (name, *aliases)}
 
 
-def schedule_name(text, among=None) -> str:
+def schedule_name(text, among=None, where: str = "here") -> str:
     """The canonical name of schedule ``text`` (module docstring).
 
     Parameters
@@ -76,6 +76,8 @@ def schedule_name(text, among=None) -> str:
     among
         The canonical names the caller runs (default: :data:`TORCH_SCHEDULES`); a known name
         outside them is refused too.
+    where
+        Who runs ``among``, for that message (``"by the simulator"``, ...).
 
     Returns
     -------
@@ -93,7 +95,7 @@ def schedule_name(text, among=None) -> str:
     found = _LOOKUP.get(_key(name)) if isinstance(name, str) else None
     if found is None or found not in among:
         choices = ", ".join(f"{c} ({'/'.join(a for a in ALIASES[c] if not a.startswith('Schedule'))})" for c in among)
-        what = f"unknown schedule {name!r}" if found is None else f"schedule {found!r} is not run here"
+        what = f"unknown schedule {name!r}" if found is None else f"schedule {found!r} is not run {where}"
         raise InvalidProblemError(f"{what}; choose from {choices} (any case)")
     return found
 
@@ -101,7 +103,7 @@ def schedule_name(text, among=None) -> str:
 _KEYS = {"GPipe": "gpipe", "1F1B": "1f1b", "async": "async", "split": "split"}
 
 
-def schedule_key(text, among=SIMULATED) -> str:
+def schedule_key(text, among=SIMULATED, where: str = "here") -> str:
     """The simulator's and torch runtime's short key (``"gpipe"``, ``"1f1b"``, ``"async"``,
     ``"split"``) of schedule ``text`` in any spelling (:func:`schedule_name` with ``among``).
 
@@ -110,4 +112,4 @@ def schedule_key(text, among=SIMULATED) -> str:
     InvalidProblemError
         As :func:`schedule_name`.
     """
-    return _KEYS[schedule_name(text, among)]
+    return _KEYS[schedule_name(text, among, where)]

@@ -216,7 +216,7 @@ def _schedule(schedule: str) -> str:
     (:func:`pipeopt.schedules.schedule_name`); another schedule is refused with the choices."""
     from ..schedules.names import schedule_key
 
-    return schedule_key(schedule, among=("GPipe", "1F1B"))
+    return schedule_key(schedule, among=("GPipe", "1F1B"), where="by pipeopt run")
 
 
 def _count(value, what: str, low: int) -> int:

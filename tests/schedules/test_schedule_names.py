@@ -79,7 +79,7 @@ def test_the_simulator_reads_the_vocabulary():
     b = simulate(inst, plan, schedule="1f1b")
     assert a.schedule == b.schedule == "1f1b" and a.iteration_time == b.iteration_time
     assert simulate(inst, plan, schedule="GPipe").schedule == "gpipe"
-    with pytest.raises(InvalidProblemError, match="is not run here"):
+    with pytest.raises(InvalidProblemError, match="'Interleaved1F1B' is not run by the simulator; choose from GPipe"):
         simulate(inst, plan, schedule="Interleaved1F1B")
 
 
