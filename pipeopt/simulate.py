@@ -687,7 +687,7 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     """
     from .schedules.names import schedule_key
 
-    schedule = schedule_key(schedule, where="by the simulator")  # the one vocabulary: "GPipe", "Schedule1F1B", "1f1b", ... -> its key
+    schedule = schedule_key(schedule, where="by the simulator")  # the one vocabulary -> "1f1b", "gpipe", ...
     if not isinstance(half_duplex, (bool, np.bool_)):
         raise InvalidProblemError(f"half_duplex must be True or False, got {half_duplex!r}")
     if not isinstance(instance, Instance):
