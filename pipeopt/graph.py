@@ -77,6 +77,8 @@ def validate_graph(graph: nx.DiGraph) -> None:
     """
     if not isinstance(graph, nx.DiGraph) or graph.is_multigraph():
         raise InvalidGraphError(f"layer graph must be a networkx.DiGraph, got {type(graph).__name__}")
+    if isinstance(graph, ChainGraph) and not graph.materialized:
+        return  # its arrays were checked by the same rules when it was built
     if graph.number_of_nodes() == 0:
         raise InvalidGraphError("layer graph has no layers")
     if not nx.is_directed_acyclic_graph(graph):
@@ -171,6 +173,9 @@ def _check_weight_gradient(node, w, bwd: dict) -> None:
 
 def _is_number(x) -> bool:
     """A real number that is not a bool (numpy scalars included)."""
+    t = type(x)
+    if t is float or t is int:  # the common case, without the ABC's isinstance (10^5 layers: seconds)
+        return True
     return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
 
 
@@ -188,6 +193,8 @@ def edge_bytes(graph: nx.DiGraph, u, v) -> float:
 
 def kinds_of(graph: nx.DiGraph) -> tuple[str, ...]:
     """Sorted resource kinds that appear in any layer's ``fwd`` dict."""
+    if isinstance(graph, ChainGraph):
+        return graph.kinds()
     return tuple(sorted({k for _, d in graph.nodes(data="fwd") for k in d}))
 
 
@@ -216,8 +223,11 @@ def layer_order(graph: nx.DiGraph) -> list:
     The order is that of ``networkx.lexicographical_topological_sort`` with the natural key
     (ties between equal keys: the graph's node order), computed without building a key for a
     layer that is the only one ready (on a chain, none is built): 10^5 layers take tens of
-    milliseconds instead of seconds.
+    milliseconds instead of seconds. A :class:`ChainGraph`'s order is its layers' (the only
+    topological order: an edge joins each layer to the next).
     """
+    if isinstance(graph, ChainGraph):
+        return list(graph.names)
     with _gc_paused():
         pinned = sorted((n for n, p in graph.nodes(data="pin_first") if p), key=_natural_key)
         if pinned:  # networkx's node order of the subgraph of the other layers (its tie-break)
@@ -304,7 +314,10 @@ class Chain:
 
     @classmethod
     def from_graph(cls, graph: nx.DiGraph, order: list | None = None) -> Chain:
-        """Build the chain of a validated layer graph over ``order`` (default :func:`layer_order`)."""
+        """Build the chain of a validated layer graph over ``order`` (default :func:`layer_order`;
+        a :class:`ChainGraph` in its layer order is read from its arrays)."""
+        if isinstance(graph, ChainGraph) and order is None:
+            return graph.chain()
         with _gc_paused():
             return cls._from_graph(graph, order)
 
@@ -354,11 +367,294 @@ class Chain:
         """``dict[node, int]``: the unit index of each layer."""
         return {node: i for i, unit in enumerate(self.units) for node in unit}
 
+    @cached_property
+    def _flat(self) -> tuple[list, np.ndarray]:
+        """Every layer in unit order, and where each unit starts in that list (``(n+1,)``)."""
+        flat = [node for unit in self.units for node in unit]
+        starts = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum([len(unit) for unit in self.units], out=starts[1:])
+        return flat, starts
+
     def layers(self, start: int, stop: int) -> tuple:
         """Layer names of units ``start .. stop-1``."""
-        return tuple(node for unit in self.units[start:stop] for node in unit)
+        flat, starts = self._flat
+        return tuple(flat[int(starts[start]):int(starts[stop])])
 
     def stages_from_cuts(self, cuts: list[int]) -> list[tuple]:
         """Layer tuples of the stages given the unit index where each stage after the first starts."""
         bounds = [0, *cuts, self.n]
         return [self.layers(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+# ---- a chain given as arrays -----------------------------------------------------------------
+class _Stored:
+    """Data descriptor of one of networkx's storage attributes (``_node``, ``_adj``, ``_succ``,
+    ``_pred``) on a :class:`ChainGraph`: read, it builds the graph's dicts first if they are not
+    built yet (:meth:`ChainGraph.materialize`); set, it does what networkx's own descriptor does."""
+
+    def __init__(self, base) -> None:
+        self.base = base
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        d = obj.__dict__
+        if self.name not in d:
+            obj.materialize()
+        return d[self.name]
+
+    def __set__(self, obj, value) -> None:
+        if self.base is not None and hasattr(self.base, "__set__"):
+            self.base.__set__(obj, value)
+        else:
+            obj.__dict__[self.name] = value
+
+
+def _column(value, n: int | None, what: str) -> np.ndarray:
+    """``value`` as a 1-D float array (of length ``n`` if given), or :class:`InvalidGraphError`."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidGraphError(f"chain: {what} must be an array of numbers, got {type(value).__name__}") from None
+    if arr.ndim != 1 or (n is not None and arr.size != n):
+        raise InvalidGraphError(f"chain: {what} must be a 1-D array of {n if n is not None else 'n'} numbers, "
+                                f"got shape {arr.shape}")
+    return arr
+
+
+class ChainGraph(nx.DiGraph):
+    """A layer graph given as arrays: layers 0 .. n-1 in pipeline order, an edge from each layer
+    to the next, and optional forward skip edges -- built in O(n) numpy work, without a
+    networkx dict per layer.
+
+    Everything that reads only numbers (the layer order, :class:`Chain`,
+    :class:`pipeopt.cost.arrays.LayerArrays`, hence :class:`pipeopt.cost.CostTable`,
+    :func:`pipeopt.evaluate` and the partition methods) reads the arrays directly; the
+    networkx dicts (``graph.nodes[...]``, ``graph.edges``, ...) are built the first time
+    anything reads them (:meth:`materialize`), so the object is a valid
+    :class:`networkx.DiGraph` everywhere, with the attributes of the module docstring. The
+    numbers are the layers' own (no unit is glued: no layer is ``pin_first``). Build it with
+    :meth:`pipeopt.Instance.from_chain`; do not mutate it.
+
+    Parameters
+    ----------
+    fwd, bwd
+        ``dict[kind, array (n,)]``: seconds of each layer's forward / backward pass on one unit
+        of the kind (``inf``: the layer cannot run on it; the two must be finite on the same
+        kinds).
+    out_bytes, act_bytes, param_bytes
+        ``array (n,)`` each: bytes a layer sends to each successor, keeps for its backward pass
+        per microbatch, and holds as parameters.
+    skips
+        ``array (E, 2)`` of layer indices ``(tail, head)`` with ``tail + 1 < head`` (a skip
+        edge goes forward past the next layer), or ``None``.
+    skip_bytes
+        ``array (E,)``: bytes each skip edge carries (default: its tail's ``out_bytes``).
+    names
+        ``list`` of n distinct layer names (strings or integers); default the integers
+        ``0 .. n-1``.
+
+    Raises
+    ------
+    InvalidGraphError
+        As :func:`validate_graph` for the same graph: no layers, a negative, NaN or too large
+        time or size, a layer without a finite time, forward and backward kinds that differ,
+        and for the arrays themselves: wrong shapes, a skip edge that does not go forward past
+        the next layer or repeats another, names that repeat.
+    """
+
+    _node = _Stored(nx.Graph.__dict__.get("_node"))
+    _adj = _Stored(nx.DiGraph.__dict__.get("_adj"))
+    _succ = _Stored(nx.DiGraph.__dict__.get("_adj"))
+    _pred = _Stored(nx.DiGraph.__dict__.get("_pred"))
+
+    def __init__(self, fwd: dict, bwd: dict, out_bytes, act_bytes, param_bytes, *, skips=None,
+                 skip_bytes=None, names=None) -> None:
+        # networkx's __init__ would set empty storage dicts: set what it sets besides them
+        self.__dict__["graph"] = {}
+        self.__networkx_cache__ = {}
+        for what, times in (("fwd", fwd), ("bwd", bwd)):
+            if not isinstance(times, dict) or not times:
+                raise InvalidGraphError(f"chain: {what} must be a dict kind -> array of seconds, got {type(times).__name__}")
+        first = next(iter(fwd.values()))
+        n = int(np.size(first))
+        if n == 0:
+            raise InvalidGraphError("layer graph has no layers")
+        self.n = n
+        self.fwd = {str(k): _column(v, n, f"fwd[{k!r}]") for k, v in sorted(fwd.items())}
+        self.bwd = {str(k): _column(v, n, f"bwd[{k!r}]") for k, v in sorted(bwd.items())}
+        self.out = _column(out_bytes, n, "out_bytes")
+        self.act = _column(act_bytes, n, "act_bytes")
+        self.param = _column(param_bytes, n, "param_bytes")
+        if skips is None:
+            self.skip_tail = self.skip_head = np.zeros(0, dtype=np.int64)
+        else:
+            s = np.asarray(skips)
+            if s.size == 0:
+                s = s.reshape(0, 2)
+            if s.ndim != 2 or s.shape[1] != 2 or not np.issubdtype(s.dtype, np.integer):
+                raise InvalidGraphError(f"chain: skips must be an (E, 2) array of layer indices, got shape {s.shape}")
+            self.skip_tail, self.skip_head = s[:, 0].astype(np.int64), s[:, 1].astype(np.int64)
+        E = self.skip_tail.size
+        self.skip_bytes = None if skip_bytes is None else _column(skip_bytes, E, "skip_bytes")
+        if names is None:
+            self.names = range(n)
+        else:
+            self.names = list(names)
+            if len(self.names) != n:
+                raise InvalidGraphError(f"chain: {len(self.names)} names for {n} layers")
+            if len(set(self.names)) != n:
+                raise InvalidGraphError("chain: layer names repeat")
+        self._check()
+
+    # ---- validation (validate_graph's rules, on arrays) ---------------------------------------
+    def _name(self, i) -> object:
+        return self.names[int(i)]
+
+    def _check(self) -> None:
+        for what, times in (("fwd", self.fwd), ("bwd", self.bwd)):
+            for kind, t in times.items():
+                bad = np.flatnonzero(np.isnan(t) | (t < 0))
+                if bad.size:
+                    raise InvalidGraphError(f"layer {self._name(bad[0])!r} has a negative or invalid {what} time "
+                                            f"{t[bad[0]]!r} on {kind!r}")
+                big = np.flatnonzero(np.isfinite(t) & (t > MAX_SECONDS))
+                if big.size:
+                    raise InvalidGraphError(
+                        f"layer {self._name(big[0])!r} has a {what} time of {t[big[0]]!r} s on {kind!r}, above the "
+                        f"maximum {MAX_SECONDS:g} s (times are seconds; inf = cannot run on the kind)")
+        kinds = sorted(set(self.fwd) | set(self.bwd))
+        inf = np.full(self.n, np.inf)
+        fin_f = np.array([np.isfinite(self.fwd.get(k, inf)) for k in kinds])
+        fin_b = np.array([np.isfinite(self.bwd.get(k, inf)) for k in kinds])
+        none = np.flatnonzero(~fin_f.any(axis=0))
+        if none.size:
+            raise InvalidGraphError(f"layer {self._name(none[0])!r} cannot run on any resource kind (no finite forward time)")
+        differ = np.flatnonzero((fin_f != fin_b).any(axis=0))
+        if differ.size:
+            i = differ[0]
+            raise InvalidGraphError(
+                f"layer {self._name(i)!r} has forward times on {[k for k, f in zip(kinds, fin_f[:, i]) if f]} but "
+                f"backward times on {[k for k, f in zip(kinds, fin_b[:, i]) if f]}")
+        for key, v in (("out_bytes", self.out), ("param_bytes", self.param), ("act_bytes", self.act)):
+            bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
+            if bad.size:
+                raise InvalidGraphError(f"layer {self._name(bad[0])!r} has a negative or invalid {key} {v[bad[0]]!r}")
+            big = np.flatnonzero(v > MAX_BYTES)
+            if big.size:
+                raise InvalidGraphError(f"layer {self._name(big[0])!r} has {key} {v[big[0]]!r}, above the maximum "
+                                        f"{MAX_BYTES:g} bytes (are the sizes in bytes?)")
+        total = float(self.param.sum() + self.act.sum())
+        if total > MAX_BYTES:
+            raise InvalidGraphError(f"the layers' param_bytes and act_bytes add up to {total:.4g} bytes, above the "
+                                    f"maximum {MAX_BYTES:g} (are the sizes in bytes?)")
+        t, h = self.skip_tail, self.skip_head
+        if t.size:
+            bad = np.flatnonzero((t < 0) | (h >= self.n) | (h <= t + 1))
+            if bad.size:
+                raise InvalidGraphError(f"chain: skip edge {int(t[bad[0]])} -> {int(h[bad[0]])} must go forward past "
+                                        f"the next layer (0 <= tail, tail + 1 < head < n = {self.n})")
+            key = t * self.n + h
+            if np.unique(key).size != key.size:
+                raise InvalidGraphError("chain: a skip edge repeats")
+        if self.skip_bytes is not None:
+            bad = np.flatnonzero(~np.isfinite(self.skip_bytes) | (self.skip_bytes < 0) | (self.skip_bytes > MAX_BYTES))
+            if bad.size:
+                raise InvalidGraphError(f"edge {self._name(t[bad[0]])!r} -> {self._name(h[bad[0]])!r} has a negative, "
+                                        f"invalid or too large 'bytes' {self.skip_bytes[bad[0]]!r}")
+
+    # ---- what networkx answers without the dicts ---------------------------------------------
+    @property
+    def materialized(self) -> bool:
+        """True once the networkx dicts are built."""
+        return "_node" in self.__dict__
+
+    def number_of_nodes(self) -> int:
+        return self.n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(self.names)
+
+    @property
+    def index(self) -> dict:
+        """``dict[name, int]``: each layer's index (built once)."""
+        d = self.__dict__
+        if "_index" not in d:
+            d["_index"] = {x: i for i, x in enumerate(self.names)}
+        return d["_index"]
+
+    def __contains__(self, node) -> bool:
+        try:
+            return node in self.index
+        except TypeError:
+            return False
+
+    def kinds(self) -> tuple:
+        """Sorted resource kinds named by the ``fwd`` arrays (:func:`kinds_of`)."""
+        return tuple(self.fwd)
+
+    def runs_on(self, kinds) -> int | None:
+        """Index of the first layer with no finite forward time on any of ``kinds`` (``None``
+        if every layer runs on one of them)."""
+        ok = np.zeros(self.n, dtype=bool)
+        for k in kinds:
+            if k in self.fwd:
+                ok |= np.isfinite(self.fwd[k])
+        bad = np.flatnonzero(~ok)
+        return int(bad[0]) if bad.size else None
+
+    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(tail, head, bytes)`` of every edge in networkx's adjacency order (tails in layer
+        order; per tail the edge to the next layer first, then its skip edges as given)."""
+        n = self.n
+        chain = np.arange(n - 1, dtype=np.int64)
+        tail = np.concatenate([chain, self.skip_tail])
+        head = np.concatenate([chain + 1, self.skip_head])
+        sb = self.out[self.skip_tail] if self.skip_bytes is None else self.skip_bytes
+        nbytes = np.concatenate([self.out[:-1], sb])
+        order = np.argsort(tail, kind="stable")
+        return tail[order], head[order], nbytes[order]
+
+    def chain(self) -> Chain:
+        """The :class:`Chain` of the layers (one unit per layer, in index order)."""
+        flat = list(self.names)
+        out = Chain(units=[(x,) for x in flat], kinds=self.kinds(),
+                    fwd={k: v.copy() for k, v in self.fwd.items()}, bwd={k: v.copy() for k, v in self.bwd.items()},
+                    param=self.param.copy(), act=self.act.copy())
+        out.__dict__["_flat"] = (flat, np.arange(self.n + 1, dtype=np.int64))  # Chain._flat, known here
+        return out
+
+    def materialize(self) -> None:
+        """Build networkx's dicts from the arrays (nodes with their attribute dicts, the edges;
+        a kind with an infinite time is left out of a layer's ``fwd``/``bwd`` dict)."""
+        if self.materialized:
+            return
+        with _gc_paused():
+            g = nx.DiGraph()
+            names = list(self.names)
+            kinds = list(self.fwd)
+            fw = [self.fwd[k].tolist() for k in kinds]
+            bw = [self.bwd[k].tolist() for k in kinds]
+            out, act, par = self.out.tolist(), self.act.tolist(), self.param.tolist()
+            g.add_nodes_from(
+                (names[i], {"fwd": {k: f[i] for k, f in zip(kinds, fw) if math.isfinite(f[i])},
+                            "bwd": {k: b[i] for k, b in zip(kinds, bw) if math.isfinite(b[i])},
+                            "out_bytes": out[i], "act_bytes": act[i], "param_bytes": par[i]})
+                for i in range(self.n))
+            g.add_edges_from(zip(names[:-1], names[1:]))
+            if self.skip_tail.size:
+                tails, heads = self.skip_tail.tolist(), self.skip_head.tolist()
+                if self.skip_bytes is None:
+                    g.add_edges_from((names[a], names[b]) for a, b in zip(tails, heads))
+                else:
+                    g.add_edges_from((names[a], names[b], {"bytes": w})
+                                     for a, b, w in zip(tails, heads, self.skip_bytes.tolist()))
+        d = self.__dict__
+        d["_node"], d["_pred"] = g._node, g._pred
+        d["_adj"] = d["_succ"] = g._adj

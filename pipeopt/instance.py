@@ -13,7 +13,7 @@ import numpy as np
 
 from .cluster import Cluster
 from .errors import InvalidClusterError, InvalidProblemError
-from .graph import Chain, validate_graph
+from .graph import Chain, ChainGraph, validate_graph
 from .units import DEFAULT_MICROBATCHES, MAX_MICROBATCHES
 
 OBJECTIVES = ("bottleneck", "iteration", "gpipe", "max_load")
@@ -143,11 +143,102 @@ class Instance:
             raise InvalidProblemError(f"default_stages must be positive integers, got {stages!r}")
         object.__setattr__(self, "default_stages", tuple(int(s) for s in stages))
         have = set(self.cluster.kinds)
+        if isinstance(self.graph, ChainGraph) and not self.graph.materialized:
+            bad = self.graph.runs_on(have)
+            if bad is not None:
+                runs = [k for k, t in self.graph.fwd.items() if math.isfinite(t[bad])]
+                raise InvalidClusterError(
+                    f"layer {self.graph.names[bad]!r} runs only on {runs} but the cluster has {sorted(have)}"
+                )
+            return
         for node, fwd in self.graph.nodes(data="fwd"):
             if not any(math.isfinite(t) and k in have for k, t in fwd.items()):
                 raise InvalidClusterError(
                     f"layer {node!r} runs only on {sorted(fwd)} but the cluster has {sorted(have)}"
                 )
+
+    @classmethod
+    def from_chain(
+        cls,
+        fwd,
+        bwd,
+        *,
+        out_bytes,
+        act_bytes,
+        param_bytes,
+        cluster: Cluster,
+        settings: Settings | None = None,
+        kind: str = "gpu",
+        skips=None,
+        skip_bytes=None,
+        names=None,
+        name: str = "chain",
+        assumptions: tuple = (),
+        default_stages: tuple = (),
+    ) -> Instance:
+        """An instance whose layer graph is a chain given as arrays: the fast way to build a
+        long one (10^6 layers in about a second, where a networkx graph with a dict per layer
+        takes most of a minute).
+
+        Layer i feeds layer i + 1 (its ``out_bytes`` travel forward, as many gradient bytes
+        back) and, optionally, later layers through skip edges. The graph is a
+        :class:`pipeopt.graph.ChainGraph`: a :class:`networkx.DiGraph` whose dicts are built
+        only if something asks for them; the cost table, :func:`pipeopt.evaluate` and the
+        partition methods read its arrays (one cost model: the same table as for any graph).
+
+        Parameters
+        ----------
+        fwd, bwd
+            ``array (n,)``: seconds of each layer's forward / backward pass on one unit of
+            ``kind``; or ``dict[kind, array (n,)]`` for several kinds (``inf``: cannot run).
+        out_bytes, act_bytes, param_bytes
+            ``array (n,)`` each, bytes: what a layer sends to each successor, what it keeps
+            per microbatch for its backward pass, its parameters.
+        cluster
+            The devices and the network (e.g. ``Cluster.homogeneous(1024)``).
+        settings
+            Scoring settings (default :class:`Settings`).
+        kind
+            The resource kind of array-valued ``fwd``/``bwd`` (default ``"gpu"``, the kind of
+            :meth:`Cluster.homogeneous`).
+        skips
+            ``array (E, 2)`` of int, or ``None``: skip edges ``(tail, head)``, ``tail + 1 <
+            head``, each carrying ``skip_bytes[e]`` (default its tail's ``out_bytes``).
+        names
+            n distinct layer names; default the integers ``0 .. n-1``.
+        name, assumptions, default_stages
+            As for the constructor.
+
+        Returns
+        -------
+        Instance
+
+        Raises
+        ------
+        InvalidGraphError
+            Bad arrays (:class:`pipeopt.graph.ChainGraph`: the rules of
+            :func:`pipeopt.graph.validate_graph`).
+        InvalidClusterError, InvalidProblemError
+            As the constructor.
+
+        Examples
+        --------
+        >>> import numpy as np, pipeopt
+        >>> n = 1_000_000
+        >>> rng = np.random.default_rng(0)
+        >>> f = rng.uniform(1e-4, 1e-3, n)
+        >>> inst = pipeopt.Instance.from_chain(f, 2 * f, out_bytes=np.full(n, 1e6), act_bytes=np.full(n, 1e6),
+        ...                                    param_bytes=np.zeros(n), cluster=pipeopt.Cluster.homogeneous(1024))
+        >>> pipeopt.solve(inst, stages=1024).status  # doctest: +SKIP
+        <Status.OPTIMAL: 'optimal'>
+        """
+        if not isinstance(fwd, dict):
+            fwd = {kind: fwd}
+        if not isinstance(bwd, dict):
+            bwd = {kind: bwd}
+        graph = ChainGraph(fwd, bwd, out_bytes, act_bytes, param_bytes, skips=skips, skip_bytes=skip_bytes,
+                           names=names)
+        return cls(graph, cluster, Settings() if settings is None else settings, name, assumptions, default_stages)
 
     @cached_property
     def chain(self) -> Chain:

@@ -19,6 +19,8 @@ from functools import cached_property
 import networkx as nx
 import numpy as np
 
+from ..graph import ChainGraph
+
 CACHE_KEY = "_pipeopt_layer_arrays"
 """Where :func:`layer_arrays` keeps an instance's arrays (its ``__dict__``, as
 ``functools.cached_property`` keeps ``Instance.chain``)."""
@@ -164,15 +166,35 @@ class LayerArrays:
         return pos
 
 
+def _of_chain(graph: ChainGraph) -> LayerArrays:
+    """:class:`LayerArrays` of a :class:`pipeopt.graph.ChainGraph`, taken from its arrays (the
+    same values, in the same node and edge order, as reading its networkx dicts would give)."""
+    arr = LayerArrays.__new__(LayerArrays)
+    arr._graph = graph
+    arr.nodes = list(graph.names)
+    arr.index = graph.index
+    arr.tail, arr.head, arr.edge_bytes = graph.edge_arrays()
+    d = arr.__dict__  # the cached properties, filled
+    d["param"], d["act"] = graph.param, graph.act
+    d["pinned"] = np.zeros(graph.n, dtype=bool)
+    d["_fwd"] = (dict(graph.fwd), {k: np.isfinite(v) for k, v in graph.fwd.items()})
+    d["_bwd"] = (dict(graph.bwd), {k: np.isfinite(v) for k, v in graph.bwd.items()})
+    return arr
+
+
 def layer_arrays(source) -> LayerArrays:
     """:class:`LayerArrays` of a :class:`pipeopt.Instance` (read once and kept with the instance,
-    whose graph must not change after it is built) or of a bare graph (read now)."""
+    whose graph must not change after it is built) or of a bare graph (read now). A
+    :class:`pipeopt.graph.ChainGraph` is read from its arrays, not its networkx dicts."""
     if isinstance(source, LayerArrays):
         return source
+    if isinstance(source, ChainGraph):
+        return _of_chain(source)
     if isinstance(source, nx.Graph):
         return LayerArrays(source)
     cached = source.__dict__.get(CACHE_KEY)
     if cached is None:
-        cached = LayerArrays(source.graph)
+        graph = source.graph
+        cached = _of_chain(graph) if isinstance(graph, ChainGraph) else LayerArrays(graph)
         source.__dict__[CACHE_KEY] = cached  # like functools.cached_property (frozen dataclass)
     return cached

@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..graph import Chain
+from ..graph import Chain, ChainGraph
 from . import rules
 from .arrays import layer_arrays
 
@@ -122,7 +122,11 @@ class CostTable:
     def boundary_bytes(self) -> np.ndarray:
         # the instance's layer arrays are read once and shared with evaluate (pipeopt.cost.arrays)
         arrays = layer_arrays(self.instance)
-        inner = rules.crossing_bytes(arrays, arrays.unit_positions(self.chain.units), self.n)
+        if isinstance(self.instance.graph, ChainGraph):  # its chain: unit i is layer i (ChainGraph.chain)
+            units = np.arange(self.n, dtype=np.int64)
+        else:
+            units = arrays.unit_positions(self.chain.units)
+        inner = rules.crossing_bytes(arrays, units, self.n)
         return np.concatenate([[0.0], inner, [0.0]])
 
     @cached_property

@@ -188,10 +188,11 @@ class ConvexMilp:
             per[v] = max(per.get(v, 0.0), sec)
         self.tensors = [(arr.nodes[t], int(unit[t]), per) for t, per in sorted(heads.items())]
         self.overlap = bool(inst.settings.overlap)
-        # per second of one-way transfer: what the cut's busy time and a round trip count
-        one = float(rules.transfer_time(1.0, bw))
-        self.cut_coef = float(rules.cut_time(1.0, 1.0, bw)) / one
-        self.trip_coef = float(rules.round_trip(1.0, 1.0, bw)) / one
+        # per second of one-way transfer: what the cut's busy time and a round trip count (ratios of
+        # rules linear in 1 / bandwidth, taken at 1 B/s: an infinite bandwidth gives 0 / 0 otherwise)
+        one = float(rules.transfer_time(1.0, 1.0))
+        self.cut_coef = float(rules.cut_time(1.0, 1.0, 1.0)) / one
+        self.trip_coef = float(rules.round_trip(1.0, 1.0, 1.0)) / one
         self.fixed = self._fixings()
         self.lower_bound = float(max(self.work.sum() / S, self.work.max(initial=0.0)))
 
