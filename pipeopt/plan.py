@@ -41,7 +41,8 @@ class Stage:
         If ``layers``, ``devices`` or ``bwd_layers`` is not a list of names, ``replicas`` is
         not a positive integer, or ``beta`` is not a dict of numbers. (Whether the names
         exist and the shares lie in [0, 1] is checked against an instance by
-        :func:`pipeopt.cost.check_plan`.)
+        :func:`pipeopt.cost.check_plan`; a plan read by :meth:`Plan.from_dict` has its
+        shares checked as it is read.)
     """
 
     layers: tuple
@@ -85,8 +86,11 @@ class Stage:
         Raises
         ------
         InvalidPlanError
-            If ``d`` is not a dict, lacks ``layers``, has an unknown field, or a field of
-            the wrong type (the message names it).
+            If ``d`` is not a dict, lacks ``layers``, has an unknown field, a field of the
+            wrong type (the message names it), or a forward share (``beta``) outside [0, 1]
+            -- checked here, as the plan is read, because a schedule that runs forward and
+            backward one after the other drops the shares before scoring the plan
+            (``pipeopt simulate --plan``).
         """
         if not isinstance(d, dict):
             raise InvalidPlanError(f"a plan stage must be a JSON object with 'layers', got {type(d).__name__} {d!r:.60}")
@@ -95,13 +99,17 @@ class Stage:
         unknown = sorted(set(d) - {"layers", "devices", "replicas", "beta", "bwd_layers"})
         if unknown:
             raise InvalidPlanError(f"a plan stage has unknown field(s) {unknown}")
-        return cls(
+        stage = cls(
             layers=d["layers"],
             devices=d.get("devices", ()),
             replicas=d.get("replicas", 1),
             beta=d.get("beta"),
             bwd_layers=d.get("bwd_layers"),
         )
+        for kind, share in (stage.beta or {}).items():
+            if not 0.0 <= share <= 1.0:  # NaN too
+                raise InvalidPlanError(f"forward share (beta) of {kind!r} is {share!r}, outside [0, 1]")
+        return stage
 
 
 @dataclass(frozen=True)

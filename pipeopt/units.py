@@ -24,8 +24,11 @@ Memory size (:func:`parse_size`), result in **bytes**: a bare number, or a numbe
 Refused, with a :class:`~pipeopt.errors.InvalidUnitError` that lists the accepted forms: a
 prefix without a unit (``10G``), bits for a memory size (``16Gb``), ``Bps``/``b/s`` (one
 letter's case away from the other meaning), a lower-case ``b`` in a size (``16gib``), any
-other word (``10 gigs``), and values that are zero, negative, not a number or infinite
-(:func:`parse_size` takes ``inf`` only when asked, as "no limit").
+other word (``10 gigs``), and values that are zero, negative, not a number or infinite --
+except two spellings of "no limit": a bandwidth of ``inf`` (also ``infinity``, any case, or
+``math.inf``) means **free communication** (every transfer takes zero seconds, as many papers
+assume; see :func:`parse_bandwidth`), and :func:`parse_size` takes ``inf`` when asked, as
+"no memory limit". An overflowing number (``1e999``) is still refused.
 
 Prefixes are SI and decimal: ``GB`` is 10**9 bytes, ``GiB`` is 2**30 (a "16 GB" GPU usually
 has 16 GiB: write what you mean). Decimal prefixes (k = 1e3, M = 1e6, G = 1e9, T = 1e12,
@@ -60,7 +63,7 @@ __all__ = [
 BANDWIDTH_FORMS = (
     "a number of bytes per second (1.25e10), or a number with a unit: bits per second "
     "(100Gbps, 100Gbit/s, 25Gibit/s), bytes per second (12.5GB/s) or binary bytes per "
-    "second (10GiB/s); prefixes k, M, G, T, P"
+    "second (10GiB/s); prefixes k, M, G, T, P; or inf (free communication)"
 )
 """The accepted bandwidth forms, as quoted in error messages."""
 
@@ -79,6 +82,8 @@ _PREFIX = r"(?P<prefix>[kKmMgGtTpP]?)(?P<binary>i?)"
 _RATE = re.compile(rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>bps|(?i:bit)/s|B/s))?\s*")
 _SIZE = re.compile(rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>B))?\s*")
 _UNLIMITED = ("inf", "infinity", "unlimited", "none")
+_FREE = ("inf", "infinity", "+inf", "+infinity")
+"""Spellings of an infinite bandwidth (free communication); no unit may follow."""
 
 
 def _scale(m: re.Match) -> float | None:
@@ -107,17 +112,21 @@ def parse_bandwidth(text: str | float) -> float:
     Returns
     -------
     float
-        Bytes per second, positive and finite.
+        Bytes per second, positive; ``math.inf`` for ``"inf"`` / ``"infinity"`` (any case,
+        no unit): free communication, every transfer takes 0 s (the cost rules divide bytes by
+        the bandwidth, :func:`pipeopt.cost.rules.transfer_time`, so ``bytes / inf = 0``).
 
     Raises
     ------
     InvalidUnitError
         If the text is in no accepted form (``"10G"``, ``"10 gigs"``, ``"10GBps"``,
-        ``"10Gb/s"``) or the value is zero, negative, not a number or infinite; the message
-        lists the accepted forms.
+        ``"10Gb/s"``) or the value is zero, negative, not a number, or infinite by overflow
+        (``"1e999"``) or with a unit (``"infGbps"``); the message lists the accepted forms.
     """
     if not isinstance(text, str):
         return as_bandwidth(text)
+    if text.strip().lower() in _FREE:
+        return math.inf
     m = _RATE.fullmatch(text)
     scale = _scale(m) if m is not None and m["unit"] else 1.0
     if m is None or scale is None:
@@ -172,16 +181,20 @@ def _as_number(value, what: str, forms: str) -> float:
 
 
 def as_bandwidth(value) -> float:
-    """A bandwidth given as a number of bytes per second or a unit string, as bytes/s.
+    """A bandwidth given as a number of bytes per second or a unit string, as bytes/s;
+    ``math.inf`` (or ``"inf"``) is free communication (see :func:`parse_bandwidth`).
 
     Raises
     ------
     InvalidUnitError
-        Wrong type, or a value that is not positive and finite (see :func:`parse_bandwidth`).
+        Wrong type, or a value that is not positive (zero, negative, NaN).
     """
     if isinstance(value, str):
         return parse_bandwidth(value)
-    return _check_value(_as_number(value, "bandwidth", BANDWIDTH_FORMS), value, "bandwidth", BANDWIDTH_FORMS)
+    number = _as_number(value, "bandwidth", BANDWIDTH_FORMS)
+    if number == math.inf:
+        return number
+    return _check_value(number, value, "bandwidth", BANDWIDTH_FORMS)
 
 
 def as_size(value, *, unlimited: bool = False) -> float:

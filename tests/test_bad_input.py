@@ -137,7 +137,7 @@ CLI_CASES = {
     "bandwidth negative": (["solve", "@part", "--stages", "2", "--bandwidth", "-1"], "positive"),
     "bandwidth zero": (["solve", "@part", "--stages", "2", "--bandwidth", "0"], "positive"),
     "bandwidth nan": (["solve", "@part", "--stages", "2", "--bandwidth", "nan"], "positive"),
-    "bandwidth inf": (["solve", "@part", "--stages", "2", "--bandwidth", "inf"], "positive"),
+    "bandwidth overflowing": (["solve", "@part", "--stages", "2", "--bandwidth", "1e999"], "positive"),
     "memory 16G": (["solve", "@part", "--stages", "2", "--memory", "16G"], "GiB"),
     "memory bits": (["solve", "@part", "--stages", "2", "--memory", "16Gb"], "not a memory size"),
     "memory zero": (["solve", "@part", "--stages", "2", "--memory", "0"], "positive"),
@@ -340,7 +340,7 @@ API_CASES = {
     "cluster of dicts": (lambda: Cluster([{"name": "a"}]), InvalidClusterError, "Device"),
     "duplicate device names": (lambda: Cluster([Device("a", {"gpu": 1})] * 2), InvalidClusterError, "duplicate"),
     "bandwidth zero": (lambda: Cluster.homogeneous(2, bandwidth=0), InvalidUnitError, "bandwidth"),
-    "bandwidth inf": (lambda: Cluster.homogeneous(2, bandwidth=math.inf), InvalidUnitError, "bandwidth"),
+    "bandwidth -inf": (lambda: Cluster.homogeneous(2, bandwidth=-math.inf), InvalidUnitError, "bandwidth"),
     "bandwidth None": (lambda: Cluster.homogeneous(2, bandwidth=None), InvalidUnitError, "bandwidth"),
     "bandwidth 10G": (lambda: Cluster.homogeneous(2, bandwidth="10G"), InvalidUnitError, "Gbps"),
     "homogeneous 1e9 devices": (lambda: Cluster.homogeneous(10**9), InvalidClusterError, "1000000000"),
@@ -451,3 +451,52 @@ def test_api_rejects(case):
 def test_counts():
     """The number of bad inputs this file checks (quoted in the issue's closing note)."""
     assert len(CLI_CASES) >= 70 and len(API_CASES) >= 115
+
+
+# ---- infinite bandwidth (free communication) and forward shares read from a plan file -----------
+def test_infinite_bandwidth_is_free_communication(files, capsys):
+    """``--bandwidth inf`` (no communication cost, as many papers assume) is accepted and every
+    transfer costs 0 s: no inf * 0 = NaN anywhere (the cost table, every exact partition method,
+    evaluate, the simulator, the group problem)."""
+    assert main(["solve", str(files["part"]), "--stages", "2", "--bandwidth", "inf", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "optimal" and math.isfinite(out["objective"])
+    assert Cluster.homogeneous(2, bandwidth="inf").bandwidth == math.inf
+    for settings in (Settings(), Settings(overlap=False)):
+        inst = Instance(chain_graph([0.01, 0.03, 0.02, 0.04, 0.01], [0.02, 0.06, 0.04, 0.08, 0.02], 5e6, 1e6, 3e6),
+                        Cluster.homogeneous(4, bandwidth=math.inf), settings, name="free")
+        work = [0.03, 0.09, 0.06, 0.12, 0.03]  # forward + backward (twice the forward) per layer
+        for S, rep in ((2, False), (3, False), (4, True)):
+            results = [solve(inst, stages=S, replication=rep, method=m, time_limit=None)
+                       for m in (("dp", "probe") if rep else ("dp", "probe", "milp", "cpsat"))]
+            for res in results:
+                ev = res.evaluation
+                assert res.status == pipeopt.Status.OPTIMAL, res.method
+                assert not any(math.isnan(v) for v in [*ev.comm_time, *ev.round_trip, *ev.stage_time, ev.objective])
+                assert all(t == 0.0 for t in ev.comm_time) and all(t == 0.0 for t in ev.round_trip)
+                assert res.objective == pytest.approx(results[0].objective, rel=1e-9)
+            if not rep:  # no communication: the best split of the compute alone
+                assert results[0].objective >= sum(work) / S - 1e-12
+        sim = pipeopt.simulate.simulate(inst, results[0].plan, microbatches=4)
+        assert math.isfinite(sim.iteration_time) and not math.isnan(sim.time_per_microbatch)
+    g = heterogeneous().replace(cluster=Cluster(heterogeneous().cluster.devices, math.inf))
+    res = solve(g, problem="group", workers=2, time_limit=None)
+    assert res.status == pipeopt.Status.OPTIMAL and math.isfinite(res.objective)
+
+
+@pytest.mark.parametrize("share", [1.5, -0.2, "nan"])
+def test_simulate_refuses_forward_shares_outside_the_unit_interval(files, tmp_path, capsys, share):
+    """``pipeopt simulate --plan FILE`` refuses a forward share outside [0, 1], naming the stage,
+    even under a schedule that does not use the shares."""
+    plan = {"stages": [{"layers": ["l0", "l1"], "devices": ["gpu0"], "beta": {"gpu": 0.5}},
+                       {"layers": ["l2", "l3"], "devices": ["gpu1"],
+                        "beta": {"gpu": float(share) if share != "nan" else math.nan}}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    for schedule in ("1f1b", "split"):
+        assert main(["simulate", str(files["part"]), "--plan", str(path), "--schedule", schedule]) == 2
+        err = capsys.readouterr().err
+        assert "stage 1" in err and "outside [0, 1]" in err and "Traceback" not in err
+    with pytest.raises(InvalidPlanError, match=r"stage 1: forward share \(beta\) of 'gpu'"):
+        Plan.from_dict(plan)
+

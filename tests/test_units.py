@@ -66,8 +66,8 @@ def test_bandwidth_forms(text, bytes_per_s):
         "0GB/s",
         "nan",
         "NaN",
-        "inf",
         "-inf",
+        "infGbps",  # inf means free communication: no unit
         "1e400",  # overflows to inf
         "1e308GB/s",
     ],
@@ -120,12 +120,19 @@ def test_unlimited_size_only_when_asked():
         parse_size("nan", unlimited=True)
 
 
-@pytest.mark.parametrize("value", [None, True, [1], {"a": 1}, b"10", -1.0, 0, math.nan, math.inf])
+@pytest.mark.parametrize("value", [None, True, [1], {"a": 1}, b"10", -1.0, 0, math.nan, -math.inf])
 def test_numbers_and_wrong_types(value):
     with pytest.raises(InvalidUnitError):
         as_bandwidth(value)
     with pytest.raises(InvalidUnitError):
         as_size(value)
+
+
+def test_infinite_bandwidth_is_free_communication():
+    """``inf`` is a bandwidth (no communication cost), not a memory size (unless unlimited)."""
+    assert as_bandwidth(math.inf) == parse_bandwidth("inf") == parse_bandwidth(" Infinity ") == math.inf
+    with pytest.raises(InvalidUnitError):
+        as_size(math.inf)
 
 
 def test_numbers_pass_through():
