@@ -88,7 +88,11 @@ def solve(
         ``max_load`` objective, ``"partition"`` on identical single-kind devices, ...).
     method
         A method of that problem (:func:`pipeopt.registry.methods`); ``None`` (default): its
-        first exact method (``"dp"`` for partition and placement).
+        first exact method, the one that proves fastest at the instance's size: for partition
+        ``"auto"`` (:mod:`pipeopt.problems.partition.auto`: ``dp`` on short chains, ``probe``
+        beyond, ``milp`` for the ``iteration``/``gpipe`` objectives; ``result.method`` names
+        the method that ran and ``result.info["chosen"]`` the rule), for group ``"types"``,
+        for placement ``"dp"``.
     time_limit
         Seconds of wall time for the whole call (positive; ``None`` for no limit). An exact
         method that reaches it returns its incumbent and its proven bound with status
