@@ -24,6 +24,7 @@ import pipeopt
 from pipeopt.errors import InvalidClusterError, InvalidGraphError, InvalidProblemError
 from pipeopt.io.native import read_instance, to_dict, write_instance
 from pipeopt.torch import MODELS, from_torch
+from pipeopt.units import DEFAULT_MICROBATCHES
 from pipeopt.zoo.devices import KINDS, REFERENCE_FLOPS
 
 EST = {"costs": "estimated", "device": "a100-40gb"}
@@ -260,7 +261,7 @@ def test_cluster_and_settings():
     inst = from_torch(module, inputs, devices=3, bandwidth="10Gbps", memory="1GiB", repeats=1, warmup=0)
     assert [d.name for d in inst.cluster.devices] == ["cpu0", "cpu1", "cpu2"]
     assert inst.cluster.bandwidth == 1.25e9 and inst.cluster.devices[0].memory == 2**30
-    assert inst.settings.microbatches == 12
+    assert inst.settings.microbatches == DEFAULT_MICROBATCHES  # the one default M (not 4 x devices)
     est = from_torch(module, inputs, devices=4, microbatches=8, **EST)
     assert len(est.cluster.devices) == 4 and est.cluster.devices[0].memory == 40e9
     assert est.settings.microbatches == 8
