@@ -33,6 +33,18 @@ Usage (from the repository root)::
         [--cap 60] [--mem-cap 4] [--memory GiB] [--heavy K] [--warm] [--out benchmarks/results/partition_scale]
 
 Writes ``<out>.csv``, ``<out>.md`` (the table and the exponents) and ``<out>.png``.
+
+**Whole call** (``--whole-call``, issue 22): what a user's script costs, in a fresh Python
+process per row: import pipeopt, build the chain from arrays (:meth:`pipeopt.Instance.from_chain`,
+the same numbers as above) and ``pipeopt.solve(inst, stages=S)`` with no method (the default,
+``auto``; the tie-break on, as a user gets it). Rows ``method = solve()``: ``time_s`` the
+process's wall time from start to exit (interpreter start included), ``build_s`` and
+``solve_s`` the two steps, ``cpu_s`` the process's CPU time (user + system,
+``resource.getrusage``; on a shared machine the wall time also counts waiting for a core),
+``peak_mb`` its peak resident set (``ru_maxrss``), ``note`` the method ``auto`` chose::
+
+    python benchmarks/partition_scale.py --whole-call --n 10000 100000 1000000 --S 1024 --out /tmp/whole
+    python benchmarks/partition_scale.py --from-csv benchmarks/results/partition_scale.csv /tmp/whole.csv
 """
 
 from __future__ import annotations
@@ -40,64 +52,122 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
-import itertools
+import importlib
+import json
 import math
 import multiprocessing as mp
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-import networkx as nx
 import numpy as np
 
 from pipeopt import Cluster, Instance, Settings
 from pipeopt.cost.arrays import CACHE_KEY as LAYER_ARRAYS
-from pipeopt.errors import InfeasibleError
-from pipeopt.problems.partition.cpsat import solve_cpsat
-from pipeopt.problems.partition.dp import solve_dp
-from pipeopt.problems.partition.milp import solve_milp
-from pipeopt.problems.partition.probe import solve_probe
-from pipeopt.problems.partition.problem import PartitionProblem
+from pipeopt.errors import InfeasibleError, InvalidProblemError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+
+def _method(module: str, function: str, **kw):
+    """A run ``(problem, cap) -> Result`` of ``pipeopt.problems.partition.<module>.<function>``
+    (imported when first run: a whole-call child imports only what pipeopt.solve imports)."""
+
+    def run(p, cap):
+        return getattr(importlib.import_module(f"pipeopt.problems.partition.{module}"), function)(
+            p, time_limit=cap, **kw)
+
+    return run
+
+
 METHODS = {
-    "probe": (lambda p, cap: solve_probe(p, time_limit=cap), ("one-order", "replicated-one-order")),
-    "dp": (lambda p, cap: solve_dp(p, time_limit=cap), ("one-order", "replicated-one-order")),
-    "milp-cbc": (lambda p, cap: solve_milp(p, time_limit=cap, solver="cbc"), ("one-order",)),
-    "milp-highs": (lambda p, cap: solve_milp(p, time_limit=cap, solver="highs"), ("one-order",)),
-    "cpsat": (lambda p, cap: solve_cpsat(p, time_limit=cap, threads=2), ("one-order",)),
+    "probe": (_method("probe", "solve_probe"), ("one-order", "replicated-one-order")),
+    "dp": (_method("dp", "solve_dp"), ("one-order", "replicated-one-order")),
+    "milp-cbc": (_method("milp", "solve_milp", solver="cbc"), ("one-order",)),
+    "milp-highs": (_method("milp", "solve_milp", solver="highs"), ("one-order",)),
+    "cpsat": (_method("cpsat", "solve_cpsat", threads=2), ("one-order",)),
 }
 
+WHOLE = "solve()"
+"""The ``method`` of a whole-call row (``--whole-call``, module docstring)."""
+
 FIELDS = ["method", "space", "n", "S", "status", "objective_s", "lower_bound_s", "time_s", "probe_s",
-          "peak_mb", "note"]
+          "peak_mb", "note", "build_s", "solve_s", "cpu_s"]
 
 
-def synthetic_instance(n: int, devices: int, seed: int = 0, *, memory: float = math.inf,
-                       bandwidth: float = 1e10, heavy: int = 0) -> Instance:
-    """A synthetic chain of n layers with skip edges on ``devices`` identical GPUs (module
-    docstring); ``heavy`` layers (at random) get 100 times the forward and backward time, so that
-    replicating their stage pays. Deterministic in ``seed``."""
+def synthetic_arrays(n: int, seed: int = 0, *, heavy: int = 0):
+    """The synthetic chain's numbers (module docstring): ``(fwd, act, par, skips)``, seconds and
+    bytes per layer and the skip edges ``(E, 2)`` (tail, head), sorted, each once; the backward
+    time is twice the forward, ``out_bytes = act_bytes``. ``heavy`` layers (at random) get 100
+    times the time, so that replicating their stage pays. Deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
     fwd = rng.uniform(0.1e-3, 1e-3, n)
     if heavy:
         fwd[rng.choice(n, min(heavy, n), replace=False)] *= 100
     act = rng.uniform(0.1e6, 4e6, n)
     par = rng.uniform(0.0, 2e6, n)
-    g = nx.DiGraph()
-    names = [f"l{i}" for i in range(n)]
-    g.add_nodes_from((names[i], {"fwd": {"gpu": float(fwd[i])}, "bwd": {"gpu": float(2 * fwd[i])},
-                                 "out_bytes": float(act[i]), "act_bytes": float(act[i]),
-                                 "param_bytes": float(par[i])}) for i in range(n))
-    g.add_edges_from(itertools.pairwise(names))
     k = n // 20
+    skips = np.zeros((0, 2), dtype=np.int64)
     if n > 3 and k:
         tail = rng.integers(0, n - 2, k)
         head = np.minimum(tail + rng.integers(2, 21, k), n - 1)
-        g.add_edges_from((names[a], names[b]) for a, b in zip(tail, head) if b > a + 1)
+        keep = head > tail + 1
+        skips = np.unique(np.stack([tail[keep], head[keep]], axis=1), axis=0)
+    return fwd, act, par, skips
+
+
+def synthetic_instance(n: int, devices: int, seed: int = 0, *, memory: float = math.inf,
+                       bandwidth: float = 1e10, heavy: int = 0) -> Instance:
+    """A synthetic chain of n layers with skip edges (:func:`synthetic_arrays`) on ``devices``
+    identical GPUs, built from its arrays (:meth:`pipeopt.Instance.from_chain`; layers named
+    ``0 .. n-1``)."""
+    fwd, act, par, skips = synthetic_arrays(n, seed, heavy=heavy)
     cluster = Cluster.homogeneous(devices, memory=memory, bandwidth=bandwidth)
-    return Instance(g, cluster, Settings(), name=f"synthetic-{n}")
+    return Instance.from_chain(fwd, 2 * fwd, out_bytes=act, act_bytes=act, param_bytes=par, skips=skips,
+                               cluster=cluster, settings=Settings(), name=f"synthetic-{n}")
+
+
+ONE_CALL = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import pipeopt
+from partition_scale import synthetic_instance
+n, S, space, cap = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+t1 = time.perf_counter()
+inst = synthetic_instance(n, S)
+t2 = time.perf_counter()
+res = pipeopt.solve(inst, stages=S, replication=space == "replicated-one-order", time_limit=cap)
+t3 = time.perf_counter()
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"status": str(res.status), "objective_s": res.objective, "lower_bound_s": res.lower_bound,
+                  "import_s": t1 - t0, "build_s": t2 - t1, "solve_s": t3 - t2, "cpu_s": use.ru_utime + use.ru_stime,
+                  "peak_mb": use.ru_maxrss / 1024, "probe_s": res.info.get("search_s", ""),
+                  "chosen": res.info.get("chosen", {}).get("method", res.method)}))
+"""
+"""The child of a whole-call row: a fresh interpreter (module docstring)."""
+
+
+def whole_call(n: int, S: int, space: str, cap: float) -> dict:
+    """One whole-call row: import, build from arrays, ``pipeopt.solve`` with no method, in a fresh
+    process (killed at 1.5 cap + 30 s)."""
+    row = {"method": WHOLE, "space": space, "n": n, "S": S}
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-c", ONE_CALL, str(Path(__file__).resolve().parent), str(n), str(S),
+                               space, str(cap)], capture_output=True, text=True, timeout=1.5 * cap + 30)
+    except subprocess.TimeoutExpired:
+        return {**row, "status": "killed", "note": "killed at the wall-clock cap", "time_s": time.perf_counter() - t0}
+    row["time_s"] = time.perf_counter() - t0
+    if done.returncode != 0:
+        return {**row, "status": "error", "note": done.stderr.strip().splitlines()[-1][:120] if done.stderr else ""}
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    row.update({k: out[k] for k in ("status", "objective_s", "lower_bound_s", "build_s", "solve_s", "cpu_s",
+                                    "peak_mb", "probe_s")})
+    row["note"] = f"auto chose {out['chosen']}; import {out['import_s']:.2f} s"
+    return row
 
 
 # ---- one run in its own process ------------------------------------------------------------
@@ -119,6 +189,7 @@ def _warm_up() -> None:
     import pipeopt.problems.partition.dp as dp_mod
     import pipeopt.problems.partition.milp as milp_mod
     import pipeopt.problems.partition.probe as probe_mod
+    from pipeopt.problems.partition.problem import PartitionProblem
 
     if not TIE_BREAK["on"]:
         for mod in (dp_mod, probe_mod, milp_mod, cpsat_mod):
@@ -138,6 +209,8 @@ def _status_kb(key: str) -> int:
 
 
 def _child(conn, method: str, n: int, S: int, space: str, cap: float, mem_cap: float) -> None:
+    from pipeopt.problems.partition.problem import PartitionProblem
+
     row = {"method": method, "space": space, "n": n, "S": S}
     try:
         if math.isfinite(mem_cap):
@@ -164,6 +237,8 @@ def _child(conn, method: str, n: int, S: int, space: str, cap: float, mem_cap: f
                    probe_s=res.info.get("search_s", ""), peak_mb=grow + kids)
     except InfeasibleError as exc:
         row.update(status="infeasible", note=str(exc)[:80])
+    except InvalidProblemError as exc:  # the dense DP past its memory limit (dp.DENSE_LIMIT)
+        row.update(status="refused", note=str(exc)[:120])
     except MemoryError:
         row.update(status="out of memory", note=f"> {mem_cap:g} GiB")
     except Exception as exc:  # noqa: BLE001 - a benchmark row, not a crash of the sweep
@@ -239,6 +314,11 @@ def sweep(ns, Ss, methods, cap: float, mem_cap: float, memory: float, out_csv: P
     return rows
 
 
+def _num(v):
+    """A CSV cell as a float ('' stays '')."""
+    return float(v) if v not in (None, "") else ""
+
+
 def _fmt(v, spec: str) -> str:
     return "" if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
@@ -253,7 +333,7 @@ def exponents(rows: list[dict]) -> dict:
     at least 0.05 s; ``(b, c, points)`` (also for the probe's search alone, runs of >= 0.01 s, and
     for the peak memory, runs of >= 1 MB)."""
     out = {}
-    for key in sorted({(r["method"], r["space"]) for r in rows}):
+    for key in sorted({(r["method"], r["space"]) for r in rows if r["method"] != WHOLE}):
         ok = [r for r in rows if (r["method"], r["space"]) == key and r.get("status") == "optimal"]
         fit = {}
         for what, floor in (("time_s", 0.05), ("probe_s", 0.01), ("peak_mb", 1.0)):
@@ -282,7 +362,7 @@ def _cell(r: dict | None) -> str:
 def pivot(rows: list[dict]) -> str:
     """Seconds to a proven optimum per (method, space, S) and n (the probe's search alone in
     parentheses); ``limit``: not proven within the cap; ``skip``: not run (see the long table)."""
-    ns = sorted({r["n"] for r in rows})
+    ns = sorted({r["n"] for r in rows if r["method"] != WHOLE})
     order = [(m, sp) for m, (_, spaces) in METHODS.items() for sp in spaces]
     head = "| method | space | S | " + " | ".join(f"n = {n:,}" for n in ns) + " |"
     lines = [head, "| --- | --- | ---: | " + " | ".join("---:" for _ in ns) + " |"]
@@ -303,7 +383,25 @@ def markdown(rows: list[dict], fits: dict, args) -> str:
              "", pivot(rows), "",
              "| method | space | n | S | status | time (s) | probe_s | peak (MB) | note |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    whole = [r for r in rows if r["method"] == WHOLE]
+    if whole:
+        section = [("Whole call (`--whole-call`): a fresh Python process imports pipeopt, builds the chain from "
+                    "arrays (Instance.from_chain) and runs pipeopt.solve(inst, stages=S) with no method (the "
+                    "default, auto; second phase on). Wall: the process from start to exit; CPU: its user + "
+                    "system time (on a shared machine the wall time also counts waiting for a core); peak: its resident set "
+                    "(ru_maxrss)."), "",
+                   "| n | S | space | status | method chosen | wall (s) | build (s) | solve (s) | CPU (s) | "
+                   "peak RSS (MB) |", "| ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in whole:
+            chosen = str(r.get("note", "")).split(";")[0].replace("auto chose ", "")
+            section.append(f"| {r['n']:,} | {r['S']} | {r['space']} | {r.get('status', '')} | {chosen} | "
+                           f"{_fmt(r.get('time_s'), '.2f')} | {_fmt(_num(r.get('build_s')), '.2f')} | "
+                           f"{_fmt(_num(r.get('solve_s')), '.2f')} | {_fmt(_num(r.get('cpu_s')), '.2f')} | "
+                           f"{_fmt(r.get('peak_mb'), '.0f')} |")
+        lines[2:2] = [*section, ""]
     for r in rows:
+        if r["method"] == WHOLE:
+            continue
         lines.append(f"| {r['method']} | {r['space']} | {r['n']} | {r['S']} | {r.get('status', '')} | "
                      f"{_fmt(r.get('time_s'), '.3f')} | {_fmt(r.get('probe_s'), '.3f')} | "
                      f"{_fmt(r.get('peak_mb'), '.1f')} | {r.get('note', '')} |")
@@ -329,6 +427,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
     order = [(m, sp) for m, (_, spaces) in METHODS.items() for sp in spaces]
     keys = [k for k in order if any((r["method"], r["space"]) == k for r in rows)]
+    if not keys:  # whole-call rows only
+        return
     Ss = sorted({r["S"] for r in rows})
     cmap = plt.get_cmap("viridis")
     fig, axes = plt.subplots(2, len(keys), figsize=(3.2 * len(keys), 6.4), squeeze=False, sharex=True,
@@ -360,9 +460,11 @@ def read_rows(path: Path) -> list[dict]:
     """Rows of an earlier run's CSV (several files may be concatenated by the caller)."""
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
+    legacy = {"straight": "one-order", "replicated": "replicated-one-order"}  # the spaces' earlier names
     for r in rows:
         r["n"], r["S"] = int(r["n"]), int(r["S"])
-        for key in ("objective_s", "lower_bound_s", "time_s", "probe_s", "peak_mb"):
+        r["space"] = legacy.get(r["space"], r["space"])
+        for key in ("objective_s", "lower_bound_s", "time_s", "probe_s", "peak_mb", "build_s", "solve_s", "cpu_s"):
             if r.get(key) not in (None, ""):
                 r[key] = float(r[key])
     return rows
@@ -388,6 +490,9 @@ def main(argv=None) -> int:
                     help="build the instance's chain and layer arrays before the clock starts (default: cold, as a "
                          "first pipeopt.solve on a new Instance)")
     ap.add_argument("--out", type=Path, default=None, help="output stem (default benchmarks/results/partition_scale)")
+    ap.add_argument("--whole-call", action="store_true",
+                    help="whole-call rows only: a fresh process per (n, S) builds the chain and runs pipeopt.solve "
+                         "with no method (module docstring)")
     args = ap.parse_args(argv)
     ns = args.n or ([100, 1000, 10000] if args.quick else [100, 1000, 10000, 100000])
     Ss = args.S or ([4, 16, 64] if args.quick else [4, 16, 64, 256, 1024])
@@ -401,6 +506,22 @@ def main(argv=None) -> int:
             writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
+    elif args.whole_call:
+        rows = []
+        with open(out.with_suffix(".csv"), "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+            writer.writeheader()
+            for n in sorted(ns):
+                for S in sorted(Ss):
+                    for space in args.spaces:
+                        if S > n:
+                            continue
+                        row = whole_call(n, S, space, args.cap)
+                        rows.append(row)
+                        writer.writerow(row)
+                        fh.flush()
+                        print(_line(row), f"build {_fmt(row.get('build_s'), '.2f')} s, solve "
+                              f"{_fmt(row.get('solve_s'), '.2f')} s, cpu {_fmt(row.get('cpu_s'), '.2f')} s", flush=True)
     else:
         TIE_BREAK["on"] = args.tie_break
         COLD["on"] = not args.warm
