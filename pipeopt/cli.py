@@ -90,7 +90,7 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 60.0) -> None:
         "--bandwidth",
         type=parse_rate,
         help="between workers, overrides the file: bytes/s (1.25e10) or with a unit: 100Gbps or "
-        "100Gbit/s (bits), 12.5GB/s (bytes), 10GiB/s",
+        "100Gbit/s (bits), 12.5GB/s (bytes), 10GiB/s; inf: free communication (every transfer 0 s)",
     )
     p.add_argument(
         "--memory", type=parse_bytes, help="per device, overrides the file: bytes, 16GiB, 40GB, or inf (no limit)"
