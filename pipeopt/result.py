@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .cost import Evaluation
+from .cost.tolerance import SUM_ORDER
 from .errors import ClaimError
 from .plan import Plan
 
@@ -15,7 +16,7 @@ ONE_ORDER = "one-order"
 """The default space, :data:`pipeopt.problems.spaces.ONE_ORDER` (spelled out here: the data
 model imports no problem module)."""
 
-BOUND_TOLERANCE = 1e-9
+BOUND_TOLERANCE = SUM_ORDER
 """Relative tolerance of a lower bound above its own plan's objective (float rounding of
 the bound); within it the bound is taken as the objective, beyond it :class:`Result` raises
 :class:`~pipeopt.errors.ClaimError`."""

@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..cost.tolerance import SUM_ORDER
 from ..errors import InvalidProblemError
 from .deadline import Deadline
 
@@ -326,7 +327,7 @@ def bisect(
     *,
     start: object = None,
     start_value: float | None = None,
-    rel_tol: float = 1e-9,
+    rel_tol: float = SUM_ORDER,
     deadline: Deadline | None = None,
     step_share: float | None = None,
     min_step: float = 1.0,
@@ -524,7 +525,7 @@ def bisect_limit(
     hi: float,
     starts: list[int],
     *,
-    rel_tol: float = 1e-9,
+    rel_tol: float = SUM_ORDER,
     deadline: Deadline | float | None = None,
     max_iter: int = 200,
     score: Callable[[list[int]], float] | None = None,

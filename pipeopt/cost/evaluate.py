@@ -369,9 +369,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             f_op = b_op = math.inf
         else:
             f_op, b_op = rules.replica_ops(tau, f, b, ar, split=split)
-        if not settings.overlap:  # the sender's ops carry the transfers
-            f_op += x[i] if i < S - 1 else 0.0
-            b_op += y[i - 1] if i > 0 else 0.0
+        f_op, b_op = rules.carried(i, S, f_op, b_op, x, y, settings.overlap)  # without overlap: the sends
         window = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m)
         kept = 1 if max_load else rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m,
                                                   split=split, gpipe=objective_name == "gpipe", microbatches=M)
@@ -396,7 +394,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         windows.append(int(window))
         splits.append(split)
 
-    on_links = (x, y) if settings.overlap else ([0.0] * (S - 1), [0.0] * (S - 1))
+    on_links = rules.on_links(x, y, settings.overlap, S)
     if all(map(math.isfinite, f_ops + b_ops)):
         bottleneck = rules.steady_period(f_ops, b_ops, reps, windows, splits, *on_links, links)
     else:

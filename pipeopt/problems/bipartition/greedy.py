@@ -37,6 +37,7 @@ import numpy as np
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cluster import Cluster
 from ...errors import InfeasibleError, InvalidProblemError
+from ...cost.tolerance import FLOAT_NOISE
 from ...result import Result, Status
 from ..partition.dp import solve_dp
 from ..partition.problem import PartitionProblem
@@ -126,7 +127,7 @@ def _key(problem: BipartitionProblem, s: Score) -> tuple:
     return (s.excess, s.bottleneck, *np.sort(times)[::-1])
 
 
-def _better(new: tuple, old: tuple, rel: float = 1e-12) -> bool:
+def _better(new: tuple, old: tuple, rel: float = FLOAT_NOISE) -> bool:
     """Lexicographic ``new < old`` ignoring float noise."""
     for x, y in zip(new, old, strict=True):
         if abs(x - y) > rel * max(abs(x), abs(y), 1e-300):

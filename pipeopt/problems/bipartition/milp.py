@@ -116,6 +116,7 @@ from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe, bisect
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import rules
+from ...cost.tolerance import FLOAT_NOISE, SOLVER_CLAIM, SUM_ORDER
 from ...errors import InfeasibleError, InvalidPlanError, InvalidProblemError
 from ...result import Result, Status
 from ..secondary import CAP_REL
@@ -126,10 +127,10 @@ from .tiebreak import SECONDARY, break_ties
 
 pulp = lazy_module("pulp")
 
-MILP_GAP = 1e-6
+MILP_GAP = SOLVER_CLAIM
 """Default relative tolerance of the MILP's optimality claim (above the solvers' feasibility
 tolerances; the solver itself is asked for a tenth of it)."""
-BISECTION_GAP = 1e-9
+BISECTION_GAP = SUM_ORDER
 """Default relative tolerance of the bisection's optimality claim (the bracket is closed to a
 tenth of it)."""
 CAP_MARGIN = 1e-6
@@ -224,7 +225,7 @@ class _Relaxation:
 
     def relaxed(self, T: float) -> float:
         """The limit the float test uses for T: ``T (1 + 1e-12) + 64 eps scale`` (see the class)."""
-        return T * (1 + 1e-12) + 64 * _EPS * self.scale
+        return T * (1 + FLOAT_NOISE) + 64 * _EPS * self.scale
 
     def _boxes(self, T: float) -> list[tuple[int, int, int, int]]:
         """Per stage boundary 0..S, ``(a_lo, a_hi, b_lo, b_hi)``: where the states may be at T."""
@@ -507,7 +508,7 @@ class _Incumbent:
         if not sc.fits:
             self.rejected[label] = f"breaks memory by {sc.excess:.6g} bytes"
             return False
-        if sc.bottleneck < self.value * (1 - 1e-12):
+        if sc.bottleneck < self.value * (1 - FLOAT_NOISE):
             self.label, self.cuts, self.value = label, (list(a), list(b)), sc.bottleneck
             return True
         return False

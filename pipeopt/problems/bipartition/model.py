@@ -184,11 +184,8 @@ def model_rows(problem: BipartitionProblem, scale: float, upper: float | None = 
         f, g = member(p, i), member(q, i)
         f_op.append(pulp.lpSum(fwd[u] * f[u] for u in range(n)))
         b_op.append(pulp.lpSum(bwd[u] * g[u] for u in range(n)))
-        if not problem.overlap:  # a stage sends its activations forward, its gradients back
-            if i < S - 1:
-                f_op[i] = f_op[i] + fwd_send[i]
-            if i > 0:
-                b_op[i] = b_op[i] + bwd_send[i - 1]
+        # without overlap a stage sends its activations forward, its gradients back
+        f_op[i], b_op[i] = rules.carried(i, S, f_op[i], b_op[i], fwd_send, bwd_send, problem.overlap)
         prob.addConstraint(T - f_op[i] - b_op[i] >= 0, f"stage_{i}")
         if math.isfinite(cap):
             h = []

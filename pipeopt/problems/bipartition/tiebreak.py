@@ -37,7 +37,8 @@ from collections.abc import Callable
 from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...backends.pulp import solve_pulp
-from ...cost import evaluate
+from ...cost import evaluate, rules
+from ...cost.tolerance import FLOAT_NOISE, SOLVER_GAP
 from ...cost.schedule import run_graph
 from ...errors import InvalidPlanError
 from .. import secondary
@@ -49,7 +50,7 @@ from .problem import BipartitionProblem
 
 pulp = lazy_module("pulp")
 
-REL_GAP = 1e-7
+REL_GAP = SOLVER_GAP
 """Relative gap at which the event-time MILP stops and says optimal."""
 
 
@@ -104,7 +105,7 @@ def break_ties(problem: BipartitionProblem, cuts: tuple[list[int], list[int]], d
             return a0, b0
         S, scale = problem.stages, cap / MODEL_UNIT if cap > 0 else 1.0
         m = model_rows(problem, scale, upper=cap * (1 + CAP_REL), windows=win, deadline=clock)
-        graph = run_graph("1f1b", [1] * S, [S - s for s in range(S)], [False] * S, [1] * (S - 1),
+        graph = run_graph("1f1b", [1] * S, rules.windows(S), [False] * S, [1] * (S - 1),
                           inst.settings.microbatches, problem.overlap)
         dur, starts = {}, {}
         for kind, exprs, secs in (("F", m.f_op, ev.forward_op), ("B", m.b_op, ev.backward_op),
@@ -134,7 +135,7 @@ def break_ties(problem: BipartitionProblem, cuts: tuple[list[int], list[int]], d
             admitted = sc is not None and sc.fits and sc.bottleneck <= within
             if admitted:
                 ev2 = evaluate(inst, problem.plan(a, b))
-                if ev2.iteration_time < rec["value"] * (1 - 1e-12):  # not float noise
+                if ev2.iteration_time < rec["value"] * (1 - FLOAT_NOISE):  # not float noise
                     chosen = (a, b)
                     secondary.settle(rec, ev2.iteration_time, ev2)
             else:

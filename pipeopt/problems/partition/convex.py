@@ -156,12 +156,9 @@ class ConvexTables:
         self.P = lattice.sums(dag.sums({x: g.nodes[x]["param_bytes"] for x in g.nodes}))
         self.X = self._crossing(g, dag, lattice)
         bw = inst.cluster.bandwidth
-        zero = np.zeros_like(self.X)
-        if inst.settings.overlap:
-            self.added, self.bound = zero, rules.cut_time(self.X, self.X, bw)
-            self.trip = rules.round_trip(self.X, self.X, bw)
-        else:
-            self.added, self.bound, self.trip = rules.transfer_time(self.X, bw), zero, zero
+        self.added, self.bound, self.trip = rules.boundary_terms(
+            rules.transfer_time(self.X, bw), rules.cut_time(self.X, self.X, bw), rules.round_trip(self.X, self.X, bw),
+            inst.settings.overlap)
 
     @staticmethod
     def _crossing(g, dag: UnitDag, lattice: Lattice, chunk: int = 4096) -> np.ndarray:

@@ -82,7 +82,7 @@ from ...lazy import lazy_module
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.lazy import Verdict, resolve
 from ...backends.pulp import SOLVERS
-from ...cost import evaluate
+from ...cost import evaluate, rules
 from ...cost.schedule import FLUSH_SCHEDULES, RunGraph, makespan, run_graph
 from ...errors import InvalidProblemError
 from .. import secondary
@@ -181,9 +181,10 @@ def op_prefixes(problem: PartitionProblem) -> dict[str, np.ndarray]:
     F = np.asarray(tab.pass_prefix("fwd", problem.kind, units), dtype=float)
     B = np.asarray(tab.pass_prefix("bwd", problem.kind, units), dtype=float)
     send = np.asarray(tab.send_time, dtype=float)
-    if problem.instance.settings.overlap:
-        return {"f_begin": F, "f_end": F, "b_begin": B, "b_end": B, "xfer": send}
-    return {"f_begin": F, "f_end": F + send, "b_begin": B - send, "b_end": B, "xfer": np.zeros_like(send)}
+    # without overlap the sender carries its transfer: the forward op of the stage before a cut,
+    # the backward op of the stage after it; with overlap it is on the link (xfer)
+    added, xfer, _ = rules.boundary_terms(send, send, send, problem.instance.settings.overlap)
+    return {"f_begin": F, "f_end": F + added, "b_begin": B - added, "b_end": B, "xfer": xfer}
 
 
 def op_times(problem: PartitionProblem, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -208,7 +209,7 @@ def event_graph(problem: PartitionProblem, schedule: str, microbatches: int | No
     sequential execution, one link per cut); M defaults to the instance's."""
     S = problem.stages
     M = problem.instance.settings.microbatches if microbatches is None else int(microbatches)
-    return run_graph(schedule, [1] * S, [S - s for s in range(S)], [False] * S, [1] * max(S - 1, 0), M,
+    return run_graph(schedule, [1] * S, rules.windows(S), [False] * S, [1] * max(S - 1, 0), M,
                      problem.instance.settings.overlap)
 
 
@@ -225,7 +226,7 @@ def schedule_reach(problem: PartitionProblem, schedule: str) -> np.ndarray:
     """``reach[t, a]`` (:func:`pipeopt.problems.partition.model.memory_reach`) with the
     schedule's in-flight count: ``S - t`` under 1F1B, M under GPipe. ``ndarray (S, n+1)``."""
     S, M = problem.stages, problem.instance.settings.microbatches
-    flight = [S - t for t in range(S)] if schedule == "1f1b" else [M] * S
+    flight = rules.windows(S) if schedule == "1f1b" else [rules.in_flight(t, S, gpipe=True, microbatches=M) for t in range(S)]
     return np.array([problem.memory_reach(k) for k in flight], dtype=np.int64)
 
 

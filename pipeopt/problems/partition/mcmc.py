@@ -58,6 +58,7 @@ import random
 
 from ...backends.deadline import Deadline
 from ...cost import evaluate, rules
+from ...cost.tolerance import FLOAT_NOISE
 from ...errors import InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
@@ -68,7 +69,7 @@ SCORES = ("model", "evaluate", "simulate")
 CHAINS = 5
 """Independent chains (seeds ``seed .. seed + 4``) sharing the budget."""
 
-TIE = 1e-12
+TIE = FLOAT_NOISE
 """Costs within this relative difference are tied (the cost table and :func:`pipeopt.evaluate`
 agree to float rounding, so every score follows the same chain)."""
 

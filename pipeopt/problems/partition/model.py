@@ -72,6 +72,7 @@ from ...lazy import lazy_module
 from ...backends.bisection import bisect_limit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
+from ...cost.tolerance import FLOAT_NOISE, SOLVER_CLAIM, SOLVER_GAP
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .binary_search import greedy_check, plan_time, split_to_stages
@@ -87,23 +88,23 @@ _TICK_GUARD = 1e-5
 """Ticks: how far a time value is pushed (down for ``end`` and cuts, up for ``begin``) before
 it is rounded, so that float error in ``seconds / tick`` cannot round it the wrong way."""
 
-_TIME_GUARD = 1e-12
+_TIME_GUARD = FLOAT_NOISE
 """Relative widening of the incumbent's value in :meth:`StraightModel.time_reach`, so that
 float rounding of ``end[b] - begin[a]`` cannot cut off the incumbent itself (the time reach
 rows only remove splits worse than it)."""
 
-MILP_REL_GAP = 1e-7
+MILP_REL_GAP = SOLVER_GAP
 """Relative optimality gap at which the MILP solvers stop (about zero)."""
 
-MILP_ABS_GAP = 1e-7
+MILP_ABS_GAP = SOLVER_GAP
 """Absolute gap, in the MILP's time units (1/100 of the simple lower bound)."""
 
-BOUND_SLACK = 1e-7
+BOUND_SLACK = SOLVER_GAP
 """Relative amount taken off a MILP solver's dual bound before quoting it as a proven bound
 (covers the solver's feasibility and integrality tolerances, about 1e-9 relative on these
 scaled rows)."""
 
-MILP_TOLERANCE = 1e-6
+MILP_TOLERANCE = SOLVER_CLAIM
 """Relative tolerance of an ``optimal`` claim: the evaluated objective of the plan is within
 it of the method's valid lower bound (the gap, :data:`BOUND_SLACK` and the tolerances)."""
 

@@ -224,10 +224,9 @@ class PartitionProblem:
         read (:mod:`pipeopt.problems.partition.model`).
         """
         tab = self.table
-        zero = np.zeros_like(tab.cut_time)
-        if self.instance.settings.overlap:
-            return zero, tab.cut_time
-        return tab.send_time, zero
+        added, bound, _ = rules.boundary_terms(tab.send_time, tab.cut_time, tab.round_trip,
+                                               self.instance.settings.overlap)
+        return added, bound
 
     @cached_property
     def trip(self) -> np.ndarray:
@@ -242,7 +241,7 @@ class PartitionProblem:
         microbatch.
         """
         tab = self.table
-        return tab.round_trip if self.instance.settings.overlap else np.zeros_like(tab.round_trip)
+        return rules.boundary_terms(tab.send_time, tab.cut_time, tab.round_trip, self.instance.settings.overlap)[2]
 
     def stage_time(self, a, b, *, in_flight, replicas: int = 1, memory: bool = True):
         """Time per microbatch of a stage of units ``a .. b-1`` on ``replicas`` workers, as

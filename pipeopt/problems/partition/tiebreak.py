@@ -35,7 +35,8 @@ import math
 import numpy as np
 
 from ...backends.deadline import Deadline
-from ...cost import evaluate
+from ...cost import evaluate, rules
+from ...cost.tolerance import FLOAT_NOISE
 from .. import secondary
 from ..secondary import SECONDARY_NODES
 from .events import CAP_REL, solve_events
@@ -66,11 +67,11 @@ def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
     first[0] = -np.inf
     for s in range(S):
         deadline.check(f"tie check, stage {s}")
-        k = S - s
+        k = rules.in_flight(s, S)
         both = []
         for prev in (first, second):
-            cand = work + np.maximum(-k * T, prev + trip)[None, :]
-            bad = link_bad | (cand > -(k - 1) * T) | ~(prev < np.inf)[None, :]
+            cand, ok = rules.window_step(prev[None, :], trip[None, :], work, k, k - 1, T)  # D = k, U = k - 1
+            bad = link_bad | ~ok | ~(prev < np.inf)[None, :]
             if math.isfinite(problem.memory):
                 bad |= j > problem.memory_reach(k)[None, :]
             both.append(np.where(bad, np.inf, cand))
@@ -132,7 +133,7 @@ def descend(problem: PartitionProblem, starts: list[int], value: float, cap: flo
                         deadline.check("the tie-break's descent")
                     evaluations += 1
                     ev = evaluate(inst, problem.plan(cand))
-                    if ev.feasible and ev.iteration_time < best_value * (1 - 1e-12):
+                    if ev.feasible and ev.iteration_time < best_value * (1 - FLOAT_NOISE):
                         best, best_value, moved = cand, float(ev.iteration_time), True
                         break
                 if moved:

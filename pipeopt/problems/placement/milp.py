@@ -68,6 +68,7 @@ from ...lazy import lazy_module
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate, rules
+from ...cost.tolerance import SOLVER_CLAIM, SOLVER_GAP
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .dp import lattice_dp
@@ -77,17 +78,17 @@ pulp = lazy_module("pulp")
 
 __all__ = ["BOUND_SLACK", "MILP_ABS_GAP", "MILP_REL_GAP", "MILP_TOLERANCE", "PlacementMilp", "solve_milp"]
 
-MILP_REL_GAP = 1e-7
+MILP_REL_GAP = SOLVER_GAP
 """Relative optimality gap at which the solvers stop (about zero)."""
 
-MILP_ABS_GAP = 1e-7
+MILP_ABS_GAP = SOLVER_GAP
 """Absolute gap in the model's time units (1/100 of the simple lower bound)."""
 
-BOUND_SLACK = 1e-7
+BOUND_SLACK = SOLVER_GAP
 """Relative amount taken off the solver's dual bound before it is quoted as proven (its
 feasibility and integrality tolerances on these scaled rows)."""
 
-MILP_TOLERANCE = 1e-6
+MILP_TOLERANCE = SOLVER_CLAIM
 """Relative tolerance of an ``optimal`` claim: the evaluated objective of the plan is within it
 of the quoted lower bound; otherwise the result says ``feasible``."""
 

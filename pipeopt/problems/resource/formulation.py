@@ -230,9 +230,10 @@ class MilpProbe:
                 e = pulp.LpVariable(f"e_{c}_{s}", 0)
                 prob += e >= x[c, s] - (x[c - 1, s] if (c - 1, s) in x else 0)
                 enter[s].append((float(trip[c]) / T, e))
+        D = rules.windows(S, split=True)  # D_i = 2 (S - i): split execution, one replica
         for i in range(S - 1):  # row i = S - 1 (t <= 2) holds for every stage that passes T
             prob += (pulp.lpSum(t[i:]) + pulp.lpSum(v * e for s in range(i + 1, S) for v, e in enter[s])
-                     <= 2 * (S - i))
+                     <= D[i])
         model["t"] = t
         return t
 

@@ -293,8 +293,9 @@ class IntervalProbe:
         (``enter[s]``: the round trip of stage s's first cut, rounded down)."""
         S = self.problem.num_stages
         t = [model.new_int_var(0, 2 * WINDOW_SCALE, f"t_{s}") for s in range(S)]
+        D = rules.windows(S, split=True)  # D_i = 2 (S - i): split execution, one replica
         for i in range(S - 1):
-            model.add(sum(t[i:]) + sum(enter[i + 1:]) <= 2 * (S - i) * WINDOW_SCALE)
+            model.add(sum(t[i:]) + sum(enter[i + 1:]) <= D[i] * WINDOW_SCALE)
         return t
 
     def _enforce(self, model, g, v, a: int, b: int, s: int, T: float) -> None:

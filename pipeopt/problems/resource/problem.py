@@ -36,6 +36,7 @@ import numpy as np
 from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Bisection, Probe, bisect
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import CostTable, check_plan, rules, stage_compute
+from ...cost.tolerance import BISECTION_WIDTH, SUM_ORDER
 from ...errors import InvalidProblemError
 from ...instance import Instance
 from ..partition.problem import check_stage_count
@@ -326,7 +327,7 @@ class ResourceProblem:
         cuts = np.asarray([int(c) for c in starts], dtype=int)
         one = self.table.send_time[cuts]  # activations forward = gradients back, bytes / bandwidth
         split = [mode != "sequential"] * S
-        return float(rules.steady_period(f, b, np.ones(S), [S - s for s in range(S)], split, one, one, np.ones(S - 1)))
+        return float(rules.steady_period(f, b, np.ones(S), rules.windows(S), split, one, one, np.ones(S - 1)))
 
     def check(self, starts, groups, limit: float, mode: str = "split") -> Check:
         """Is the period of the plan (stages starting at ``[0, *starts]`` on workers ``groups``)
@@ -359,16 +360,14 @@ class ResourceProblem:
             ops.append(op)
         if over or cuts:
             return Check(False, over, cuts, None, ops)
-        D, U = rules.window_tokens([S - s for s in range(S)], np.ones(S), [mode != "sequential"] * S)
+        D, U = rules.window_tokens(rules.windows(S), np.ones(S), [mode != "sequential"] * S)
         G, first, row = -math.inf, 0, None
         for l in range(S):
-            w = ops[l][1] + ops[l][2]
-            go_on = G + (self.round_trip[bounds[l]] if l else 0.0)
-            if -D[l] * limit >= go_on:
-                G, first = w - D[l] * limit, l
-            else:
-                G = w + go_on
-            if G > -U[l] * limit:
+            trip = self.round_trip[bounds[l]] if l else 0.0
+            if -D[l] * limit >= G + trip:  # the worst row ending here starts here
+                first = l
+            G, ok = rules.window_step(G, trip, ops[l][1] + ops[l][2], D[l], U[l], limit)
+            if not ok:
                 row = (first, l)
                 break
         return Check(row is None, [], [], row, ops)
@@ -752,7 +751,7 @@ def optimal_split(instance: Instance, plan: Plan) -> Plan:
 
 # ---- the exact chain DP over fixed workers ----------------------------------------------------
 
-CHAIN_REL_TOL = 1e-12
+CHAIN_REL_TOL = BISECTION_WIDTH
 """Relative width at which :func:`chain_optimum`'s bisection on T stops (or at adjacent floats):
 its plan is optimal to within this factor, its bound the largest T the DP proved infeasible."""
 
@@ -796,7 +795,7 @@ class ChainProbe:
         for s in range(S):
             self.room.append(rules.fits(problem.range_memory(s, mode), problem.capacity(self.groups[s]))
                              & (self.ii >= s) & (self.jj <= n - (S - 1 - s)))
-        self.D, self.U = rules.window_tokens([S - s for s in range(S)], np.ones(S), [mode != "sequential"] * S)
+        self.D, self.U = rules.window_tokens(rules.windows(S), np.ones(S), [mode != "sequential"] * S)
         self.keys = [tuple(sorted(problem.pooled(g).items())) for g in self.groups]
 
     def busy(self, s: int, T: float, cache: dict) -> np.ndarray:
@@ -850,8 +849,8 @@ class ChainProbe:
                 deadline.check(f"the chain DP (stage {s})")
             w = self.busy(s, T, cache)
             ok = self.room[s] & np.isfinite(w) & (cut_ok[ii] if s else ii == 0) & (cut_ok[jj] if s < S - 1 else jj == n)
-            prev = np.full(ii.shape, -self.D[s] * T) if s == 0 else np.maximum(-self.D[s] * T, G[ii] + trip[ii])
-            cand = np.where(ok, w + prev, np.inf)
+            cand = rules.window_step(-np.inf if s == 0 else G[ii], 0.0 if s == 0 else trip[ii], w, self.D[s], 0.0, T)[0]
+            cand = np.where(ok, cand, np.inf)
             table = np.full((n + 1, n + 1), np.inf)
             table[ii, jj] = cand
             arg = np.argmin(table, axis=0)
@@ -892,7 +891,7 @@ class ChainProbe:
                 f, b = p.fwd[k], p.bwd[k]
                 total = math.fsum(float(v) for v in np.concatenate([f[np.isfinite(f)], b[np.isfinite(b)]]))
                 work = max(work, 2.0 * total / least)
-        return (work + 2.0 * float(max(p.cut_time, default=0.0))) * (1 + 1e-9) + 1e-300
+        return (work + 2.0 * float(max(p.cut_time, default=0.0))) * (1 + SUM_ORDER) + 1e-300
 
 
 def chain_optimum(problem: ResourceProblem, groups: list, mode: str = "split",

@@ -41,6 +41,7 @@ import numpy as np
 
 from ...jit import njit
 from ...cost.rules import stage_compute
+from ...cost.tolerance import FLOAT_NOISE
 
 EPS_SHARE = 1e-9
 """Share given to a kind whose load in one pass is zero (its rate there is infinite for any
@@ -48,7 +49,7 @@ positive share): the supremum of the LP is not attained, ``EPS_SHARE`` gets with
 ``1 + EPS_SHARE`` of it."""
 
 
-THETA_SLACK = 1e-12
+THETA_SLACK = FLOAT_NOISE
 """:func:`least_busy` accepts a share interval that float rounding made empty by up to this much
 (at T equal to the least stage time the caps meet at one share: then both passes are within
 about 1e-12 of T)."""

@@ -62,6 +62,7 @@ import numpy as np
 
 from ...backends.deadline import Deadline
 from ...cost import evaluate, rules
+from ...cost.tolerance import FLOAT_NOISE
 from ...plan import Plan
 from .. import secondary
 from ..secondary import CAP_REL
@@ -72,7 +73,7 @@ SECONDARY = ("latency of one microbatch (f + b of every stage, with its shares o
              "peak memory (not optimised)")
 
 
-FLOAT_SLACK = 1e-12
+FLOAT_SLACK = FLOAT_NOISE
 """Relative slack of the DP's row test ``K_s <= D_s T`` and of the claim a returned plan must
 meet: the DP sums a window row from the last stage back, :meth:`ResourceProblem.check` from
 the first stage on, and the two roundings of a row that binds at T differ by a few ulps."""
@@ -113,7 +114,7 @@ class LatencyDP:
         else:  # fixed workers: "class" s is worker s
             self.sizes = (1,) * S
             self.options = [[tuple(int(c == s) for c in range(S))] for s in range(S)]
-        self.D, _ = rules.window_tokens([S - s for s in range(S)], np.ones(S), [True] * S)
+        self.D, _ = rules.window_tokens(rules.windows(S), np.ones(S), [True] * S)
         n = problem.n
         pairs = math.prod((m + 1) * (m + 2) // 2 for m in self.sizes) if isinstance(problem, GroupProblem) else 1
         self.work = S * pairs * (n + 1) ** 2
@@ -304,7 +305,7 @@ def break_ties(problem: ResourceProblem, starts: list[int], groups: list, deadli
         rec["bound"] = found[2]
         value = latency(problem, plan)
         rec["proven"] = True
-        if value < rec["value"] * (1 - 1e-12):  # not float noise
+        if value < rec["value"] * (1 - FLOAT_NOISE):  # not float noise
             secondary.settle(rec, value, ev)
             return plan
         return primary
