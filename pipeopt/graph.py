@@ -77,7 +77,7 @@ def validate_graph(graph: nx.DiGraph) -> None:
     """
     if not isinstance(graph, nx.DiGraph) or graph.is_multigraph():
         raise InvalidGraphError(f"layer graph must be a networkx.DiGraph, got {type(graph).__name__}")
-    if isinstance(graph, ChainGraph) and not graph.materialized:
+    if is_array_chain(graph) and not graph.materialized:
         return  # its arrays were checked by the same rules when it was built
     if graph.number_of_nodes() == 0:
         raise InvalidGraphError("layer graph has no layers")
@@ -193,7 +193,7 @@ def edge_bytes(graph: nx.DiGraph, u, v) -> float:
 
 def kinds_of(graph: nx.DiGraph) -> tuple[str, ...]:
     """Sorted resource kinds that appear in any layer's ``fwd`` dict."""
-    if isinstance(graph, ChainGraph):
+    if is_array_chain(graph):
         return graph.kinds()
     return tuple(sorted({k for _, d in graph.nodes(data="fwd") for k in d}))
 
@@ -226,7 +226,7 @@ def layer_order(graph: nx.DiGraph) -> list:
     milliseconds instead of seconds. A :class:`ChainGraph`'s order is its layers' (the only
     topological order: an edge joins each layer to the next).
     """
-    if isinstance(graph, ChainGraph):
+    if is_array_chain(graph):
         return list(graph.names)
     with _gc_paused():
         pinned = sorted((n for n, p in graph.nodes(data="pin_first") if p), key=_natural_key)
@@ -316,7 +316,7 @@ class Chain:
     def from_graph(cls, graph: nx.DiGraph, order: list | None = None) -> Chain:
         """Build the chain of a validated layer graph over ``order`` (default :func:`layer_order`;
         a :class:`ChainGraph` in its layer order is read from its arrays)."""
-        if isinstance(graph, ChainGraph) and order is None:
+        if is_array_chain(graph) and order is None:
             return graph.chain()
         with _gc_paused():
             return cls._from_graph(graph, order)
@@ -387,6 +387,11 @@ class Chain:
 
 
 # ---- a chain given as arrays -----------------------------------------------------------------
+def is_array_chain(graph) -> bool:
+    """True if ``graph`` is a :class:`ChainGraph` built from arrays (its numbers are read from them)."""
+    return isinstance(graph, ChainGraph) and graph.from_arrays
+
+
 class _Stored:
     """Data descriptor of one of networkx's storage attributes (``_node``, ``_adj``, ``_succ``,
     ``_pred``) on a :class:`ChainGraph`: read, it builds the graph's dicts first if they are not
@@ -471,10 +476,19 @@ class ChainGraph(nx.DiGraph):
     _succ = _Stored(nx.DiGraph.__dict__.get("_adj"))
     _pred = _Stored(nx.DiGraph.__dict__.get("_pred"))
 
-    def __init__(self, fwd: dict, bwd: dict, out_bytes, act_bytes, param_bytes, *, skips=None,
-                 skip_bytes=None, names=None) -> None:
+    from_arrays = False
+    """True for a graph built from arrays; ``ChainGraph()`` without arguments (what networkx's
+    ``copy``, ``subgraph`` and ``reverse`` build from ``G.__class__()``) is an ordinary empty
+    DiGraph, to which none of the array paths apply (:func:`is_array_chain`)."""
+
+    def __init__(self, fwd: dict | None = None, bwd: dict | None = None, out_bytes=None, act_bytes=None,
+                 param_bytes=None, *, skips=None, skip_bytes=None, names=None, **attr) -> None:
+        if fwd is None and bwd is None and out_bytes is None:
+            nx.DiGraph.__init__(self, **attr)
+            return
+        self.from_arrays = True
         # networkx's __init__ would set empty storage dicts: set what it sets besides them
-        self.__dict__["graph"] = {}
+        self.__dict__["graph"] = dict(attr)
         self.__networkx_cache__ = {}
         for what, times in (("fwd", fwd), ("bwd", bwd)):
             if not isinstance(times, dict) or not times:
@@ -573,13 +587,13 @@ class ChainGraph(nx.DiGraph):
         return "_node" in self.__dict__
 
     def number_of_nodes(self) -> int:
-        return self.n
+        return self.n if self.from_arrays else super().number_of_nodes()
 
     def __len__(self) -> int:
-        return self.n
+        return self.n if self.from_arrays else super().__len__()
 
     def __iter__(self):
-        return iter(self.names)
+        return iter(self.names) if self.from_arrays else super().__iter__()
 
     @property
     def index(self) -> dict:
@@ -590,6 +604,8 @@ class ChainGraph(nx.DiGraph):
         return d["_index"]
 
     def __contains__(self, node) -> bool:
+        if not self.from_arrays:
+            return super().__contains__(node)
         try:
             return node in self.index
         except TypeError:

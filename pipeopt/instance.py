@@ -13,7 +13,7 @@ import numpy as np
 
 from .cluster import Cluster
 from .errors import InvalidClusterError, InvalidProblemError
-from .graph import Chain, ChainGraph, validate_graph
+from .graph import Chain, ChainGraph, is_array_chain, validate_graph
 from .units import DEFAULT_MICROBATCHES, MAX_MICROBATCHES
 
 OBJECTIVES = ("bottleneck", "iteration", "gpipe", "max_load")
@@ -143,7 +143,7 @@ class Instance:
             raise InvalidProblemError(f"default_stages must be positive integers, got {stages!r}")
         object.__setattr__(self, "default_stages", tuple(int(s) for s in stages))
         have = set(self.cluster.kinds)
-        if isinstance(self.graph, ChainGraph) and not self.graph.materialized:
+        if is_array_chain(self.graph) and not self.graph.materialized:
             bad = self.graph.runs_on(have)
             if bad is not None:
                 runs = [k for k, t in self.graph.fwd.items() if math.isfinite(t[bad])]

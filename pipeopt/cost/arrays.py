@@ -19,7 +19,7 @@ from functools import cached_property
 import networkx as nx
 import numpy as np
 
-from ..graph import ChainGraph
+from ..graph import ChainGraph, is_array_chain
 
 CACHE_KEY = "_pipeopt_layer_arrays"
 """Where :func:`layer_arrays` keeps an instance's arrays (its ``__dict__``, as
@@ -188,13 +188,13 @@ def layer_arrays(source) -> LayerArrays:
     :class:`pipeopt.graph.ChainGraph` is read from its arrays, not its networkx dicts."""
     if isinstance(source, LayerArrays):
         return source
-    if isinstance(source, ChainGraph):
+    if is_array_chain(source):
         return _of_chain(source)
     if isinstance(source, nx.Graph):
         return LayerArrays(source)
     cached = source.__dict__.get(CACHE_KEY)
     if cached is None:
         graph = source.graph
-        cached = _of_chain(graph) if isinstance(graph, ChainGraph) else LayerArrays(graph)
+        cached = _of_chain(graph) if is_array_chain(graph) else LayerArrays(graph)
         source.__dict__[CACHE_KEY] = cached  # like functools.cached_property (frozen dataclass)
     return cached

@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..graph import Chain, ChainGraph
+from ..graph import Chain, is_array_chain
 from . import rules
 from .arrays import layer_arrays
 
@@ -122,7 +122,7 @@ class CostTable:
     def boundary_bytes(self) -> np.ndarray:
         # the instance's layer arrays are read once and shared with evaluate (pipeopt.cost.arrays)
         arrays = layer_arrays(self.instance)
-        if isinstance(self.instance.graph, ChainGraph):  # its chain: unit i is layer i (ChainGraph.chain)
+        if is_array_chain(self.instance.graph):  # its chain: unit i is layer i (ChainGraph.chain)
             units = np.arange(self.n, dtype=np.int64)
         else:
             units = arrays.unit_positions(self.chain.units)

@@ -124,6 +124,27 @@ def test_chain_from_arrays_is_the_same_instance_as_its_graph():
     assert fast.replace(settings=Settings(overlap=False)).chain.n == 2_000
 
 
+def test_chain_graph_copies_and_pickles():
+    """networkx's copy/subgraph/reverse build ``ChainGraph()``: an ordinary graph; pickling keeps
+    the arrays (a bench worker process gets the same instance)."""
+    import pickle
+
+    from pipeopt.graph import is_array_chain
+
+    inst = chain_instance(300, 4)
+    res = pipeopt.solve(inst, stages=4, time_limit=None)
+    back = pickle.loads(pickle.dumps(inst))
+    assert is_array_chain(back.graph) and not back.graph.materialized
+    assert pipeopt.solve(back, stages=4, time_limit=None).objective == res.objective
+    copy = inst.graph.copy()
+    assert not is_array_chain(copy) and copy.number_of_nodes() == 300 and len(copy) == 300 and 299 in copy
+    assert copy.number_of_edges() == inst.graph.number_of_edges()
+    assert pipeopt.solve(Instance(copy, inst.cluster), stages=4, time_limit=None).objective == res.objective
+    sub = inst.graph.subgraph(range(10))
+    assert list(sub) == list(range(10)) and sub.number_of_edges() >= 9
+    assert inst.graph.reverse().number_of_edges() == copy.number_of_edges()
+
+
 def test_chain_from_arrays_refuses_bad_arrays():
     f, one = np.full(5, 1e-3), np.ones(5)
 
