@@ -142,19 +142,20 @@ def durations(sg: ScheduleGraph, times: PassTimes):
     x, y = times.send_forward, times.send_backward
     own = {"F": times.forward, "B": times.backward, "I": times.input_grad, "W": times.weight_grad}
     out = np.empty(len(sg.graph.ops))
+    # without overlap the sender carries its transfer (rules.carried), across ranks only
+    xc = [x[c] if sg.cross[c] else 0.0 for c in range(S - 1)]
+    yc = [y[c] if sg.cross[c] else 0.0 for c in range(S - 1)]
     for q, (kind, i, _) in enumerate(sg.graph.ops):
         if kind == "X":
             out[q] = x[i]
         elif kind == "Y":
             out[q] = y[i]
+        elif kind == "F":
+            out[q] = rules.carried(i, S, own[kind][i], 0.0, xc, yc, sg.overlap)[0]
+        elif kind in ("B", "I"):
+            out[q] = rules.carried(i, S, 0.0, own[kind][i], xc, yc, sg.overlap)[1]
         else:
-            d = own[kind][i]
-            if not sg.overlap:  # the sender carries its transfer
-                if kind == "F" and i < S - 1 and sg.cross[i]:
-                    d += x[i]
-                elif kind in ("B", "I") and i > 0 and sg.cross[i - 1]:
-                    d += y[i - 1]
-            out[q] = d
+            out[q] = own[kind][i]
     return out
 
 

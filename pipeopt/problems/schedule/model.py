@@ -32,13 +32,10 @@ def chunk_durations(problem: ScheduleProblem, starts) -> dict:
     overlap = problem.instance.settings.overlap
     out = {k: [float(P[k][p[s + 1]] - P[k][p[s]]) for s in range(S)] for k in ("F", "B", "I", "W")}
     send = [float(P["send"][p[c + 1]]) for c in range(S - 1)]
-    if not overlap:
-        for s in range(S):
-            if s < S - 1 and cross[s]:
-                out["F"][s] += send[s]
-            if s > 0 and cross[s - 1]:
-                out["B"][s] += send[s - 1]
-                out["I"][s] += send[s - 1]
+    crossing = [send[c] if cross[c] else 0.0 for c in range(S - 1)]
+    for s in range(S):  # without overlap the sender carries its transfer (across ranks)
+        out["F"][s], out["B"][s] = rules.carried(s, S, out["F"][s], out["B"][s], crossing, crossing, overlap)
+        out["I"][s] = rules.carried(s, S, 0.0, out["I"][s], crossing, crossing, overlap)[1]
     out["X"] = [send[c] if overlap and cross[c] else 0.0 for c in range(S - 1)]
     out["Y"] = out["X"]
     return out

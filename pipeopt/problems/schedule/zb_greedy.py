@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+from ...cost import rules
 from ...cost.passes import pass_times
 from ...errors import InfeasibleError
 from ...schedules import Action, Schedule
@@ -262,12 +263,9 @@ def zb_greedy_schedule(problem: ScheduleProblem, starts, median: bool = False) -
     plan = problem.plan(starts)
     pt = pass_times(problem.instance, plan)
     f, b, w = list(pt.forward), list(pt.input_grad), list(pt.weight_grad)
-    if not problem.instance.settings.overlap:  # the sender carries its transfer
-        for s in range(len(f)):
-            if s < len(f) - 1:
-                f[s] += pt.send_forward[s]
-            if s > 0:
-                b[s] += pt.send_backward[s - 1]
+    for s in range(len(f)):  # without overlap the sender carries its transfer
+        f[s], b[s] = rules.carried(s, len(f), f[s], b[s], pt.send_forward, pt.send_backward,
+                                   problem.instance.settings.overlap)
     if median:
         f, b, w = ([sorted(x)[len(x) // 2]] * len(x) for x in (f, b, w))
     comm = float(max(pt.send_forward, default=0.0)) if problem.instance.settings.overlap else 0.0
