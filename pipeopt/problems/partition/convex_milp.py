@@ -322,10 +322,12 @@ class ConvexMilp:
                 terms.append((W[i - 1], -1.0))
             return terms, const
 
+        sends = [[(X[c], 1.0)] if X[c] is not None else [] for c in range(S - 1)]
         for s in range(S):
             terms, const = work_between(s, s)
-            if not self.overlap:
-                terms += [(X[c], 1.0) for c in (s - 1, s) if 0 <= c < S - 1 and X[c] is not None]
+            # without overlap the stage's ops carry what it sends: X_s forward, X_{s-1} back
+            f_send, b_send = rules.carried(s, S, [], [], sends, sends, self.overlap)
+            terms += b_send + f_send
             add([*terms, (T, -1.0)], const, f"stage_time_{s}")
         if self.overlap:
             for c in range(S - 1):

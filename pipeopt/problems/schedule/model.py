@@ -88,16 +88,16 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
         return e_terms + [(x, -c) for x, c in b_terms], e_const - b_const
 
     cross = cross_ranks(problem)
+    boundary = [[c + 1] if cross[c] else [] for c in range(S - 1)]  # the unit index p_{c+1} of cut c
     kinds = {a.kind for r in range(sched.ranks) for a in sched.actions(r)}
     d: dict = {k: [None] * S for k in ("F", "B", "I", "W")}
     for k in sorted(kinds):
         for s in range(S):
             terms, const = between(P[k], s, u)
-            sends = []
-            if not overlap and k == "F" and s < S - 1 and cross[s]:
-                sends = [s + 1]
-            if not overlap and k in ("B", "I") and s > 0 and cross[s - 1]:
-                sends = [s]
+            # without overlap the op carries the send at the boundary after it (F) or before it
+            # (B, I), across ranks: rules.carried on the boundaries' indices
+            f_send, b_send = rules.carried(s, S, [], [], boundary, boundary, overlap)
+            sends = f_send if k == "F" else b_send if k in ("B", "I") else []
             for c in sends:
                 x_terms, x_const = split.at(P["send"], c, u)
                 terms, const = terms + x_terms, const + x_const
