@@ -77,6 +77,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...cost import rules
+from ...cost.tolerance import SUM_ORDER
 from .problem import PartitionProblem
 
 STORE_LIMIT = 1 << 24
@@ -87,7 +88,7 @@ whose keys are K times fewer (128 MiB at this limit)."""
 CHUNK = 1 << 21
 """Array elements (replica counts x trials x starts) the replicated probe handles at once."""
 
-SLACK = 1e-9
+SLACK = SUM_ORDER
 """Relative slack of the frontier bounds (valid supersets despite float rounding); the
 states inside are judged by the exact rows, without slack."""
 

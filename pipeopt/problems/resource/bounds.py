@@ -20,15 +20,16 @@ import numpy as np
 from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...backends.pulp import solve_pulp
+from ...cost.tolerance import SOLVER_GAP, SUM_ORDER
 from .problem import GroupProblem, ResourceProblem
 
 pulp = lazy_module("pulp")
 
-LP_TOLERANCE = 1e-7
+LP_TOLERANCE = SOLVER_GAP
 """Relative amount taken off the work LP's optimum: HiGHS's feasibility tolerance on its
 (scaled) rows, so that the bound stays below the true LP optimum."""
 
-TOP_MARGIN = 1e-9
+TOP_MARGIN = SUM_ORDER
 """Relative margin on :func:`top_limit` against the float rounding of a stage time."""
 
 WORK_BOUND_SHARE = 0.2

@@ -85,6 +85,7 @@ import numpy as np
 from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import rules
+from ...cost.tolerance import SUM_ORDER
 from ...errors import InvalidProblemError
 from ...result import Result
 from .intervals import interval_cover_coefficients
@@ -98,7 +99,7 @@ MAX_COUNT_VECTORS = 2**21
 """Most count vectors (the product over types of count + 1) the type DP accepts: 21 distinct
 devices, or e.g. 4 types of 37. Beyond it :func:`solve_dp` refuses (use the MILP or CP-SAT)."""
 
-RELAX = 1e-9
+RELAX = SUM_ORDER
 """The probe decides ``T (1 + RELAX)`` (a proof of infeasibility there holds at T)."""
 
 BEAM_SCAN = 8
