@@ -8,8 +8,8 @@ Run from the repository root::
 For every instance the exact methods of its problem run with the same time limit, and each row
 shows the primary objective, the secondary value of the plan returned (``info["secondary"]``:
 joint and group, the latency of one microbatch; Bi-Partition, the 1F1B-flush iteration time of
-M microbatches), whether the second phase proved it (within its budget: a quarter of the time
-left, at most 1 s), how much it lowered the secondary value of the proven plan, the phase's wall
+M microbatches), whether the second phase proved it (within its work limits,
+:mod:`pipeopt.problems.secondary`), how much it lowered the secondary value of the proven plan, the phase's wall
 time, and the plan's true iteration time of M microbatches (evaluate). The last column says
 whether the methods of the instance agree on the secondary value (relative 1e-9) among those
 that proved it with the same primary optimum.
