@@ -134,6 +134,12 @@ bisection's ``first_top_share``). The start is the DP's own beam passes, often o
 probe near the optimum is all-or-nothing (GPT-2 XL on 64 devices of 4 types: its rejection just
 below the 34.680 ms start takes 39 s; a third of the time left would only be spent)."""
 
+STEP_SHARE = 0.6
+"""Share of the time left each midpoint probe gets (:func:`solve_dp`; the bisection's ``step_share``,
+0.34 for the MILP and CP-SAT probes). The exact pass decides all or nothing: a probe stopped by its
+share has spent it for nothing (GPT-2 XL on 64 edge SoCs, 60 s: six midpoints in a row stopped
+undecided at 0.34, each just below what it needed)."""
+
 START_GAP = 1e-3
 """The beam start stops when its bracket is this narrow (relative)."""
 
@@ -1089,4 +1095,5 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
     types = [int(c) for c in probe.types.counts]
     return exact_search(problem, "types", probe, deadline, _starts(problem, probe),
                         {"bound": "largest T the type DP proved infeasible", "types": types,
-                         "count_vectors": probe.types.size}, probe_top=True, first_top_share=FIRST_TOP_SHARE)
+                         "count_vectors": probe.types.size}, probe_top=True, first_top_share=FIRST_TOP_SHARE,
+                        step_share=STEP_SHARE)

@@ -123,7 +123,7 @@ def certify(problem: ResourceProblem, T: float, solve_once: Callable[[], Probe],
 def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, Deadline], Probe],
                  deadline: Deadline, starts: Callable[[Deadline], list[tuple]], info: dict,
                  rel_tol: float = MIN_REL_GAP, probe_top: bool = False,
-                 first_top_share: float | None = None) -> Result:
+                 first_top_share: float | None = None, step_share: float = STEP_SHARE) -> Result:
     """Bound, start and bisect: the body of every exact joint and group method.
 
     Parameters
@@ -149,6 +149,9 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     first_top_share
         The first of those probes' share of the time left (``bisect``'s ``first_top_share``;
         ``None``: a fraction of a midpoint's).
+    step_share
+        Share of the time left each midpoint probe may use (default :data:`STEP_SHARE`; a probe
+        that decides all or nothing wastes a share too small for it).
 
     Returns
     -------
@@ -178,7 +181,7 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     top = best[1] if best is not None else top_limit(problem)
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
                    start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,
-                   step_share=STEP_SHARE, probe_top=probe_top, first_top_share=first_top_share)
+                   step_share=step_share, probe_top=probe_top, first_top_share=first_top_share)
     info = {**info, "rel_gap_target": rel_tol, "start": "heuristic" if best is not None else "none fits",
             "bisection_steps": len(found.steps), "step_outcomes": [o for _, o in found.steps], "stop": found.stop}
     if found.plan is None:
