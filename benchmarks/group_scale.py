@@ -160,9 +160,9 @@ def summary(rows: list[dict], limit: float, clock: str = "wall") -> list[str]:
                 f"{times[len(times) // 2]:.1f} | {times[-1]:.1f} |")
     out = [f"| instances | n | proven within the limit | max gap | gap <= 2 % | median {clock} (s) | max {clock} (s) |",
            "| --- | --- | --- | --- | --- | --- | --- |", line("all", rows)]
-    for key in ("model", "family"):
-        for v in dict.fromkeys(r[key] for r in rows):
-            out.append(line(f"{key} {v}", [r for r in rows if r[key] == v]))
+    for col in ("model", "family"):
+        for v in dict.fromkeys(r[col] for r in rows):
+            out.append(line(f"{col} {v}", [r for r in rows if r[col] == v]))
     return out
 
 
