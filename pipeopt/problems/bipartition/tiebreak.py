@@ -27,7 +27,10 @@ relaxation at the cap (every plan of period at most the cap lies inside them); w
 window is a single position the optimal plan is unique and no MILP runs.
 
 The budget, the record ``info["secondary"]`` and the guard against a stopped or crashed
-solver are those of every problem (:mod:`pipeopt.problems.secondary`).
+solver are those of every problem (:mod:`pipeopt.problems.secondary`): at most
+:data:`~pipeopt.problems.secondary.SECONDARY_NODES` nodes, and the MILP runs only when its
+size is at most :data:`EVENTS_SIZE` (else the proven plan is kept, unproven) - limits that do
+not depend on the clock.
 """
 
 from __future__ import annotations
@@ -52,6 +55,23 @@ pulp = lazy_module("pulp")
 
 REL_GAP = SOLVER_GAP
 """Relative gap at which the event-time MILP stops and says optimal."""
+
+
+EVENTS_SIZE = 1000
+"""The largest event-time MILP the second phase solves, as S times the cut positions its
+windows leave (:func:`milp_size`): a rule on the instance, not on the clock (HiGHS's root
+cuts and sub-MIP heuristics, which a node limit does not bound, dominate larger models).
+Measured, loaded 2-core machine (HiGHS): PipeDream's AlexNet, VGG16, ResNet-18, SqueezeNet at
+S = 4 (sizes 140-292) in 0.1-0.35 s; VGG16 at S = 8 (size 2,496) took 24-29 s."""
+
+
+def milp_size(problem: BipartitionProblem, windows: list | None) -> int:
+    """S times the forward and backward cut positions the windows leave (every position of
+    every cut without windows): the event-time MILP's size for :data:`EVENTS_SIZE`."""
+    S, n = problem.stages, problem.n
+    if windows is None:
+        return S * 2 * (S - 1) * max(n - 1, 0)
+    return S * sum((a_hi - a_lo + 1) + (b_hi - b_lo + 1) for a_lo, a_hi, b_lo, b_hi in windows)
 
 
 def break_ties(problem: BipartitionProblem, cuts: tuple[list[int], list[int]], deadline: Deadline, info: dict, *,
@@ -104,6 +124,12 @@ def break_ties(problem: BipartitionProblem, cuts: tuple[list[int], list[int]], d
             rec.update(proven=True, unique=True)  # no other plan has the optimal period
             return a0, b0
         S, scale = problem.stages, cap / MODEL_UNIT if cap > 0 else 1.0
+        size = milp_size(problem, win)
+        rec["size"] = size
+        if size > EVENTS_SIZE:
+            rec.update(status="not run", note=f"the event-time MILP's size S x (window positions) = {size} exceeds "
+                       f"EVENTS_SIZE = {EVENTS_SIZE}: the proven plan, no proof")
+            return a0, b0
         m = model_rows(problem, scale, upper=cap * (1 + CAP_REL), windows=win, deadline=clock)
         graph = run_graph("1f1b", [1] * S, rules.windows(S), [False] * S, [1] * (S - 1),
                           inst.settings.microbatches, problem.overlap)

@@ -110,3 +110,17 @@ def test_a_stopped_or_crashed_phase_keeps_the_proven_plan(monkeypatch):
         rec = r.info["secondary"]
         assert r.status == Status.OPTIMAL and rec["proven"] is False and key in rec
         assert "improved_from" not in rec and rec["value"] == r.evaluation.iteration_time
+
+
+def test_the_phase_does_not_depend_on_the_clock(monkeypatch):
+    """The same call gives the same plan with or without a time limit, and a MILP above the size
+    rule is not run (said in the record) rather than cut short by the clock (issue 22)."""
+    p = BipartitionProblem(chain_instance(**TIE), 3)
+    runs = [solve_milp(p, time_limit=limit) for limit in (None, None, 600.0)]
+    assert len({(tuple(r.info["fwd_cuts"]), tuple(r.info["bwd_cuts"])) for r in runs}) == 1
+    assert len({r.info["secondary"]["value"] for r in runs}) == 1
+    monkeypatch.setattr(tiebreak, "EVENTS_SIZE", 0)
+    r = solve_milp(p, time_limit=None)
+    rec = r.info["secondary"]
+    assert rec["proven"] is False and rec["status"] == "not run" and "EVENTS_SIZE" in rec["note"]
+    assert "improved_from" not in rec
