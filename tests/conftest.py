@@ -1,8 +1,33 @@
-"""Shared fixtures: the real PipeDream profiles from ../shared/data (never copied here)."""
+"""Shared fixtures (the real PipeDream profiles from ../shared/data, never copied here) and the
+two test tiers.
+
+Tiers
+-----
+``python -m pytest`` runs the FAST tier: every test except those marked ``slow`` or
+``torchrun``, with every hypothesis test at a quarter of its examples (:data:`FAST_EXAMPLES`).
+``python -m pytest --full`` runs everything, every hypothesis test at its full example count:
+the command of the README and of CI (``.ci/run``). ``-m EXPR`` selects by
+marker as usual and overrides the tier's selection (``-m slow``: the slow tier alone).
+
+A test is ``slow`` by its own ``@pytest.mark.slow`` or by :data:`SLOW` below: node-id patterns,
+each with the reason it is slow (measured with ``--durations=0`` on the 2-core CI machine). The
+fast tier keeps, for every family moved here, a cheaper member that covers the same code
+(:data:`FAST_KEEP`). When the lists change, compare the line coverage of the two tiers (with
+``pip install pytest-cov``; not in the ``test`` extra, which CI installs)::
+
+    python -m pytest --full --cov=pipeopt --cov-report=term   # both tiers
+    python -m pytest --cov=pipeopt --cov-report=term          # the fast tier
+
+Measured 2026-11-28 on the loaded 2-core machine: the fast tier (2,499 tests) 264.7 CPU-s
+(243.8 user + 21.0 sys, ``/usr/bin/time``), 14 min 39 s of wall under a load of 8; the whole
+suite (``--full``, with per-test coverage contexts) 53 min of wall.
+"""
 
 from __future__ import annotations
 
 import functools
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +38,137 @@ sys.path.insert(0, str(Path(__file__).parent))
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE_DIR = ROOT.parent / "shared" / "data" / "pipedream-profiles"
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.txt") if p.stem != "LICENSE")
+
+# ---- the tiers ---------------------------------------------------------------------------------
+
+_PROFILE_FAMILY = "every PipeDream profile x S: the fast tier keeps small profiles (alexnet, vgg16)"
+SLOW: dict[str, str] = {
+    # node-id pattern (``*``: any text; relative to the repository root) -> why it is slow
+    "tests/test_notebooks.py::*": "executes the notebooks end to end (3.4 min of the 53 min measured run)",
+    "tests/problems/partition/test_exact_partition.py::test_profiles_agree_with_dp[*]": _PROFILE_FAMILY,
+    "tests/problems/partition/test_exact_partition.py::test_bare_formulations_agree_with_dp[*]":
+        _PROFILE_FAMILY,
+    "tests/problems/partition/test_exact_partition.py::test_settings_variants_agree_with_dp[*-8]":
+        "gnmt_large with S = 8 in three settings: the fast tier keeps S = 4",
+    "tests/problems/partition/test_exact_partition.py::test_time_limit_reports_incumbent_and_true_bound":
+        "NASNet-A Large, three solvers for 1 s each plus the DP (the short-limit checks of "
+        "test_partition_claims stay in the fast tier)",
+    "tests/problems/partition/test_dp.py::test_dp_on_real_profiles[*]": _PROFILE_FAMILY,
+    "tests/problems/partition/test_baselines.py::test_baselines_on_every_profile[*]": _PROFILE_FAMILY,
+    "tests/problems/partition/test_window_rows.py::test_vgg16_milp_equals_cpsat[*-8]":
+        "VGG16 with S = 8 under four models: the fast tier keeps S = 4",
+    "tests/test_schedule_optimal.py::test_no_simulated_search_beats_the_certified_plan[*]":
+        "simulated search over real profiles: the fast tier keeps alexnet",
+    "tests/problems/partition/test_mcmc.py::test_reaches_the_optimum_on_small_profiles":
+        "MCMC chains run to their budget on real profiles",
+    "tests/problems/partition/test_mcmc.py::test_simulator_score":
+        "MCMC scored by the simulator, to its budget",
+    "tests/problems/resource/test_windows.py::"
+    "test_exact_methods_against_brute_force_scored_by_evaluate[group-*]":
+        "brute force over every grouping: the fast tier keeps the joint cases",
+    "tests/problems/resource/test_joint.py::test_milp_cbc_and_highs_and_cpsat_agree":
+        "three solvers on an 8-layer joint problem (test_exact_methods_equal_brute_force stays)",
+    "tests/pytorch/test_torch_models.py::test_measure_bandwidth_between_two_processes":
+        "starts two torch.distributed processes",
+    "tests/test_sweep.py::test_dask_rows_equal_sequential_and_a_dead_worker_is_an_error_row":
+        "starts a Dask cluster (the process-pool sweep stays in the fast tier)",
+}
+"""Tests moved to the slow tier by node id (``*`` patterns), with the reason (measured
+with ``--durations=0``); tests marked ``@pytest.mark.slow`` or ``torchrun`` in their files are
+slow too."""
+
+FAST_KEEP: dict[str, str] = {
+    "*[alexnet-2]": "the smallest profile of each family",
+    "*[alexnet-4]": "the smallest profile of each family",
+    "*[vgg16-2]": "a second small profile",
+    "*[2-alexnet]": "the same, parameters the other way round (test_dp, test_schedule_optimal)",
+    "*[4-alexnet]": "the same",
+    "*[8-vgg16]": "the same, one deeper split",
+    "*[group-3-4-1-3-tight-inf]": "the cheap group cases of test_windows",
+    "*[group-15-3-2-3-tight-none]": "the cheap group cases of test_windows (nothing fits)",
+    "tests/test_notebooks.py::test_notebook_is_stored_without_outputs[*]": "reads the files, runs nothing",
+    "tests/test_notebooks.py::test_the_four_notebooks_exist": "reads the files, runs nothing",
+}
+"""Members of a :data:`SLOW` family kept in the fast tier (``*`` patterns)."""
+
+FAST_EXAMPLES = 0.25
+"""Fraction of each hypothesis test's ``max_examples`` run in the fast tier (at least
+:data:`MIN_EXAMPLES`); ``--full`` runs them all."""
+MIN_EXAMPLES = 3
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(pattern: str) -> re.Pattern:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def _matches(node: str, pattern: str) -> bool:
+    """``pattern`` matches all of the node id; ``*`` is any text, everything else literal
+    (brackets included: they delimit parameters)."""
+    return _pattern(pattern).fullmatch(node) is not None
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="run both tiers: also the tests marked slow or torchrun, and every hypothesis "
+                          "test at its full number of examples (the README's and CI's command)")
+
+
+def _full(config) -> bool:
+    return bool(config.getoption("--full"))
+
+
+def _fewer_examples(item) -> None:
+    """The fast tier's share of a hypothesis test's examples (its own ``@settings`` included).
+
+    Hypothesis reads the settings from the wrapped test when it runs, so the fast tier replaces
+    them with a copy that has fewer examples; everything else (deadline, health checks,
+    derandomize) is kept."""
+    from hypothesis import settings
+
+    fn = getattr(item, "obj", None)
+    fn = getattr(fn, "__func__", fn)
+    current = getattr(fn, "_hypothesis_internal_use_settings", None)
+    if current is None or getattr(fn, "_fast_tier_examples", False):
+        return
+    fewer = max(MIN_EXAMPLES, math.ceil(current.max_examples * FAST_EXAMPLES))
+    if fewer < current.max_examples:
+        fn._hypothesis_internal_use_settings = settings(current, max_examples=fewer)
+    fn._fast_tier_examples = True
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        node = item.nodeid
+        if any(_matches(node, p) for p in SLOW) and not any(_matches(node, p) for p in FAST_KEEP):
+            item.add_marker(pytest.mark.slow)
+    if _full(config):
+        return
+    for item in items:
+        _fewer_examples(item)
+    if config.getoption("markexpr"):  # an explicit -m chooses for itself
+        return
+    named = [a for a in config.args if "::" in a]  # a test named on the command line runs
+    keep, slow = [], []
+    for item in items:
+        tiered = item.get_closest_marker("slow") or item.get_closest_marker("torchrun")
+        if tiered and not any(item.nodeid.startswith(a) or a.endswith(item.nodeid) for a in named):
+            slow.append(item)
+        else:
+            keep.append(item)
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = keep
+
+
+def pytest_report_header(config):
+    if _full(config):
+        return "tiers: --full (fast and slow tiers, every hypothesis example)"
+    return ("tiers: fast (tests marked slow or torchrun deselected, hypothesis tests at "
+            f"{FAST_EXAMPLES:.0%} of their examples); --full runs everything")
+
+
+# ---- fixtures ----------------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=None)
