@@ -22,9 +22,13 @@ module by that kernel's numba dispatcher (numba types calls to dispatchers only)
 from __future__ import annotations
 
 import functools
+import threading
 import types
 
 __all__ = ["LazyKernel", "njit"]
+
+_LOCK = threading.RLock()
+"""One kernel made at a time (two threads calling kernels first get one dispatcher each)."""
 
 
 def _names(code: types.CodeType) -> set[str]:
@@ -53,16 +57,19 @@ class LazyKernel:
     def dispatcher(self):
         """The numba dispatcher (created, and numba imported, on first use)."""
         if self._dispatcher is None:
-            import numba
+            with _LOCK:
+                if self._dispatcher is None:
+                    import numba
 
-            glb = self.py_func.__globals__
-            for name in _names(self.py_func.__code__):  # callees must be numba dispatchers
-                obj = glb.get(name)
-                if isinstance(obj, LazyKernel) and obj is not self:
-                    glb[name] = obj.dispatcher
-            self._dispatcher = numba.njit(**self._options)(self.py_func)
-            if glb.get(self.py_func.__name__) is self:  # its module's callers skip this wrapper
-                glb[self.py_func.__name__] = self._dispatcher
+                    glb = self.py_func.__globals__
+                    for name in _names(self.py_func.__code__):  # callees must be numba dispatchers
+                        obj = glb.get(name)
+                        if isinstance(obj, LazyKernel) and obj is not self:
+                            glb[name] = obj.dispatcher
+                    dispatcher = numba.njit(**self._options)(self.py_func)
+                    if glb.get(self.py_func.__name__) is self:  # its module's callers skip this wrapper
+                        glb[self.py_func.__name__] = dispatcher
+                    self._dispatcher = dispatcher
         return self._dispatcher
 
     def __call__(self, *args, **kwargs):
