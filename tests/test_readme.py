@@ -127,7 +127,7 @@ def test_readme_commands_parse():
     text = README.read_text()
     lines = [ln.split("#", 1)[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
              for ln in block.splitlines()]
-    cells = re.findall(r"`(pipeopt [^`]+)`", text)
+    cells = [c for row in re.findall(r"^\|.*\|$", text, re.M) for c in re.findall(r"`(pipeopt [^`]+)`", row)]
     commands = [c for c in lines + cells if c.startswith("pipeopt ") and "--help" not in c]
     assert len(commands) >= 10
     for cmd in commands:
