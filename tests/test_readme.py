@@ -62,6 +62,8 @@ def test_readme_keeps_the_two_setup_commands():
     assert len(commands) == 2
     assert commands[0].endswith(".venv/bin/pipeopt bench")
     assert "-m pytest" in commands[1]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci.replace("pip install -q ", "pip install ") == commands[1], "CI must run the README's test command"
 
 
 def _relative_links(path: Path) -> list[str]:
