@@ -41,7 +41,8 @@ def chain_graph(fwd, bwd=None, out=0.0, act=0.0, param=0.0, *, kind: str = "gpu"
         ``out_bytes`` (what crosses a cut after the layer), ``act_bytes``, ``param_bytes``: a
         list of n, or one value for every layer.
     skips
-        Extra edges ``(a, b)`` between layer indices (a tensor of ``l{a}`` read by ``l{b}``).
+        Extra edges ``(a, b)`` between layer indices (a tensor of ``l{a}`` read by ``l{b}``), or
+        ``(a, b, bytes)`` with the edge's own tensor size (edge attribute ``bytes``).
     cast
         Applied to every number above (e.g. ``float``); values are stored as given otherwise
         (invalid ones included: the bad-input tests build graphs the readers must refuse).
@@ -62,7 +63,8 @@ def chain_graph(fwd, bwd=None, out=0.0, act=0.0, param=0.0, *, kind: str = "gpu"
         g.add_node(name, **{"fwd": time(fs[i]), "bwd": time(bs[i]), "out_bytes": c(outs[i]),
                             "act_bytes": c(acts[i]), "param_bytes": c(params[i]), **(attrs or {})})
     g.add_edges_from(itertools.pairwise(names))
-    g.add_edges_from((names[a], names[b]) for a, b in skips)
+    for a, b, *size in skips:
+        g.add_edge(names[a], names[b], **({"bytes": c(size[0])} if size else {}))
     return g
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import strategies
 from conftest import PROFILE_DIR
 from pipeopt import Cluster, Instance, Settings, evaluate
 from pipeopt.problems.bipartition.greedy import greedy, same_cut
@@ -29,18 +30,11 @@ MB = 2**20
 def chain_instance(fwd, bwd, act, param, out, *, skips=(), stages=3, memory=math.inf, bandwidth=2e10,
                    overlap=True, stashing=False, microbatches=4, name="tiny") -> Instance:
     """A chain l0 -> l1 -> ... (times in ms, sizes in MB) plus skip edges ``(u, v, MB)``."""
-    g = nx.DiGraph()
-    n = len(fwd)
-    for i in range(n):
-        g.add_node(f"l{i}", fwd={"gpu": fwd[i] * MS}, bwd={"gpu": bwd[i] * MS}, act_bytes=act[i] * MB,
-                   param_bytes=param[i] * MB, out_bytes=out[i] * MB)
-    for i in range(n - 1):
-        g.add_edge(f"l{i}", f"l{i + 1}")
-    for u, v, w in skips:
-        g.add_edge(f"l{u}", f"l{v}", bytes=w * MB)
-    cl = Cluster.homogeneous(stages, memory=memory, bandwidth=bandwidth)
-    st_ = Settings(overlap=overlap, weight_stashing=stashing, microbatches=microbatches)
-    return Instance(g, cl, st_, name=name)
+    return strategies.chain_instance(
+        [f * MS for f in fwd], [b * MS for b in bwd], [o * MB for o in out], [a * MB for a in act],
+        [p * MB for p in param], devices=stages, memory=memory, bandwidth=bandwidth,
+        skips=[(u, v, w * MB) for u, v, w in skips], overlap=overlap, weight_stashing=stashing,
+        microbatches=microbatches, name=name)
 
 
 def all_cuts(n: int, S: int):
@@ -344,7 +338,8 @@ def test_tight_chains_exact_methods_equal_brute_force(seed):
     p = tight_chain(seed)
     best, _ = brute_force_plan(p)
     solver = SOLVER_CYCLE[seed % 2]
-    runs = [solve_milp(p, time_limit=None, solver=solver, dp_bound=False), solve_milp(p, time_limit=None, solver=solver),
+    runs = [solve_milp(p, time_limit=None, solver=solver, dp_bound=False),
+            solve_milp(p, time_limit=None, solver=solver),
             solve_bisection(p, time_limit=None)]
     for r in runs:
         assert r.status == Status.OPTIMAL
