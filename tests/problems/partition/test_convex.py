@@ -164,7 +164,7 @@ def check_against_brute_force(inst, S, plans, replication=False):
         # one-order is a subset of convex: nothing fits there either
         assert math.isinf(_objective_or_inf(inst, S, "dp", replication=replication))
         return None
-    res = pipeopt.solve(inst, stages=S, method="convex", replication=replication)
+    res = pipeopt.solve(inst, stages=S, method="convex", replication=replication, time_limit=None)
     assert res.status == Status.OPTIMAL
     assert "convex" in res.space and (("replicated" in res.space) == replication)
     assert is_close(res.objective, ref.value, REL), (res.objective, ref.value, res.plan, ref.plan)
@@ -299,7 +299,7 @@ def test_convex_strictly_better_than_one_order():
     inst = Instance(g, Cluster.homogeneous(2), Settings(), name="two-branches")
     assert layer_order(g) == ["a", "b1", "b2", "c1", "c2", "d"]
     dp = pipeopt.solve(inst, stages=2, method="dp")
-    cv = pipeopt.solve(inst, stages=2, method="convex")
+    cv = pipeopt.solve(inst, stages=2, method="convex", time_limit=None)
     assert dp.objective == pytest.approx(12e-3, rel=1e-12)
     assert cv.objective == pytest.approx(9e-3, rel=1e-12)
     assert cv.objective < dp.objective
@@ -322,8 +322,8 @@ def test_real_profiles(name):
         pytest.skip(f"{path} is not present")
     inst = pipeopt.read(path)
     for replication in (False, True):
-        cv = pipeopt.solve(inst, stages=4, method="convex", replication=replication)
-        dp = pipeopt.solve(inst, stages=4, method="dp", replication=replication)
+        cv = pipeopt.solve(inst, stages=4, method="convex", replication=replication, time_limit=None)
+        dp = pipeopt.solve(inst, stages=4, method="dp", replication=replication, time_limit=None)
         assert cv.status == Status.OPTIMAL
         assert cv.objective <= dp.objective * (1 + REL)
         assert is_close(evaluate(inst, cv.plan).objective, cv.objective, REL)

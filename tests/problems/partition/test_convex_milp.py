@@ -91,9 +91,9 @@ def check_against_convex_dp(inst: Instance, S: int, solver: str):
     ref = _convex_dp(inst, S)
     if ref is None:
         with pytest.raises(InfeasibleError):
-            pipeopt.solve(inst, stages=S, method="convex_milp", solver=solver)
+            pipeopt.solve(inst, stages=S, method="convex_milp", solver=solver, time_limit=None)
         return None
-    res = pipeopt.solve(inst, stages=S, method="convex_milp", solver=solver)
+    res = pipeopt.solve(inst, stages=S, method="convex_milp", solver=solver, time_limit=None)
     assert res.status == Status.OPTIMAL, res.info
     assert res.space == "convex" and res.method == "convex_milp"
     assert math.isclose(res.objective, ref.objective, rel_tol=REL), (res.objective, ref.objective, res.plan,
@@ -148,7 +148,7 @@ def test_bare_model_without_warm_start(solver):
         ref = _convex_dp(inst, S)
         if ref is None:
             continue
-        res = solve_convex_milp(PartitionProblem(inst, S), solver=solver, warm_start=False)
+        res = solve_convex_milp(PartitionProblem(inst, S), solver=solver, warm_start=False, time_limit=None)
         assert res.status == Status.OPTIMAL and "warm_start" not in res.info
         assert math.isclose(res.objective, ref.objective, rel_tol=REL), seed
         assert res.lower_bound <= res.objective
@@ -176,7 +176,7 @@ def test_convex_split_that_no_layer_order_has(solver):
     """The best contiguous split of the layer order a, b1, b2, c1, c2, d is 2 | 4 units (12 ms);
     the convex split {a, c1} | {b1, b2, c2, d} is 3 | 3 units (9 ms) and the only balanced one."""
     inst = _two_branches()
-    res = pipeopt.solve(inst, stages=2, method="convex_milp", solver=solver)
+    res = pipeopt.solve(inst, stages=2, method="convex_milp", solver=solver, time_limit=None)
     assert res.status == Status.OPTIMAL
     assert res.objective == pytest.approx(9e-3, rel=1e-12)
     assert [set(s.layers) for s in res.plan.stages] == [{"a", "c1"}, {"b1", "b2", "c2", "d"}]
@@ -192,7 +192,7 @@ def test_pinned_layer_with_a_predecessor():
     g.add_edges_from([("l0", "l1"), ("l1", "l2")])
     g.nodes["l1"]["pin_first"] = True
     inst = Instance(g, Cluster.homogeneous(2), Settings(), name="pinned-middle")
-    res = pipeopt.solve(inst, stages=2, method="convex_milp")
+    res = pipeopt.solve(inst, stages=2, method="convex_milp", time_limit=None)
     assert res.status == Status.OPTIMAL
     assert res.objective == pytest.approx(6e-3, rel=1e-12)
     assert [set(s.layers) for s in res.plan.stages] == [{"l0", "l1"}, {"l2"}]
@@ -200,7 +200,7 @@ def test_pinned_layer_with_a_predecessor():
 
 def test_one_stage_is_scored_directly():
     inst = _two_branches()
-    res = pipeopt.solve(inst, stages=1, method="convex_milp")
+    res = pipeopt.solve(inst, stages=1, method="convex_milp", time_limit=None)
     assert res.status == Status.OPTIMAL and res.lower_bound == res.objective
     assert res.objective == pytest.approx(18e-3, rel=1e-12)
 
