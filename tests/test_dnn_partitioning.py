@@ -222,7 +222,7 @@ def test_tiny_workload_max_load_by_hand(tmp_path):
     inst = read_dnn_partitioning(_write(tmp_path, "tiny"))
     assert sorted(map(sorted, (ms for _, ms in inst.graph.nodes(data="members")))) == [[1, 4], [2, 3]]
     assert pipeopt.registry.auto_problem(inst) == "placement"
-    res = pipeopt.solve(inst, problem="placement", method="dp")
+    res = pipeopt.solve(inst, problem="placement", method="dp", time_limit=None)
     assert res.status.value == "optimal"
     assert res.objective * 1e3 == pytest.approx(2.75, rel=1e-12)
     assert sorted(len(s.layers) for s in res.plan.stages) == [1, 1]
@@ -288,7 +288,7 @@ def test_bert24_training_placement_optimum():
     path = LAYER_GRAPHS / "bert24_training.json"
     inst = read_dnn_partitioning(path)
     assert pipeopt.registry.auto_problem(inst) == "placement"
-    res = pipeopt.solve(inst, problem="placement", method="dp")
+    res = pipeopt.solve(inst, problem="placement", method="dp", time_limit=None)
     assert res.status.value == "optimal"
     assert res.space == "convex" and "convex" in res.info["lattice"]
     assert res.objective * 1e3 == pytest.approx(41.745812, rel=1e-6)  # dp.exe's optimum
@@ -317,7 +317,7 @@ def test_bottleneck_objective_is_the_pipeline_model():
     assert pipeopt.registry.auto_problem(inst) == "group"
     fpgas = read_dnn_partitioning(path, objective="bottleneck", cpus=0)
     assert pipeopt.registry.auto_problem(fpgas) == "partition"
-    res = pipeopt.solve(fpgas, stages=4)
+    res = pipeopt.solve(fpgas, stages=4, time_limit=None)
     assert res.status.value == "optimal" and len(res.plan.stages) == 4
 
 

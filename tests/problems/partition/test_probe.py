@@ -78,7 +78,7 @@ def test_probe_equals_brute_force_and_dp(inst, data):
     assert close(got, brute), (got, brute)
     assert close(got, optimum_or_inf(solve_dp, p)), "probe and DP disagree"
     if math.isfinite(got):
-        res = solve_probe(p)
+        res = solve_probe(p, time_limit=None)
         assert res.status == Status.OPTIMAL and res.evaluation.feasible
         assert res.lower_bound <= res.objective and (res.gap is None or res.gap <= 1e-10)
         assert res.plan.num_stages == S or replication
@@ -181,7 +181,7 @@ def test_zero_compute(out, replication):
     inst = chain([0.0] * 6, [out, 0.0, out, out, 0.0, 0.0], bandwidth=1e6)
     for S in (1, 3):
         p = PartitionProblem(inst, S, replication=replication)
-        res = solve_probe(p)
+        res = solve_probe(p, time_limit=None)
         assert res.status == Status.OPTIMAL
         assert close(res.objective, partition_optimum(inst, S, replication).value)
 
@@ -314,7 +314,7 @@ def test_tie_break_skipped_beyond_its_size(monkeypatch):
     inst = random_chain(4, 30)
     p = PartitionProblem(inst, 4)
     monkeypatch.setattr(probe_module, "TIE_BREAK_WORK", 0)
-    res = solve_probe(p)
+    res = solve_probe(p, time_limit=None)
     assert res.status == Status.OPTIMAL and "skipped" in res.info["secondary"]
     assert close(res.objective, solve_dp(p).objective)
 

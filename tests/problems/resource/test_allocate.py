@@ -140,7 +140,7 @@ def test_allocate_through_solve_and_registry():
     inst = soc_instance(10, 3, seed=5, heterogeneous=False)
     from pipeopt.solve import solve
 
-    r = solve(inst, problem="allocate", method="lp", stages=3)
+    r = solve(inst, problem="allocate", method="lp", stages=3, time_limit=None)
     assert r.status == pipeopt.Status.OPTIMAL and r.plan.num_stages == 3
 
 

@@ -97,7 +97,7 @@ def test_through_solve():
     from pipeopt.solve import solve
 
     inst = soc_instance(8, 3, seed=1, heterogeneous=False)
-    r = solve(inst, problem="joint", method="dp", stages=3)
+    r = solve(inst, problem="joint", method="dp", stages=3, time_limit=None)
     assert r.status == pipeopt.Status.OPTIMAL and r.space == "split"
 
 
