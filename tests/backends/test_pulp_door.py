@@ -79,7 +79,7 @@ def big_packing():
 @pytest.mark.parametrize("maximise", [True, False])
 def test_small_milp_optimal_with_bound_equal_to_objective(solver, maximise):
     prob, x, best = knapsack(maximise=maximise, constant=7.5)
-    out = solve_pulp(prob, solver=solver, deadline=Deadline(30))
+    out = solve_pulp(prob, solver=solver, deadline=Deadline(None))
     assert isinstance(out, PulpOutcome)
     assert out.status == "optimal" and out.proven and out.has_solution
     assert out.objective == pytest.approx(best, abs=TOL)  # the constant is included
@@ -101,7 +101,7 @@ def test_lp_optimal(solver):
     prob += a + b >= 4
     prob += a - b <= 1
     prob += b <= 3
-    out = solve_pulp(prob, solver=solver, deadline=Deadline(30))
+    out = solve_pulp(prob, solver=solver, deadline=Deadline(None))
     assert out.status == "optimal"
     assert out.objective == pytest.approx(3 * 1 + 2 * 3 + 1, abs=TOL)
     assert out.bound == pytest.approx(out.objective, abs=TOL)
@@ -118,7 +118,7 @@ def test_infeasible_milp_and_lp_are_proven(solver):
     lp += y
     lp += y >= 2
     for prob in (milp, lp):
-        out = solve_pulp(prob, solver=solver, deadline=Deadline(30))
+        out = solve_pulp(prob, solver=solver, deadline=Deadline(None))
         assert out.status == "infeasible"
         assert out.values == {} and out.objective is None and out.bound is None
         assert not out.has_solution
@@ -130,7 +130,7 @@ def test_unbounded_lp(solver):
     a, b = pulp.LpVariable("a", 0), pulp.LpVariable("b", 0)
     prob += a + b
     prob += a - b <= 1
-    out = solve_pulp(prob, solver=solver, deadline=Deadline(30))
+    out = solve_pulp(prob, solver=solver, deadline=Deadline(None))
     assert out.status == "unbounded"
     assert out.bound is None and not out.has_solution
 
@@ -140,7 +140,7 @@ def test_model_without_objective_and_with_odd_names(solver):
     prob = pulp.LpProblem("find")
     x = pulp.LpVariable("x-y[1]", 0, 3, cat=pulp.LpInteger)  # PuLP names it x_y_1_
     prob += x >= 2
-    out = solve_pulp(prob, solver=solver, deadline=Deadline(30), warm_start={x: 3})
+    out = solve_pulp(prob, solver=solver, deadline=Deadline(None), warm_start={x: 3})
     assert out.status == "optimal"
     assert set(out.values) == {x.name}  # no PuLP dummy column
     assert 2 <= out.value(x) <= 3
@@ -195,7 +195,7 @@ def test_warm_start_is_accepted(solver):
 def test_warm_start_on_a_small_model(solver):
     prob, x, best = knapsack(n=10)
     start = {v: 0 for v in x}  # taking nothing is feasible
-    out = solve_pulp(prob, solver=solver, deadline=Deadline(30), warm_start=start)
+    out = solve_pulp(prob, solver=solver, deadline=Deadline(None), warm_start=start)
     assert out.status == "optimal"
     assert out.objective == pytest.approx(best, abs=TOL)
     assert out.start_accepted in (True, None)  # HiGHS's presolve may solve it before looking
@@ -203,7 +203,7 @@ def test_warm_start_on_a_small_model(solver):
 
 def test_cbc_says_when_a_start_is_infeasible():
     prob, x, _ = knapsack(n=10)
-    out = solve_pulp(prob, solver="cbc", deadline=Deadline(30), warm_start={v: 1 for v in x})
+    out = solve_pulp(prob, solver="cbc", deadline=Deadline(None), warm_start={v: 1 for v in x})
     assert out.status == "optimal"
     assert out.start_accepted is False
 
@@ -216,7 +216,7 @@ def test_warm_start_with_an_unknown_variable_is_a_programming_error():
 
 def test_in_process_highs_for_small_models():
     prob, _, best = knapsack()
-    out = solve_pulp(prob, solver="highs", deadline=Deadline(30), isolate=False)
+    out = solve_pulp(prob, solver="highs", deadline=Deadline(None), isolate=False)
     assert out.status == "optimal" and out.objective == pytest.approx(best, abs=TOL)
 
 

@@ -271,7 +271,7 @@ def test_cluster_and_settings():
 def test_instance_solves_and_round_trips(tmp_path):
     module, inputs = MODELS["gpt-tiny"]()
     inst = pipeopt.from_torch(module, inputs, repeats=2, warmup=1)
-    result = pipeopt.solve(inst, stages=2)
+    result = pipeopt.solve(inst, stages=2, time_limit=None)
     assert result.status.value == "optimal"
     layers = [n for st in result.plan.stages for n in st.layers]
     assert sorted(layers) == sorted(inst.graph.nodes)
