@@ -23,7 +23,7 @@ RANKS = {
     "pipeopt.io": 3,
     "pipeopt.zoo": 4,
     "pipeopt.result": 4,
-    "pipeopt.simulate": 4,
+    "pipeopt.simulate": 4.5,  # the executor of a schedule: reads pipeopt.schedules' orders and names
     "pipeopt.schedules": 4,
     "pipeopt.backends": 5,
     "pipeopt.problems": 6,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from ...backends.deadline import Deadline
-from ...errors import PipeoptError
+from ...errors import InvalidProblemError, PipeoptError
 from ...result import Result
 from ...schedules import TORCH_SCHEDULES, schedule_name
 from ...schedules.torch_orders import STAGES_PER_RANK
@@ -71,10 +71,14 @@ def solve_schedules(instance, ranks: int | None = None, microbatches: int | None
     InvalidProblemError
         An unknown schedule name or method, a bad time limit.
     """
-    from ... import registry
+    from . import METHODS  # the package's own table (importing the registry would go upwards)
 
     deadline = Deadline.of(time_limit)
-    spec = registry.method("schedule", method)
+    spec = next((m for m in METHODS if m.name == method), None)
+    if spec is None:
+        raise InvalidProblemError(
+            f"unknown method {method!r} for problem 'schedule'; choose from {[m.name for m in METHODS]}"
+        )
     auto = names is None or (isinstance(names, str) and schedule_name_or_auto(names) == "auto")
     if auto:
         todo = list(TORCH_SCHEDULES)
