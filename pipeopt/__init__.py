@@ -11,7 +11,7 @@ The public API: build or :func:`read` an :class:`Instance`, :func:`solve` a prob
 
 from __future__ import annotations
 
-import importlib
+from .lazy import lazy_attributes
 import logging
 from typing import TYPE_CHECKING
 
@@ -46,17 +46,7 @@ __all__ = [*_LAZY, "InfeasibleError", "InvalidClusterError", "InvalidGraphError"
            "InvalidProblemError", "PipeoptError", "ReadError", "from_torch", "solve"]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 if TYPE_CHECKING:

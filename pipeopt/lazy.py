@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["LazyModule", "lazy_module"]
+__all__ = ["LazyModule", "lazy_attributes", "lazy_module"]
 
 
 class LazyModule:
@@ -56,3 +56,36 @@ class LazyModule:
 def lazy_module(name: str) -> LazyModule:
     """A stand-in for module ``name`` that imports it on first attribute read."""
     return LazyModule(name)
+
+
+def lazy_attributes(package: str, where: dict[str, str]):
+    """A package's PEP 562 ``__getattr__`` and ``__dir__`` for names imported on first use.
+
+    Parameters
+    ----------
+    package
+        The package's ``__name__``.
+    where
+        Public name -> the module (relative to ``package``) that defines it.
+
+    Returns
+    -------
+    tuple
+        ``(__getattr__, __dir__)``: ``__getattr__(name)`` imports the name's module, keeps the
+        value in the package's namespace (later reads are plain lookups) and returns it, or raises
+        :class:`AttributeError` for a name not in ``where``; ``__dir__()`` lists both.
+    """
+    import sys
+
+    def __getattr__(name: str):
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(where))
+
+    return __getattr__, __dir__

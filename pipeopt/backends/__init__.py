@@ -6,7 +6,7 @@ every method, the doors' modules only when a method solves a model.
 
 from __future__ import annotations
 
-import importlib
+from ..lazy import lazy_attributes
 
 _WHERE = {
     "CpsatOutcome": ".cpsat",
@@ -31,14 +31,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE)
