@@ -57,8 +57,12 @@ SEED = _integer("seed", 0, 2**31 - 1)
 JOBS = _integer("--jobs", 1, 1024)
 
 
-def parse_seconds(text: str) -> float:
-    """argparse type of ``--time-limit``: positive, finite seconds."""
+def parse_seconds(text: str) -> float | None:
+    """argparse type of ``--time-limit``: positive, finite seconds, or ``none`` (no limit: the
+    exact methods run until they prove their answer; ``bench`` refuses it, its search baselines
+    need a budget)."""
+    if text.strip().lower() == "none":
+        return None
     try:
         value = float(text)
     except ValueError:
@@ -83,7 +87,7 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 60.0) -> None:
     )
     p.add_argument("--time-limit", type=parse_seconds, default=time_limit,
                    help=f"seconds per solve: the exact methods' limit and the search baselines' budget "
-                        f"(default {time_limit:g})")
+                        f"(default {time_limit:g}; solve: none for no limit)")
     p.add_argument("--solver", default="cbc", choices=["cbc", "highs"], help="MILP backend (default cbc)")
     p.add_argument("--replication", action="store_true", help="allow PipeDream stage replication (partition)")
     p.add_argument(
@@ -277,6 +281,10 @@ def cmd_bench(args) -> int:
     """``pipeopt bench``: run methods on instances, print the table and the per-method summary, write the rows."""
     from . import bench
 
+    if args.time_limit is None and not args.full:
+        raise InvalidProblemError(
+            "pipeopt bench needs a finite --time-limit: it is also the search baselines' budget (MCMC)"
+        )
     paths = args.paths or bench.default_instances()
     if not paths:
         raise PipeoptError("no instances given and none shipped in ./instances (run `pipeopt zoo`)")

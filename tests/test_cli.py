@@ -14,7 +14,8 @@ from pipeopt.errors import ReadError
 
 
 def test_solve_json(capsys):
-    assert main(["solve", str(PROFILE_DIR / "vgg16.txt"), "--stages", "4", "--method", "dp", "--json"]) == 0
+    assert main(["solve", str(PROFILE_DIR / "vgg16.txt"), "--stages", "4", "--method", "dp", "--json",
+                 "--time-limit", "none"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "optimal"
     assert out["objective"] == pytest.approx(out["lower_bound"])
@@ -53,7 +54,8 @@ def test_bench_skips_non_profiles_and_writes_rows(tmp_path, capsys):
     out = tmp_path / "rows.csv"
     code = main(
         ["bench", str(PROFILE_DIR / "LICENSE.txt"), str(PROFILE_DIR / "alexnet.txt"), "--stages", "2", "4",
-         "--methods", "dp", "--replication", "--out", str(out), "--no-progress"]
+         "--methods", "dp", "--replication", "--out", str(out), "--no-progress",
+         "--time-limit", "86400"]  # a day: the proofs asserted below do not race the clock
     )
     assert code == 0
     text = capsys.readouterr().out
@@ -108,7 +110,8 @@ def test_solve_picks_the_problem_and_an_exact_method(capsys):
 
 
 def test_summary_counts_and_gaps():
-    df = bench.run([PROFILE_DIR / "alexnet.txt"], stages=[2, 4], methods=["dp", "uniform"], progress=False)
+    df = bench.run([PROFILE_DIR / "alexnet.txt"], stages=[2, 4], methods=["dp", "uniform"], progress=False,
+                   time_limit=math.inf)
     s = bench.summary(df).set_index("method")
     assert s.loc["dp", "optimal"] == 2 and s.loc["dp", "max_gap_%"] == 0.0
     assert s.loc["uniform", "optimal"] == 0 and s.loc["uniform", "mean_gap_%"] >= 0.0
@@ -139,3 +142,12 @@ def test_simulate_json_and_saved_plans(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["simulate", profile_path, "--plan", str(bad)]) == 2
     assert "cannot read plan" in capsys.readouterr().err
+
+
+def test_time_limit_none_means_no_limit_for_solve_and_is_refused_by_bench(capsys):
+    from pipeopt.cli import build_parser
+
+    assert build_parser().parse_args(["solve", "x.json", "--time-limit", "None"]).time_limit is None
+    assert main(["bench", str(PROFILE_DIR / "alexnet.txt"), "--stages", "2", "--methods", "dp",
+                 "--time-limit", "none", "--no-progress"]) == 2
+    assert "finite --time-limit" in capsys.readouterr().err
