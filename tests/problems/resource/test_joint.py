@@ -87,7 +87,7 @@ def test_single_kind_joint_equals_the_partition_dp():
 
 def test_time_limit_is_honest():
     p = JointProblem(soc_instance(60, 6, seed=9, heterogeneous=False, bandwidth=2e7), 6)
-    r = joint.solve_milp(p, time_limit=0.01)
+    r = joint.solve_milp(p, time_limit=_expired())  # passed before the call: no race with a fast machine
     _check_result(p, r)
     assert r.status == pipeopt.Status.TIME_LIMIT
     assert r.lower_bound <= joint.solve_dp(p).objective
@@ -128,3 +128,13 @@ def test_two_step_partition_is_the_sequential_binary_search(name, S, bandwidth):
     assert b.plan.layer_lists() == p.plan(starts, p.groups).layer_lists()
     assert math.isclose(b.objective, p.plan_value(starts, p.groups), rel_tol=1e-12)
     assert joint.solve_dp(p).objective <= b.objective * (1 + 1e-12)
+
+
+def _expired():
+    """A deadline that passed before the solve starts (a time-limit test that no machine's speed
+    can turn into a proof)."""
+    import time
+
+    from pipeopt.backends.deadline import Deadline
+
+    return Deadline(1e-3, clock=time.perf_counter() - 1.0)

@@ -168,6 +168,16 @@ def test_certify_cuts_off_a_plan_over_T_and_solves_again():
 def test_time_limit_reports_its_incumbent_and_a_valid_bound():
     p = build("group", 4, 5, "mid", "inf", "tight", devices=4)
     _, _, best = brute_force(p)
-    r = group.solve_milp(p, time_limit=1e-3)
+    r = group.solve_milp(p, time_limit=_expired())  # passed before the call: no race with a fast machine
     assert str(r.status) == "time_limit"
     assert r.lower_bound <= best and (r.plan is None or r.objective >= best * (1 - 1e-12))
+
+
+def _expired():
+    """A deadline that passed before the solve starts (a time-limit test that no machine's speed
+    can turn into a proof)."""
+    import time
+
+    from pipeopt.backends.deadline import Deadline
+
+    return Deadline(1e-3, clock=time.perf_counter() - 1.0)
