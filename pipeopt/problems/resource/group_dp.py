@@ -1087,13 +1087,30 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
     ------
     InfeasibleError
         If the DP proved that no plan fits memory.
-    InvalidProblemError
-        If the cluster has more count vectors than :data:`MAX_COUNT_VECTORS`.
+
+    With more count vectors than :data:`MAX_COUNT_VECTORS` (about 21 distinct devices), the
+    group MILP (:func:`pipeopt.problems.resource.group.solve_milp`) solves the problem on the same
+    clock instead; ``info["fallback"]`` says so, so the default method always answers.
     """
     deadline = Deadline.of(time_limit)
+    size = math.prod(len(cls) + 1 for cls in problem.device_classes)
+    if size > MAX_COUNT_VECTORS:
+        return _fallback(problem, deadline, solver, seed, threads,
+                         f"{size:,} count vectors, more than the type DP's {MAX_COUNT_VECTORS:,}: "
+                         f"solved by the group milp")
     probe = TypesProbe(problem)
     types = [int(c) for c in probe.types.counts]
     return exact_search(problem, "types", probe, deadline, _starts(problem, probe),
                         {"bound": "largest T the type DP proved infeasible", "types": types,
                          "count_vectors": probe.types.size}, probe_top=True, first_top_share=FIRST_TOP_SHARE,
                         step_share=STEP_SHARE)
+
+
+def _fallback(problem: GroupProblem, deadline: Deadline, solver, seed, threads, why: str) -> Result:
+    """The group MILP in place of the type DP (too many count vectors), its result named ``types``."""
+    import dataclasses
+
+    from .group import solve_milp
+
+    res = solve_milp(problem, time_limit=deadline, solver=solver, seed=seed, threads=threads)
+    return dataclasses.replace(res, method="types", info={**res.info, "fallback": why})

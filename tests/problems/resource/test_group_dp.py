@@ -377,11 +377,16 @@ def test_probe_brackets_the_optimum():
     assert probe.work_bound() <= best
 
 
-def test_too_many_count_vectors_is_refused_by_name():
+def test_too_many_count_vectors_falls_back_to_the_milp():
     devices = tuple(pipeopt.Device(f"x{i}", {"cpu": 1 + i}) for i in range(22))
     inst = pipeopt.Instance(random_chain(4, kinds=("cpu",), seed=0), pipeopt.Cluster(devices, 1e9), name="wide")
+    p = GroupProblem(inst, 2)
     with pytest.raises(pipeopt.InvalidProblemError, match="wide.*count vectors"):
-        solve_dp(GroupProblem(inst, 2), time_limit=5)
+        TypesProbe(p)  # the DP itself refuses by name
+    r = solve_dp(p, time_limit=None)  # the default method answers anyway, through the MILP
+    assert r.method == "types" and "count vectors" in r.info["fallback"]
+    assert r.status == pipeopt.Status.OPTIMAL
+    assert r.objective == pytest.approx(pipeopt.evaluate(inst, r.plan).objective, rel=1e-9)
 
 
 def test_time_limit_is_honest():
