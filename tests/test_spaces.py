@@ -234,3 +234,10 @@ def test_bench_takes_a_one_order_gap_against_the_convex_bound():
     for (method, space), row in both.iterrows():
         bounds = [b for (_, s), b in exact["lower_bound"].items() if spaces.contains(s, space)]
         assert row["best_bound"] == pytest.approx(max(bounds)) if bounds else math.isnan(row["best_bound"])
+
+
+def test_a_schedule_order_lies_in_its_free_w_space_and_not_the_other_way():
+    assert spaces.contains("schedule:ZBVZeroBubble+free-w", "schedule:ZBVZeroBubble")
+    assert not spaces.contains("schedule:ZBVZeroBubble", "schedule:ZBVZeroBubble+free-w")
+    assert not spaces.contains("schedule:InterleavedZeroBubble+free-w", "schedule:ZBVZeroBubble")
+    assert not spaces.contains("schedule:1F1B+free-w", spaces.ONE_ORDER)

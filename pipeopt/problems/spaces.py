@@ -83,12 +83,15 @@ def contains(big: str, small: str) -> bool:
     """True if every plan of space ``small`` is a plan of space ``big`` (so a lower bound proven
     over ``big`` bounds ``small`` too).
 
-    Reflexive; for the split spaces the containment of the module docstring; any other name
-    (the other problems' spaces, an unknown one) contains only itself.
+    Reflexive; for the split spaces the containment of the module docstring; a schedule's space
+    ``schedule:<name>`` lies in ``schedule:<name>+free-w`` (the same chunks, every W placed
+    freely); any other name (the other problems' spaces, an unknown one) contains only itself.
     """
     big, small = str(big), str(small)
     if big == small:
         return True
+    if small.startswith("schedule:") and big == small + "+free-w":
+        return True  # a schedule's own W places are one choice of the free placement
     return big in _LARGER.get(small, ())
 
 
