@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from .cost import Evaluation
@@ -130,6 +130,12 @@ class Result:
             object.__setattr__(self, "lower_bound", bound)
         elif self.status == Status.OPTIMAL:
             object.__setattr__(self, "lower_bound", self.objective)
+
+    def as_fallback(self, method: str, why: str) -> "Result":
+        """This result under the name of the method that handed the problem over (``method``),
+        with ``info["fallback"]`` = ``why``: a method whose own model is too large for the
+        instance returns another exact method's result on the same clock."""
+        return replace(self, method=method, info={**self.info, "fallback": why})
 
     @classmethod
     def scored(

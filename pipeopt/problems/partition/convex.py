@@ -412,9 +412,7 @@ def _simple_bound(problem: PartitionProblem, dag: UnitDag) -> float:
 
 def _fallback(problem: PartitionProblem, deadline: Deadline, solver, seed, threads, why: str) -> Result:
     """The convex MILP in place of the DP (too many ideals), its result named ``convex``."""
-    import dataclasses
-
     from .convex_milp import solve_convex_milp
 
     res = solve_convex_milp(problem, time_limit=deadline, solver=solver, seed=seed, threads=threads)
-    return dataclasses.replace(res, method="convex", info={**res.info, "fallback": why})
+    return res.as_fallback("convex", why)

@@ -1108,9 +1108,7 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
 
 def _fallback(problem: GroupProblem, deadline: Deadline, solver, seed, threads, why: str) -> Result:
     """The group MILP in place of the type DP (too many count vectors), its result named ``types``."""
-    import dataclasses
-
     from .group import solve_milp
 
     res = solve_milp(problem, time_limit=deadline, solver=solver, seed=seed, threads=threads)
-    return dataclasses.replace(res, method="types", info={**res.info, "fallback": why})
+    return res.as_fallback("types", why)
