@@ -120,12 +120,21 @@ class Plan:
     ----------
     stages
         ``tuple[Stage, ...]``, first stage first.
+    schedule
+        ``dict`` or ``None``: the per-rank order of actions the stages run (a free or fixed
+        order of the schedule problem), in the JSON form of
+        :meth:`pipeopt.schedules.Schedule.to_dict` (read it back with
+        :meth:`~pipeopt.schedules.Schedule.from_dict`, which checks it); ``None``: the plan's
+        schedule is chosen where it is run or scored.
     """
 
     stages: tuple = field(default_factory=tuple)
+    schedule: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", _names(self.stages, "a plan's stages"))
+        if self.schedule is not None and not isinstance(self.schedule, dict):
+            raise InvalidPlanError(f"a plan's schedule must be a dict (Schedule.to_dict()), got {type(self.schedule).__name__}")
         for st in self.stages:
             if not isinstance(st, Stage):
                 raise InvalidPlanError(f"a plan's stages must be Stage objects, got {type(st).__name__} {st!r:.60}")
@@ -145,8 +154,11 @@ class Plan:
         return [list(s.layers) for s in self.stages]
 
     def to_dict(self) -> dict:
-        """JSON-ready dict ``{"stages": [...]}``."""
-        return {"stages": [s.to_dict() for s in self.stages]}
+        """JSON-ready dict ``{"stages": [...]}`` (and ``"schedule"`` when the plan has one)."""
+        d: dict = {"stages": [s.to_dict() for s in self.stages]}
+        if self.schedule is not None:
+            d["schedule"] = self.schedule
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Plan:
@@ -168,4 +180,10 @@ class Plan:
                 stages.append(Stage.from_dict(s))
             except InvalidPlanError as exc:
                 raise InvalidPlanError(f"stage {i}: {exc}") from None
-        return cls(tuple(stages))
+        unknown = sorted(set(d) - {"stages", "schedule"})
+        if unknown:
+            raise InvalidPlanError(f"a plan has unknown field(s) {unknown}")
+        schedule = d.get("schedule")
+        if schedule is not None and not isinstance(schedule, dict):
+            raise InvalidPlanError(f"a plan's 'schedule' must be a JSON object, got {type(schedule).__name__}")
+        return cls(tuple(stages), schedule)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .actions import Action as Action
 from .actions import Schedule as Schedule
+from .actions import parse_action as parse_action
 from .actions import looped_placement as looped_placement
 from .actions import v_placement as v_placement
 from .dag import ScheduleGraph as ScheduleGraph

@@ -37,6 +37,7 @@ DualPipe keeps 2, which DualPipeV's V placement avoids).
 from __future__ import annotations
 
 import numbers
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -57,6 +58,25 @@ class Action(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.stage}{self.kind}{self.microbatch}"
+
+
+_ACTION = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
+
+
+def parse_action(text, where: str = "") -> Action:
+    """Parse ``"<stage><kind><microbatch>"`` (``"3F0"``, ``"0W12"``: torch's spelling of an
+    action, :meth:`Action.__str__`) into an :class:`Action`.
+
+    Raises
+    ------
+    InvalidPlanError
+        If ``text`` is not a string of that form (the message names ``where``).
+    """
+    m = _ACTION.match(text) if isinstance(text, str) else None
+    if m is None:
+        at = f" at {where}" if where else ""
+        raise InvalidPlanError(f"action {text!r}{at} is not <stage><F|B|I|W><microbatch> (e.g. '0F1')")
+    return Action(m.group(2), int(m.group(1)), int(m.group(3)))
 
 
 def looped_placement(ranks: int, stages_per_rank: int) -> tuple:
@@ -232,6 +252,49 @@ class Schedule:
             if not any(all(x >= y for x, y in zip(k, c, strict=True)) for k in keep):
                 keep.append(c)
         return tuple(keep)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: ``name``, ``ranks``, ``stages_per_rank``, ``microbatches``,
+        ``placement`` (rank of each stage), ``orders`` (per rank, its steps in order; a step is
+        an action string ``"<stage><kind><microbatch>"`` such as ``"3F0"``, torch's spelling,
+        or a list of them when run back to back), ``parameter_copies`` and ``source``."""
+        def cell(step):
+            return str(step[0]) if len(step) == 1 else [str(a) for a in step]
+
+        return {"name": self.name, "ranks": self.ranks, "stages_per_rank": self.stages_per_rank,
+                "microbatches": self.microbatches, "placement": list(self.placement),
+                "orders": [[cell(step) for step in rank] for rank in self.steps],
+                "parameter_copies": self.parameter_copies, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        """Inverse of :meth:`to_dict` (``parameter_copies`` and ``source`` optional).
+
+        Raises
+        ------
+        InvalidPlanError
+            If ``d`` is not such a dict, a field is missing or unknown, or an action string is
+            not ``<stage><F|B|I|W><microbatch>`` (named), or the order is not one iteration's
+            (the checks of :class:`Schedule`). Deadlocks are :func:`check_schedule`'s.
+        """
+        need = {"name", "ranks", "stages_per_rank", "microbatches", "placement", "orders"}
+        if not isinstance(d, dict) or not need <= set(d):
+            missing = sorted(need - set(d)) if isinstance(d, dict) else sorted(need)
+            raise InvalidPlanError(f"a schedule must be a JSON object with {sorted(need)}; missing {missing}")
+        unknown = sorted(set(d) - need - {"parameter_copies", "source"})
+        if unknown:
+            raise InvalidPlanError(f"a schedule has unknown field(s) {unknown}")
+        if not isinstance(d["orders"], list) or not all(isinstance(r, list) for r in d["orders"]):
+            raise InvalidPlanError("a schedule's 'orders' must be a list (per rank) of lists of actions")
+        steps = []
+        for r, rank in enumerate(d["orders"]):
+            row = []
+            for q, cell in enumerate(rank):
+                texts = cell if isinstance(cell, list) else [cell]
+                row.append(tuple(parse_action(t, f"rank {r}, step {q}") for t in texts))
+            steps.append(tuple(row))
+        return cls(str(d["name"]), d["ranks"], d["stages_per_rank"], d["microbatches"], tuple(d["placement"]),
+                   tuple(steps), d.get("parameter_copies", 1), str(d.get("source", "")))
 
     def __str__(self) -> str:
         head = f"{self.name}: {self.ranks} ranks x {self.stages_per_rank} stages, {self.microbatches} microbatches"
