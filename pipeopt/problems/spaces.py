@@ -85,14 +85,27 @@ def contains(big: str, small: str) -> bool:
 
     Reflexive; for the split spaces the containment of the module docstring; a schedule's space
     ``schedule:<name>`` lies in ``schedule:<name>+free-w`` (the same chunks, every W placed
-    freely); any other name (the other problems' spaces, an unknown one) contains only itself.
+    freely); every fixed order's space lies in the free-order space of its placement
+    (:data:`FREE_ORDER_SPACES`); any other name (the other problems' spaces, an unknown one) contains only itself.
     """
     big, small = str(big), str(small)
     if big == small:
         return True
     if small.startswith("schedule:") and big == small + "+free-w":
         return True  # a schedule's own W places are one choice of the free placement
+    if big in FREE_ORDER_SPACES and small.startswith("schedule:"):
+        name = small[len("schedule:"):].removesuffix("+free-w")
+        return name in FREE_ORDER_SPACES[big]  # a fixed order is one order of the free order's shape
     return big in _LARGER.get(small, ())
+
+
+FREE_ORDER_SPACES = {
+    "schedule:free": ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZB-greedy"),
+    "schedule:free-v": ("ZBVZeroBubble", "DualPipeV"),
+}
+"""The free-order spaces (:mod:`pipeopt.schedules.free`: every split and every order of F, I,
+W of one placement) and the fixed-order schedules of that placement whose spaces they hold
+(looped; V). As for every schedule space, the caller compares results of the same p, v, m."""
 
 
 LEGACY = {"straight": ONE_ORDER, "replicated": REPLICATED_ONE_ORDER}

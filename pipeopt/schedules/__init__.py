@@ -25,6 +25,10 @@ from .dag import ScheduleGraph as ScheduleGraph
 from .dag import check_schedule as check_schedule
 from .dag import schedule_graph as schedule_graph
 from .execute import Execution as Execution
+from .free import FREE as FREE
+from .free import FREE_PLACEMENTS as FREE_PLACEMENTS
+from .free import as_free as as_free
+from .free import free_template as free_template
 from .execute import chunk_plan as chunk_plan
 from .execute import execute as execute
 from .execute import run_schedule as run_schedule

@@ -18,6 +18,9 @@ canonical                 also accepted (any case; ``-``, ``_``, spaces ignored)
                           ``zero-bubble``
 ``ZBVZeroBubble``         ``ScheduleZBVZeroBubble``, ``zbv``, ``zb-v``                      schedule problem
 ``DualPipeV``             ``ScheduleDualPipeV``, ``dualpipev``, ``dualpipe-v``              schedule problem
+``free``                  ``free-order``, ``optimal-order``                               schedule problem
+                                                                                          (its order chosen,
+                                                                                          :mod:`.free`)
 ``async``                 ``pipedream-async``, ``async-pipedream``                         simulator
 ``split``                 ``split-execution``, ``duan-wu``                                  simulator
 ========================  =============================================================  ======================
@@ -52,6 +55,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "InterleavedZeroBubble": ("ScheduleInterleavedZeroBubble", "zb", "zb1p", "zero-bubble"),
     "ZBVZeroBubble": ("ScheduleZBVZeroBubble", "zbv", "zb-v"),
     "DualPipeV": ("ScheduleDualPipeV", "dualpipev", "dualpipe-v"),
+    "free": ("free-order", "optimal-order"),
     "async": ("pipedream-async", "async-pipedream"),  # not "pipedream": PipeDream-Flush is 1F1B
     "split": ("split-execution", "duan-wu"),
 }

@@ -33,7 +33,9 @@ from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance
 from ...plan import Plan
 from ...result import Result
-from ...schedules import Execution, Schedule, chunk_plan, make_schedule, run_schedule, schedule_name
+from ...schedules import (FREE, TORCH_SCHEDULES, Execution, Schedule, chunk_plan, free_template, make_schedule,
+                          run_schedule, schedule_name)
+from ...schedules.free import placement_kind
 from ...schedules.w_gaps import rank_gaps
 from ..partition.model import stage_window
 
@@ -88,6 +90,10 @@ class ScheduleProblem:
         (:mod:`pipeopt.schedules.w_gaps`); the split and the W placement are chosen together
         (:mod:`.w_placement`), a deferred W keeping its microbatch's activations until it runs
         (the schedule's memory rule, :mod:`pipeopt.schedules.actions`).
+    placement
+        Only with ``schedule="free"`` (the free order, :mod:`pipeopt.schedules.free`: the
+        split and every rank's order of F, I, W chosen together, :mod:`.free_order`):
+        ``"looped"`` (default; with v = 1 one stage per rank) or ``"v"`` (v = 2).
 
     Raises
     ------
@@ -108,6 +114,7 @@ class ScheduleProblem:
     microbatches: int | None = None
     stages_per_rank: int | None = None
     w_placement: str = "schedule"
+    placement: str | None = None
 
     def __post_init__(self) -> None:
         inst = self.instance
@@ -121,16 +128,25 @@ class ScheduleProblem:
                 if given is not None and given != own:
                     raise InvalidProblemError(f"{what}={given!r} differs from the schedule {sched.name}'s {own}")
         else:
-            name = schedule_name(sched)  # the one vocabulary; unknown names refused, choices listed
+            name = schedule_name(sched, among=(*TORCH_SCHEDULES, FREE))  # the one vocabulary; choices listed
             p = len(inst.cluster.devices) if self.stages is None else self.stages
             m = inst.settings.microbatches if self.microbatches is None else self.microbatches
-            sched = make_schedule(name, p, m, self.stages_per_rank)  # m, p and the size checked first
+            if name == FREE:  # the order is chosen; its shape (p, v, m, placement) is fixed
+                sched = free_template(p, m, self.stages_per_rank, self.placement or "looped")
+            else:  # m, p and the size checked first
+                sched = make_schedule(name, p, m, self.stages_per_rank)
+        if self.placement is not None and sched.name != FREE:
+            raise InvalidProblemError(
+                f"placement={self.placement!r} is for the free order (schedule='free'); {sched.name} has its own"
+            )
         object.__setattr__(self, "schedule", sched)
         object.__setattr__(self, "stages", sched.ranks)
         object.__setattr__(self, "microbatches", sched.microbatches)
         object.__setattr__(self, "stages_per_rank", sched.stages_per_rank)
         if self.w_placement not in W_PLACEMENTS:
             raise InvalidProblemError(f"unknown W placement {self.w_placement!r}; choose from {list(W_PLACEMENTS)}")
+        if self.w_placement == "free" and sched.name == FREE:
+            raise InvalidProblemError("w_placement='free' is part of the free order (schedule='free' places every action)")
         if self.w_placement == "free":
             rank_gaps(sched)  # raises if the schedule has no W to place
         devices = inst.cluster.devices
@@ -155,8 +171,15 @@ class ScheduleProblem:
         return self.schedule.ranks
 
     @property
+    def is_free(self) -> bool:
+        """True for the free-order problem (``schedule="free"``: the order is a decision)."""
+        return self.schedule.name == FREE
+
+    @property
     def result_space(self) -> str:
         """The search space of this problem's results (:func:`schedule_space`)."""
+        if self.is_free:
+            return schedule_space(FREE, placement=placement_kind(self.schedule))
         return schedule_space(self.schedule.name, self.w_placement)
 
     # ---- data ------------------------------------------------------------------------
@@ -293,12 +316,16 @@ def uniform_starts(n: int, S: int) -> list[int]:
     return [int(x) for x in np.cumsum(sizes)[:-1]]
 
 
-def schedule_space(schedule: str, w_placement: str = "schedule") -> str:
+def schedule_space(schedule: str, w_placement: str = "schedule", placement: str | None = None) -> str:
     """The search space of a schedule problem's results: ``"schedule:<name>"`` (the splits of
-    the chunks of that schedule run in its order) or ``"schedule:<name>+free-w"`` (with every
-    W placed freely, :mod:`.w_placement`). Each is compared only with itself
-    (:func:`pipeopt.problems.spaces.contains`): a gap is taken against a bound of the same
-    schedule, p, v and m, never another's."""
+    the chunks of that schedule run in its order), ``"schedule:<name>+free-w"`` (with every
+    W placed freely, :mod:`.w_placement`), or for the free order ``"schedule:free"`` (looped
+    placement) / ``"schedule:free-v"`` (V placement): every split and every order of that
+    shape, which holds the fixed orders of the same placement
+    (:func:`pipeopt.problems.spaces.contains`). A gap is taken against a bound of the same
+    p, v and m, never another's."""
+    if schedule == FREE:
+        return "schedule:free" + ("-v" if placement == "v" else "")
     return f"schedule:{schedule}" + ("+free-w" if w_placement == "free" else "")
 
 

@@ -1,0 +1,470 @@
+"""The free-order schedule problem, exactly: the split and every rank's order of F, I, W together.
+
+``ScheduleProblem(inst, "free", stages=p, microbatches=m[, stages_per_rank=v, placement=...])``
+(:mod:`pipeopt.schedules.free`) fixes only the shape - p ranks, v stages per rank, the
+placement, m microbatches - and asks for the split of the layer chain into the ``S = p v``
+chunks *and* the order of the actions on every rank that end the iteration soonest, under the
+executor's rules (:mod:`pipeopt.schedules.dag`, :mod:`pipeopt.schedules.execute`):
+
+* one action at a time per rank; F(s, j) after the activations of F(s - 1, j); I(s, j) after
+  F(s, j) and the input gradient of I(s + 1, j); W(s, j) after I(s, j);
+* data between two ranks travels on the link: with ``settings.overlap`` each direction
+  between two ranks is one channel carrying its transfers one at a time **in the order the
+  sending rank produces them** (full duplex); without overlap the sending action carries its
+  transfer (:func:`pipeopt.cost.rules.carried`);
+* memory: a microbatch's activations stay on its stage from the start of its F to the end of
+  its W; with the chunks' parameters (``parameter_copies`` each) a rank's peak stays within its
+  device's memory (:func:`pipeopt.cost.rules.stage_memory`, :func:`~pipeopt.cost.rules.memory_limit`).
+
+The model (CP-SAT, :func:`solve_free_order`, method ``cpsat``)
+---------------------------------------------------------------
+Times in integer *ticks* of ``unit`` seconds (``unit`` = the warm start's iteration time /
+:data:`TICKS`), bytes in ticks of ``capacity /`` :data:`MEMORY_TICKS`.
+
+* **Split**: integer boundaries ``b_0 = 0 < b_1 < ... < b_S = n`` (``b_t`` in chunk t's start
+  window); for each prefix array X of :attr:`ScheduleProblem.prefixes` two element
+  constraints give ``floor(X[b_t] / unit)`` and ``ceil(X[b_t] / unit)``, and chunk s of kind k
+  lasts ``d_k,s = max(0, floor(X_k[b_s+1]) - ceil(X_k[b_s]))`` ticks - never more than its true
+  duration, so **rounding relaxes the model**: every true schedule is a schedule of the model,
+  and the model's proven bound (times ``unit``) is a valid lower bound. Without overlap F and I
+  also carry their transfers (floored the same way).
+* **Actions**: one interval per action (its chunk's duration), ``NoOverlap`` per rank
+  (CP-SAT's disjunctive propagation and energy reasoning).
+* **Transfers** (with overlap, across ranks): one interval per transfer after its producer and
+  before its consumer; per channel the transfers keep the producer's order: within one
+  (boundary, direction) the microbatch order (below), between two of them one order literal
+  per pair that orders both the producers (on their rank) and the transfers.
+* **Symmetry breaking**: on each stage the microbatches run each kind in their index order
+  (``F(s, j)`` ends before ``F(s, j + 1)`` starts, the same for I and W). Microbatches are
+  identical, so relabelling them in the order a stage starts them changes no time and no
+  memory count; the brute force over every order on small instances
+  (``tests/problems/schedule/test_free_order.py``) finds nothing better.
+* **Memory** (finite capacity): per rank a ``Cumulative`` over the intervals F(s, j).start ..
+  W(s, j).end with demand ``floor(act_s)`` ticks, capacity ``ceil(limit) - copies *
+  floor(param)`` of the rank's chunks: a relaxation too. A plan the executor then finds over
+  memory is not kept.
+* **Bounds**: ``Z >= `` each stage's last W; per rank ``Z >=`` the forwards before its first
+  stage plus its whole work (redundant, tightens the LP).
+* **Warm start** (hint and incumbent): torch's orders of the same placement
+  (:func:`pipeopt.schedules.free.as_free` of each) and, with one chunk per rank, the
+  zero-bubble greedy (:mod:`.zb_greedy`), each on the splits of the ``uniform`` and
+  ``best_1f1b`` baselines and of the partition DP; the best by the executor.
+
+Every plan the solver returns is re-scored by the executor (:meth:`ScheduleProblem.execute`
+with the order read from the start times); the result says ``optimal`` only if CP-SAT proved
+its model optimal and the executor's time is within :data:`~pipeopt.cost.tolerance.SOLVER_CLAIM`
+of the bound (the rounding costs at most a tick per operation on the longest path: about
+``4 (S + m) / TICKS`` relative). At the time limit it says ``time_limit`` with the bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ...backends.cpsat import solve_cpsat
+from ...backends.deadline import Deadline, DeadlineReached
+from ...cost import rules
+from ...cost.tolerance import SOLVER_CLAIM
+from ...errors import InfeasibleError, InvalidProblemError, PipeoptError
+from ...lazy import lazy_module
+from ...schedules import Action, Schedule, as_free, make_schedule
+from ...schedules.free import FREE, placement_kind
+from .problem import ScheduleProblem, uniform_starts
+
+cp_model = lazy_module("ortools.sat.python.cp_model")
+
+__all__ = ["MEMORY_TICKS", "TICKS", "FreeOrderModel", "order_from_times", "solve_free_order", "warm_starts"]
+
+TICKS = 2**30
+"""Ticks in the warm start's iteration time: the time resolution of the CP-SAT model."""
+
+MEMORY_TICKS = 2**20
+"""Ticks in a device's memory capacity: the memory resolution of the CP-SAT model."""
+
+HINT_SHARE = 0.2
+"""Most of the time limit the warm start may take (the rest is the solver's)."""
+
+_KIND_RANK = {"F": 0, "I": 1, "W": 2}
+
+
+def looped_torch_orders(placement: str, v: int) -> tuple:
+    """torch's schedules that run this placement (:data:`pipeopt.problems.spaces.FREE_ORDER_SPACES`)."""
+    if placement == "v":
+        return ("ZBVZeroBubble", "DualPipeV")
+    if v == 1:
+        return ("GPipe", "1F1B", "InterleavedZeroBubble")
+    return ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble")
+
+
+def warm_starts(problem: ScheduleProblem, deadline: Deadline | None = None) -> list:
+    """Candidate (order, starts) pairs for a free-order problem (module docstring: torch's
+    orders of the placement, the zero-bubble greedy, on the baselines' splits), each scored by
+    the executor; returns ``[(time, name, order, starts)]`` best first, only those that fit."""
+    from .baselines import best_1f1b
+
+    deadline = Deadline(None) if deadline is None else deadline
+    sched = problem.schedule
+    p, m, v = sched.ranks, sched.microbatches, sched.stages_per_rank
+    kind = placement_kind(sched) or "looped"
+    orders = [(FREE, sched)]
+    for name in looped_torch_orders(kind, v):
+        try:
+            orders.append((name, as_free(make_schedule(name, p, m, v if name not in ("GPipe", "1F1B") else None))))
+        except PipeoptError:
+            continue
+    splits = [uniform_starts(problem.n, problem.S)]
+    try:
+        res = best_1f1b(problem, time_limit=deadline)
+        splits.append(res.info["starts"])
+    except (PipeoptError, DeadlineReached):
+        pass
+    out = []
+    for starts in {tuple(s) for s in splits}:
+        cands = list(orders)
+        if v == 1:
+            from .zb_greedy import zb_greedy_schedule
+
+            try:
+                cands.append(("ZB-greedy", as_free(zb_greedy_schedule(problem, list(starts)))))
+            except PipeoptError:
+                pass
+        for name, order in cands:
+            ex = problem.execute(list(starts), order)
+            if ex.feasible:
+                out.append((ex.time, name, order, list(starts)))
+        if deadline.expired():
+            break
+    out.sort(key=lambda c: c[0])
+    return out
+
+
+class FreeOrderModel:
+    """The CP-SAT model of the free-order problem (module docstring).
+
+    Parameters
+    ----------
+    problem
+        A free-order :class:`ScheduleProblem` (``schedule="free"``).
+    unit
+        Seconds per time tick (> 0).
+
+    Attributes
+    ----------
+    model
+        The ``cp_model.CpModel``.
+    b
+        ``list`` of S + 1 boundary variables (``b[0] = 0``, ``b[S] = n``).
+    start
+        ``dict[(kind, stage, microbatch) | ("X"|"Y", boundary, microbatch), IntVar]``.
+    Z
+        The iteration time variable (ticks).
+    """
+
+    def __init__(self, problem: ScheduleProblem, unit: float, upper: float | None = None):
+        if not problem.is_free:
+            raise InvalidProblemError(f"the free-order model needs schedule='free', not {problem.schedule.name}")
+        self.problem, self.unit = problem, float(unit)
+        P, S, n = problem.prefixes, problem.S, problem.n
+        sched = problem.schedule
+        self.cross = [sched.placement[c] != sched.placement[c + 1] for c in range(S - 1)]
+        self.overlap = problem.instance.settings.overlap
+        m = problem.microbatches
+        M = self.model = cp_model.CpModel()
+        total = m * (sum(float(P[k][-1]) for k in ("F", "I", "W")) + 2 * float(np.sum(P["send"])))
+        if upper is not None and math.isfinite(upper):
+            total = min(total, upper)  # a known plan's time: the optimum (and its rounded model) is below
+        self.horizon = H = int(math.ceil(total / unit)) + 1
+        # split
+        self.b = [M.new_constant(0)]
+        for t in range(1, S):
+            w = problem.space.window(t)
+            self.b.append(M.new_int_var(w.start, w.stop - 1, f"b{t}"))
+        self.b.append(M.new_constant(n))
+        for t in range(S):
+            M.add(self.b[t] + 1 <= self.b[t + 1])
+        self.floor = floor = {k: [int(math.floor(x / unit)) for x in P[k]] for k in ("F", "I", "W", "send")}
+        self.ceil = ceil = {k: [int(math.ceil(x / unit)) for x in P[k]] for k in ("F", "I", "W")}
+
+        def at(arr, t, name):
+            if t in (0, S):
+                return M.new_constant(arr[0 if t == 0 else n])
+            var = M.new_int_var(min(arr), max(arr), name)
+            M.add_element(self.b[t], arr, var)
+            return var
+
+        self.d = {}
+        for k in ("F", "I", "W"):
+            hi = [at(floor[k], t, f"{k}floor{t}") for t in range(S + 1)]
+            lo = [at(ceil[k], t, f"{k}ceil{t}") for t in range(S + 1)]
+            for s in range(S):
+                dv = M.new_int_var(0, H, f"d{k}{s}")
+                M.add_max_equality(dv, [hi[s + 1] - lo[s], 0])
+                self.d[(k, s)] = dv
+        send = [at(floor["send"], c + 1, f"send{c}") if self.cross[c] else None for c in range(S - 1)]
+        self.send = send
+        self.dur = {}  # (kind, stage) -> duration expression of the action (with its carried send)
+        for s in range(S):
+            f, i = self.d[("F", s)], self.d[("I", s)]
+            if not self.overlap:
+                if s < S - 1 and self.cross[s]:
+                    f = f + send[s]
+                if s > 0 and self.cross[s - 1]:
+                    i = i + send[s - 1]
+            for k, e in (("F", f), ("I", i)):
+                if e is not self.d[(k, s)]:  # an interval's size must be one variable
+                    var = M.new_int_var(0, H, f"dur{k}{s}")
+                    M.add(var == e)
+                    e = var
+                self.dur[(k, s)] = e
+            self.dur[("W", s)] = self.d[("W", s)]
+        # actions
+        self.start, self.ends, self.interval = {}, {}, {}
+        per_rank = {r: [] for r in range(sched.ranks)}
+        for s in range(S):
+            r = sched.placement[s]
+            for k in ("F", "I", "W"):
+                for j in range(m):
+                    a = (k, s, j)
+                    st = M.new_int_var(0, H, f"t{k}{s}_{j}")
+                    en = M.new_int_var(0, H, f"e{k}{s}_{j}")
+                    self.start[a], self.ends[a] = st, en
+                    iv = M.new_interval_var(st, self.dur[(k, s)], en, f"iv{k}{s}_{j}")
+                    self.interval[a] = iv
+                    per_rank[r].append(iv)
+        for ivs in per_rank.values():
+            M.add_no_overlap(ivs)
+
+        def end(a):
+            return self.ends[a]
+
+        self.end = end
+        # symmetry: microbatches in index order per stage and kind
+        for s in range(S):
+            for k in ("F", "I", "W"):
+                for j in range(m - 1):
+                    M.add(end((k, s, j)) <= self.start[(k, s, j + 1)])
+        # data dependencies (and transfers)
+        channels: dict = {}  # (from rank, to rank) -> [(group, producer fn, transfer key)]
+        for j in range(m):
+            for s in range(S):
+                M.add(self.start[("W", s, j)] >= end(("I", s, j)))
+                M.add(self.start[("I", s, j)] >= end(("F", s, j)))
+            for c in range(S - 1):
+                fwd = [("F", c, j), ("F", c + 1, j), "X", sched.placement[c], sched.placement[c + 1]]
+                bwd = [("I", c + 1, j), ("I", c, j), "Y", sched.placement[c + 1], sched.placement[c]]
+                for prod, cons, tk, src, dst in (fwd, bwd):
+                    if self.cross[c] and self.overlap:
+                        key = (tk, c, j)
+                        st = M.new_int_var(0, H, f"t{tk}{c}_{j}")
+                        en = M.new_int_var(0, H, f"e{tk}{c}_{j}")
+                        self.start[key], self.ends[key] = st, en
+                        self.interval[key] = M.new_interval_var(st, send[c], en, f"iv{tk}{c}_{j}")
+                        M.add(st >= end(prod))
+                        M.add(self.start[cons] >= en)
+                        channels.setdefault((src, dst), {}).setdefault((tk, c), []).append((key, prod))
+                    else:
+                        M.add(self.start[cons] >= end(prod))
+        for groups in channels.values():
+            keys = list(groups)
+            M.add_no_overlap([self.interval[key] for g in keys for key, _ in groups[g]])
+            for g in keys:  # within a group: microbatch order, as their producers
+                seq = groups[g]
+                for (k1, _), (k2, _) in zip(seq, seq[1:]):
+                    M.add(self.ends[k1] <= self.start[k2])
+            for x in range(len(keys)):  # between groups: the producers' order is the transfers'
+                for y in range(x + 1, len(keys)):
+                    for k1, p1 in groups[keys[x]]:
+                        for k2, p2 in groups[keys[y]]:
+                            lit = M.new_bool_var(f"o_{k1}_{k2}")
+                            M.add(end(p1) <= self.start[p2]).only_enforce_if(lit)
+                            M.add(self.ends[k1] <= self.start[k2]).only_enforce_if(lit)
+                            M.add(end(p2) <= self.start[p1]).only_enforce_if(~lit)
+                            M.add(self.ends[k2] <= self.start[k1]).only_enforce_if(~lit)
+        # memory
+        cap = problem.capacity
+        if math.isfinite(cap):
+            mu = cap / MEMORY_TICKS
+            act_f = [int(math.floor(x / mu)) for x in P["act"]]
+            act_c = [int(math.ceil(x / mu)) for x in P["act"]]
+            par_f = [int(math.floor(x / mu)) for x in P["param"]]
+            par_c = [int(math.ceil(x / mu)) for x in P["param"]]
+            limit = int(math.ceil(rules.memory_limit(cap) / mu))
+            ah = [at(act_f, t, f"actf{t}") for t in range(S + 1)]
+            al = [at(act_c, t, f"actc{t}") for t in range(S + 1)]
+            ph = [at(par_f, t, f"parf{t}") for t in range(S + 1)]
+            pl = [at(par_c, t, f"parc{t}") for t in range(S + 1)]
+            for r in range(sched.ranks):
+                mine = sched.stages_on(r)
+                ivs, demands = [], []
+                params = []
+                for s in mine:
+                    act = M.new_int_var(0, max(act_f), f"act{s}")
+                    M.add_max_equality(act, [ah[s + 1] - al[s], 0])
+                    prm = M.new_int_var(0, max(par_f), f"par{s}")
+                    M.add_max_equality(prm, [ph[s + 1] - pl[s], 0])
+                    params.append(prm)
+                    for j in range(m):
+                        hold = M.new_int_var(0, H, f"hold{s}_{j}")
+                        M.add(hold == end(("W", s, j)) - self.start[("F", s, j)])
+                        ivs.append(M.new_interval_var(self.start[("F", s, j)], hold, end(("W", s, j)), f"mem{s}_{j}"))
+                        demands.append(act)
+                room = M.new_int_var(0, limit, f"room{r}")  # the bytes left for activations
+                M.add(room == limit - sched.parameter_copies * sum(params))
+                M.add_cumulative(ivs, demands, room)
+        # objective and bounds
+        self.Z = Z = M.new_int_var(0, H, "iteration")
+        for s in range(S):
+            M.add(Z >= end(("W", s, m - 1)))
+        for r in range(sched.ranks):
+            mine = sched.stages_on(r)
+            head = sum(self.dur[("F", s)] for s in range(min(mine)))
+            work = sum(m * (self.dur[("F", s)] + self.dur[("I", s)] + self.dur[("W", s)]) for s in mine)
+            M.add(Z >= head + work)
+        M.minimize(Z)
+
+    def hint(self, order: Schedule, starts) -> dict:
+        """Hint values (ticks) of every variable for the split ``starts`` run in ``order``: the
+        executor's start times, floored (a schedule of the relaxed model)."""
+        ex = self.problem.execute(list(starts), order)
+        u = self.unit
+        out = {}
+        bs = [0, *starts, self.problem.n]
+        for t in range(1, self.problem.S):
+            out[self.b[t]] = int(bs[t])
+        for q, op in enumerate(ex.ops):
+            key = tuple(op)
+            if key in self.start:
+                out[self.start[key]] = int(math.floor(float(ex.start[q]) / u))
+        ticks = {}
+        for s in range(self.problem.S):
+            for k in ("F", "I", "W"):
+                ticks[(k, s)] = max(0, self.floor[k][bs[s + 1]] - self.ceil[k][bs[s]])
+            if not self.overlap:
+                if s < self.problem.S - 1 and self.cross[s]:
+                    ticks[("F", s)] += self.floor["send"][bs[s + 1]]
+                if s > 0 and self.cross[s - 1]:
+                    ticks[("I", s)] += self.floor["send"][bs[s]]
+        m = self.problem.microbatches
+        out[self.Z] = max(out[self.start[("W", s, m - 1)]] + ticks[("W", s)] for s in range(self.problem.S))
+        return out
+
+    def read(self, outcome) -> tuple[list, Schedule]:
+        """``(starts, order)`` of a solution: the boundaries and each rank's actions sorted by
+        start (:func:`order_from_times`)."""
+        starts = [int(outcome.value(self.b[t])) for t in range(1, self.problem.S)]
+        times = {a: (int(outcome.value(v)), int(outcome.value(self.ends[a]))) for a, v in self.start.items()
+                 if a[0] in _KIND_RANK}
+        return starts, order_from_times(self.problem.schedule, times)
+
+
+def order_from_times(template: Schedule, times: dict, name: str = FREE) -> Schedule:
+    """The order of each rank: its actions sorted by start time, ties broken so that every
+    dependency between two actions of one rank holds (a zero-length action first; F by stage
+    up, I by stage down, then W).
+
+    Parameters
+    ----------
+    template
+        A schedule of the shape (p, v, m, placement).
+    times
+        ``dict[(kind, stage, microbatch), (start, end)]`` of every F, I, W action.
+    """
+    rows = []
+    for r in range(template.ranks):
+        mine = [a for a in times if template.placement[a[1]] == r]
+        mine.sort(key=lambda a: (times[a][0], times[a][1], _KIND_RANK[a[0]],
+                                 a[1] if a[0] == "F" else -a[1], a[2]))
+        rows.append(tuple((Action(*a),) for a in mine))
+    return Schedule(name, template.ranks, template.stages_per_rank, template.microbatches, template.placement,
+                    tuple(rows), template.parameter_copies, template.source)
+
+
+def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = "cbc",
+                     seed: int = 0, threads: int = 2, log: bool = False, **_) -> "Result":  # noqa: F821
+    """Solve the free-order problem exactly with CP-SAT (module docstring).
+
+    Parameters
+    ----------
+    problem
+        A :class:`ScheduleProblem` with ``schedule="free"``.
+    time_limit
+        Seconds (or a :class:`Deadline`, or ``None``: no limit) for the whole call.
+    solver
+        Ignored name of the MILP solver (the model is CP-SAT's); accepted for the common
+        method signature.
+    seed, threads
+        CP-SAT's random seed and search workers.
+
+    Returns
+    -------
+    Result
+        Status ``optimal`` (proven), ``time_limit`` (with the bound) or ``infeasible``
+        (proven: no split and order fits the memory). The plan carries its order
+        (``plan.schedule``), ``info["order"]`` too; ``info["warm_start"]`` names the best
+        starting order and its time.
+
+    Raises
+    ------
+    InvalidProblemError
+        If the problem is not a free-order one.
+    InfeasibleError
+        If CP-SAT proves that nothing fits (and no candidate fits).
+    """
+    started = time.perf_counter()
+    deadline = Deadline.of(time_limit)
+    if not problem.is_free:
+        raise InvalidProblemError(
+            f"method 'cpsat' solves the free order (schedule='free'); {problem.schedule.name} has a fixed order:"
+            " use 'milp'")
+    info: dict = {"model": "CP-SAT: boundaries by element constraints, intervals with no-overlap per rank and"
+                           " channel, cumulative memory; times in ticks (relaxed by rounding)"}
+    share = deadline.sub(fraction=HINT_SHARE) if deadline.bounded else deadline
+    cands = warm_starts(problem, share)
+    best = cands[0] if cands else None  # (time, name, order, starts)
+    if best is not None:
+        info["warm_start"] = {"order": best[1], "time": best[0]}
+    ref = best[0] if best is not None else problem.memory_free_bound() * 4
+    if not (ref > 0 and math.isfinite(ref)):
+        ref = 1.0
+    unit = ref / TICKS
+    info["time_unit"] = unit
+    fm = FreeOrderModel(problem, unit, best[0] if best is not None else None)
+    hint = fm.hint(best[2], best[3]) if best is not None else None
+    out = solve_cpsat(fm.model, deadline=deadline, threads=threads, seed=seed, hint=hint, log=log)
+    info.update(out.info())
+    bound = out.bound * unit if out.bound is not None else None
+    incumbent = best
+    if out.has_solution:
+        starts, order = fm.read(out)
+        ex = problem.execute(starts, order)
+        info["model_time"] = out.objective * unit
+        if ex.feasible and (incumbent is None or ex.time < incumbent[0]):
+            incumbent = (ex.time, "cpsat", order, starts)
+    if out.status == "infeasible":
+        if incumbent is not None:
+            info["note"] = "CP-SAT said infeasible although a plan that fits is known"
+            status = "feasible"
+        else:
+            raise InfeasibleError(f"{problem.instance.name}: no split and order of the free schedule fits the memory"
+                                  " (proven by CP-SAT)")
+    elif incumbent is None:
+        status = "time_limit"
+    elif out.proven and bound is not None and incumbent[0] <= bound * (1 + SOLVER_CLAIM) + 1e-300:
+        status = "optimal"
+    elif out.proven:
+        info["note"] = ("CP-SAT proved its rounded model optimal; the executor's time is above the bound by more"
+                        " than the claim tolerance")
+        status = "feasible"
+    else:
+        status = "time_limit"
+    lb = bound if bound is not None else None
+    if incumbent is None:
+        return problem.result("cpsat", None, status, lower_bound=lb, started=started, info=info)
+    info["source_order"] = incumbent[1]
+    if lb is not None:
+        lb = min(lb, incumbent[0])
+    return problem.result("cpsat", incumbent[3], status, lower_bound=lb, started=started, info=info,
+                          order=incumbent[2])
