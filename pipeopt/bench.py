@@ -180,6 +180,7 @@ def run(
     microbatches: int | None = None,
     stages_per_rank: int | None = None,
     w_placement: str | None = None,
+    placement: str | None = None,
 ) -> pd.DataFrame:
     """Run ``methods`` of ``problem`` on every instance and size; return tidy rows.
 
@@ -234,7 +235,7 @@ def run(
     resume
         Keep the rows already in ``out`` (a CSV) and run only the tasks that have none; the
         sweep must be the one that wrote them (same instances, sizes and methods).
-    schedule, microbatches, stages_per_rank, w_placement
+    schedule, microbatches, stages_per_rank, w_placement, placement
         The schedule problem's options (``problem="schedule"``; refused for another problem):
         ``schedule`` a name in any spelling of :func:`pipeopt.schedules.schedule_name`, a list
         of them, or ``"auto"`` (every torch schedule; default ``"1F1B"``), each schedule its
@@ -242,7 +243,9 @@ def run(
         bound), ``stages`` being the ranks p; ``microbatches`` m (default: each instance's
         ``settings.microbatches``); ``stages_per_rank`` v (with ``"auto"``, for the schedules
         that take any v); ``w_placement`` ``"schedule"`` or ``"free"`` (with ``"auto"``, free
-        applies to the zero-bubble schedules). ``time_limit`` is per solve, as for every
+        applies to the zero-bubble schedules); ``placement`` ``"looped"`` or ``"v"`` for the free
+        order (``schedule="free"``: its rows' space holds the fixed orders of that placement, so
+        their gaps are to the free-order bound). ``time_limit`` is per solve, as for every
         problem (one schedule's exact solve is one row; ``pipeopt solve --schedule auto``
         shares one deadline among the schedules instead). The ``simulated`` column holds the
         simulator's iteration time for GPipe and 1F1B on one stage per rank (the schedules it
@@ -283,7 +286,7 @@ def run(
     stages = _counts(stages, "stages")
     workers = _counts(workers, "workers")
     _check_arguments(problem, methods, time_limit, solver, seed)
-    schedule_options = _schedule_options(schedule, microbatches, stages_per_rank, w_placement)
+    schedule_options = _schedule_options(schedule, microbatches, stages_per_rank, w_placement, placement)
     runner = sweep.executor(jobs=jobs, dask=dask)
     threads = _threads(threads, runner.parallel)
     out = _check_out(out, resume)
@@ -307,13 +310,13 @@ def run(
     return df
 
 
-def _schedule_options(schedule, microbatches, stages_per_rank, w_placement) -> dict:
+def _schedule_options(schedule, microbatches, stages_per_rank, w_placement, placement=None) -> dict:
     """The schedule problem's options as given (``None`` left out), checked before any work:
     ``{"schedule": ..., "schedules": [canonical names] | None (auto), ...}``."""
     from .problems.schedule.choose import schedule_name_or_auto
 
     given = {"schedule": schedule, "microbatches": microbatches, "stages_per_rank": stages_per_rank,
-             "w_placement": w_placement}
+             "w_placement": w_placement, "placement": placement}
     out = {k: v for k, v in given.items() if v is not None}
     if schedule is not None:
         names = [schedule] if isinstance(schedule, str) else list(schedule)
@@ -341,6 +344,11 @@ def _schedule_sizes(size: dict, options: dict) -> list[tuple[dict, str]]:
             opts["microbatches"] = options["microbatches"]
         if "stages_per_rank" in options and not (auto and name in STAGES_PER_RANK):
             opts["stages_per_rank"] = options["stages_per_rank"]
+        if name == "free":  # the free order: its placement, no W option (it places every action)
+            if options.get("placement") is not None:
+                opts["placement"] = options["placement"]
+            out.append((opts, schedule_space(name, placement=options.get("placement"))))
+            continue
         wp = options.get("w_placement", "schedule")
         if auto and name not in SPLITS_BACKWARD:
             wp = "schedule"

@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "auto: every one), each its own rows")
     b.add_argument("--microbatches", type=MICROBATCHES, help="m with --schedule (default: each instance's)")
     b.add_argument("--stages-per-rank", type=COUNT, help="v with --schedule for the interleaved schedules (default 2)")
+    b.add_argument("--placement", choices=["looped", "v"],
+                   help="with --schedule free: the stages' placement on ranks (default looped; v: 2 per rank in a V)")
     b.add_argument("--w-placement", choices=["schedule", "free"],
                    help="with --schedule: the schedule's W places (default) or free W placement (zero-bubble schedules)")
     b.add_argument("--resume", action="store_true",
@@ -147,9 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "schedule (GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, "
                         "DualPipeV; any case, class names, or gpipe/1f1b/interleaved/looped/zb/zbv/dualpipev) on "
                         "--stages ranks, exactly; auto: every schedule under one --time-limit, a table of their "
-                        "optima and the least iteration time")
+                        "optima and the least iteration time; free: the split and every rank's order of F, I, W "
+                        "chosen together (CP-SAT), the order saved with --save-plan")
     s.add_argument("--microbatches", type=MICROBATCHES, help="m with --schedule (default: the instance's)")
     s.add_argument("--stages-per-rank", type=COUNT, help="v with --schedule for the interleaved schedules (default 2)")
+    s.add_argument("--placement", choices=["looped", "v"],
+                   help="with --schedule free (every rank's order of F, I, W chosen with the split): the stages' "
+                        "placement on ranks (default looped, one stage per rank unless --stages-per-rank; v: 2 per "
+                        "rank in a V)")
     s.add_argument("--w-placement", choices=["schedule", "free"], default="schedule",
                    help="with a zero-bubble --schedule: keep the schedule's W (weight-gradient) places, or place each W "
                         "anywhere after its I, exactly with the split (free; refused for a schedule without W)")
@@ -184,16 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--out", default="instances")
     z.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 
-    x = sub.add_parser("export", help="a plan in a pipeline runtime's format (torch, torchtitan, megatron, deepspeed)")
+    x = sub.add_parser("export", help="a plan in a pipeline runtime's format (torch, torch-csv, torchtitan, megatron, "
+                                      "deepspeed)")
     x.add_argument("plan", help="a plan JSON (solve --save-plan) or a solve --json result")
-    x.add_argument("--to", required=True, choices=["torch", "torchtitan", "megatron", "deepspeed"])
+    x.add_argument("--to", required=True, choices=["torch", "torch-csv", "torchtitan", "megatron", "deepspeed"],
+                   help="torch-csv: the plan's action order as the CSV torch's _PipelineScheduleRuntime loads")
     x.add_argument("--instance", help="the instance the plan was made for (its graph gives the execution order)")
     x.add_argument("--model", help="the PyTorch model (as for profile), to read its container's class (torchtitan)")
     x.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE", help="as for profile")
     x.add_argument("--schedule", help="the torch schedule the plan's chunks run (default 1F1B; torch's names any case, "
                                       "or gpipe/1f1b/interleaved/looped/zb/zbv/dualpipev): torchtitan's "
-                                      "pipeline_parallel_schedule")
-    x.add_argument("--out", help="write the JSON here (default: print it)")
+                                      "pipeline_parallel_schedule; torch-csv: the order to write for a plan that "
+                                      "carries none")
+    x.add_argument("--microbatches", type=MICROBATCHES, help="m of the order built from --schedule (torch-csv; "
+                                                             "default pipeopt.units.DEFAULT_MICROBATCHES = 8)")
+    x.add_argument("--out", help="write the JSON here, and the CSV (torch-csv, or torchtitan with an order) and "
+                                 "TOML (torchtitan) beside it with suffixes .csv and .toml (default: print the JSON)")
     x.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 
     r = sub.add_parser("run", help="run a plan on torch.distributed.pipelining (one CPU process per stage) and time it")
@@ -203,7 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument of the model factory, as given to profile (repeatable)")
     r.add_argument("--instance", help="its profiled instance: execution order and the prediction to compare with")
-    r.add_argument("--schedule", default="1F1B", help="torch's Schedule1F1B (default) or ScheduleGPipe (any case)")
+    r.add_argument("--schedule", help="torch's Schedule1F1B (default) or ScheduleGPipe (any case), for a plan "
+                                      "without an action order")
+    r.add_argument("--order", metavar="FILE.csv",
+                   help="run this action order (torch's compute-only CSV, e.g. from export --to torch-csv, edited or "
+                        "not; checked before anything runs) on _PipelineScheduleRuntime, one process per rank; a plan "
+                        "that carries its order (solve --schedule free --save-plan) runs it without this")
     r.add_argument("--microbatches", type=MICROBATCHES,
                    help="M (default: the --instance's, else pipeopt.units.DEFAULT_MICROBATCHES = 8)")
     r.add_argument("--iterations", type=_integer("iterations", 1, 10**6), default=5)
@@ -312,6 +330,7 @@ def cmd_bench(args) -> int:
         microbatches=args.microbatches,
         stages_per_rank=args.stages_per_rank,
         w_placement=args.w_placement,
+        placement=args.placement,
     )
     if df.empty:
         raise InvalidProblemError("no rows: every instance or size was skipped (see the messages above)")
@@ -339,6 +358,10 @@ def _solve_schedule(args, inst) -> int:
         raise InvalidProblemError(f"--schedule poses the schedule problem; drop --problem {args.problem}")
     which = schedule_name_or_auto(args.schedule or "1F1B")
     options = {"stages_per_rank": args.stages_per_rank, "w_placement": args.w_placement}
+    if args.placement is not None:
+        if which != "free":
+            raise InvalidProblemError(f"--placement is for --schedule free; {which} has its own placement")
+        options["placement"] = args.placement
     if which == "auto":
         results = solve_schedules(inst, args.stages, args.microbatches, None, time_limit=args.time_limit,
                                   solver=args.solver, seed=args.seed, method=args.method or "milp", **options)
@@ -371,7 +394,9 @@ def _solve_schedule(args, inst) -> int:
     how = "proven least" if proven else "least found (not proven: see the bounds)"
     print(f"\nbest: {best.info['schedule']}, iteration {best.objective * 1e3:.4f} ms ({how})")
     print(best.evaluation.summary())
-    if best.info.get("w_placement") == "free":
+    if best.info.get("schedule") == "free":
+        print("action order (chosen with the split):\n" + "\n".join(str(best.evaluation.schedule).splitlines()[1:]))
+    elif best.info.get("w_placement") == "free":
         print("action order (W's placed with the split):\n" + "\n".join(str(best.evaluation.schedule).splitlines()[1:]))
     print("\n".join(best.evaluation.chunk_lines(best.plan)))
     return 0
@@ -580,11 +605,16 @@ def cmd_export(args) -> int:
         from .torch.models import load
 
         module = load(args.model, **_factory_kwargs(args.model_arg))[0]
-    out = export(plan, args.to, graph=inst.graph if inst is not None else None, module=module, schedule=args.schedule)
+    csv_path = str(Path(args.out).with_suffix(".csv").resolve()) if args.out else None
+    out = export(plan, args.to, graph=inst.graph if inst is not None else None, module=module, schedule=args.schedule,
+                 microbatches=args.microbatches, csv_path=csv_path)
     text = json.dumps(out, indent=1)
     if args.out:
-        _write(args.out, lambda path: path.write_text(text + "\n"))
-        print(f"wrote {args.out}")
+        from .export import write
+
+        written = []
+        _write(args.out, lambda path: written.extend(write(out, path)))
+        print("wrote " + ", ".join(map(str, written)))
     else:
         print(text)
     return 0
@@ -597,7 +627,7 @@ def cmd_run(args) -> int:
     plan, inst = _read_plan_and_instance(args)
     report = run_plan(plan, args.model, model_kwargs=_factory_kwargs(args.model_arg), instance=inst,
                       schedule=args.schedule, microbatches=args.microbatches, iterations=args.iterations,
-                      warmup=args.warmup)
+                      warmup=args.warmup, order=args.order)
     print(json.dumps(_jsonable(report.to_dict())) if args.json else report.summary())
     return 0
 

@@ -459,3 +459,115 @@ def placement_optimum(inst) -> tuple[float, Plan | None]:
 
     walk(0, 0)
     return best
+
+
+# ---- the free-order schedule problem ----------------------------------------------------------
+
+def free_order_optimum(instance, placement: tuple, microbatches: int, copies: int = 1):
+    """The least iteration time over every split of the layer order into ``len(placement)``
+    chunks (chunk s on rank ``placement[s]``, rank r on the r-th device) and **every** order
+    of every rank's F, I, W actions (no symmetry assumed): a depth-first search that appends
+    one ready action to its rank at a time, each set of per-rank prefixes visited once, pruned
+    by ``max over ranks (free time + work left)`` against the best found.
+
+    The rules, written here from the definition (docs/schedules.md): one action at a time per
+    rank; F(s, j) after F(s - 1, j)'s activations; I(s, j) after F(s, j) and I(s + 1, j)'s
+    gradient; W(s, j) after I(s, j); across ranks with overlap a transfer after its producer on
+    a channel (sender, receiver) free in the order the sender produces, else the producer carries
+    it; memory: count of F's minus W's per chunk times its activations plus ``copies`` times its
+    parameters, within the device's memory (:func:`pipeopt.cost.rules.fits`). Durations and bytes
+    of a split: :func:`pipeopt.cost.passes.pass_times` of its chunk plan.
+
+    Returns ``(value, bounds, orders)``: ``orders`` per rank a list of ``(kind, stage,
+    microbatch)``; ``(inf, None, None)`` if nothing fits. Exponential: p = 2, m <= 3, n <= 6.
+    """
+    from pipeopt.cost.passes import pass_times
+
+    S, m = len(placement), microbatches
+    p = max(placement) + 1
+    us = units(instance)
+    devices = [d.name for d in instance.cluster.devices]
+    overlap = instance.settings.overlap
+    cross = [placement[c] != placement[c + 1] for c in range(S - 1)]
+    best = [math.inf, None, None]
+    for bounds in splits(len(us), S):
+        plan = Plan(tuple(Stage(layers, (devices[placement[s]],))
+                          for s, layers in enumerate(stage_layers(us, bounds))))
+        pt = pass_times(instance, plan)
+        dur = {}
+        for s in range(S):
+            f, i = float(pt.forward[s]), float(pt.input_grad[s])
+            if not overlap:
+                f += float(pt.send_forward[s]) if s < S - 1 and cross[s] else 0.0
+                i += float(pt.send_backward[s - 1]) if s > 0 and cross[s - 1] else 0.0
+            dur["F", s], dur["I", s], dur["W", s] = f, i, float(pt.weight_grad[s])
+        act = [float(a) for a in pt.act_bytes]
+        static = [copies * sum(float(pt.param_bytes[s]) for s in range(S) if placement[s] == r) for r in range(p)]
+        caps = [float(pt.memory_capacity[placement.index(r)]) for r in range(p)]
+        if not all(_fits(static[r], caps[r]) for r in range(p)):
+            continue
+        actions = [(k, s, j) for s in range(S) for k in "FIW" for j in range(m)]
+        work = [sum(dur[k, s] for k, s, _ in actions if placement[s] == r) for r in range(p)]
+        seen: set = set()
+
+        def ready(a, end):
+            k, s, j = a
+            if k == "F":
+                return s == 0 or ("F", s - 1, j) in end
+            if k == "I":
+                return ("F", s, j) in end and (s == S - 1 or ("I", s + 1, j) in end)
+            return ("I", s, j) in end
+
+        def arrival(a, end, sent):
+            k, s, j = a
+            if k == "F":
+                deps = [sent.get(("X", s - 1, j), end.get(("F", s - 1, j), 0.0))] if s > 0 else []
+            elif k == "I":
+                deps = [end[("F", s, j)]]
+                if s < S - 1:
+                    deps.append(sent.get(("Y", s, j), end[("I", s + 1, j)]))
+            else:
+                deps = [end[("I", s, j)]]
+            return max(deps, default=0.0)
+
+        def dfs(seqs, free, left, end, sent, chan, count):
+            if max(f + w for f, w in zip(free, left)) >= best[0] * (1 - 1e-12):
+                return
+            if len(end) == len(actions):
+                best[:] = [max(end.values()), list(bounds), [list(q) for q in seqs]]
+                return
+            for a in actions:
+                if a in end or not ready(a, end):
+                    continue
+                k, s, j = a
+                r = placement[s]
+                cnt = list(count)
+                if k == "F":
+                    cnt[s] += 1
+                    mem = static[r] + sum(cnt[t] * act[t] for t in range(S) if placement[t] == r)
+                    if not _fits(mem, caps[r]):
+                        continue
+                elif k == "W":
+                    cnt[s] -= 1
+                key = tuple(tuple(q) + ((a,) if placement[s] == q_r else ()) for q_r, q in enumerate(seqs))
+                if key in seen:
+                    continue
+                seen.add(key)
+                t0 = max(free[r], arrival(a, end, sent))
+                e = t0 + dur[k, s]
+                end2, sent2, chan2 = dict(end), dict(sent), dict(chan)
+                end2[a] = e
+                if overlap and k == "F" and s < S - 1 and cross[s]:
+                    c = (r, placement[s + 1])
+                    sent2[("X", s, j)] = chan2[c] = max(e, chan.get(c, 0.0)) + float(pt.send_forward[s])
+                if overlap and k == "I" and s > 0 and cross[s - 1]:
+                    c = (r, placement[s - 1])
+                    sent2[("Y", s - 1, j)] = chan2[c] = max(e, chan.get(c, 0.0)) + float(pt.send_backward[s - 1])
+                free2, left2 = list(free), list(left)
+                free2[r], left2[r] = e, left[r] - dur[k, s]
+                seqs[r].append(a)
+                dfs(seqs, free2, left2, end2, sent2, chan2, cnt)
+                seqs[r].pop()
+
+        dfs([[] for _ in range(p)], [0.0] * p, work, {}, {}, {}, [0] * S)
+    return tuple(best)

@@ -43,7 +43,7 @@ def test_every_spelling_gives_the_canonical_name(text, name):
 
 def test_the_table_is_torch_s_names_and_every_alias_is_unique():
     assert set(TORCH_SCHEDULES) == set(GENERATORS)
-    assert set(ALIASES) == set(TORCH_SCHEDULES) | set(SIMULATED)
+    assert set(ALIASES) == set(TORCH_SCHEDULES) | set(SIMULATED) | {"free"}
     owner: dict = {}
     for name, aliases in ALIASES.items():  # no spelling names two schedules
         for a in (name, *aliases):

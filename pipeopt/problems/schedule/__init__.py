@@ -9,22 +9,31 @@ whose evaluation is the chunk plan's :class:`pipeopt.schedules.Execution` (the s
 executor, the single evaluation) and whose space is ``"schedule:<name>"``
 (``"schedule:<name>+free-w"`` with ``w_placement="free"``):
 
+* ``auto`` -- the default: ``cpsat`` for the free order, ``milp`` for a fixed one (:mod:`.auto`);
+* ``cpsat`` -- exact, the free order (``schedule="free"``): the split and every rank's order of
+  F, I, W together (:mod:`.free_order`);
 * ``milp`` -- exact: the event-time MILP (:mod:`.milp`); with the problem option
   ``w_placement="free"`` the split and every W's place together (:mod:`.w_placement`);
 * ``exhaustive`` -- exact on small chains: every split scored by the executor (refuses more
   than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`);
 * ``uniform``, ``torchtitan``, ``best_1f1b`` -- the splits users get without a planner, run
-  under the schedule (:mod:`.baselines`; no bound, their gap is to the exact bound).
+  under the schedule (:mod:`.baselines`; no bound, their gap is to the exact bound);
+* ``zb_greedy`` -- the zero-bubble repository's greedy order on the uniform split (one chunk
+  per rank; :func:`.baselines.zb_greedy`, the best of its 8 flag variants as its code
+  chooses), its own order: space ``schedule:ZB-greedy``.
 
 Also: :mod:`.choose` (every schedule's optimum side by side under one deadline,
-``--schedule auto``) and the zero-bubble greedy (:func:`.baselines.zb_greedy`, its own order).
+``--schedule auto``).
 """
 
 from __future__ import annotations
 
 from ..method import Method
 from .baselines import best_1f1b, torchtitan_split, uniform
+from .baselines import zb_greedy as zb_greedy_baseline  # zb_greedy: the module
+from .auto import solve_auto as solve_auto
 from .exhaustive import exhaustive as exhaustive
+from .free_order import solve_free_order as solve_free_order
 from .milp import solve_milp as solve_milp
 from .problem import ScheduleProblem as ScheduleProblem
 from .problem import ScheduleResult as ScheduleResult
@@ -34,6 +43,10 @@ from .problem import uniform_starts as uniform_starts
 PROBLEM = ScheduleProblem
 
 METHODS = (
+    Method("schedule", "auto", solve_auto, True, "auto", True,
+           "the default exact method: cpsat for the free order, milp for a fixed order"),
+    Method("schedule", "cpsat", solve_free_order, True, "auto", False,
+           "free order: CP-SAT over the split and every rank's order of F, I, W (schedule='free' only)"),
     Method("schedule", "milp", solve_milp, True, "auto", True,
            "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W"),
     Method("schedule", "exhaustive", exhaustive, True, "auto", False,
@@ -44,7 +57,10 @@ METHODS = (
            "torchtitan v0.2.2 generate_llm_fqn_per_model_part for p v parts"),
     Method("schedule", "best_1f1b", best_1f1b, False, "auto", True,
            "the partition DP's 1F1B split into p v stages, run under the schedule"),
+    Method("schedule", "zb_greedy", zb_greedy_baseline, False, "auto", True,
+           "sail-sg/zero-bubble-pipeline-parallelism zb.py: its greedy order (best of its 8 flag variants) on the"
+           " uniform split, v = 1"),
 )
 
 __all__ = ["METHODS", "PROBLEM", "ScheduleProblem", "ScheduleResult", "best_1f1b", "exhaustive", "schedule_space",
-           "solve_milp", "torchtitan_split", "uniform", "uniform_starts"]
+           "solve_auto", "solve_free_order", "solve_milp", "torchtitan_split", "uniform", "uniform_starts"]

@@ -19,7 +19,9 @@ method's bound (:func:`pipeopt.problems.schedule.milp.solve_milp`).
   has chunks.
 * :func:`zb_greedy` -- the zero-bubble repository's greedy scheduler
   (:mod:`.zb_greedy`) on a fixed split (default: the uniform split into p chunks), its order
-  executed by pipeopt's executor; p ranks, one chunk each.
+  executed by pipeopt's executor; p ranks, one chunk each. By default the best of its 8 flag
+  variants by its own estimate, as its code chooses; any one variant with ``variant=``. Its
+  order is its own, not the problem's schedule: its result lies in ``schedule:ZB-greedy``.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from ..partition.frameworks import torch_parts, torchtitan_blocks
 from ..partition.problem import PartitionProblem
 from ...result import Result
 from .problem import ScheduleProblem, uniform_starts
+from .zb_greedy import FLAGS as ZB_FLAGS
 from .zb_greedy import SOURCE as ZB_SOURCE
-from .zb_greedy import zb_greedy_schedule
+from .zb_greedy import orders_schedule, zb_greedy_runs
 
 __all__ = ["BASELINES", "best_1f1b", "torchtitan_split", "uniform", "zb_greedy"]
 
@@ -124,15 +127,37 @@ def best_1f1b(problem: ScheduleProblem, time_limit: float = 60.0, **_) -> Result
                           info={"dp_status": str(res.status), "dp_period": res.objective})
 
 
-def zb_greedy(problem: ScheduleProblem, starts=None, median: bool = False, **_) -> Result:
+def zb_greedy(problem: ScheduleProblem, starts=None, median: bool = False, variant=None, **_) -> Result:
     """The zero-bubble greedy's order on a fixed split of p chunks (default: uniform),
     executed by pipeopt's executor. Needs a problem with v = 1 (its schedule is replaced by
-    the greedy's order).
+    the greedy's order; the result's space is ``schedule:ZB-greedy``).
+
+    Parameters
+    ----------
+    problem
+        :class:`ScheduleProblem` with one chunk per rank.
+    starts
+        The split (default :func:`uniform_starts`).
+    median
+        Feed the stages' median times, as the repository's runtime does.
+    variant
+        ``None`` (default): the best of its 8 flag variants by the greedy's own estimate, as its
+        ``initial_solution`` chooses; else one variant (a number 0..7 of
+        :data:`.zb_greedy.VARIANTS`, three bools, or a dict of its flags).
+
+    Returns
+    -------
+    Result
+        Objective the executor's iteration time of the chosen order; ``info``: ``source``,
+        ``variant`` (the chosen flags by name), ``variant_index``, and ``variants``: per variant
+        of :data:`.zb_greedy.VARIANTS` its flags, the greedy's estimate (seconds) and the
+        executor's time of its order (``None`` and the error where that variant fails).
 
     Raises
     ------
     InvalidProblemError
-        If the problem has more than one chunk per rank.
+        If the problem has more than one chunk per rank, on a bad ``variant``, or where the
+        greedy fails its own closing check (as its code stops).
     InfeasibleError
         If the greedy cannot fit the memory.
     """
@@ -140,10 +165,20 @@ def zb_greedy(problem: ScheduleProblem, starts=None, median: bool = False, **_) 
     if problem.stages_per_rank != 1:
         raise InvalidProblemError("the zero-bubble greedy orders one chunk per rank (v = 1)")
     starts = uniform_starts(problem.n, problem.S) if starts is None else problem.check_starts(starts)
-    schedule = zb_greedy_schedule(problem, starts, median=median)
+    schedule, runs, k = zb_greedy_runs(problem, starts, median=median, variant=variant)
+    rows = []
+    for run in runs:
+        row = dict(zip(ZB_FLAGS, run["flags"], strict=True))
+        if "error" in run:
+            row.update(estimate=None, time=None, error=run["error"])
+        else:
+            executed = ScheduleProblem(problem.instance, orders_schedule(run["orders"])).execute(starts)
+            row.update(estimate=float(run["estimate"]), time=float(executed.time))
+        rows.append(row)
     greedy = ScheduleProblem(problem.instance, schedule)
-    res = greedy.result("zb_greedy", starts, "feasible", started=started, info={"source": ZB_SOURCE})
-    return res
+    return greedy.result("zb_greedy", starts, "feasible", started=started,
+                         info={"source": ZB_SOURCE, "variant": dict(zip(ZB_FLAGS, runs[k]["flags"], strict=True)),
+                               "variant_index": k, "variants": rows, "median": bool(median)})
 
 
 BASELINES = {"uniform": uniform, "torchtitan": torchtitan_split, "best_1f1b": best_1f1b}

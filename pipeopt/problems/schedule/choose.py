@@ -20,7 +20,7 @@ import math
 from ...backends.deadline import Deadline
 from ...errors import InvalidProblemError, PipeoptError
 from ...result import Result
-from ...schedules import TORCH_SCHEDULES, schedule_name
+from ...schedules import FREE, TORCH_SCHEDULES, schedule_name
 from ...schedules.torch_orders import STAGES_PER_RANK
 from .problem import ScheduleProblem
 
@@ -105,7 +105,7 @@ def schedule_name_or_auto(text) -> str:
     (:func:`pipeopt.schedules.schedule_name`)."""
     if isinstance(text, str) and text.strip().lower() == "auto":
         return "auto"
-    return schedule_name(text)
+    return schedule_name(text, among=(*TORCH_SCHEDULES, FREE))
 
 
 def _fits(r) -> bool:

@@ -61,6 +61,9 @@ def exhaustive(problem: ScheduleProblem, *, chunk_order: bool = True, **_) -> Re
     InvalidProblemError
         If there are more than :data:`MAX_SPLITS` splits (times placements).
     """
+    if problem.is_free:
+        raise InvalidProblemError(f"method 'exhaustive' splits a fixed order; the free order (schedule='free') is"
+                                  " solved by 'cpsat' (or 'auto')")
     started = time.perf_counter()
     n, S = problem.n, problem.S
     count = comb(n - 1, S - 1)

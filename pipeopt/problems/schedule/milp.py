@@ -210,6 +210,9 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     InvalidProblemError
         Unknown solver, bad threads / seed / hint, bad time limit.
     """
+    if problem.is_free:
+        raise InvalidProblemError(f"method 'milp' splits a fixed order; the free order (schedule='free') is"
+                                  " solved by 'cpsat' (or 'auto')")
     started = time.perf_counter()
     deadline = Deadline.of(time_limit)
     if solver not in SOLVERS:

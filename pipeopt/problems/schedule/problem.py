@@ -20,6 +20,7 @@ is the cluster's r-th device.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -294,9 +295,12 @@ class ScheduleProblem:
                     chunks=self.S, w_placement=self.w_placement,
                     objective=f"iteration: {self.microbatches} microbatches under {run.name}"
                               f" ({self.ranks} ranks x {self.stages_per_rank} stages), by the schedule executor")
+        plan = self.plan(starts) if starts is not None else None
         if order is not None and order is not self.schedule:
             info["order"] = [[str(a) for a in order.actions(r)] for r in range(order.ranks)]
-        return Result(method, self.plan(starts) if starts is not None else None, ex, status, lower_bound,
+            if plan is not None:  # the plan carries the order it runs (export, run, simulate read it)
+                plan = dataclasses.replace(plan, schedule=order.to_dict())
+        return Result(method, plan, ex, status, lower_bound,
                       time.perf_counter() - started if started is not None else 0.0, self.result_space, info)
 
     def memory_free_bound(self) -> float:

@@ -34,10 +34,11 @@ def instance(memory=math.inf, devices=4, microbatches=4):
 def test_schedule_is_a_problem_of_the_registry():
     assert "schedule" in registry.PROBLEMS and registry.problem_class("schedule") is ScheduleProblem
     names = [m.name for m in registry.methods("schedule")]
-    assert names == [m.name for m in METHODS] and names[:2] == ["milp", "exhaustive"]
-    assert [m.exact for m in registry.methods("schedule")] == [True, True, False, False, False]
+    assert names == [m.name for m in METHODS] and names[:4] == ["auto", "cpsat", "milp", "exhaustive"]
+    assert [m.exact for m in registry.methods("schedule")][:5] == [True, True, True, True, False]
+    assert not any(m.exact for m in registry.methods("schedule")[4:])
     assert registry.options_of("schedule") == ("schedule", "stages", "microbatches", "stages_per_rank",
-                                               "w_placement")
+                                               "w_placement", "placement")
 
 
 def test_solve_poses_it_and_returns_a_result_scored_by_the_executor():

@@ -1,0 +1,40 @@
+"""``auto``: the schedule problem's default exact method - ``cpsat`` (:mod:`.free_order`) for
+the free order (``schedule="free"``), ``milp`` (:mod:`.milp`, with free W placement
+:mod:`.w_placement`) for a fixed order. ``result.method`` names the method that ran and
+``info["chosen"]`` says ``{"by": "auto", "method": ..., "rule": ...}``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...result import Result
+from .problem import ScheduleProblem
+
+__all__ = ["choose", "solve_auto"]
+
+
+def choose(problem: ScheduleProblem) -> tuple[str, str]:
+    """``(method name, why)`` of the exact method ``auto`` runs on ``problem``."""
+    if problem.is_free:
+        return "cpsat", "free order: the CP-SAT model chooses the split and every rank's order"
+    return "milp", f"fixed order ({problem.schedule.name}): the event-time MILP chooses the split"
+
+
+def solve_auto(problem: ScheduleProblem, **kw) -> Result:
+    """Solve ``problem`` exactly with the method :func:`choose` names (keyword arguments passed
+    on: ``time_limit``, ``solver``, ``seed``, ``threads``).
+
+    Raises
+    ------
+    InvalidProblemError, InfeasibleError
+        As the chosen method raises them.
+    """
+    name, why = choose(problem)
+    if name == "cpsat":
+        from .free_order import solve_free_order as run
+    else:
+        from .milp import solve_milp as run
+    res = run(problem, **kw)
+    info = dict(res.info)
+    info["chosen"] = {"by": "auto", "method": name, "rule": why}
+    return dataclasses.replace(res, info=info)
