@@ -1,5 +1,5 @@
 """Plans out to the pipeline runtimes: torch.distributed.pipelining, torchtitan, Megatron-LM,
-DeepSpeed.
+DeepSpeed; and action orders out to torch's ``_PipelineScheduleRuntime`` (a CSV).
 
 Pure Python: producing a format needs no torch (torch is needed only to run or round-trip it).
 One module per runtime, each documenting the framework version it targets and rejecting, with
@@ -10,10 +10,20 @@ express:
 ``to``     module                                       output
 ========== ============================================ ==================================
 torch      :mod:`pipeopt.export.torch_pipelining`       ``split_spec`` + per-stage FQNs
-torchtitan :mod:`pipeopt.export.torchtitan`             ``module_fqns_per_model_part``
+torch-csv  :mod:`pipeopt.export.torch_csv`              the per-rank action order (CSV) +
+                                                        the split
+torchtitan :mod:`pipeopt.export.torchtitan`             ``module_fqns_per_model_part`` (+
+                                                        ``pipeline_parallel_schedule_csv``)
 megatron   :mod:`pipeopt.export.megatron`               ``pipeline_model_parallel_layout``
 deepspeed  :mod:`pipeopt.export.deepspeed`              ``PipelineModule`` ``parts``
 ========== ============================================ ==================================
+
+A plan that carries its action order (``plan.schedule``: a free order, or any fixed one) goes
+out with it: ``torch-csv`` writes it, ``torchtitan`` writes it as the CSV its
+``pipeline_parallel_schedule_csv`` names; Megatron-LM and DeepSpeed run their own order and
+one stage per rank, so they refuse a plan with several stages (chunks) per rank and say in
+``notes`` that they run their own order on the split. :func:`write` saves an export: the JSON,
+and the CSV and TOML files beside it.
 
 >>> from pipeopt import Plan, Stage
 >>> plan = Plan((Stage(("tok_emb", "pos_emb", "layers.0")), Stage(("layers.1", "norm", "head"))))
@@ -27,13 +37,14 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..errors import InvalidProblemError
+from ..errors import InvalidProblemError, UnsupportedPlanError
 from ..plan import Plan
-from . import deepspeed, megatron, torch_pipelining, torchtitan
+from . import deepspeed, megatron, torch_csv, torch_pipelining, torchtitan
 from .layout import ModelLayout, StageSplit, split_stages
 
 FORMATS = {
     "torch": torch_pipelining,
+    "torch-csv": torch_csv,
     "torchtitan": torchtitan,
     "megatron": megatron,
     "deepspeed": deepspeed,
@@ -41,7 +52,8 @@ FORMATS = {
 """Export target -> module (each has ``RUNTIME``, ``TARGET`` and ``export(plan, layout)``)."""
 
 
-def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None, schedule: str | None = None) -> dict:
+def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None, schedule: str | None = None,
+           microbatches: int | None = None, csv_path: str | None = None) -> dict:
     """Export ``plan`` to a runtime's format.
 
     Parameters
@@ -61,7 +73,16 @@ def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None,
         :func:`pipeopt.schedules.schedule_name` (default ``"1F1B"``; a plan of the schedule
         problem names its own in ``info["schedule"]``): written into the output
         (``"schedule"``; torchtitan: ``pipeline_parallel_schedule`` and the degree = the
-        ranks, chunks on one rank listing the same devices).
+        ranks, chunks on one rank listing the same devices). A plan that carries its order
+        (``plan.schedule``) is exported with that order (naming another is refused); for
+        ``torch-csv`` a plan without one needs ``schedule`` (the order is built for its ranks,
+        :func:`pipeopt.export.torch_csv.order_for`).
+    microbatches
+        m of an order built from ``schedule`` (``torch-csv``; default
+        :data:`pipeopt.units.DEFAULT_MICROBATCHES`).
+    csv_path
+        Where the CSV will be written, for torchtitan's ``pipeline_parallel_schedule_csv``
+        (default ``schedule.csv``).
 
     Returns
     -------
@@ -74,16 +95,89 @@ def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None,
     InvalidProblemError
         If ``to`` is not a known format or ``schedule`` names no torch schedule.
     UnsupportedPlanError
-        If the runtime cannot express the plan (the message says why).
+        If the runtime cannot express the plan (the message says why), or ``torch-csv`` is
+        asked for a plan without an order and without ``schedule``.
+    InvalidPlanError
+        If the plan's order is broken (the first broken action named,
+        :func:`pipeopt.export.torch_csv.check_order`).
     """
     if to not in FORMATS:
         raise InvalidProblemError(f"unknown export format {to!r}; choose from {sorted(FORMATS)}")
     from ..schedules.names import schedule_name
 
-    name = schedule_name("1F1B" if schedule is None else schedule)
     layout = ModelLayout.of(plan, graph, module)
-    out = FORMATS[to].export(plan, layout, schedule=name) if to == "torchtitan" else FORMATS[to].export(plan, layout)
+    order = None
+    if plan.schedule is not None or to == "torch-csv":
+        order = torch_csv.order_for(plan, schedule, microbatches)
+    name = order.name if order is not None else schedule_name("1F1B" if schedule is None else schedule)
+    if to == "torch-csv":
+        out = torch_csv.export(plan, layout, order)
+    elif to == "torchtitan":
+        out = torchtitan.export(plan, layout, schedule=name, order=order, csv_path=csv_path)
+    elif to == "torch":
+        out = torch_pipelining.export(plan, layout)
+    else:
+        _one_stage_per_rank(plan, order, name, FORMATS[to].RUNTIME)
+        out = FORMATS[to].export(plan, layout)
+        if order is not None and name not in ("1F1B", "GPipe"):
+            out["notes"] = list(out["notes"]) + [
+                f"{FORMATS[to].RUNTIME} runs its own 1F1B order on this split, not the plan's {name} order "
+                "(export to torch-csv or torchtitan to run that order)"]
     return {**out, "schedule": name}
 
 
-__all__ = ["FORMATS", "ModelLayout", "StageSplit", "export", "split_stages"]
+def _one_stage_per_rank(plan: Plan, order, name: str, runtime: str) -> None:
+    """Refuse a plan with several stages (chunks) per rank for a runtime that runs one."""
+    from ..schedules.torch_orders import STAGES_PER_RANK
+
+    ranks = order.ranks if order is not None else torch_csv.plan_ranks(plan)
+    if ranks is None and STAGES_PER_RANK.get(name, 2) > 1:
+        ranks = plan.num_stages // 2
+    if ranks is not None and ranks < plan.num_stages:
+        why = {
+            megatron.RUNTIME: "Megatron-LM holds several stages on a rank only as virtual pipeline stages, placed in a "
+                              "loop and run in its own interleaved order; pipeopt's layout export writes one stage per "
+                              "rank (--pipeline-model-parallel-size = the stages)",
+            deepspeed.RUNTIME: "DeepSpeed's PipelineModule runs exactly one stage per rank (stage_owner) in its own "
+                               "1F1B order; it has no virtual stages",
+        }.get(runtime, f"{runtime} runs one stage per rank")
+        raise UnsupportedPlanError(
+            f"{why}. This plan puts {plan.num_stages} stages (chunks) on {ranks} ranks ({name}, "
+            f"{plan.num_stages // max(ranks, 1)} per rank): export it to torch-csv or torchtitan, which run it, or "
+            "solve with a one-stage-per-rank schedule"
+        )
+
+
+def write(out: dict, path) -> list:
+    """Save an export: the JSON at ``path``; when it holds a CSV (``torch-csv``, or
+    ``torchtitan`` with an order), the CSV at ``path`` with suffix ``.csv``; when it holds a
+    TOML (``torchtitan``), the TOML with suffix ``.toml``.
+
+    Returns
+    -------
+    list[pathlib.Path]
+        The files written, the JSON first.
+
+    Raises
+    ------
+    OSError
+        If a file cannot be written (the CLI turns it into a WriteError naming it).
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    written = [path]
+    if out.get("csv"):
+        csv_file = path.with_suffix(".csv")
+        csv_file.write_text(out["csv"])
+        written.append(csv_file)
+    if out.get("toml"):
+        toml_file = path.with_suffix(".toml")
+        toml_file.write_text(out["toml"])
+        written.append(toml_file)
+    return written
+
+
+__all__ = ["FORMATS", "ModelLayout", "StageSplit", "export", "split_stages", "write"]

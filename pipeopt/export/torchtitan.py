@@ -15,13 +15,27 @@ the others; every other top-level child becomes ``None`` (the model's ``forward`
   such a container is kept or dropped whole;
 * stages contiguous in execution order (model parts), one per rank for the single-stage
   schedules (1F1B, GPipe), ``S / p`` per rank for the multi-stage ones (``schedule=``: a plan
-  of the schedule problem, :mod:`pipeopt.problems.schedule`).
+  of the schedule problem, :mod:`pipeopt.problems.schedule`); ``pipeline_parallel_degree`` is
+  the number of **ranks** p, not of stages.
+
+**An action order** (a plan carrying ``plan.schedule``, e.g. a free order): torchtitan runs it
+from ``[parallelism] pipeline_parallel_schedule_csv``. ``build_pipeline_schedule`` then builds
+torch's ``_PipelineScheduleRuntime`` over the rank's stages and calls its ``_load_csv(path)``
+(the compute-only CSV of :mod:`pipeopt.export.torch_csv`), with ``n_microbatches =
+local_batch_size // pipeline_parallel_microbatch_size``, which must equal the order's m. Which
+stages a rank builds is not read from the CSV but from ``pipeline_parallel_schedule``:
+``pipeline_module_split`` places stage s on rank ``s mod p`` ("loop"), or - for
+``ZBVZeroBubble`` and ``DualPipeV`` - in a V with 2 stages per rank. So the export names a
+schedule of the order's placement (the order's own name if it is one of torch's, else
+``1F1B`` for one stage per rank, ``Interleaved1F1B`` for a looped placement,
+``ZBVZeroBubble`` for a V) and refuses any other placement.
 
 :func:`stage_modules` re-implements that keep/drop logic to read an export back.
 
 Target: torchtitan v0.2.2 (2026-02-20), ``torchtitan/distributed/pipeline_parallel.py``
 (``pipeline_module_split``, ``generate_llm_fqn_per_model_part``) and
-``torchtitan/config/job_config.py`` (``Parallelism.module_fqns_per_model_part``); the main
+``torchtitan/config/job_config.py`` (``Parallelism.module_fqns_per_model_part``,
+``pipeline_parallel_schedule_csv``), ``build_pipeline_schedule`` for the CSV; the main
 branch of 2026-08 (commit b5bcd76) keeps the same logic under the private names
 ``_pipeline_module_split`` / ``_split_module`` and renames the LM head ``output`` to
 ``lm_head``. github.com/pytorch/torchtitan (BSD-3-Clause).
@@ -39,7 +53,7 @@ SPLITTABLE = ("ModuleList", "ModuleDict")
 """Container classes whose entries ``pipeline_module_split`` keeps one by one."""
 
 
-def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B") -> dict:
+def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B", order=None, csv_path: str | None = None) -> dict:
     """The plan as torchtitan's ``module_fqns_per_model_part``.
 
     Parameters
@@ -54,12 +68,20 @@ def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B") -> dict:
         torch's (canonical) name of the schedule, ``pipeline_parallel_schedule``; its degree
         is the plan's ranks (stages listing the same devices share one; a plan without devices:
         one rank per stage), ``S / ranks`` model parts per rank.
+    order
+        The plan's action order (:class:`pipeopt.schedules.Schedule`, from ``plan.schedule``)
+        or ``None``: with an order the degree is its ranks, the schedule name follows its
+        placement (module docstring) and the output holds the CSV.
+    csv_path
+        The CSV's path written into the TOML (default ``schedule.csv``).
 
     Returns
     -------
     dict
         ``{"format": "torchtitan", "target": ..., "num_stages": S, "data_parallel": m,
-        "module_fqns_per_model_part": [[fqn, ...], ...], "toml": "...", "notes": [...]}``.
+        "module_fqns_per_model_part": [[fqn, ...], ...], "toml": "...", "notes": [...]}``;
+        with an order also ``"csv"`` (its text), ``"pipeline_parallel_schedule_csv"`` (the
+        path) and ``"pipeline_parallel_schedule"``.
 
     Raises
     ------
@@ -67,11 +89,20 @@ def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B") -> dict:
         A name below a ModuleList/ModuleDict entry or below a plain top-level module (a cut
         inside a module torchtitan cannot split), the entries of a non-splittable container
         (e.g. ``nn.Sequential``) in several stages, a schedule whose stages per rank differ
-        from the plan's, and the rules every runtime shares.
+        from the plan's, an order whose placement torchtitan cannot build, and the rules
+        every runtime shares.
     """
     split = split_stages(plan, layout, RUNTIME)
-    degree = _degree(plan, schedule)
     notes = split.notes()
+    if order is not None:
+        degree, schedule = order.ranks, _schedule_for_order(order)
+        if schedule != order.name:
+            notes.append(f"pipeline_parallel_schedule = {schedule!r} only places the stages "
+                         f"({'V' if schedule in V_SCHEDULES else 'looped'}); the order run is the CSV's ({order.name})")
+        notes.append(f"set local_batch_size / pipeline_parallel_microbatch_size = {order.microbatches}, the order's "
+                     "microbatches (torch's _load_csv checks that every stage runs each of them)")
+    else:
+        degree = _degree(plan, schedule)
     where = f"{RUNTIME} cannot express this plan"
     owner = {n: i for i, st in enumerate(split.stages) for n in st}
     entries: dict = {}
@@ -98,15 +129,52 @@ def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B") -> dict:
                 f"and keeps any other module whole"
             )
     parts_ = [list(s) for s in split.stages]
-    return {
+    out = {
         "format": "torchtitan",
         "target": TARGET,
         "num_stages": split.num_stages,
         "data_parallel": split.data_parallel,
+        "pipeline_parallel_degree": degree,
+        "pipeline_parallel_schedule": schedule,
         "module_fqns_per_model_part": parts_,
-        "toml": _toml(parts_, degree, schedule),
         "notes": notes + ["the model's forward must skip modules set to None (torchtitan's requirement)"],
     }
+    if order is not None:
+        from .torch_csv import to_csv
+
+        path = str(csv_path) if csv_path is not None else "schedule.csv"
+        out["csv"] = to_csv(order)
+        out["pipeline_parallel_schedule_csv"] = path
+        out["toml"] = _toml(parts_, degree, schedule, csv=path, microbatches=order.microbatches)
+    else:
+        out["toml"] = _toml(parts_, degree, schedule)
+    return out
+
+
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+"""The schedules for which ``pipeline_module_split`` places stages in a V (2 per rank)."""
+
+
+def _schedule_for_order(order) -> str:
+    """A torch schedule name under which ``pipeline_module_split`` builds ``order``'s placement
+    (module docstring); refused if there is none."""
+    from ..schedules.actions import looped_placement, v_placement
+    from ..schedules.names import TORCH_SCHEDULES
+    from ..schedules.torch_orders import STAGES_PER_RANK
+
+    p, v = order.ranks, order.stages_per_rank
+    own = order.name if order.name in TORCH_SCHEDULES and STAGES_PER_RANK.get(order.name, v) == v else None
+    if order.placement == looped_placement(p, v):
+        if own is not None and own not in V_SCHEDULES:
+            return own
+        return "1F1B" if v == 1 else "Interleaved1F1B"
+    if v == 2 and order.placement == v_placement(p, 2):
+        return own if own in V_SCHEDULES else "ZBVZeroBubble"
+    raise UnsupportedPlanError(
+        f"{RUNTIME} cannot build this order's placement {list(order.placement)} (rank of each stage): "
+        "pipeline_module_split puts stage s on rank s mod p, or in a V with 2 stages per rank "
+        "(ZBVZeroBubble, DualPipeV)"
+    )
 
 
 def _degree(plan: Plan, schedule: str) -> int:
@@ -116,24 +184,37 @@ def _degree(plan: Plan, schedule: str) -> int:
     from ..schedules.torch_orders import STAGES_PER_RANK
 
     S = plan.num_stages
-    ranks = len({tuple(st.devices) for st in plan.stages}) if all(st.devices for st in plan.stages) else S
-    v, rest = divmod(S, ranks)
     fixed = STAGES_PER_RANK.get(schedule)
-    if rest or (fixed is not None and v != fixed):
+    if all(st.devices for st in plan.stages):
+        ranks = len({tuple(st.devices) for st in plan.stages})
+    else:  # no devices: the schedule's stages per rank (2 for the multi-stage ones by default)
+        ranks = S // (fixed or 2) if S % (fixed or 2) == 0 else S
+    v, rest = divmod(S, ranks)
+    if rest or (fixed is not None and v != fixed) or (fixed is None and v < 2):
         raise UnsupportedPlanError(
-            f"{RUNTIME}: {schedule} runs {fixed or 'a whole number of'} stage(s) per rank; the plan has {S} stages"
-            f" on {ranks} ranks"
+            f"{RUNTIME}: {schedule} runs {fixed or 'two or more'} stage(s) per rank; the plan has {S} stages"
+            f" on {ranks} ranks (name the schedule its chunks run with --schedule, or export a plan that"
+            " carries its order)"
         )
     return ranks
 
 
-def _toml(parts: list, degree: int, schedule: str = "1F1B") -> str:
+def _toml(parts: list, degree: int, schedule: str = "1F1B", csv: str | None = None,
+          microbatches: int | None = None) -> str:
+    import json
+
     rows = ",\n".join("    [" + ", ".join(f'"{n}"' for n in p) + "]" for p in parts)
+    extra = ""
+    if csv is not None:
+        extra = (f"pipeline_parallel_schedule_csv = {json.dumps(csv)}\n"
+                 f"# the CSV's order runs {microbatches} microbatches: "
+                 f"local_batch_size / pipeline_parallel_microbatch_size must be {microbatches}\n")
     return (
         "[parallelism]\n"
         f"pipeline_parallel_degree = {degree}\n"
         f'pipeline_parallel_schedule = "{schedule}"\n'
-        f"module_fqns_per_model_part = [\n{rows},\n]\n"
+        + extra
+        + f"module_fqns_per_model_part = [\n{rows},\n]\n"
     )
 
 

@@ -14,6 +14,16 @@
    (``dist.barrier(); t0; schedule.step(...); dist.barrier(); t1``), so an iteration's time
    is the flush time of all stages. The barrier pair's own cost is timed alone and reported.
 
+**An action order** (a plan carrying ``plan.schedule`` - a free order of the schedule problem,
+or any fixed one - or a torch compute-only CSV given as ``order=``, perhaps edited by hand):
+the order is read and checked first (:mod:`pipeopt.export.torch_csv`: a broken or deadlocking
+order is refused naming its first broken action, before any process starts); then one process
+per **rank** builds every stage the order places on it (several chunks per rank where the plan
+has them) and torch's ``_PipelineScheduleRuntime`` over them, which loads the order with its
+own ``_load_csv`` (compute-only: the runtime adds the sends and receives) and runs it. The
+prediction is pipeopt's executor on the same order and split
+(:func:`pipeopt.schedules.run_schedule`).
+
 The loss is ``output.sum()`` (a backward from gradients of ones, as the profiler of
 :mod:`pipeopt.torch.probe` times the layers), so that the run and the profile time the same
 work; no optimizer step (the cost model does not count one).
@@ -24,7 +34,8 @@ objective ``iteration`` (1F1B with a flush) or ``gpipe`` and the same M.
 References
 ----------
 PyTorch 2.13 ``torch/distributed/pipelining``: ``pipeline``, ``build_stage``,
-``Schedule1F1B``, ``ScheduleGPipe`` (docs.pytorch.org/docs/2.13/distributed.pipelining.html).
+``Schedule1F1B``, ``ScheduleGPipe`` (docs.pytorch.org/docs/2.13/distributed.pipelining.html);
+``torch/distributed/pipelining/schedules.py``: ``_PipelineScheduleRuntime._load_csv``.
 """
 
 from __future__ import annotations
@@ -124,6 +135,8 @@ class RunReport:
     predicted: float | None = None
     wall: float = 0.0
     info: dict = field(default_factory=dict)
+    ranks: int | None = None
+    """Processes (pipeline ranks); ``None``: one per stage."""
 
     @property
     def iteration(self) -> float:
@@ -150,16 +163,16 @@ class RunReport:
     def summary(self) -> str:
         """A few lines for the terminal."""
         lines = [
-            f"{self.schedule}, M = {self.microbatches}, {len(self.stages)} stages on {len(self.stages)} CPU "
+            f"{self.schedule}, M = {self.microbatches}, {len(self.stages)} stages on {self.ranks or len(self.stages)} CPU "
             f"processes (gloo, 1 thread each), {self.iterations} timed iterations after {self.warmup} warm-up",
             f"  measured  {self.iteration * 1e3:9.3f} ms per iteration (median; min {min(self.times) * 1e3:.3f}, "
             f"max {max(self.times) * 1e3:.3f}), {self.per_microbatch * 1e3:.3f} ms per microbatch; "
             f"barrier pair {self.barrier * 1e3:.3f} ms",
         ]
         if self.predicted is not None:
-            lines.append(f"  predicted {self.predicted * 1e3:9.3f} ms per iteration (pipeopt.evaluate, objective "
-                         f"{OBJECTIVE[self.schedule]}), {self.predicted / self.microbatches * 1e3:.3f} ms per "
-                         f"microbatch; error {self.error:+.1%}")
+            how = self.info.get("predictor") or f"pipeopt.evaluate, objective {OBJECTIVE.get(self.schedule)}"
+            lines.append(f"  predicted {self.predicted * 1e3:9.3f} ms per iteration ({how}), "
+                         f"{self.predicted / self.microbatches * 1e3:.3f} ms per microbatch; error {self.error:+.1%}")
         for i, st in enumerate(self.stages):
             lines.append(f"  stage {i} built: {_span(st)}")
         lines.append("  stage membership = plan" if self.membership_matches
@@ -183,6 +196,7 @@ class RunReport:
             "planned": self.planned,
             "membership_matches": self.membership_matches,
             "wall": self.wall,
+            "ranks": self.ranks or len(self.stages),
             "info": self.info,
         }
 
@@ -231,13 +245,15 @@ def run_plan(
     *,
     model_kwargs: dict | None = None,
     instance=None,
-    schedule: str = "1f1b",
+    schedule: str | None = None,
     microbatches: int | None = None,
     iterations: int = 5,
     warmup: int = 2,
     timeout: float = DEFAULT_TIMEOUT,
+    order=None,
 ) -> RunReport:
-    """Run ``plan`` on ``torch.distributed.pipelining`` with one CPU process per stage.
+    """Run ``plan`` on ``torch.distributed.pipelining`` with one CPU process per stage, or - for
+    an action order - one per rank (module docstring).
 
     Parameters
     ----------
@@ -254,8 +270,14 @@ def run_plan(
         The profiled instance of the model, or ``None``: gives the execution order for the
         export and, if given, the prediction (:func:`prediction`).
     schedule
-        ``"1f1b"`` (``Schedule1F1B``) or ``"gpipe"`` (``ScheduleGPipe``), any spelling of
-        :func:`pipeopt.schedules.schedule_name`.
+        ``"1f1b"`` (``Schedule1F1B``, the default) or ``"gpipe"`` (``ScheduleGPipe``), any
+        spelling of :func:`pipeopt.schedules.schedule_name`; refused beside an order.
+    order
+        ``None``, a :class:`pipeopt.schedules.Schedule`, or the path of a torch compute-only
+        CSV (:func:`pipeopt.export.torch_csv.read_csv`): the action order to run, instead of
+        ``plan.schedule``. With an order (or ``plan.schedule``) the run is torch's
+        ``_PipelineScheduleRuntime`` over that order, M is the order's microbatches, and the
+        prediction is :func:`pipeopt.schedules.run_schedule`.
     microbatches
         M, microbatches per iteration (the batch is M copies of the example microbatch);
         default the instance's ``settings.microbatches``, else
@@ -272,7 +294,13 @@ def run_plan(
     Raises
     ------
     InvalidProblemError
-        Unknown schedule or model, counts out of range.
+        Unknown schedule or model, counts out of range, a schedule named beside an order.
+    InvalidPlanError
+        A broken order (the first broken action named: a missing action, a backward before
+        its forward, a cycle of waits between ranks), or one of another number of stages or
+        microbatches than the plan's; checked before any process starts.
+    ReadError
+        An order CSV that cannot be read or holds a cell that is not an action.
     UnsupportedPlanError
         If torch.distributed.pipelining cannot express the plan (:mod:`pipeopt.export`), or it
         replicates stages (the run has no data-parallel dimension).
@@ -283,7 +311,12 @@ def run_plan(
     from ..errors import UnsupportedPlanError
     from .models import load
 
-    schedule = _schedule(schedule)
+    if order is not None or plan.schedule is not None:
+        if schedule is not None:
+            raise InvalidProblemError(f"the plan runs its own action order; drop the schedule {schedule!r}")
+        return _run_order(plan, model, order, model_kwargs=model_kwargs, instance=instance,
+                          microbatches=microbatches, iterations=iterations, warmup=warmup, timeout=timeout)
+    schedule = _schedule("1f1b" if schedule is None else schedule)
     if microbatches is None:
         from ..units import DEFAULT_MICROBATCHES
 
@@ -330,6 +363,110 @@ def run_plan(
         wall=wall,
         info={"trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results]},
+    )
+
+
+def _resolve_order(plan: Plan, order, microbatches):
+    """The order to run: ``order`` (a Schedule or a CSV path) or the plan's own, checked
+    against the plan (:func:`pipeopt.export.torch_csv.check_order`)."""
+    from ..errors import InvalidPlanError
+    from ..export.torch_csv import check_order, order_for, read_csv
+    from ..schedules.actions import Schedule
+
+    if order is None:
+        out = order_for(plan, microbatches=microbatches)
+    else:
+        if isinstance(order, Schedule):
+            check_order(order, label=order.name)
+            out = order
+        else:
+            out = read_csv(order, name=os.path.basename(str(order)), microbatches=microbatches)
+        if out.stages != plan.num_stages:
+            raise InvalidPlanError(f"the order {out.name} runs {out.stages} stages on {out.ranks} ranks; the plan has "
+                                   f"{plan.num_stages} stages")
+    if microbatches is not None and microbatches != out.microbatches:
+        raise InvalidPlanError(f"the order {out.name} runs {out.microbatches} microbatches, not {microbatches}")
+    return out
+
+
+def order_prediction(instance, plan: Plan, order) -> float:
+    """pipeopt's predicted seconds per iteration of ``plan`` run in ``order``: the executor
+    (:func:`pipeopt.schedules.run_schedule`). A plan without devices is placed as the run
+    places it: the stages of rank r on the cluster's r-th device."""
+    from ..plan import Stage
+    from ..schedules import run_schedule
+
+    if any(not st.devices for st in plan.stages):
+        names = [d.name for d in instance.cluster.devices]
+        plan = Plan(tuple(Stage(st.layers, devices=(names[order.placement[s] % len(names)],))
+                          for s, st in enumerate(plan.stages)), plan.schedule)
+    return run_schedule(instance, order, plan).time
+
+
+def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches, iterations, warmup,
+               timeout) -> RunReport:
+    """:func:`run_plan` for an action order: checked, then one process per rank running torch's
+    ``_PipelineScheduleRuntime`` over the order's CSV."""
+    from ..errors import UnsupportedPlanError
+    from ..export.torch_csv import to_csv
+    from .models import load
+
+    order = _resolve_order(plan, order, microbatches)
+    iterations = _count(iterations, "iterations", 1)
+    warmup = _count(warmup, "warmup", 0)
+    if isinstance(model, str):
+        load(model, **dict(model_kwargs or {}))
+    exported = export(plan, "torch", graph=instance.graph if instance is not None else None)
+    if exported["data_parallel"] > 1:
+        raise UnsupportedPlanError(
+            f"pipeopt run has no data-parallel dimension: the plan replicates every stage "
+            f"{exported['data_parallel']} times"
+        )
+    names = [n for st in exported["stages"] for n in st]
+    predicted = order_prediction(instance, plan, order) if instance is not None else None
+    fd, csv_path = tempfile.mkstemp(prefix="pipeopt-order-", suffix=".csv")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(to_csv(order))
+    job = {
+        "model": model,
+        "model_kwargs": dict(model_kwargs or {}),
+        "exported": exported,
+        "names": names,
+        "schedule": order.name,
+        "microbatches": order.microbatches,
+        "iterations": iterations,
+        "warmup": warmup,
+        "timeout": timeout,
+        "csv": csv_path,
+        "stages_on": [list(order.stages_on(r)) for r in range(order.ranks)],
+    }
+    started = time.perf_counter()
+    try:
+        results = _spawn(order.ranks, job, timeout)
+    finally:
+        os.unlink(csv_path)
+    wall = time.perf_counter() - started
+    times = [max(r["times"][k] for r in results) for k in range(iterations)]
+    built: dict = {}
+    for r in results:
+        built.update(zip(r["stage_ids"], r["stages"]))
+    return RunReport(
+        schedule=order.name,
+        microbatches=order.microbatches,
+        iterations=iterations,
+        warmup=warmup,
+        stages=[built[s] for s in range(order.stages)],
+        planned=[list(s) for s in exported["stages"]],
+        times=times,
+        barrier=statistics.median(max(r["barrier"][k] for r in results) for k in range(len(results[0]["barrier"]))),
+        predicted=predicted,
+        wall=wall,
+        ranks=order.ranks,
+        info={"trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
+              "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
+              "order": order.to_dict(), "placement": list(order.placement),
+              "runtime": "torch.distributed.pipelining._PipelineScheduleRuntime (_load_csv, compute_only)",
+              "predictor": "pipeopt.schedules.run_schedule, the executor, on the same order"},
     )
 
 
@@ -394,12 +531,73 @@ def _worker(rank: int, world: int, store: str, job: dict, results) -> None:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=job["timeout"]))
         try:
-            results.put(_stage_run(rank, world, job))
+            results.put(_order_run(rank, world, job) if "csv" in job else _stage_run(rank, world, job))
         finally:
             dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
         tb = traceback.format_exc(limit=6).strip().splitlines()
         results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"[:500] + " | " + " / ".join(tb[-3:])})
+
+
+def _order_run(rank: int, world: int, job: dict) -> dict:
+    """One rank of an order run: its stages, torch's ``_PipelineScheduleRuntime`` loading the
+    order's CSV, the timed iterations (as :func:`_stage_run`)."""
+    from torch.distributed.pipelining import build_stage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    module, example = _factory(job)
+    example = tuple(example)
+    m = job["microbatches"]
+    t0 = time.perf_counter()
+    pipe = build_pipe(module, example, job["exported"])
+    trace_s = time.perf_counter() - t0
+    mine = job["stages_on"][rank]
+    mods = [pipe.get_stage_module(s) for s in mine]
+    stages = [build_stage(mod, s, pipe.info(), torch.device("cpu")) for s, mod in zip(mine, mods, strict=True)]
+    sched = _PipelineScheduleRuntime(stages, m, loss_fn=_sum_loss)
+    sched._load_csv(job["csv"])
+    batch = tuple(torch.cat([x] * m) if isinstance(x, torch.Tensor) else x for x in example)
+    target = torch.zeros(m * (example[0].shape[0] if isinstance(example[0], torch.Tensor) else 1))
+    first, last = 0 in mine, pipe.num_stages - 1 in mine
+
+    def step() -> None:
+        args = batch if first else ()
+        if last:
+            sched.step(*args, target=target)
+        else:
+            sched.step(*args)
+
+    def zero() -> None:
+        for mod in mods:
+            mod.zero_grad(set_to_none=True)
+
+    times, barrier = _timed(step, zero, job)
+    return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s, "stage_ids": mine,
+            "stages": [stage_membership(mod, job["names"]) for mod in mods]}
+
+
+def _timed(step, zero, job: dict) -> tuple[list, list]:
+    """``warmup`` untimed steps, ``iterations`` timed ones between barriers, the barrier pair
+    alone (module docstring)."""
+    import torch.distributed as dist
+
+    for _ in range(job["warmup"]):
+        step()
+        zero()
+    times, barrier = [], []
+    for _ in range(job["iterations"]):
+        dist.barrier()
+        a = time.perf_counter()
+        step()
+        dist.barrier()
+        times.append(time.perf_counter() - a)
+        zero()
+    for _ in range(max(3, job["iterations"])):
+        dist.barrier()
+        a = time.perf_counter()
+        dist.barrier()
+        barrier.append(time.perf_counter() - a)
+    return times, barrier
 
 
 def _stage_run(rank: int, world: int, job: dict) -> dict:
@@ -456,4 +654,5 @@ def _sum_loss(output, target):
     return output.sum()
 
 
-__all__ = ["RunReport", "SCHEDULES", "build_pipe", "pipe_stages", "prediction", "run_plan", "stage_membership"]
+__all__ = ["RunReport", "SCHEDULES", "build_pipe", "order_prediction", "pipe_stages", "prediction", "run_plan",
+           "stage_membership"]
