@@ -43,9 +43,10 @@ carries the bytes :class:`~pipeopt.cost.Evaluation` reports per direction
 
 Schedules
 ---------
-The op order of every replica is :func:`pipeopt.cost.schedule.lane_orders`, the one
-definition the cost model's longest paths read too. Every op starts as soon as the op before
-it in its lane has ended and its data is there (the activation from the previous stage, the
+The op order of every replica is :func:`pipeopt.cost.schedule.lane_orders`, microbatches
+dealt round robin over a stage's replicas (:func:`pipeopt.cost.schedule.replica_lanes`): the
+one definition the cost model's longest paths read too. Every op starts as soon as the op
+before it in its lane has ended and its data is there (the activation from the previous stage, the
 gradient from the next one).
 
 ``"gpipe"``
@@ -138,7 +139,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .cost import Evaluation, evaluate, rules
-from .cost.schedule import lane_orders
+from .cost.schedule import replica_lanes
 from .instance import Instance
 from .errors import InvalidPlanError, InvalidProblemError
 from .plan import Plan
@@ -414,13 +415,9 @@ def _run(p: _Pipeline, kind: str, M: int) -> _Run:
     f_start = [[nan] * M for _ in range(S)]
     b_end = [[nan] * M for _ in range(S)]
     split = kind == "split"
-    lanes: dict = {}  # (i, r, lane) -> [ops, ptr, busy, op_start]
-    for i in range(S):
-        m = reps[i]
-        for r in range(m):
-            orders = lane_orders("gpipe" if kind == "gpipe" else "1f1b", list(range(r, M, m)), p.window[i], split)
-            for lane, ops in orders.items():
-                lanes[(i, r, lane)] = [ops, 0, False, 0.0]
+    orders = replica_lanes("gpipe" if kind == "gpipe" else "1f1b", reps, p.window, [split] * S, M)
+    # (i, r, lane) -> [ops, ptr, busy, op_start]
+    lanes: dict = {key: [ops, 0, False, 0.0] for key, ops in orders.items()}
     f_lane = "F" if split else "FB"
     b_lane = "B" if split else "FB"
     # a link: full duplex (default), one channel per direction serving its microbatches in

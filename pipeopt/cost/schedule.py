@@ -12,10 +12,14 @@ operations on every resource fixed by the schedule, the run is a directed acycli
 
 Each op starts when every op it depends on has ended (its predecessor in its replica's or
 link's order, and its data); so the iteration time is the longest path through the graph.
-:func:`run_graph` builds the graph, :func:`makespan` measures it, and the MILP / CP-SAT
-models of the iteration objectives state one start time per op over the same graph
-(:mod:`pipeopt.problems.partition.events`). :func:`pipeopt.simulate` plays the same orders
-with an event-driven engine, an independent check (the tests compare the two).
+:func:`lane_graph` is the one builder of such graphs: from the order of every lane (a
+replica's lane here, a rank of any schedule in :func:`pipeopt.schedules.schedule_graph`),
+which cuts cross between lanes, and the order of every link channel, it states the data and
+link waits. :func:`run_graph` hands it the flush run's lanes (:func:`replica_lanes`),
+:func:`makespan` measures the graph, and the MILP / CP-SAT models of the iteration objectives
+state one start time per op over the same graph (:mod:`pipeopt.problems.partition.events`).
+:func:`pipeopt.simulate` plays the same orders with an event-driven engine, an independent
+check (the tests compare the two).
 
 Orders per replica (``mbs`` its microbatches, k its window, :func:`rules.in_flight`):
 
@@ -29,9 +33,12 @@ Orders per replica (``mbs`` its microbatches, k its window, :func:`rules.in_flig
 
 from __future__ import annotations
 
+import graphlib
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..errors import InvalidPlanError, InvalidProblemError
 
 FLUSH_SCHEDULES = ("1f1b", "gpipe")
 
@@ -86,8 +93,41 @@ class RunGraph:
         return np.array([table[k][i] for k, i, _ in self.ops], dtype=float)
 
 
+def replica_lanes(schedule: str, replicas, window, split, microbatches: int) -> dict:
+    """The lanes of a flush run: every replica's :func:`lane_orders`, microbatches dealt
+    round robin over a stage's replicas (replica r of stage s runs ``j = r, r + m_s, ...``).
+
+    Parameters
+    ----------
+    schedule
+        ``"1f1b"`` or ``"gpipe"``.
+    replicas, window, split
+        Per stage: m, the 1F1B window k, split execution or not.
+    microbatches
+        M >= 1.
+
+    Returns
+    -------
+    dict
+        ``{(stage, replica, lane): [(op, microbatch), ...]}``, stage-major, every replica
+        (a replica beyond M has empty lanes); lane ``"FB"``, or ``"F"`` and ``"B"`` under
+        split execution.
+    """
+    M = int(microbatches)
+    out = {}
+    for s, m in enumerate(replicas):
+        m = int(m)
+        for r in range(m):
+            mine = list(range(r, M, m))
+            for lane, ops in lane_orders(schedule, mine, int(window[s]), bool(split[s])).items():
+                out[(s, r, lane)] = ops
+    return out
+
+
 def run_graph(schedule: str, replicas, window, split, links, microbatches: int, overlap: bool = True) -> RunGraph:
-    """The dependency graph of a run of ``microbatches`` microbatches (module docstring).
+    """The dependency graph of a run of ``microbatches`` microbatches (module docstring):
+    :func:`lane_graph` of the replicas' lanes (:func:`replica_lanes`), every cut crossing
+    between workers, link ``j mod L_c`` of cut c carrying its microbatches in order.
 
     Parameters
     ----------
@@ -107,57 +147,173 @@ def run_graph(schedule: str, replicas, window, split, links, microbatches: int, 
     RunGraph
     """
     S, M = len(replicas), int(microbatches)
-    index: dict = {}
-    deps: dict = {}
-    lane_next: dict = {}
-
-    def add(key, *after):
-        deps[key] = [a for a in after if a is not None]
-
-    for s in range(S):
-        m = int(replicas[s])
-        for r in range(min(m, M)):
-            for ops in lane_orders(schedule, list(range(r, M, m)), int(window[s]), bool(split[s])).values():
-                for prev, cur in zip(ops, ops[1:]):
-                    lane_next[(cur[0], s, cur[1])] = (prev[0], s, prev[1])
-    for s in range(S):
-        admit = 2 * int(window[s]) * int(replicas[s]) if split[s] and schedule == "1f1b" else None
-        for j in range(M):
-            data = None
-            if s > 0:
-                data = ("X", s - 1, j) if overlap else ("F", s - 1, j)
-            back = ("B", s, j - admit) if admit is not None and j - admit >= 0 else None
-            add(("F", s, j), lane_next.get(("F", s, j)), data, back)
-            grad = None
-            if s < S - 1:
-                grad = ("Y", s, j) if overlap else ("B", s + 1, j)
-            add(("B", s, j), lane_next.get(("B", s, j)), ("F", s, j), grad)
+    orders = replica_lanes(schedule, replicas, window, split, M)
+    lanes = [[((op, s, j),) for op, j in ops] for (s, _, _), ops in orders.items()]
+    channels = []
     if overlap:
         for c in range(S - 1):
             L = int(links[c])
-            for j in range(M):
-                add(("X", c, j), ("F", c, j), ("X", c, j - L) if j >= L else None)
-                add(("Y", c, j), ("B", c + 1, j), ("Y", c, j - L) if j >= L else None)
-    # Kahn's algorithm: a topological order
-    users: dict = {k: [] for k in deps}
-    missing = {}
+            for kind in ("X", "Y"):
+                channels += [[(kind, c, j) for j in range(q, M, L)] for q in range(min(L, M))]
+    also = {}
+    if schedule == "1f1b":
+        for s in range(S):
+            if split[s]:  # a split stage admits microbatch j once j - 2 k m has left
+                admit = 2 * int(window[s]) * int(replicas[s])
+                also.update({("F", s, j): (("B", s, j - admit),) for j in range(admit, M)})
+    return lane_graph(lanes, S, channels=channels, overlap=overlap, also=also)[0]
+
+
+def lane_graph(lanes, stages: int, *, cross=None, channels=(), overlap: bool = True, also=None,
+               name: str = "the run") -> tuple[RunGraph, tuple]:
+    """The operations of an iteration and what each waits for, from the order of every lane:
+    the one builder of the run graphs (:func:`run_graph`'s flush runs and
+    :func:`pipeopt.schedules.schedule_graph`'s per-rank orders).
+
+    Operations: the actions ``(kind, stage, microbatch)`` (kind ``"F"``, ``"B"``, ``"I"``,
+    ``"W"``) and, with overlap, the transfers ``("X", c, j)`` (activations over cut c) and
+    ``("Y", c, j)`` (gradients back over it) at every cut that crosses. An op waits for:
+
+    * **lane order**: the action before it in its lane;
+    * **data**: ``F(s, j)`` for the activations of ``F(s - 1, j)``; ``B(s, j)`` / ``I(s, j)``
+      for ``F(s, j)`` and the gradients of ``B(s + 1, j)`` / ``I(s + 1, j)``; ``W(s, j)`` for
+      ``I(s, j)``. Data leaves when the step holding its producer ends, and arrives through
+      its transfer if the cut crosses and transfers overlap, else at once (without overlap
+      the sender carries the transfer, so the data is there when the step ends);
+    * **links**: a transfer waits for its producer's step and the transfer before it on its
+      channel;
+    * ``also``: any further waits (a split-execution stage's admission).
+
+    Parameters
+    ----------
+    lanes
+        Sequence of lanes (a worker, a replica's lane, a rank); a lane is a sequence of
+        steps run one after the other, a step a tuple of actions run back to back whose
+        outputs leave together when it ends. Every (stage, microbatch) has one F and one B,
+        or one I and one W.
+    stages
+        S.
+    cross
+        Per cut c: its two stages run on different lanes' devices, so data crosses it by a
+        transfer (default: every cut).
+    channels
+        With overlap: sequences (lists, tuples) of transfers, each one channel carrying them
+        one at a time in that order; every transfer of a crossing cut is on exactly one
+        channel.
+    overlap
+        Transfers are operations of their own (else the sending step carries them).
+    also
+        ``{action: (op, ...)}``: further waits, appended to the action's.
+    name
+        What a deadlock's message calls the order.
+
+    Returns
+    -------
+    (RunGraph, lane)
+        The graph (ops in a topological order: lanes' actions and transfers breadth first
+        from the ops that wait for nothing) and ``tuple`` per op of the index of its lane
+        (a transfer: its sender's).
+
+    Raises
+    ------
+    InvalidPlanError
+        If the order deadlocks (a cycle of waits, named by a few of its operations).
+    InvalidProblemError
+        If a transfer of a crossing cut is on no channel.
+    """
+    S = int(stages)
+    cross = (True,) * max(S - 1, 0) if cross is None else tuple(bool(c) for c in cross)
+    also = {} if also is None else also
+    release: dict = {}  # action -> the last action of its step (whose end releases its outputs)
+    grad_of: dict = {}  # (stage, microbatch) -> the action that sends its input gradient (B or I)
+    lane_of: dict = {}
+    for q, lane in enumerate(lanes):
+        for step in lane:
+            for a in step:
+                release[a] = step[-1]
+                lane_of[a] = q
+                if a[0] in ("B", "I"):
+                    grad_of[(a[1], a[2])] = a
+    queued: dict = {}  # transfer -> the transfer before it on its channel (or None)
+    for chan in channels if overlap else ():
+        queued.update(zip(chan, [None, *chan]))
+    deps: dict = {}
+    for q, lane in enumerate(lanes):
+        prev = None
+        for step in lane:
+            for a in step:
+                kind, s, j = a
+                after = [prev] if prev is not None else []
+                if kind == "F":
+                    if s > 0:
+                        data = ("X", s - 1, j) if overlap and cross[s - 1] else release[("F", s - 1, j)]
+                        after.append(data)
+                elif kind in ("B", "I"):
+                    after.append(("F", s, j))
+                    if s < S - 1:
+                        after.append(("Y", s, j) if overlap and cross[s] else release[grad_of[(s + 1, j)]])
+                else:
+                    after.append(("I", s, j))
+                after.extend(also.get(a, ()))
+                deps[a] = after
+                prev = a
+        if overlap:  # this lane's transfers, in the order its steps produce them
+            for step in lane:
+                for a in step:
+                    t = sent_by(a, cross)
+                    if t is None:
+                        continue
+                    if t not in queued:
+                        raise InvalidProblemError(f"{name}: transfer {_name(t)} is on no channel")
+                    before = queued[t]
+                    deps[t] = [release[a]] + ([before] if before is not None else [])
+                    lane_of[t] = q
+    order = _topological(deps, name)
+    at = {op: q for q, op in enumerate(order)}.__getitem__
+    graph = RunGraph(order, [tuple(map(at, deps[op])) for op in order])
+    return graph, tuple(lane_of[op] for op in order)
+
+
+def sent_by(action, cross) -> tuple | None:
+    """The transfer ``action`` sends, or ``None``: ``F(s, j)`` sends ``("X", s, j)`` over cut
+    s and ``B(s, j)`` / ``I(s, j)`` send ``("Y", s - 1, j)`` over cut s - 1, if that cut
+    crosses (``cross``: ``bool`` per cut)."""
+    kind, s, j = action
+    if kind == "F":
+        return ("X", s, j) if s < len(cross) and cross[s] else None
+    if kind in ("B", "I"):
+        return ("Y", s - 1, j) if s > 0 and cross[s - 1] else None
+    return None
+
+
+def _topological(deps: dict, name: str) -> list:
+    """The ops of ``{op: [ops it waits for]}`` breadth first from those that wait for nothing
+    (Kahn's algorithm; the order of :meth:`graphlib.TopologicalSorter.static_order`)."""
+    users: dict = {}  # op -> the ops waiting for it; keys in order of first mention
     for k, ds in deps.items():
-        missing[k] = len(ds)
+        users.setdefault(k, [])
         for d in ds:
-            users[d].append(k)
-    ready = [k for k, c in missing.items() if c == 0]
-    order = []
-    while ready:
-        k = ready.pop()
-        index[k] = len(order)
-        order.append(k)
-        for u in users[k]:
+            users.setdefault(d, []).append(k)
+    missing = {k: len(ds) for k, ds in deps.items()}
+    order = [k for k in users if not missing[k]]
+    for op in order:  # grows as ops become ready: first in, first out
+        for u in users[op]:
             missing[u] -= 1
-            if missing[u] == 0:
-                ready.append(u)
-    if len(order) != len(deps):  # pragma: no cover - a bug, not bad input
-        raise RuntimeError("the schedule's dependency graph has a cycle")
-    return RunGraph(order, [tuple(index[d] for d in deps[k]) for k in order])
+            if not missing[u]:
+                order.append(u)
+    if len(order) < len(deps):
+        try:  # name a cycle
+            graphlib.TopologicalSorter(deps).prepare()
+        except graphlib.CycleError as exc:
+            cycle = " -> ".join(_name(op) for op in exc.args[1][:8])
+            raise InvalidPlanError(f"{name}: the order deadlocks (a cycle of waits: {cycle})") from None
+    return order
+
+
+def _name(op) -> str:
+    """An op in torch's notation (``"2F0"``), a transfer as ``X0@cut1``."""
+    kind, index, j = op
+    return f"{kind}{j}@cut{index}" if kind in ("X", "Y") else f"{index}{kind}{j}"
 
 
 def makespan(graph: RunGraph, durations) -> tuple[float, np.ndarray]:

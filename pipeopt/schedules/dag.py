@@ -18,19 +18,20 @@ ended:
   produces them. Without overlap there are no transfer operations: the sending action
   carries its transfer (:mod:`.execute`) and the data is there when it ends.
 
-With one stage per rank, these are exactly the operations and dependencies of
-:func:`pipeopt.cost.schedule.run_graph` for the same order (its links carry microbatches in
-order, which is the order a 1F1B or GPipe stage produces them), so the iteration time is the
-same longest path (``tests/schedules/test_execute.py``).
+The graph is built by :func:`pipeopt.cost.schedule.lane_graph`, the one builder the flush
+runs of :func:`pipeopt.cost.schedule.run_graph` use too: a rank is a lane, its steps the
+lane's steps, and each direction between two ranks one channel in the sender's order. With
+one stage per rank, these are exactly the operations and dependencies of ``run_graph`` for
+the same order (its links carry microbatches in order, which is the order a 1F1B or GPipe
+stage produces them), so the iteration time is the same longest path
+(``tests/schedules/test_schedule_execute.py``).
 """
 
 from __future__ import annotations
 
-import graphlib
 from dataclasses import dataclass
 
-from ..cost.schedule import RunGraph
-from ..errors import InvalidPlanError
+from ..cost.schedule import RunGraph, lane_graph, sent_by
 from .actions import Schedule
 
 
@@ -81,65 +82,16 @@ def schedule_graph(schedule: Schedule, overlap: bool = True) -> ScheduleGraph:
     """
     S, place = schedule.stages, schedule.placement
     cross = tuple(place[c] != place[c + 1] for c in range(S - 1))
-    deps: dict = {}
-    rank_of: dict = {}
-    release: dict = {}  # action -> the action whose end releases its outputs (its step's last)
-    grad_of: dict = {}  # (stage, microbatch) -> the action that sends its input gradient (B or I)
+    channels: dict = {}  # (sender rank, receiver rank) -> its transfers, in the sender's order
     for r in range(schedule.ranks):
-        for step in schedule.steps[r]:
-            for a in step:
-                release[a] = step[-1]
-                rank_of[a] = r
-                if a.kind in ("B", "I"):
-                    grad_of[(a.stage, a.microbatch)] = a
-    channels: dict = {}  # (sender rank, receiver rank) -> the last transfer queued on it
-    for r in range(schedule.ranks):
-        prev = None
         for a in schedule.actions(r):
-            kind, s, j = a
-            after = [prev] if prev is not None else []
-            if kind == "F" and s > 0:
-                after.append(_arrival(("X", s - 1, j), release[("F", s - 1, j)], cross[s - 1], overlap))
-            elif kind in ("B", "I"):
-                after.append(("F", s, j))
-                if s < S - 1:
-                    after.append(_arrival(("Y", s, j), release[grad_of[(s + 1, j)]], cross[s], overlap))
-            elif kind == "W":
-                after.append(("I", s, j))
-            deps[a] = after
-            prev = a
-        if overlap:  # this rank's sends, channel by channel, in the order its steps produce them
-            for step in schedule.steps[r]:
-                for kind, s, j in step:
-                    if kind == "F" and s < S - 1 and cross[s]:
-                        op, to = ("X", s, j), place[s + 1]
-                    elif kind in ("B", "I") and s > 0 and cross[s - 1]:
-                        op, to = ("Y", s - 1, j), place[s - 1]
-                    else:
-                        continue
-                    key = (r, to)
-                    deps[op] = [release[(kind, s, j)]] + ([channels[key]] if key in channels else [])
-                    channels[key] = op
-                    rank_of[op] = r
-    sorter = graphlib.TopologicalSorter(deps)
-    try:
-        order = list(sorter.static_order())
-    except graphlib.CycleError as exc:
-        cycle = " -> ".join(_name(op) for op in exc.args[1][:8])
-        raise InvalidPlanError(f"{schedule.name}: the order deadlocks (a cycle of waits: {cycle})") from None
-    index = {op: q for q, op in enumerate(order)}
-    after = [tuple(index[d] for d in deps[op]) for op in order]
-    return ScheduleGraph(RunGraph(order, after), tuple(rank_of[op] for op in order), cross, overlap)
-
-
-def _arrival(transfer, sender, crosses: bool, overlap: bool):
-    """What a consumer waits for: the transfer (across ranks, with overlap) or the sender."""
-    return transfer if crosses and overlap else sender
-
-
-def _name(op) -> str:
-    kind, index, j = op
-    return f"{kind}{j}@cut{index}" if kind in ("X", "Y") else f"{index}{kind}{j}"
+            t = sent_by(a, cross)
+            if t is not None:
+                kind, c, _ = t
+                channels.setdefault((r, place[c + 1] if kind == "X" else place[c]), []).append(t)
+    graph, rank = lane_graph(schedule.steps, S, cross=cross, channels=channels.values(), overlap=overlap,
+                             name=schedule.name)
+    return ScheduleGraph(graph, rank, cross, overlap)
 
 
 def check_schedule(schedule: Schedule) -> None:

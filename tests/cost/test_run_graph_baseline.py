@@ -31,13 +31,14 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 from pipeopt import Cluster, Device, Instance, Plan, Settings, Stage, evaluate
 from pipeopt.cost import rules
 from pipeopt.cost.passes import PassTimes
-from pipeopt.cost.schedule import makespan, run_graph
-from pipeopt.errors import InvalidProblemError
-from pipeopt.schedules import GENERATORS, execute, make_schedule
+from pipeopt.cost.schedule import lane_graph, makespan, run_graph
+from pipeopt.errors import InvalidPlanError, InvalidProblemError
+from pipeopt.schedules import GENERATORS, execute, make_schedule, schedule_graph
 
 BASELINE = Path(__file__).with_name("run_graph_baseline.json")
 
@@ -196,6 +197,38 @@ def test_numbers_did_not_move():
         assert set(got[part]) == set(want[part]), part
         moved = {k: (want[part][k], got[part][k]) for k in want[part] if want[part][k] != got[part][k]}
         assert not moved, f"{part}: {len(moved)} of {len(want[part])} moved, e.g. {list(moved.items())[:3]}"
+
+
+def _edges(graph) -> set:
+    return {(op, tuple(sorted(graph.ops[a] for a in after))) for op, after in zip(graph.ops, graph.after, strict=True)}
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("name", ["GPipe", "1F1B"])
+def test_a_flush_schedule_is_the_flush_run(name, overlap):
+    """One stage per rank: the schedule's graph and the flush run's are the same operations
+    and waits (both from :func:`lane_graph`)."""
+    for p in range(1, 5):
+        for m in range(1, 8):
+            sg = schedule_graph(make_schedule(name, p, m), overlap)
+            run = run_graph(name.lower(), [1] * p, rules.windows(p), [False] * p, [1] * (p - 1), m, overlap)
+            assert _edges(sg.graph) == _edges(run)
+            assert sg.rank == tuple(op[1] if op[0] in "FB" else op[1] + (op[0] == "Y") for op in sg.graph.ops)
+
+
+def test_lane_graph_refuses_a_transfer_on_no_channel():
+    lanes = [[(("F", 0, 0),), (("B", 0, 0),)], [(("F", 1, 0),), (("B", 1, 0),)]]
+    with pytest.raises(InvalidProblemError, match="X0@cut0 is on no channel"):
+        lane_graph(lanes, 2, channels=[[("Y", 0, 0)]])
+    graph, lane = lane_graph(lanes, 2, channels=[[("X", 0, 0)], [("Y", 0, 0)]])
+    assert makespan(graph, graph.durations([1.0, 2.0], [3.0, 4.0], [0.5], [0.25]))[0] == 1 + 0.5 + 2 + 4 + 0.25 + 3
+    assert dict(zip(graph.ops, lane, strict=True))[("Y", 0, 0)] == 1  # sent by lane 1
+
+
+def test_lane_graph_names_a_deadlock():
+    lanes = [[(("F", 0, 0),), (("B", 0, 0),)], [(("B", 1, 0),), (("F", 1, 0),)]]
+    with pytest.raises(InvalidPlanError, match=r"two lanes: the order deadlocks \(a cycle of waits: .*1B0"):
+        lane_graph(lanes, 2, overlap=False, name="two lanes")
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates the baseline
