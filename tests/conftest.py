@@ -78,6 +78,9 @@ SLOW: dict[str, str] = {
         "MCMC to its budget on four profiles: the fast tier keeps vgg16",
     "tests/problems/resource/test_joint.py::test_milp_cbc_and_highs_and_cpsat_agree":
         "three solvers on an 8-layer joint problem (test_exact_methods_equal_brute_force stays)",
+    "tests/pytorch/test_run_order.py::test_a_free_order_runs_on_torchs_runtime_beside_the_executor":
+        "two spawned gloo processes trace gpt-tiny and run a free order (27.7 s; also marked torchrun); the "
+        "order's checks and refusals stay in the fast tier",
 }
 """Tests moved to the slow tier by node id (``*`` patterns), with the reason (measured
 with ``--durations=0``); tests marked ``@pytest.mark.slow`` or ``torchrun`` in their files are

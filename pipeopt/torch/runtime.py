@@ -20,7 +20,10 @@ the order is read and checked first (:mod:`pipeopt.export.torch_csv`: a broken o
 order is refused naming its first broken action, before any process starts); then one process
 per **rank** builds every stage the order places on it (several chunks per rank where the plan
 has them) and torch's ``_PipelineScheduleRuntime`` over them, which loads the order with its
-own ``_load_csv`` (compute-only: the runtime adds the sends and receives) and runs it. The
+own ``_load_csv`` (compute-only: the runtime adds the sends and receives) and runs it. Each
+stage is a ``PipelineStage`` around the traced stage module (``pipe.get_stage_module(s)``),
+not ``build_stage``'s ``_PipelineStage``: the latter's neighbour warm-up sends to its own rank
+when two adjacent stages share one (the V placement), which gloo refuses. The
 prediction is pipeopt's executor on the same order and split
 (:func:`pipeopt.schedules.run_schedule`).
 
@@ -542,7 +545,7 @@ def _worker(rank: int, world: int, store: str, job: dict, results) -> None:
 def _order_run(rank: int, world: int, job: dict) -> dict:
     """One rank of an order run: its stages, torch's ``_PipelineScheduleRuntime`` loading the
     order's CSV, the timed iterations (as :func:`_stage_run`)."""
-    from torch.distributed.pipelining import build_stage
+    from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
     module, example = _factory(job)
@@ -553,7 +556,7 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
     trace_s = time.perf_counter() - t0
     mine = job["stages_on"][rank]
     mods = [pipe.get_stage_module(s) for s in mine]
-    stages = [build_stage(mod, s, pipe.info(), torch.device("cpu")) for s, mod in zip(mine, mods, strict=True)]
+    stages = [PipelineStage(mod, s, pipe.num_stages, torch.device("cpu")) for s, mod in zip(mine, mods, strict=True)]
     sched = _PipelineScheduleRuntime(stages, m, loss_fn=_sum_loss)
     sched._load_csv(job["csv"])
     batch = tuple(torch.cat([x] * m) if isinstance(x, torch.Tensor) else x for x in example)
