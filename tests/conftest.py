@@ -81,6 +81,8 @@ SLOW: dict[str, str] = {
     "tests/pytorch/test_run_order.py::test_a_free_order_runs_on_torchs_runtime_beside_the_executor":
         "two spawned gloo processes trace gpt-tiny and run a free order (27.7 s; also marked torchrun); the "
         "order's checks and refusals stay in the fast tier",
+    "tests/pytorch/test_run_order.py::test_cli_runs_a_v_placed_order_from_its_csv_two_chunks_per_rank":
+        "two spawned gloo processes run ZBVZeroBubble's order from a CSV, 2 chunks per rank (25.9 s; torchrun)",
 }
 """Tests moved to the slow tier by node id (``*`` patterns), with the reason (measured
 with ``--durations=0``); tests marked ``@pytest.mark.slow`` or ``torchrun`` in their files are

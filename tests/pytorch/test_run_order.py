@@ -118,3 +118,19 @@ def test_a_plans_broken_order_and_mismatches_are_refused(tmp_path, capsys):
     bad.write_text("0F0,0SEND_F0\n")
     with pytest.raises(ReadError, match="communication action"):
         run_plan(free_plan(), "gpt-tiny", order=bad)
+
+
+@pytest.mark.torchrun
+def test_cli_runs_a_v_placed_order_from_its_csv_two_chunks_per_rank(tmp_path, capsys):
+    """ZBVZeroBubble's order, exported to CSV and given with --order: rank 0 holds stages 0 and
+    3, rank 1 stages 1 and 2 (adjacent stages on one rank)."""
+    order = make_schedule("ZBVZeroBubble", ranks=2, microbatches=2)
+    chunks = [tuple(NAMES[:3]), tuple(NAMES[3:4]), tuple(NAMES[4:6]), tuple(NAMES[6:])]
+    plan_path, inst = _plan_file(tmp_path, Plan(tuple(Stage(c) for c in chunks)))
+    csv_path = tmp_path / "zbv.csv"
+    csv_path.write_text(to_csv(order))
+    assert main(["run", str(plan_path), "--model", "gpt-tiny", "--instance", str(inst), "--order", str(csv_path),
+                 "--iterations", "1", "--warmup", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ranks"] == 2 and out["membership_matches"] and out["stages"] == [list(c) for c in chunks]
+    assert out["info"]["placement"] == [0, 1, 1, 0] and out["predicted_iteration"] > 0
