@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..errors import InvalidProblemError, UnsupportedPlanError
+from ..errors import InvalidProblemError
 from ..plan import Plan
 from . import deepspeed, megatron, torch_csv, torch_pipelining, torchtitan
-from .layout import ModelLayout, StageSplit, split_stages
+from .layout import ModelLayout, StageSplit, plan_ranks, split_stages
 
 FORMATS = {
     "torch": torch_pipelining,
@@ -117,8 +117,7 @@ def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None,
     elif to == "torch":
         out = torch_pipelining.export(plan, layout)
     else:
-        _one_stage_per_rank(plan, order, name, FORMATS[to].RUNTIME)
-        out = FORMATS[to].export(plan, layout)
+        out = FORMATS[to].export(plan, layout, ranks=_ranks(plan, order, name), name=name)
         if order is not None and name not in ("1F1B", "GPipe"):
             out["notes"] = list(out["notes"]) + [
                 f"{FORMATS[to].RUNTIME} runs its own 1F1B order on this split, not the plan's {name} order "
@@ -126,26 +125,15 @@ def export(plan: Plan, to: str, *, graph: nx.DiGraph | None = None, module=None,
     return {**out, "schedule": name}
 
 
-def _one_stage_per_rank(plan: Plan, order, name: str, runtime: str) -> None:
-    """Refuse a plan with several stages (chunks) per rank for a runtime that runs one."""
+def _ranks(plan: Plan, order, name: str) -> int | None:
+    """The plan's ranks: its order's, its device lists', or - without devices - S / 2 for a
+    multi-stage schedule named at export (``None``: one stage per rank assumed)."""
     from ..schedules.torch_orders import STAGES_PER_RANK
 
-    ranks = order.ranks if order is not None else torch_csv.plan_ranks(plan)
+    ranks = order.ranks if order is not None else plan_ranks(plan)
     if ranks is None and STAGES_PER_RANK.get(name, 2) > 1:
         ranks = plan.num_stages // 2
-    if ranks is not None and ranks < plan.num_stages:
-        why = {
-            megatron.RUNTIME: "Megatron-LM holds several stages on a rank only as virtual pipeline stages, placed in a "
-                              "loop and run in its own interleaved order; pipeopt's layout export writes one stage per "
-                              "rank (--pipeline-model-parallel-size = the stages)",
-            deepspeed.RUNTIME: "DeepSpeed's PipelineModule runs exactly one stage per rank (stage_owner) in its own "
-                               "1F1B order; it has no virtual stages",
-        }.get(runtime, f"{runtime} runs one stage per rank")
-        raise UnsupportedPlanError(
-            f"{why}. This plan puts {plan.num_stages} stages (chunks) on {ranks} ranks ({name}, "
-            f"{plan.num_stages // max(ranks, 1)} per rank): export it to torch-csv or torchtitan, which run it, or "
-            "solve with a one-stage-per-rank schedule"
-        )
+    return ranks
 
 
 def write(out: dict, path) -> list:

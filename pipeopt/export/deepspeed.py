@@ -13,7 +13,9 @@ plan's execution order; a tensor read by a later layer than the next one (``tok_
 output read by ``layers.0`` after ``pos_emb`` ran) must travel inside the intermediate layers'
 tuple outputs; the export lists those ``carried`` tensors. Rejected: a name inside a block of
 the model's container (``layers.3.mlp`` of a leaf-module plan: a residual block is not a
-sequence of its leaves, DeepSpeed's flat list cannot hold its skip connection), and the rules
+sequence of its leaves, DeepSpeed's flat list cannot hold its skip connection), several
+stages (chunks) per rank (DeepSpeed's pipeline engine runs one stage per rank, in its own 1F1B
+order: an interleaved plan's 4 chunks on 2 ranks are not 4 DeepSpeed stages), and the rules
 every runtime shares (:mod:`pipeopt.export.layout`).
 
 :func:`stages_from_parts` is DeepSpeed's slicing, used to read an export back.
@@ -29,7 +31,7 @@ from __future__ import annotations
 from ..errors import UnsupportedPlanError
 from ..plan import Plan
 from ..problems.partition.simple import uniform_parts
-from .layout import ModelLayout, split_stages
+from .layout import ModelLayout, one_stage_per_rank, split_stages
 
 RUNTIME = "DeepSpeed PipelineModule"
 TARGET = "DeepSpeed v0.19.5 (deepspeed/runtime/pipe/module.py: PipelineModule.parts)"
@@ -48,8 +50,12 @@ class PlannedPipelineModule(PipelineModule):
         self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])
 '''
 
+ONE_STAGE = ("DeepSpeed's PipelineModule runs exactly one stage per rank (stage_owner) in its own 1F1B order; it has "
+          "no virtual stages")
+"""Why a plan with several stages per rank is refused."""
 
-def export(plan: Plan, layout: ModelLayout) -> dict:
+
+def export(plan: Plan, layout: ModelLayout, ranks: int | None = None, name: str = "") -> dict:
     """The plan as DeepSpeed's ``parts`` over the layer list.
 
     Parameters
@@ -58,6 +64,10 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
         A plan whose layer names are module FQNs.
     layout
         The model's layout (:meth:`~pipeopt.export.layout.ModelLayout.of`).
+    ranks, name
+        The plan's ranks and schedule when the caller knows them (a schedule named at export);
+        default: the plan's order, else its device lists
+        (:func:`~pipeopt.export.layout.plan_ranks`).
 
     Returns
     -------
@@ -71,6 +81,7 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
     UnsupportedPlanError
         See the module docstring.
     """
+    one_stage_per_rank(plan, RUNTIME, ONE_STAGE, ranks, name)
     split = split_stages(plan, layout, RUNTIME)
     deep = [n for n in layout.order if layout.block_of(n) not in (None, n)]
     if deep:

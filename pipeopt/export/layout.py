@@ -280,3 +280,45 @@ def split_stages(plan: Plan, layout: ModelLayout, runtime: str) -> StageSplit:
             )
     stages = tuple(tuple(n for n in layout.order if owner[n] == i) for i in range(plan.num_stages))
     return StageSplit(stages, replicas.pop(), layout)
+
+
+def plan_ranks(plan: Plan) -> int | None:
+    """The pipeline ranks a plan's stages run on: its order's (``plan.schedule["ranks"]``), else
+    its distinct device lists (chunks of one rank list the same devices, as
+    :func:`pipeopt.schedules.chunk_plan` makes them), or ``None`` if some stage lists none."""
+    if isinstance(plan.schedule, dict) and isinstance(plan.schedule.get("ranks"), int):
+        return plan.schedule["ranks"]
+    if not plan.stages or not all(st.devices for st in plan.stages):
+        return None
+    return len({tuple(st.devices) for st in plan.stages})
+
+
+def one_stage_per_rank(plan: Plan, runtime: str, why: str, ranks: int | None = None, name: str = "") -> None:
+    """Refuse, for a runtime that runs one stage per rank, a plan with several stages (chunks)
+    on a rank.
+
+    Parameters
+    ----------
+    plan
+        The plan.
+    runtime, why
+        The runtime's name and why it cannot (one sentence), for the message.
+    ranks
+        The plan's ranks if known otherwise (a schedule named at export); default
+        :func:`plan_ranks`.
+    name
+        The plan's schedule, for the message.
+
+    Raises
+    ------
+    UnsupportedPlanError
+        If the plan has fewer ranks than stages.
+    """
+    ranks = plan_ranks(plan) if ranks is None else ranks
+    if ranks is not None and ranks < plan.num_stages:
+        raise UnsupportedPlanError(
+            f"{why}. This plan puts {plan.num_stages} stages (chunks) on {ranks} ranks"
+            f"{f' ({name}, ' if name else ' ('}{plan.num_stages // max(ranks, 1)} per rank): export it to torch-csv or "
+            "torchtitan, which run it, or solve with a one-stage-per-rank schedule"
+        )
+

@@ -20,6 +20,11 @@ norm, head) in one stage, and every name is a whole block. Rejected, naming the 
   embedding is one module) or between the final norm and the head (without MTP layers the
   final layer norm is built on the stage that holds ``L``);
 * a name inside a block (``layers.3.mlp``): ``t`` is a whole transformer layer;
+* several stages (chunks) per rank (an interleaved or V plan of the schedule problem): the
+  layout would need Megatron's virtual pipeline stages, which place chunks in a loop and run
+  Megatron's own interleaved order, so the export would not say what the plan runs; a plan
+  with one stage per rank and its own order (a free order) is exported with a note that
+  Megatron runs its 1F1B order on that split;
 * the rules every runtime shares (:mod:`pipeopt.export.layout`).
 
 :func:`parse_layout` is a transcription of Megatron's parser and checks
@@ -39,15 +44,20 @@ import re
 
 from ..errors import UnsupportedPlanError
 from ..plan import Plan
-from .layout import ModelLayout, split_stages
+from .layout import ModelLayout, one_stage_per_rank, split_stages
 
 RUNTIME = "Megatron-LM"
 TARGET = "Megatron-Core 0.19 (megatron/core/transformer/pipeline_parallel_layer_layout.py)"
 CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 """Megatron's layer characters (``char2layer_type``)."""
 
+VIRTUAL = ("Megatron-LM holds several stages on a rank only as virtual pipeline stages, placed in a loop and run in "
+          "its own interleaved order; this export writes one stage per rank (--pipeline-model-parallel-size = the "
+          "stages)")
+"""Why a plan with several stages per rank is refused."""
 
-def export(plan: Plan, layout: ModelLayout) -> dict:
+
+def export(plan: Plan, layout: ModelLayout, ranks: int | None = None, name: str = "") -> dict:
     """The plan as a ``pipeline_model_parallel_layout`` string.
 
     Parameters
@@ -56,6 +66,10 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
         A plan of a decoder model whose layer names are module FQNs at block granularity.
     layout
         The model's layout (:meth:`~pipeopt.export.layout.ModelLayout.of`).
+    ranks, name
+        The plan's ranks and schedule when the caller knows them (a schedule named at export);
+        default: the plan's order, else its device lists
+        (:func:`~pipeopt.export.layout.plan_ranks`).
 
     Returns
     -------
@@ -69,6 +83,7 @@ def export(plan: Plan, layout: ModelLayout) -> dict:
     UnsupportedPlanError
         See the module docstring.
     """
+    one_stage_per_rank(plan, RUNTIME, VIRTUAL, ranks, name)
     split = split_stages(plan, layout, RUNTIME)
     where = f"{RUNTIME}'s pipeline_model_parallel_layout cannot express this plan"
     try:

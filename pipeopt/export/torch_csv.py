@@ -37,7 +37,7 @@ import io
 from ..errors import InvalidPlanError, ReadError, UnsupportedPlanError
 from ..plan import Plan
 from ..schedules.actions import Action, Schedule, parse_action
-from .layout import ModelLayout, split_stages
+from .layout import ModelLayout, plan_ranks, split_stages
 
 RUNTIME = "torch.distributed.pipelining (_PipelineScheduleRuntime)"
 TARGET = ("PyTorch 2.13 torch/distributed/pipelining/schedules.py: _PipelineScheduleRuntime._load_csv "
@@ -299,15 +299,6 @@ def check_order(order: Schedule, label: str = "") -> None:
 
 
 # ---- the order a plan runs ---------------------------------------------------------------------
-def plan_ranks(plan: Plan) -> int | None:
-    """The ranks a plan's stages list (chunks of one rank list the same devices; a plan of
-    the schedule problem, :func:`pipeopt.schedules.chunk_plan`), or ``None`` if some stage
-    lists no devices."""
-    if not plan.stages or not all(st.devices for st in plan.stages):
-        return None
-    return len({tuple(st.devices) for st in plan.stages})
-
-
 def order_for(plan: Plan, schedule: str | None = None, microbatches: int | None = None,
               stages_per_rank: int | None = None) -> Schedule:
     """The action order ``plan`` runs: its own ``plan.schedule`` (checked: :func:`check_order`)
@@ -342,8 +333,7 @@ def order_for(plan: Plan, schedule: str | None = None, microbatches: int | None 
                                    f"{microbatches}")
         if schedule is not None and schedule_name(schedule) != order.name:
             raise InvalidPlanError(f"the plan carries its own order ({order.name}); drop --schedule {schedule}")
-        ranks = plan_ranks(plan)
-        if ranks is not None:
+        if all(st.devices for st in plan.stages):
             devs = {}
             for s, st in enumerate(plan.stages):
                 if devs.setdefault(order.placement[s], tuple(st.devices)) != tuple(st.devices):
