@@ -35,7 +35,8 @@ schedule of the order's placement (the order's own name if it is one of torch's,
 Target: torchtitan v0.2.2 (2026-02-20), ``torchtitan/distributed/pipeline_parallel.py``
 (``pipeline_module_split``, ``generate_llm_fqn_per_model_part``) and
 ``torchtitan/config/job_config.py`` (``Parallelism.module_fqns_per_model_part``,
-``pipeline_parallel_schedule_csv``), ``build_pipeline_schedule`` for the CSV; the main
+``pipeline_parallel_schedule_csv``); the CSV path and the placement by schedule name as read at
+the main branch (commit 02ef790: ``build_pipeline_schedule``, ``pipeline_module_split``); the main
 branch of 2026-08 (commit b5bcd76) keeps the same logic under the private names
 ``_pipeline_module_split`` / ``_split_module`` and renames the LM head ``output`` to
 ``lm_head``. github.com/pytorch/torchtitan (BSD-3-Clause).

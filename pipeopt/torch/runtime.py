@@ -320,6 +320,15 @@ def run_plan(
         return _run_order(plan, model, order, model_kwargs=model_kwargs, instance=instance,
                           microbatches=microbatches, iterations=iterations, warmup=warmup, timeout=timeout)
     schedule = _schedule("1f1b" if schedule is None else schedule)
+    from ..export.layout import plan_ranks
+
+    ranks = plan_ranks(plan)
+    if ranks is not None and ranks < plan.num_stages:
+        raise UnsupportedPlanError(
+            f"the plan puts {plan.num_stages} stages (chunks) on {ranks} ranks; {schedule} runs one stage per "
+            "process. Run it in its order: --order FILE.csv (pipeopt export PLAN --to torch-csv --schedule NAME "
+            "--out FILE.json writes one)"
+        )
     if microbatches is None:
         from ..units import DEFAULT_MICROBATCHES
 

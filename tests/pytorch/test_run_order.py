@@ -134,3 +134,13 @@ def test_cli_runs_a_v_placed_order_from_its_csv_two_chunks_per_rank(tmp_path, ca
     out = json.loads(capsys.readouterr().out)
     assert out["ranks"] == 2 and out["membership_matches"] and out["stages"] == [list(c) for c in chunks]
     assert out["info"]["placement"] == [0, 1, 1, 0] and out["predicted_iteration"] > 0
+
+
+def test_a_chunk_plan_without_an_order_is_not_run_as_one_stage_per_process():
+    names = [d.name for d in tiny_instance().cluster.devices]
+    chunks = [tuple(NAMES[:3]), tuple(NAMES[3:4]), tuple(NAMES[4:6]), tuple(NAMES[6:])]
+    plan = Plan(tuple(Stage(c, devices=(names[s % 2],)) for s, c in enumerate(chunks)))
+    from pipeopt.errors import UnsupportedPlanError
+
+    with pytest.raises(UnsupportedPlanError, match="4 stages .chunks. on 2 ranks.*--order"):
+        run_plan(plan, "gpt-tiny", instance=tiny_instance())
