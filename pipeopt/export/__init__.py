@@ -139,7 +139,8 @@ def _ranks(plan: Plan, order, name: str) -> int | None:
 def write(out: dict, path) -> list:
     """Save an export: the JSON at ``path``; when it holds a CSV (``torch-csv``, or
     ``torchtitan`` with an order), the CSV at ``path`` with suffix ``.csv``; when it holds a
-    TOML (``torchtitan``), the TOML with suffix ``.toml``.
+    TOML (``torchtitan``), the TOML with suffix ``.toml``. A ``path`` ending in ``.csv`` or
+    ``.toml`` names that file; the JSON then goes beside it with suffix ``.json``.
 
     Returns
     -------
@@ -155,6 +156,8 @@ def write(out: dict, path) -> list:
     from pathlib import Path
 
     path = Path(path)
+    if path.suffix in (".csv", ".toml"):
+        path = path.with_suffix(".json")
     path.write_text(json.dumps(out, indent=1) + "\n")
     written = [path]
     if out.get("csv"):

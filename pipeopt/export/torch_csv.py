@@ -240,22 +240,29 @@ def _needs(a: Action, S: int, grad: dict) -> list:
 
 
 def check_order(order: Schedule, label: str = "") -> None:
-    """Raise unless every rank can run its order to the end: play the ranks with zero durations
-    (each rank starts its next step when every action that step waits for - the previous
-    stage's F, the next stage's B or I, its own F or I - has run, on any rank) until no rank
-    can move, then name the first blocked step (lowest rank) and what it waits for, and the
-    chain of waits that closes the cycle. The graph check :func:`pipeopt.schedules.check_schedule`
-    (transfers on the links and not) runs after, as a second opinion.
+    """Raise unless every rank can run its order to the end (:func:`first_blocked`); then the
+    graph check :func:`pipeopt.schedules.check_schedule` (transfers on the links and not) runs
+    as a second opinion.
 
     Raises
     ------
     InvalidPlanError
-        ``"... deadlocks: rank 1, step 2 (1F1) waits for 0F1, which rank 0 runs at step 3 after
-        0B0, which waits for 1B0, ..."``.
+        ``"... the order deadlocks at rank 0, step 1 (0B0): rank 0, step 1 (0B0) waits for
+        1B0; which rank 1 runs at step 2, after its step 0 (1F1) that waits for 0F1; ..."``.
     """
     from ..schedules.dag import check_schedule
 
-    where = f"{label}: " if label else ""
+    blocked = first_blocked(order)
+    if blocked is not None:
+        raise InvalidPlanError((f"{label}: " if label else "") + blocked)
+    check_schedule(order)
+
+
+def first_blocked(order: Schedule) -> str | None:
+    """Play the ranks with zero durations - each rank starts its next step when every action
+    that step waits for (the previous stage's F, the next stage's B or I, its own F or I) has
+    run, on any rank - until no rank can move. ``None`` if every rank finished; else the first
+    blocked step (lowest rank) and the chain of waits that closes the cycle, as a sentence."""
     S = order.stages
     grad = {(a.stage, a.microbatch): a for r in range(order.ranks) for a in order.actions(r) if a.kind in ("B", "I")}
     at = {a: (r, q) for r in range(order.ranks) for q, step in enumerate(order.steps[r]) for a in step}
@@ -274,28 +281,28 @@ def check_order(order: Schedule, label: str = "") -> None:
                 pos[r] += 1
                 moved = True
     blocked = [r for r in range(order.ranks) if pos[r] < len(order.steps[r])]
-    if blocked:
-        def waits(r: int) -> list:
-            step = order.steps[r][pos[r]]
-            return [d for a in step for d in _needs(a, S, grad) if d not in ran and d not in set(step)]
+    if not blocked:
+        return None
 
-        r = blocked[0]
-        first = order.steps[r][pos[r]]
-        chain = [f"rank {r}, step {pos[r]} ({_cell(first)}) waits for {waits(r)[0]}"]
-        seen = {r}
-        d = waits(r)[0]
-        while True:
-            r2, q2 = at[d]
-            stuck = order.steps[r2][pos[r2]]
-            chain.append(f"which rank {r2} runs at step {q2}, after its step {pos[r2]} ({_cell(stuck)}) that waits for "
-                         f"{waits(r2)[0]}")
-            if r2 in seen or len(chain) > order.ranks + 1:
-                break
-            seen.add(r2)
-            d = waits(r2)[0]
-        raise InvalidPlanError(f"{where}the order deadlocks at rank {r}, step {pos[r]} ({_cell(first)}): "
-                               + "; ".join(chain))
-    check_schedule(order)
+    def waits(r: int) -> list:
+        step = order.steps[r][pos[r]]
+        return [d for a in step for d in _needs(a, S, grad) if d not in ran and d not in set(step)]
+
+    r = blocked[0]
+    first = order.steps[r][pos[r]]
+    chain = [f"rank {r}, step {pos[r]} ({_cell(first)}) waits for {waits(r)[0]}"]
+    seen = {r}
+    d = waits(r)[0]
+    while True:
+        r2, q2 = at[d]
+        stuck = order.steps[r2][pos[r2]]
+        chain.append(f"which rank {r2} runs at step {q2}, after its step {pos[r2]} ({_cell(stuck)}) that waits for "
+                     f"{waits(r2)[0]}")
+        if r2 in seen or len(chain) > order.ranks + 1:
+            break
+        seen.add(r2)
+        d = waits(r2)[0]
+    return f"the order deadlocks at rank {r}, step {pos[r]} ({_cell(first)}): " + "; ".join(chain)
 
 
 # ---- the order a plan runs ---------------------------------------------------------------------
