@@ -8,6 +8,7 @@ the loader reads."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
 pytest.importorskip("torch.distributed.pipelining")
 
@@ -16,7 +17,7 @@ from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime  # n
 from pipeopt.export import export, torch_csv  # noqa: E402
 from pipeopt.schedules import TORCH_SCHEDULES, Schedule  # noqa: E402
 
-from test_torch_csv import NAMES, free_order, plan_with, torch_order  # noqa: E402
+from test_torch_csv import NAMES, free_order, plan_with, shuffled_orders, torch_order  # noqa: E402
 
 
 def torch_load(path, order: Schedule) -> _PipelineScheduleRuntime:
@@ -67,3 +68,26 @@ def test_the_export_file_is_what_torch_loads(tmp_path):
     path = tmp_path / "free.csv"
     path.write_text(out["csv"])
     assert torch_actions(torch_load(path, free_order())) == ours(free_order())
+
+
+@settings(max_examples=100, deadline=None)
+@given(shuffled_orders())
+def test_torchs_lowering_fails_exactly_on_the_orders_pipeopt_refuses(order):
+    """torch's ``_add_send_recv`` (run by ``_load_csv``) schedules the sends and receives of an
+    order iff pipeopt finds no blocked step: on an order pipeopt refuses (naming its first
+    blocked step) torch's loader raises "Malformed compute schedule" (or, at run time, would
+    hang)."""
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".csv")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(torch_csv.to_csv(order))
+    try:
+        if torch_csv.first_blocked(order) is None:
+            torch_load(path, order)
+        else:
+            with pytest.raises(AssertionError, match="Malformed compute schedule"):
+                torch_load(path, order)
+    finally:
+        os.unlink(path)
