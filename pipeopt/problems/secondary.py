@@ -10,7 +10,9 @@ minimises and how is the problem's (each the same for all exact methods of that 
 
 * partition and Bi-Partition: the iteration time of M microbatches under 1F1B with a flush,
   by an event-time MILP (:mod:`pipeopt.problems.partition.tiebreak`,
-  :mod:`pipeopt.problems.bipartition.tiebreak`);
+  :mod:`pipeopt.problems.bipartition.tiebreak`); the partition's phase first lists the tied
+  splits and scores them all on the run graph when they are few (an exact answer without a
+  solver process);
 * joint and group: the latency of one microbatch through the pipeline (the iteration time of
   M = 1), by an exact DP over the chain for each candidate worker assignment
   (:mod:`pipeopt.problems.resource.tiebreak`).

@@ -8,10 +8,15 @@ optimum T* is proven:
 
 1. **the iteration time of M microbatches under 1F1B with a flush** (M =
    ``settings.microbatches``), minimised over the splits whose period is at most T*
-   (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`): first a deterministic
-   descent that moves one cut at a time (:func:`descend`), then, when the model is small
-   enough (:data:`EVENTS_SIZE`), the event-time MILP of :mod:`pipeopt.problems.partition.events`
-   from the descent's split (the window rows cap the period);
+   (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`): first, exactly, by
+   listing every such split (:func:`tied_splits`, a depth-first walk of the DP's window
+   recursion, at most :data:`ENUM_WORK` steps and :data:`ENUM_SPLITS` splits) and scoring
+   them all at once on the run graph (:func:`run_times`, the longest path of
+   :func:`pipeopt.cost.schedule.run_graph`, the event-time model's own graph and op
+   durations); when there are too many, a deterministic descent that moves one cut at a
+   time (:func:`descend`), then, when the model is small enough (:data:`EVENTS_SIZE`), the
+   event-time MILP of :mod:`pipeopt.problems.partition.events` from the descent's split (the
+   window rows cap the period);
 2. then **peak memory**, as the order between splits of equal iteration time: not
    optimised (the MILP returns one of them), and said so in ``info["secondary"]``.
 
@@ -39,7 +44,7 @@ from ...cost import evaluate, rules
 from ...cost.tolerance import FLOAT_NOISE
 from .. import secondary
 from ..secondary import SECONDARY_NODES
-from .events import CAP_REL, solve_events
+from ..secondary import CAP_REL
 from .problem import PartitionProblem
 
 SECONDARY = "iteration time of M microbatches under 1F1B with a flush, then peak memory (not optimised)"
@@ -78,6 +83,166 @@ def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
         two = np.partition(np.concatenate(both, axis=1), 1, axis=1)[:, :2]
         first, second = two[:, 0].copy(), two[:, 1].copy()
     return bool(second[n] < np.inf)
+
+
+ENUM_WORK = 400_000
+"""Most steps :func:`tied_splits` takes (candidate stage ends tried): a work limit, so the same
+call lists the same splits, or gives up, on every run. Measured: about 0.3 s of Python at the
+limit; PipeDream's AlexNet at S = 16 (18,372 tied splits) takes about 0.1 s."""
+
+ENUM_SPLITS = 50_000
+"""Most tied splits :func:`tied_splits` lists before it gives up (each is then scored on the run
+graph by :func:`run_times`, in blocks of :data:`RUN_BLOCK`)."""
+
+RUN_BLOCK = 2048
+"""Splits :func:`run_times` scores at once (memory: block x ops floats)."""
+
+
+def tied_splits(problem: PartitionProblem, T: float) -> list[tuple[int, ...]] | None:
+    """Every straight split that fits the workers' memory and whose window rows and cut bounds
+    hold at period ``T``, or ``None`` past :data:`ENUM_WORK` steps or :data:`ENUM_SPLITS` splits.
+
+    A depth-first walk over the stages of the DP's feasibility probe (the recursion of
+    :func:`pipeopt.cost.rules.window_step`, as :func:`has_tie` and
+    :mod:`pipeopt.problems.partition.dp`): a stage of units ``a..b-1`` extends a partial split
+    iff ``b <= reach[a]`` (:meth:`PartitionProblem.memory_reach` with the 1F1B in-flight count
+    ``S - s``, the event-time MILP's memory rows), the cut bounds at ``a`` and ``b`` are at most
+    ``T`` and the window rows ending at the stage hold; a partial split that breaks one has no
+    feasible completion (the rows of a prefix are rows of every split extending it), so the
+    walk misses no split. The caller passes a ``T`` slightly above the cap and re-checks each
+    split it keeps with :meth:`PartitionProblem.period` (float summation order).
+
+    Returns
+    -------
+    list[tuple[int, ...]] or None
+        The stage starts after the first of each split, in lexicographic order.
+    """
+    n, S = problem.n, problem.stages
+    added, bound = problem.cut_terms
+    trip, bound, added = problem.trip.tolist(), bound.tolist(), added.tolist()
+    wp = problem.work_prefix.tolist()
+    reach = [problem.memory_reach(rules.in_flight(s, S)).tolist() for s in range(S)]
+    if bound[0] > T:
+        return []
+    out: list[tuple[int, ...]] = []
+    path: list[int] = []
+    work = 0
+
+    def walk(s: int, a: int, G: float) -> bool:  # False: a work limit was reached
+        nonlocal work
+        k = rules.in_flight(s, S)
+        last = s == S - 1
+        lo, hi = (n, n) if last else (a + 1, n - (S - 1 - s))
+        carry = max(-k * T, G + trip[a])  # rules.window_carry on scalars
+        limit, top = -(k - 1) * T, reach[s][a]
+        for b in range(lo, min(hi, top) + 1):
+            work += 1
+            if work > ENUM_WORK:
+                return False
+            if bound[b] > T:
+                continue
+            own = wp[b] - wp[a] + added[a]
+            if own > T:  # the stage's own row (w <= T) fails, and for every longer stage too
+                break
+            g = own + added[b] + carry
+            if g > limit:
+                continue
+            if last:
+                out.append(tuple(path))
+                if len(out) > ENUM_SPLITS:
+                    return False
+            else:
+                path.append(b)
+                ok = walk(s + 1, b, g)
+                path.pop()
+                if not ok:
+                    return False
+        return True
+
+    return out if walk(0, 0, -math.inf) else None
+
+
+def run_times(problem: PartitionProblem, splits: list[tuple[int, ...]]) -> np.ndarray:
+    """The 1F1B-flush iteration time (seconds) of each split on the table's numbers, memory
+    aside: the longest path through the run graph of M microbatches
+    (:func:`pipeopt.problems.partition.events.event_graph`) with the split's op durations
+    (:func:`pipeopt.problems.partition.events.op_prefixes`), for many splits at once - the
+    loop of :func:`pipeopt.cost.schedule.makespan` over the ops, each step on a column of
+    splits. ``ndarray (len(splits),)``; equal to :func:`pipeopt.problems.partition.events.run_time`
+    of each split."""
+    from .events import event_graph, op_prefixes
+
+    graph = event_graph(problem, "1f1b")
+    a = op_prefixes(problem)
+    S, n = problem.stages, problem.n
+    # op q's duration is column col[q] of [f (S) | b (S) | x (S-1) | y = x (S-1)]
+    base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
+    col = np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
+    out = np.empty(len(splits))
+    for lo in range(0, len(splits), RUN_BLOCK):
+        block = splits[lo:lo + RUN_BLOCK]
+        p = np.zeros((len(block), S + 1), dtype=np.int64)
+        p[:, S] = n
+        if S > 1:
+            p[:, 1:S] = np.array(block, dtype=np.int64).reshape(len(block), S - 1)
+        f = a["f_end"][p[:, 1:]] - a["f_begin"][p[:, :-1]]
+        b = a["b_end"][p[:, 1:]] - a["b_begin"][p[:, :-1]]
+        x = a["xfer"][p[:, 1:-1]]
+        dur = np.concatenate([f, b, x], axis=1)[:, col].T.copy()  # (ops, splits)
+        end = np.empty_like(dur)
+        for q, after in enumerate(graph.after):
+            if not after:
+                end[q] = dur[q]
+            elif len(after) == 1:
+                np.add(end[after[0]], dur[q], out=end[q])
+            else:
+                np.maximum(end[after[0]], end[after[1]], out=end[q])
+                for d in after[2:]:
+                    np.maximum(end[q], end[d], out=end[q])
+                end[q] += dur[q]
+        out[lo:lo + len(block)] = end.max(axis=0) if len(end) else 0.0
+    return out
+
+
+def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: dict,
+              deadline: Deadline | None = None) -> list[int] | None:
+    """The exact second phase when the tied splits are few: list them (:func:`tied_splits` at
+    ``period (1 + CAP_REL)``, plus float slack, each kept only if its
+    :meth:`PartitionProblem.period` is at most ``period (1 + CAP_REL)``, checked in the order
+    below up to the one returned), score all with
+    :func:`run_times` and return the one of least iteration time (ties: the first in
+    lexicographic order) that :func:`pipeopt.evaluate` finds feasible. ``rec`` (the phase's
+    record) gets ``bound`` (the least iteration time on the table's numbers), ``status``
+    ``"optimal"``, ``method`` ``"enumeration"``, ``splits`` (how many tied) and ``proven``;
+    ``settle`` is called when the split changes. ``None`` if there are more than the work limits
+    allow (nothing recorded)."""
+    T = period * (1 + CAP_REL)
+    splits = tied_splits(problem, T * (1 + CAP_REL))
+    if splits is None:
+        return None
+    if tuple(starts) not in set(splits):
+        splits.append(tuple(starts))  # the proven split ties with itself (float order aside)
+    if deadline is not None:
+        deadline.check("the tie-break's enumeration")
+    times = run_times(problem, splits)
+    order = sorted(range(len(splits)), key=lambda i: (times[i], splits[i]))
+    inst = problem.instance
+    chosen = list(starts)
+    for i in order:
+        cand = list(splits[i])
+        if cand == list(starts):
+            break  # nothing better than the proven split
+        if problem.period(cand) > T:  # the walk's float slack admitted it: not tied
+            continue
+        ev = evaluate(inst, problem.plan(cand))
+        if ev.feasible:
+            if ev.iteration_time < rec["value"]:
+                chosen = cand
+                secondary.settle(rec, float(ev.iteration_time), ev)
+            break
+    rec.update(bound=float(times[order[0]]), status="optimal", method="enumeration", splits=len(splits),
+               proven=True, unique=len(splits) == 1)
+    return chosen
 
 
 EVENTS_SIZE = 1000
@@ -149,8 +314,10 @@ def descend(problem: PartitionProblem, starts: list[int], value: float, cap: flo
 def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline, info: dict, *,
                solver: str = "cbc", threads: int = 1, seed: int = 0) -> list[int]:
     """The split of least 1F1B-flush iteration time among those of period <= the period of
-    ``starts`` (the proven primary optimum). If :func:`has_tie` finds no other such split,
-    ``starts`` is returned at once (proven).
+    ``starts`` (the proven primary optimum): by enumeration when the tied splits are few
+    (:func:`least_run`, proven, ``info["secondary"]["method"] == "enumeration"``); else, if
+    :func:`has_tie` finds no other such split, ``starts`` (proven); else the descent and the
+    event-time MILP (module docstring).
 
     Parameters
     ----------
@@ -187,11 +354,19 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     period = problem.period(starts)
     ev = evaluate(inst, problem.plan(starts))
     record = secondary.open_record(info, SECONDARY, ev.iteration_time, cap=period, evaluation=ev)
-    if problem.stages in (1, problem.n) or not has_tie(problem, period * (1 + CAP_REL), deadline):
-        record.update(proven=True, unique=True)  # no other split has the optimal period
+    if problem.stages in (1, problem.n):
+        record.update(proven=True, unique=True)  # one split only
         return list(starts)
 
     def phase(clock: Deadline, rec: dict) -> list[int]:
+        listed = least_run(problem, list(starts), period, rec, clock)
+        if listed is not None:
+            return listed
+        if not has_tie(problem, period * (1 + CAP_REL), clock):
+            rec.update(proven=True, unique=True)  # no other split has the optimal period
+            return list(starts)
+        from .events import solve_events
+
         chosen, value = descend(problem, list(starts), rec["value"], period, clock)
         if chosen != list(starts):
             secondary.settle(rec, value, evaluate(inst, problem.plan(chosen)))

@@ -1,0 +1,99 @@
+"""The exact tie-break by enumeration (pipeopt/problems/partition/tiebreak.py: tied_splits,
+run_times, least_run; issue 22): it lists exactly the splits the event-time MILP admits, scores
+them as the run graph does, and ends at the same secondary value as the MILP wherever the MILP
+proved its answer (on PipeDream's profiles: a few in the fast tier, all 14 at S in {2, 4, 8, 16}
+in the slow tier)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+from test_events import make_instance
+
+from pipeopt.io.pipedream import read_pipedream
+from pipeopt.problems.partition import tiebreak
+from pipeopt.problems.partition.dp import solve_dp
+from pipeopt.problems.partition.events import run_time
+from pipeopt.problems.partition.problem import PartitionProblem
+from pipeopt.problems.secondary import CAP_REL
+
+PROFILES = Path("/work/shared/data/pipedream-profiles")
+NAMES = sorted(p.stem for p in PROFILES.glob("*.txt") if p.name != "LICENSE.txt")
+
+
+def _all_splits(n: int, S: int):
+    return [list(c) for c in itertools.combinations(range(1, n), S - 1)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed):
+    inst = make_instance(seed, 8, 3, M=5, bandwidth="fast")
+    problem = PartitionProblem(inst, 3)
+    starts = problem.starts_of(solve_dp(problem, time_limit=None).plan)
+    T = problem.period(starts) * (1 + CAP_REL)
+    reach = [problem.memory_reach(3 - s) for s in range(3)]
+
+    def fits(c):
+        p = [0, *c, problem.n]
+        return all(p[s + 1] <= reach[s][p[s]] for s in range(3))
+
+    listed = {tuple(c) for c in tiebreak.tied_splits(problem, T * (1 + CAP_REL)) if problem.period(list(c)) <= T}
+    brute = {tuple(c) for c in _all_splits(problem.n, 3) if fits(c) and problem.period(c) <= T}
+    assert listed == brute
+    assert tuple(starts) in listed
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_run_times_equal_the_run_graph_one_by_one(seed):
+    inst = make_instance(seed, 9, 4, M=6, bandwidth="tight")
+    problem = PartitionProblem(inst, 4)
+    splits = [tuple(c) for c in _all_splits(problem.n, 4)]
+    got = tiebreak.run_times(problem, splits)
+    for c, v in zip(splits, got):
+        assert math.isclose(v, run_time(problem, list(c), "1f1b")[0], rel_tol=1e-12, abs_tol=0.0)
+
+
+def test_work_limit_gives_up_deterministically(monkeypatch):
+    inst = make_instance(0, 9, 3, M=6, bandwidth="fast")
+    problem = PartitionProblem(inst, 3)
+    monkeypatch.setattr(tiebreak, "ENUM_WORK", 3)
+    assert tiebreak.tied_splits(problem, math.inf) is None
+
+
+def _both(name: str, S: int, monkeypatch):
+    inst = read_pipedream(PROFILES / f"{name}.txt")
+    if S > inst.chain.n:
+        pytest.skip("more stages than units")
+    new = solve_dp(PartitionProblem(inst, S), time_limit=None)
+    with monkeypatch.context() as m:
+        m.setattr(tiebreak, "ENUM_WORK", 0)  # the former phase: descent, then the event-time MILP
+        old = solve_dp(PartitionProblem(inst, S), time_limit=None)
+    return new, old
+
+
+def _check(new, old):
+    a, b = new.info["secondary"], old.info["secondary"]
+    assert math.isclose(new.objective, old.objective, rel_tol=1e-9)  # the primary optimum is untouched
+    assert a["value"] <= b["value"] * (1 + 1e-9)  # never worse than the former phase
+    if b["proven"] and a["proven"]:
+        assert math.isclose(a["value"], b["value"], rel_tol=1e-9)
+    if a.get("method") == "enumeration":
+        assert a["proven"] and a["bound"] <= a["value"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("name,S", [("alexnet", 4), ("alexnet", 8), ("vgg16", 4), ("resnet18", 4)])
+def test_profiles_enumeration_equals_milp(name, S, monkeypatch):
+    new, old = _both(name, S, monkeypatch)
+    assert new.info["secondary"].get("method") == "enumeration"
+    _check(new, old)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("S", [2, 4, 8, 16])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_profile_enumeration_equals_milp(name, S, monkeypatch):
+    new, old = _both(name, S, monkeypatch)
+    _check(new, old)
