@@ -513,3 +513,42 @@ def test_undominated_is_the_pairwise_and_the_grid_test():
         keep = undominated(cu, G)
         assert (keep == ~le.any(axis=0)).all() and (keep == (G < ty.below(best)[u])).all()
         assert 0 < keep.sum() < u.size
+
+
+def test_top_clock_gives_a_probe_just_below_the_best_plan_the_time_left():
+    """A probe just below the best plan seen runs on the solve's time left; any other probe on the
+    share the bisection gave it; no clock (no limit) stays no clock; the answers are the probe's."""
+    from pipeopt.backends.bisection import FEASIBLE, INFEASIBLE, Probe
+
+    seen = []
+
+    def fake(T, clock):
+        seen.append(None if clock is None else clock.remaining())
+        return Probe(FEASIBLE, "plan", 0.99 * T) if T > 2.0 else Probe(INFEASIBLE)
+
+    solve = Deadline(1000.0)
+    tc = group_dp._TopClock(fake, solve, 1e-4)
+    tc.seen(3.0)
+    assert tc(3.0 / (1 + 5e-5), solve.sub(seconds=1.0)).outcome == FEASIBLE and seen[-1] > 900
+    assert tc.best == pytest.approx(0.99 * 3.0 / (1 + 5e-5))
+    assert tc(2.5, solve.sub(seconds=1.0)).outcome == FEASIBLE and seen[-1] <= 1.0
+    assert tc.best == pytest.approx(2.475)
+    assert tc(1.5, solve.sub(seconds=1.0)).outcome == INFEASIBLE and seen[-1] <= 1.0
+    assert tc(2.475 / (1 + 5e-5), None).outcome == FEASIBLE and seen[-1] is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=small_problems())
+def test_types_with_a_clock_equals_brute_force(p):
+    """The same cross-check on a bounded clock (the top probes' clock policy, :class:`_TopClock`,
+    is active): every claim holds; OPTIMAL is within the gap of brute force."""
+    _, _, best = brute_force(p)
+    if not math.isfinite(best):
+        with pytest.raises(pipeopt.InfeasibleError):
+            solve_dp(p, time_limit=1000.0)
+        return
+    r = solve_dp(p, time_limit=1000.0)
+    _check(p, r)
+    assert r.lower_bound <= best * (1 + 1e-9)
+    if r.status == pipeopt.Status.OPTIMAL:
+        assert r.objective <= best * (1 + REL)
