@@ -85,84 +85,75 @@ def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
     return bool(second[n] < np.inf)
 
 
-ENUM_WORK = 400_000
-"""Most steps :func:`tied_splits` takes (candidate stage ends tried): a work limit, so the same
-call lists the same splits, or gives up, on every run. Measured: about 0.3 s of Python at the
-limit; PipeDream's AlexNet at S = 16 (18,372 tied splits) takes about 0.1 s."""
+ENUM_WORK = 2_000_000
+"""Most (partial split, stage end) pairs :func:`tied_splits` may test on one stage: a work limit
+on the instance (states times ``n + 1``), so the same call lists the same splits, or gives up,
+on every run (a few milliseconds of numpy at the limit)."""
 
 ENUM_SPLITS = 50_000
-"""Most tied splits :func:`tied_splits` lists before it gives up (each is then scored on the run
-graph by :func:`run_times`, in blocks of :data:`RUN_BLOCK`)."""
+"""Most partial or full tied splits :func:`tied_splits` keeps on one stage before it gives up
+(each full one is then scored on the run graph by :func:`run_times`, in blocks of
+:data:`RUN_BLOCK`). PipeDream's AlexNet at S = 16 has 18,372 tied splits."""
 
-RUN_BLOCK = 2048
+RUN_BLOCK = 4096
 """Splits :func:`run_times` scores at once (memory: block x ops floats)."""
 
 
-def tied_splits(problem: PartitionProblem, T: float) -> list[tuple[int, ...]] | None:
+def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
     """Every straight split that fits the workers' memory and whose window rows and cut bounds
-    hold at period ``T``, or ``None`` past :data:`ENUM_WORK` steps or :data:`ENUM_SPLITS` splits.
+    hold at period ``T``, or ``None`` past :data:`ENUM_WORK` or :data:`ENUM_SPLITS`.
 
-    A depth-first walk over the stages of the DP's feasibility probe (the recursion of
-    :func:`pipeopt.cost.rules.window_step`, as :func:`has_tie` and
-    :mod:`pipeopt.problems.partition.dp`): a stage of units ``a..b-1`` extends a partial split
-    iff ``b <= reach[a]`` (:meth:`PartitionProblem.memory_reach` with the 1F1B in-flight count
-    ``S - s``, the event-time MILP's memory rows), the cut bounds at ``a`` and ``b`` are at most
-    ``T`` and the window rows ending at the stage hold; a partial split that breaks one has no
-    feasible completion (the rows of a prefix are rows of every split extending it), so the
-    walk misses no split. The caller passes a ``T`` slightly above the cap and re-checks each
-    split it keeps with :meth:`PartitionProblem.period` (float summation order).
+    The DP's feasibility probe (the recursion of :func:`pipeopt.cost.rules.window_step`, as
+    :func:`has_tie` and :mod:`pipeopt.problems.partition.dp`), stage by stage over every partial
+    split at once instead of the least window slack per state: a stage of units ``a..b-1``
+    extends a partial split iff ``b <= reach[a]`` (:meth:`PartitionProblem.memory_reach` with
+    the 1F1B in-flight count ``S - s``, the event-time MILP's memory rows), the cut bounds at
+    ``a`` and ``b`` are at most ``T`` and the window rows ending at the stage hold. A partial
+    split that breaks one has no feasible completion (the rows of a prefix are rows of every
+    split extending it), so none is missed. The caller passes a ``T`` slightly above the cap and
+    re-checks a split it keeps with :meth:`PartitionProblem.period` (float summation order).
 
     Returns
     -------
-    list[tuple[int, ...]] or None
-        The stage starts after the first of each split, in lexicographic order.
+    ndarray (L, S - 1) of int or None
+        The stage starts after the first of each split, rows in lexicographic order.
     """
     n, S = problem.n, problem.stages
     added, bound = problem.cut_terms
-    trip, bound, added = problem.trip.tolist(), bound.tolist(), added.tolist()
-    wp = problem.work_prefix.tolist()
-    reach = [problem.memory_reach(rules.in_flight(s, S)).tolist() for s in range(S)]
+    trip = np.asarray(problem.trip, dtype=float)
+    wp = np.asarray(problem.work_prefix, dtype=float)
+    ends = np.arange(n + 1)
     if bound[0] > T:
-        return []
-    out: list[tuple[int, ...]] = []
-    path: list[int] = []
-    work = 0
-
-    def walk(s: int, a: int, G: float) -> bool:  # False: a work limit was reached
-        nonlocal work
+        return np.zeros((0, max(S - 1, 0)), dtype=np.int64)
+    a = np.zeros(1, dtype=np.int64)  # each partial split's last end
+    G = np.full(1, -np.inf)  # its window slack G (rules.window_step)
+    picks: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (parent row, end) of each state
+    for s in range(S):
+        if a.size * (n + 1) > ENUM_WORK:
+            return None
         k = rules.in_flight(s, S)
-        last = s == S - 1
-        lo, hi = (n, n) if last else (a + 1, n - (S - 1 - s))
-        carry = max(-k * T, G + trip[a])  # rules.window_carry on scalars
-        limit, top = -(k - 1) * T, reach[s][a]
-        for b in range(lo, min(hi, top) + 1):
-            work += 1
-            if work > ENUM_WORK:
-                return False
-            if bound[b] > T:
-                continue
-            own = wp[b] - wp[a] + added[a]
-            if own > T:  # the stage's own row (w <= T) fails, and for every longer stage too
-                break
-            g = own + added[b] + carry
-            if g > limit:
-                continue
-            if last:
-                out.append(tuple(path))
-                if len(out) > ENUM_SPLITS:
-                    return False
-            else:
-                path.append(b)
-                ok = walk(s + 1, b, g)
-                path.pop()
-                if not ok:
-                    return False
-        return True
-
-    return out if walk(0, 0, -math.inf) else None
+        reach = problem.memory_reach(k)
+        hi = n if s == S - 1 else n - (S - 1 - s)
+        lo_b = np.full(a.size, n) if s == S - 1 else a + 1
+        top = np.minimum(reach[a], hi)
+        w = wp[None, :] - wp[a][:, None] + added[a][:, None] + added[None, :]
+        g, ok = rules.window_step(G[:, None], trip[a][:, None], w, k, k - 1, T)
+        ok &= (ends[None, :] >= lo_b[:, None]) & (ends[None, :] <= top[:, None]) & (bound <= T)[None, :]
+        parent, b = np.nonzero(ok)  # row-major: parents in order, ends increasing
+        if b.size > ENUM_SPLITS:
+            return None
+        picks.append((parent, b))
+        a, G = b.astype(np.int64), g[parent, b]
+    rows = np.arange(a.size)
+    out = np.zeros((a.size, max(S - 1, 0)), dtype=np.int64)
+    for s in range(S - 1, 0, -1):  # follow the parents back: the start of stage s is stage s-1's end
+        parent, b = picks[s]
+        rows = parent[rows]
+        out[:, s - 1] = picks[s - 1][1][rows]
+    return out
 
 
-def run_times(problem: PartitionProblem, splits: list[tuple[int, ...]]) -> np.ndarray:
+def run_times(problem: PartitionProblem, splits) -> np.ndarray:
     """The 1F1B-flush iteration time (seconds) of each split on the table's numbers, memory
     aside: the longest path through the run graph of M microbatches
     (:func:`pipeopt.problems.partition.events.event_graph`) with the split's op durations
@@ -180,11 +171,10 @@ def run_times(problem: PartitionProblem, splits: list[tuple[int, ...]]) -> np.nd
     col = np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
     out = np.empty(len(splits))
     for lo in range(0, len(splits), RUN_BLOCK):
-        block = splits[lo:lo + RUN_BLOCK]
+        block = np.asarray(splits[lo:lo + RUN_BLOCK], dtype=np.int64).reshape(-1, S - 1)
         p = np.zeros((len(block), S + 1), dtype=np.int64)
         p[:, S] = n
-        if S > 1:
-            p[:, 1:S] = np.array(block, dtype=np.int64).reshape(len(block), S - 1)
+        p[:, 1:S] = block
         f = a["f_end"][p[:, 1:]] - a["f_begin"][p[:, :-1]]
         b = a["b_end"][p[:, 1:]] - a["b_begin"][p[:, :-1]]
         x = a["xfer"][p[:, 1:-1]]
@@ -220,19 +210,20 @@ def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: 
     splits = tied_splits(problem, T * (1 + CAP_REL))
     if splits is None:
         return None
-    if tuple(starts) not in set(splits):
-        splits.append(tuple(starts))  # the proven split ties with itself (float order aside)
+    mine = np.asarray(starts, dtype=np.int64)
+    if not (splits == mine[None, :]).all(axis=1).any():
+        splits = np.vstack([splits, mine[None, :]])  # the proven split ties with itself (float order aside)
     if deadline is not None:
         deadline.check("the tie-break's enumeration")
     times = run_times(problem, splits)
-    order = sorted(range(len(splits)), key=lambda i: (times[i], splits[i]))
+    order = np.lexsort([*splits.T[::-1], times])  # least time first, ties in lexicographic order
     inst = problem.instance
     chosen = list(starts)
-    for i in order:
-        cand = list(splits[i])
+    for i in order.tolist():
+        cand = splits[i].tolist()
         if cand == list(starts):
             break  # nothing better than the proven split
-        if problem.period(cand) > T:  # the walk's float slack admitted it: not tied
+        if problem.period(cand) > T:  # the float slack admitted it: not tied
             continue
         ev = evaluate(inst, problem.plan(cand))
         if ev.feasible:

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_events import make_instance
+from test_events import binding_memory, brute, make_instance
 
 from pipeopt.io.pipedream import read_pipedream
 from pipeopt.problems.partition import tiebreak
@@ -28,9 +28,12 @@ def _all_splits(n: int, S: int):
     return [list(c) for c in itertools.combinations(range(1, n), S - 1)]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed):
+@pytest.mark.parametrize("memory", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed, memory):
     inst = make_instance(seed, 8, 3, M=5, bandwidth="fast")
+    if memory:
+        inst = binding_memory(inst, 3, "1f1b", seed)
     problem = PartitionProblem(inst, 3)
     starts = problem.starts_of(solve_dp(problem, time_limit=None).plan)
     T = problem.period(starts) * (1 + CAP_REL)
@@ -40,7 +43,7 @@ def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed):
         p = [0, *c, problem.n]
         return all(p[s + 1] <= reach[s][p[s]] for s in range(3))
 
-    listed = {tuple(c) for c in tiebreak.tied_splits(problem, T * (1 + CAP_REL)) if problem.period(list(c)) <= T}
+    listed = {tuple(c) for c in tiebreak.tied_splits(problem, T * (1 + CAP_REL)).tolist() if problem.period(c) <= T}
     brute = {tuple(c) for c in _all_splits(problem.n, 3) if fits(c) and problem.period(c) <= T}
     assert listed == brute
     assert tuple(starts) in listed
@@ -54,6 +57,20 @@ def test_run_times_equal_the_run_graph_one_by_one(seed):
     got = tiebreak.run_times(problem, splits)
     for c, v in zip(splits, got):
         assert math.isclose(v, run_time(problem, list(c), "1f1b")[0], rel_tol=1e-12, abs_tol=0.0)
+
+
+@pytest.mark.parametrize("memory", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_break_ties_equals_brute_force(seed, memory):
+    inst = make_instance(seed, 8, 3, M=5, bandwidth="fast")
+    if memory:
+        inst = binding_memory(inst, 3, "1f1b", seed)
+    problem = PartitionProblem(inst, 3)
+    res = solve_dp(problem, time_limit=None)
+    rec = res.info["secondary"]
+    assert rec["proven"]
+    cap = problem.period(problem.starts_of(res.plan))
+    assert math.isclose(rec["value"], brute(inst, 3, "1f1b", cap), rel_tol=1e-9)
 
 
 def test_work_limit_gives_up_deterministically(monkeypatch):
