@@ -50,6 +50,8 @@ _PROFILE_FAMILY = "every PipeDream profile x S: the fast tier keeps small profil
 SLOW: dict[str, str] = {
     # node-id pattern (``*``: any text; relative to the repository root) -> why it is slow
     "tests/test_notebooks.py::*": "executes the notebooks end to end (3.4 min of the 53 min measured run)",
+    "tests/problems/schedule/test_free_order.py::test_cpsat_equals_brute_force_over_every_order":
+        "brute force over every order of every rank (depth-first, exponential) against CP-SAT",
     "tests/problems/partition/test_exact_partition.py::test_profiles_agree_with_dp[*]": _PROFILE_FAMILY,
     "tests/problems/partition/test_exact_partition.py::test_bare_formulations_agree_with_dp[*]":
         _PROFILE_FAMILY,

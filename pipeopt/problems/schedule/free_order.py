@@ -59,6 +59,7 @@ of the bound (the rounding costs at most a tick per operation on the longest pat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -185,8 +186,9 @@ class FreeOrderModel:
         self.b.append(M.new_constant(n))
         for t in range(S):
             M.add(self.b[t] + 1 <= self.b[t + 1])
-        self.floor = floor = {k: [int(math.floor(x / unit)) for x in P[k]] for k in ("F", "I", "W", "send")}
-        self.ceil = ceil = {k: [int(math.ceil(x / unit)) for x in P[k]] for k in ("F", "I", "W")}
+        # prefix sums are non-decreasing up to float noise (I = B - W may dip a few ulps below 0)
+        self.floor = floor = {k: [max(0, int(math.floor(x / unit))) for x in P[k]] for k in ("F", "I", "W", "send")}
+        self.ceil = ceil = {k: [max(0, int(math.ceil(x / unit))) for x in P[k]] for k in ("F", "I", "W")}
 
         def at(arr, t, name):
             if t in (0, S):
@@ -194,6 +196,8 @@ class FreeOrderModel:
             var = M.new_int_var(min(arr), max(arr), name)
             M.add_element(self.b[t], arr, var)
             return var
+
+        self.at = at
 
         self.d = {}
         for k in ("F", "I", "W"):
@@ -460,11 +464,14 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
         status = "feasible"
     else:
         status = "time_limit"
-    lb = bound if bound is not None else None
+    simple = problem.memory_free_bound()  # the busiest rank's work: valid for every order
+    lb = simple if bound is None else max(bound, simple)
     if incumbent is None:
         return problem.result("cpsat", None, status, lower_bound=lb, started=started, info=info)
-    info["source_order"] = incumbent[1]
-    if lb is not None:
-        lb = min(lb, incumbent[0])
+    info["source_order"] = incumbent[1]  # "cpsat", or the warm start the solver did not improve on
+    order = incumbent[2]
+    if order.name != FREE:
+        order = dataclasses.replace(order, name=FREE)
+    lb = min(lb, incumbent[0])
     return problem.result("cpsat", incumbent[3], status, lower_bound=lb, started=started, info=info,
-                          order=incumbent[2])
+                          order=order)

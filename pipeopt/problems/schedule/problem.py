@@ -296,7 +296,7 @@ class ScheduleProblem:
                     objective=f"iteration: {self.microbatches} microbatches under {run.name}"
                               f" ({self.ranks} ranks x {self.stages_per_rank} stages), by the schedule executor")
         plan = self.plan(starts) if starts is not None else None
-        if order is not None and order is not self.schedule:
+        if order is not None and (order is not self.schedule or self.is_free):
             info["order"] = [[str(a) for a in order.actions(r)] for r in range(order.ranks)]
             if plan is not None:  # the plan carries the order it runs (export, run, simulate read it)
                 plan = dataclasses.replace(plan, schedule=order.to_dict())

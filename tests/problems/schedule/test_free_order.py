@@ -1,0 +1,146 @@
+"""The free-order schedule problem (ScheduleProblem(..., schedule="free")) and its CP-SAT model:
+
+* the model's optimum = the brute force over every split and EVERY order of every rank
+  (tests/brute_force.py: no symmetry assumed, its own statement of the rules) on small random
+  chains: p = 2, v = 1 (m = 2, 3), looped v = 2 and V (m = 2), with and without memory limits,
+  overlap and W shares;
+* the claimed objective is the executor's time of the returned order (plan.schedule read back);
+* free is never worse than a fixed order of its placement (their exhaustive optimum);
+* honesty: a deadline that has passed never claims an optimum; bad requests are typed errors.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import chain_graph
+
+import brute_force as bf
+import pipeopt
+from pipeopt import Cluster, Instance, Settings
+from pipeopt.backends.deadline import Deadline
+from pipeopt.errors import InfeasibleError, InvalidProblemError
+from pipeopt.problems import spaces
+from pipeopt.problems.schedule import ScheduleProblem, exhaustive, solve_free_order, solve_milp
+from pipeopt.schedules import Schedule, as_free, make_schedule, run_schedule
+
+REL = 1e-6
+FEW = settings(max_examples=8, deadline=None, derandomize=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@st.composite
+def free_problems(draw):
+    placement, v, m = draw(st.sampled_from([("looped", 1, 2), ("looped", 1, 3), ("looped", 2, 2), ("v", 2, 2)]))
+    n = draw(st.integers(2 * v, 2 * v + (1 if m == 3 else 2 if v == 1 else 1)))
+    fwd = [draw(st.floats(0.2, 2.0)) for _ in range(n)]
+    bwd = [f * draw(st.floats(1.0, 3.0)) for f in fwd]
+    out = [draw(st.floats(0.0, 0.03)) * 1e9 for _ in range(n)]
+    g = chain_graph(fwd, bwd, out=out, act=1e8, param=1e8)
+    for i, node in enumerate(g.nodes):
+        g.nodes[node]["bwd_w"] = {"gpu": bwd[i] * draw(st.floats(0.0, 1.0))}
+    memory = draw(st.sampled_from([math.inf, 4e8 * n / 2 + 3e8, 1e9]))
+    inst = Instance(g, Cluster.homogeneous(2, memory=memory, bandwidth=1e9), Settings(overlap=draw(st.booleans())))
+    return ScheduleProblem(inst, "free", 2, m, v, placement=placement)
+
+
+def solve(problem, **kw):
+    return solve_free_order(problem, time_limit=None, threads=1, **kw)
+
+
+def check_claim(problem, res):
+    """The objective is the executor's time of the order the plan carries."""
+    order = Schedule.from_dict(res.plan.schedule)
+    assert order.name == "free" and order.placement == problem.schedule.placement
+    ex = run_schedule(problem.instance, order, res.plan)
+    assert ex.feasible and res.objective == ex.time
+    assert res.lower_bound <= res.objective * (1 + 1e-9)
+
+
+@FEW
+@given(free_problems())
+def test_cpsat_equals_brute_force_over_every_order(problem):
+    value, bounds, _ = bf.free_order_optimum(problem.instance, problem.schedule.placement, problem.microbatches)
+    if not math.isfinite(value):
+        with pytest.raises(InfeasibleError):
+            solve(problem)
+        return
+    res = solve(problem)
+    assert res.status == "optimal" and res.space == problem.result_space
+    check_claim(problem, res)
+    assert math.isclose(res.objective, value, rel_tol=REL), (res.objective, value)
+
+
+@pytest.mark.parametrize("name", ["GPipe", "1F1B", "InterleavedZeroBubble"])
+def test_free_is_never_worse_than_a_fixed_order(name):
+    g = chain_graph([1.0, 2.0, 1.5, 0.5, 1.2], [2.0, 3.0, 3.5, 1.0, 2.0], out=1e7, act=1e8, param=1e8)
+    inst = Instance(g, Cluster.homogeneous(2, memory=1e9, bandwidth=1e9))
+    fixed = exhaustive(ScheduleProblem(inst, name, 2, 4, 1 if name != "GPipe" else None))
+    free = solve(ScheduleProblem(inst, "free", 2, 4))
+    assert free.status == "optimal"
+    assert free.objective <= fixed.objective * (1 + 1e-9)
+    assert spaces.contains(free.space, fixed.space)
+    check_claim(ScheduleProblem(inst, "free", 2, 4), free)
+
+
+def test_as_free_never_later():
+    """An order with whole backwards and fused steps (DualPipeV) as a free order: never later."""
+    g = chain_graph([1.0, 2.0, 1.5, 0.5, 1.2, 0.7], [2.0, 3.0, 3.5, 1.0, 2.0, 1.1], out=1e7)
+    inst = Instance(g, Cluster.homogeneous(2, bandwidth=1e9))
+    for name, v in (("DualPipeV", 2), ("1F1B", None), ("Interleaved1F1B", 2)):
+        sched = make_schedule(name, 2, 4, v)
+        plan = ScheduleProblem(inst, sched).plan([1, 3, 4] if sched.stages == 4 else [3])
+        assert run_schedule(inst, as_free(sched), plan).time <= run_schedule(inst, sched, plan).time * (1 + 1e-12)
+
+
+def test_a_passed_deadline_never_claims_an_optimum():
+    g = chain_graph([1.0, 2.0, 1.5, 0.5], [2.0, 3.0, 3.5, 1.0])
+    problem = ScheduleProblem(Instance(g, Cluster.homogeneous(2)), "free", 2, 3)
+    dl = Deadline(1e-3, clock=time.perf_counter() - 1.0)  # passed before the call: no race with a fast machine
+    res = solve_free_order(problem, time_limit=dl)
+    assert res.status != "optimal"
+    if res.plan is not None:
+        check_claim(problem, res)
+
+
+def test_door_and_bad_requests():
+    g = chain_graph([1.0, 2.0, 1.5, 0.5], [2.0, 3.0, 3.5, 1.0])
+    inst = Instance(g, Cluster.homogeneous(2))
+    res = pipeopt.solve(inst, problem="schedule", schedule="Free-Order", stages=2, microbatches=2, time_limit=None)
+    assert res.method == "cpsat" and res.info["chosen"]["method"] == "cpsat" and res.status == "optimal"
+    with pytest.raises(InvalidProblemError, match="'cpsat'"):
+        solve_milp(ScheduleProblem(inst, "free", 2, 2))
+    with pytest.raises(InvalidProblemError, match="placement='v' is for the free order"):
+        ScheduleProblem(inst, "1F1B", 2, 2, placement="v")
+    with pytest.raises(InvalidProblemError, match="unknown placement"):
+        ScheduleProblem(inst, "free", 2, 2, placement="zigzag")
+    with pytest.raises(InvalidProblemError, match="V placement holds 2"):
+        ScheduleProblem(inst, "free", 2, 2, 3, placement="v")
+    with pytest.raises(InvalidProblemError, match="w_placement='free' is part of the free order"):
+        ScheduleProblem(inst, "free", 2, 2, w_placement="free")
+    with pytest.raises(InvalidProblemError, match="fixed order"):
+        solve_free_order(ScheduleProblem(inst, "1F1B", 2, 2))
+
+
+def test_cli_free_order(tmp_path, capsys):
+    from pipeopt.cli import main
+    from pipeopt.io import write
+
+    g = chain_graph([1.0, 2.0, 1.5, 0.5], [2.0, 3.0, 3.5, 1.0], out=1e6)
+    path = tmp_path / "four.json"
+    write(Instance(g, Cluster.homogeneous(2, bandwidth=1e9)), path)
+    plan = tmp_path / "plan.json"
+    assert main(["solve", str(path), "--schedule", "free", "--microbatches", "3", "--time-limit", "none",
+                 "--save-plan", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "free" in out and "optimal" in out and "action order (chosen with the split)" in out
+    import json
+
+    saved = json.loads(plan.read_text())
+    assert Schedule.from_dict(saved["schedule"]).name == "free"
+    assert main(["solve", str(path), "--schedule", "1F1B", "--placement", "v"]) == 2
+    assert "--placement is for --schedule free" in capsys.readouterr().err
