@@ -41,7 +41,7 @@ import numpy as np
 
 from ...backends.deadline import Deadline
 from ...cost import evaluate, rules
-from ...cost.tolerance import FLOAT_NOISE
+from ...cost.tolerance import FLOAT_NOISE, SUM_ORDER
 from .. import secondary
 from ..secondary import SECONDARY_NODES
 from ..secondary import CAP_REL
@@ -266,14 +266,20 @@ def descend(problem: PartitionProblem, starts: list[int], value: float, cap: flo
     either way (cuts in order, steps in order, first improvement taken) while the split keeps
     its period at most ``cap (1 + CAP_REL)``, fits in memory and its 1F1B-flush iteration time
     (``evaluate(...).iteration_time``) drops by more than float noise; at most
-    :data:`DESCENT_EVALUATIONS` plans evaluated.
+    :data:`DESCENT_EVALUATIONS` plans tried. Each is first timed on the run graph
+    (:func:`pipeopt.problems.partition.events.run_time`, built once) and given to
+    :func:`pipeopt.evaluate` only if that time could be an improvement (within
+    :data:`~pipeopt.cost.tolerance.SUM_ORDER`): the same moves at a fraction of the cost.
 
     Returns
     -------
     (starts, iteration time)
         The split it ends at (``starts`` if no move helps) and its iteration time (seconds).
     """
+    from .events import event_graph, run_time
+
     inst, n = problem.instance, problem.n
+    graph = event_graph(problem, "1f1b")  # built once: each candidate is first timed on it
     best, best_value, evaluations = list(starts), float(value), 0
     moved = True
     while moved and evaluations < DESCENT_EVALUATIONS:
@@ -291,6 +297,10 @@ def descend(problem: PartitionProblem, starts: list[int], value: float, cap: flo
                     if deadline is not None:
                         deadline.check("the tie-break's descent")
                     evaluations += 1
+                    # the run graph's time equals evaluate's up to float summation order: a
+                    # candidate it shows no better is not evaluated
+                    if run_time(problem, cand, "1f1b", graph)[0] >= best_value * (1 - FLOAT_NOISE) * (1 + SUM_ORDER):
+                        continue
                     ev = evaluate(inst, problem.plan(cand))
                     if ev.feasible and ev.iteration_time < best_value * (1 - FLOAT_NOISE):
                         best, best_value, moved = cand, float(ev.iteration_time), True
