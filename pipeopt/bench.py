@@ -347,7 +347,8 @@ def _schedule_sizes(size: dict, options: dict) -> list[tuple[dict, str]]:
         if name == "free":  # the free order: its placement, no W option (it places every action)
             if options.get("placement") is not None:
                 opts["placement"] = options["placement"]
-            out.append((opts, schedule_space(name, placement=options.get("placement"))))
+            out.append((opts, schedule_space(name, placement=options.get("placement"),
+                                             stages_per_rank=options.get("stages_per_rank"))))
             continue
         wp = options.get("w_placement", "schedule")
         if auto and name not in SPLITS_BACKWARD:

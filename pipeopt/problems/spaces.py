@@ -93,19 +93,25 @@ def contains(big: str, small: str) -> bool:
         return True
     if small.startswith("schedule:") and big == small + "+free-w":
         return True  # a schedule's own W places are one choice of the free placement
-    if big in FREE_ORDER_SPACES and small.startswith("schedule:"):
+    free = "schedule:free-looped" if big.startswith("schedule:free-looped") else big
+    if free in FREE_ORDER_SPACES and small.startswith("schedule:"):
         name = small[len("schedule:"):].removesuffix("+free-w")
-        return name in FREE_ORDER_SPACES[big]  # a fixed order is one order of the free order's shape
+        return name in FREE_ORDER_SPACES[free]  # a fixed order is one order of the free order's shape
     return big in _LARGER.get(small, ())
 
 
 FREE_ORDER_SPACES = {
-    "schedule:free": ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZB-greedy"),
+    "schedule:free": ("GPipe", "1F1B", "ZB-greedy"),
+    "schedule:free-looped": ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble"),
     "schedule:free-v": ("ZBVZeroBubble", "DualPipeV"),
 }
 """The free-order spaces (:mod:`pipeopt.schedules.free`: every split and every order of F, I,
-W of one placement) and the fixed-order schedules of that placement whose spaces they hold
-(looped; V). As for every schedule space, the caller compares results of the same p, v, m."""
+W of one shape) and the fixed-order schedules of that shape whose spaces they hold: one stage
+per rank (``schedule:free``); v stages per rank looped (``schedule:free-looped<v>``, e.g.
+``schedule:free-looped2``: the interleaved schedules run with the same v); the V placement
+(``schedule:free-v``). As for every schedule space, the caller compares results of the same p,
+v and m (a fixed schedule's space name does not carry v: ``pipeopt bench`` runs every
+schedule of one row group with one ``stages_per_rank``)."""
 
 
 LEGACY = {"straight": ONE_ORDER, "replicated": REPLICATED_ONE_ORDER}

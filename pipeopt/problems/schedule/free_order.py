@@ -43,8 +43,10 @@ Times in integer *ticks* of ``unit`` seconds (``unit`` = the warm start's iterat
   W(s, j).end with demand ``floor(act_s)`` ticks, capacity ``ceil(limit) - copies *
   floor(param)`` of the rank's chunks: a relaxation too. A plan the executor then finds over
   memory is not kept.
-* **Bounds**: ``Z >= `` each stage's last W; per rank ``Z >=`` the forwards before its first
-  stage plus its whole work (redundant, tightens the LP).
+* **Bounds** (redundant rows that tighten the LP): ``Z >= `` each stage's last W; per rank
+  ``Z >=`` the forwards before its first stage plus its whole work, and the start of its first
+  F plus its whole work; per stage ``Z >=`` the start of its first I plus m (I + W) (every I
+  and W of the stage runs after it, in microbatch order).
 * **Warm start** (hint and incumbent): torch's orders of the same placement
   (:func:`pipeopt.schedules.free.as_free` of each) and, with one chunk per rank, the
   zero-bubble greedy (:mod:`.zb_greedy`), each on the splits of the ``uniform`` and
@@ -327,6 +329,9 @@ class FreeOrderModel:
             head = sum(self.dur[("F", s)] for s in range(min(mine)))
             work = sum(m * (self.dur[("F", s)] + self.dur[("I", s)] + self.dur[("W", s)]) for s in mine)
             M.add(Z >= head + work)
+            M.add(Z >= self.start[("F", min(mine), 0)] + work)  # the rank's work all after its first F
+        for s in range(S):  # a stage's I's and W's all run after its first I (microbatch order)
+            M.add(Z >= self.start[("I", s, 0)] + m * self.dur[("I", s)] + m * self.dur[("W", s)])
         M.minimize(Z)
 
     def hint(self, order: Schedule, starts) -> dict:

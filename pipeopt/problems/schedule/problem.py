@@ -180,7 +180,7 @@ class ScheduleProblem:
     def result_space(self) -> str:
         """The search space of this problem's results (:func:`schedule_space`)."""
         if self.is_free:
-            return schedule_space(FREE, placement=placement_kind(self.schedule))
+            return schedule_space(FREE, placement=placement_kind(self.schedule), stages_per_rank=self.stages_per_rank)
         return schedule_space(self.schedule.name, self.w_placement)
 
     # ---- data ------------------------------------------------------------------------
@@ -320,16 +320,21 @@ def uniform_starts(n: int, S: int) -> list[int]:
     return [int(x) for x in np.cumsum(sizes)[:-1]]
 
 
-def schedule_space(schedule: str, w_placement: str = "schedule", placement: str | None = None) -> str:
+def schedule_space(schedule: str, w_placement: str = "schedule", placement: str | None = None,
+                   stages_per_rank: int | None = None) -> str:
     """The search space of a schedule problem's results: ``"schedule:<name>"`` (the splits of
     the chunks of that schedule run in its order), ``"schedule:<name>+free-w"`` (with every
-    W placed freely, :mod:`.w_placement`), or for the free order ``"schedule:free"`` (looped
-    placement) / ``"schedule:free-v"`` (V placement): every split and every order of that
-    shape, which holds the fixed orders of the same placement
+    W placed freely, :mod:`.w_placement`), or for the free order ``"schedule:free"`` (one stage
+    per rank), ``"schedule:free-looped<v>"`` (v looped stages per rank) or ``"schedule:free-v"``
+    (V placement): every split and every order of that shape, which holds the fixed orders of
+    the same shape
     (:func:`pipeopt.problems.spaces.contains`). A gap is taken against a bound of the same
     p, v and m, never another's."""
     if schedule == FREE:
-        return "schedule:free" + ("-v" if placement == "v" else "")
+        if placement == "v":
+            return "schedule:free-v"
+        v = 1 if stages_per_rank is None else int(stages_per_rank)
+        return "schedule:free" if v == 1 else f"schedule:free-looped{v}"
     return f"schedule:{schedule}" + ("+free-w" if w_placement == "free" else "")
 
 

@@ -83,7 +83,7 @@ def test_free_is_never_worse_than_a_fixed_order(name):
     free = solve(ScheduleProblem(inst, "free", 2, 4))
     assert free.status == "optimal"
     assert free.objective <= fixed.objective * (1 + 1e-9)
-    assert spaces.contains(free.space, fixed.space)
+    assert spaces.contains(free.space, fixed.space) == (name != "InterleavedZeroBubble")  # its name has no v
     check_claim(ScheduleProblem(inst, "free", 2, 4), free)
 
 
@@ -144,3 +144,24 @@ def test_cli_free_order(tmp_path, capsys):
     assert Schedule.from_dict(saved["schedule"]).name == "free"
     assert main(["solve", str(path), "--schedule", "1F1B", "--placement", "v"]) == 2
     assert "--placement is for --schedule free" in capsys.readouterr().err
+
+
+def test_bench_free_bound_bounds_the_fixed_orders():
+    from pipeopt import bench
+
+    g = chain_graph([1.0, 2.0, 1.5, 0.5, 1.2], [2.0, 3.0, 3.5, 1.0, 2.0], out=1e7, act=1e8, param=1e8)
+    inst = Instance(g, Cluster.homogeneous(2, memory=1e9, bandwidth=1e9), Settings(microbatches=3))
+    df = bench.run([inst], problem="schedule", stages=[2], schedule=["free", "1F1B"], methods=["auto", "uniform"],
+                   time_limit=60.0, progress=False)
+    free = df[(df["space"] == "schedule:free") & (df["method"] == "auto")].iloc[0]
+    assert free["status"] == "optimal"
+    fixed = df[df["space"] == "schedule:1F1B"]
+    own = fixed[fixed["method"] == "auto"].iloc[0]["lower_bound"]
+    # the free bound is a bound of the 1F1B rows too: their best bound is the larger of the two
+    assert len(fixed) == 2 and (fixed["best_bound"] == max(own, free["lower_bound"])).all()
+    assert (fixed["objective"] >= free["objective"] * (1 - 1e-9)).all()
+    assert spaces.contains("schedule:free-looped2", "schedule:Interleaved1F1B")
+    assert not spaces.contains("schedule:free", "schedule:Interleaved1F1B")  # v differs: no bound
+    assert not spaces.contains("schedule:free", "schedule:ZBVZeroBubble")
+    assert ScheduleProblem(inst, "free", 2, 2, 2).result_space == "schedule:free-looped2"
+    assert ScheduleProblem(inst, "free", 2, 2, placement="v").result_space == "schedule:free-v"

@@ -1,0 +1,116 @@
+"""The free-order optimum against the orders people run: torch's schedules and the ZB greedy.
+
+For each instance, p ranks and m microbatches (one chunk per rank, looped placement):
+
+* ``free`` -- :func:`pipeopt.problems.schedule.solve_free_order` (CP-SAT over the split and
+  every rank's order of F, I, W; ``--time-limit`` seconds; status, iteration time, proven
+  bound, gap, solve seconds, model size);
+* ``ZB-greedy`` -- the zero-bubble repository's greedy order (all 8 flag variants, the best of
+  their estimates, as their code picks) on the free optimum's split and on the best split of
+  the fixed-order rows below, executed by pipeopt's executor;
+* ``GPipe``, ``1F1B``, ``InterleavedZeroBubble`` (v = 1: ZB1P) -- torch's orders of this
+  placement at their own exact splits (:func:`pipeopt.problems.schedule.solve_milp`, the same
+  time limit; status and bound reported).
+
+Every time is the executor's (:func:`pipeopt.schedules.execute`). "vs free" is (row - free) /
+free: how much slower the row's plan runs than the free-order plan.
+
+Usage::
+
+    python benchmarks/free_order.py              # GPT-2 XL, BERT-large (V100 16 GB), p = 4, m = 8, 60 s
+    python benchmarks/free_order.py --full       # adds p = 8, m = 16 (x8 A100 instances)
+    python benchmarks/free_order.py --markdown benchmarks/results/free_order.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import pipeopt
+from pipeopt.errors import PipeoptError
+from pipeopt.problems.schedule import ScheduleProblem, solve_free_order, solve_milp
+from pipeopt.problems.schedule.baselines import zb_greedy
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = [("instances/homogeneous/gpt2-xl-a100-40gb-x4.json", 4, 8),
+         ("instances/memory/bert-large-mb16-v100-16gb-x4.json", 4, 8)]
+FULL = QUICK + [("instances/homogeneous/gpt2-xl-a100-40gb-x8.json", 8, 16),
+                ("instances/homogeneous/bert-large-a100-40gb-x8.json", 8, 16)]
+FIXED = ("GPipe", "1F1B", "InterleavedZeroBubble")
+
+
+def row(case, name, res, free_time, runtime):
+    t = res.objective if res is not None and res.plan is not None else float("nan")
+    lb = res.lower_bound if res is not None and res.lower_bound is not None else float("nan")
+    gap = (t - lb) / t if t == t and lb == lb and t > 0 else float("nan")
+    vs = (t - free_time) / free_time if free_time and t == t else float("nan")
+    status = str(res.status) if res is not None else "refused"
+    return (f"| {case} | {name} | {status} | {t * 1e3:.2f} | {lb * 1e3:.2f} | {gap * 100:.2f} % | "
+            f"{vs * 100:+.2f} % | {runtime:.1f} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="add p = 8, m = 16")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact solve (default 60)")
+    ap.add_argument("--markdown", help="also write the table to this file")
+    args = ap.parse_args(argv)
+    load = os.getloadavg()[0]
+    lines = [f"free-order optimum vs fixed orders; time limit {args.time_limit:g} s per solve; 2-core machine, load"
+             f" average {load:.1f} at start",
+             "",
+             "| instance, p, m | order | status | iteration ms | bound ms | gap | vs free | solve s |",
+             "|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    for path, p, m in (FULL if args.full else QUICK):
+        inst = pipeopt.read(ROOT / path)
+        case = f"{inst.name}, p={p}, m={m}"
+        t0 = time.perf_counter()
+        problem = ScheduleProblem(inst, "free", p, m)
+        free = solve_free_order(problem, time_limit=args.time_limit)
+        ft = time.perf_counter() - t0
+        free_time = free.objective if free.plan is not None else None
+        out = [row(case, "free (cpsat)", free, free_time, ft)]
+        print(out[-1], flush=True)
+        splits = {"free split": free.info.get("starts")} if free.plan is not None else {}
+        best_fixed = None
+        for name in FIXED:
+            t0 = time.perf_counter()
+            try:
+                res = solve_milp(ScheduleProblem(inst, name, p, m, None if name != "InterleavedZeroBubble" else 1),
+                                 time_limit=args.time_limit)
+            except PipeoptError as exc:
+                res = None
+                print(f"  {name}: {exc}", file=sys.stderr)
+            out.append(row(case, f"{name} (own exact split)", res, free_time, time.perf_counter() - t0))
+            print(out[-1], flush=True)
+            if res is not None and res.plan is not None and (best_fixed is None or res.objective < best_fixed.objective):
+                best_fixed = res
+        if best_fixed is not None:
+            splits[f"{best_fixed.info['schedule']} split"] = best_fixed.info["starts"]
+        for label, starts in splits.items():
+            t0 = time.perf_counter()
+            try:
+                res = zb_greedy(ScheduleProblem(inst, "1F1B", p, m), starts=starts)
+            except PipeoptError as exc:
+                res = None
+                print(f"  ZB-greedy on the {label}: {exc}", file=sys.stderr)
+            out.append(row(case, f"ZB-greedy (on the {label})", res, free_time, time.perf_counter() - t0))
+            print(out[-1], flush=True)
+        info = free.info
+        lines += out
+        note = (f"free model: warm start {info.get('warm_start')}, CP-SAT {info.get('solver_status')},"
+                f" branches {info.get('branches')}")
+        print("  " + note, flush=True)
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
