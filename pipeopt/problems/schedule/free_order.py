@@ -42,7 +42,11 @@ Times in integer *ticks* of ``unit`` seconds (``unit`` = the warm start's iterat
 * **Memory** (finite capacity): per rank a ``Cumulative`` over the intervals F(s, j).start ..
   W(s, j).end with demand ``floor(act_s)`` ticks, capacity ``ceil(limit) - copies *
   floor(param)`` of the rank's chunks: a relaxation too. A plan the executor then finds over
-  memory is not kept.
+  memory is not kept. Where a rank holds one stage the same rule is also stated as precedence
+  (redundant, it propagates far better): with ``k`` the most microbatches that fit
+  (``k act <= room``), F(s, j + k) starts after W(s, j) ends - microbatches run in index order
+  on a stage, so k in flight at that F means W(s, j) has ended. (GPT-2 XL, p = 4, m = 8: proven
+  in 5.5 s instead of 17-25 s.)
 * **Bounds** (redundant rows that tighten the LP): ``Z >= `` each stage's last W; per rank
   ``Z >=`` the forwards before its first stage plus its whole work, and the start of its first
   F plus its whole work; per stage ``Z >=`` the start of its first I plus m (I + W) (every I
@@ -320,6 +324,8 @@ class FreeOrderModel:
                 room = M.new_int_var(0, limit, f"room{r}")  # the bytes left for activations
                 M.add(room == limit - sched.parameter_copies * sum(params))
                 M.add_cumulative(ivs, demands, room)
+                if len(mine) == 1 and m > 1:  # one stage: memory as precedence (redundant, propagates)
+                    self._in_flight_rows(mine[0], act, room, max(act_f))
         # objective and bounds
         self.Z = Z = M.new_int_var(0, H, "iteration")
         for s in range(S):
@@ -333,6 +339,24 @@ class FreeOrderModel:
         for s in range(S):  # a stage's I's and W's all run after its first I (microbatch order)
             M.add(Z >= self.start[("I", s, 0)] + m * self.dur[("I", s)] + m * self.dur[("W", s)])
         M.minimize(Z)
+
+    def _in_flight_rows(self, s: int, act, room, most: int) -> None:
+        """Stage s alone on its rank: with k = the most microbatches whose activations fit
+        (``k act <= room``, the solver takes the largest), F(s, j + k) starts after W(s, j) ends
+        for every j - the memory rule restated for microbatches in index order (the F's and
+        W's of a stage run in that order, so k in flight at F(s, j + k) means W(s, j) has
+        ended). Redundant with the cumulative; it propagates along the precedence chains."""
+        M, m = self.model, self.problem.microbatches
+        k = M.new_int_var(1, m, f"inflight{s}")
+        prod = M.new_int_var(0, m * max(1, int(most)), f"kact{s}")  # most: the largest act a chunk can have
+        M.add_multiplication_equality(prod, [k, act])
+        M.add(prod <= room)
+        for kk in range(1, m):
+            lit = M.new_bool_var(f"k{s}_{kk}")
+            M.add(k == kk).only_enforce_if(lit)
+            M.add(k != kk).only_enforce_if(~lit)
+            for j in range(m - kk):
+                M.add(self.start[("F", s, j + kk)] >= self.ends[("W", s, j)]).only_enforce_if(lit)
 
     def hint(self, order: Schedule, starts) -> dict:
         """Hint values (ticks) of every variable for the split ``starts`` run in ``order``: the
