@@ -55,7 +55,7 @@ Times in integer *ticks* of ``unit`` seconds (``unit`` = the warm start's iterat
   (:func:`pipeopt.schedules.free.as_free` of each) and, with one chunk per rank, the
   zero-bubble greedy (:mod:`.zb_greedy`), each on the splits of the ``uniform`` and
   ``best_1f1b`` baselines and (with a time limit) the zero-bubble schedule's own exact split
-  (:mod:`.milp` on InterleavedZeroBubble or ZBVZeroBubble, half the warm start's share); the best
+  (:mod:`.milp` on InterleavedZeroBubble or ZBVZeroBubble, within the warm start's share); the best
   by the executor. (Improving the best warm start's order on its own split first, by the same
   model with the split fixed, was tried and dropped: on GPT-2 XL p = 8 it proved the warm order
   already optimal for its split and only took time from the joint model.)
@@ -95,7 +95,7 @@ TICKS = 2**30
 MEMORY_TICKS = 2**20
 """Ticks in a device's memory capacity: the memory resolution of the CP-SAT model."""
 
-HINT_SHARE = 0.2
+HINT_SHARE = 0.25
 """Most of the time limit the warm start may take (the rest is the solver's)."""
 
 _KIND_RANK = {"F": 0, "I": 1, "W": 2}
@@ -137,7 +137,7 @@ def warm_starts(problem: ScheduleProblem, deadline: Deadline | None = None) -> l
 
         zb = "ZBVZeroBubble" if kind == "v" else "InterleavedZeroBubble"
         try:
-            res = solve_milp(ScheduleProblem(problem.instance, zb, p, m, v), time_limit=deadline.sub(fraction=0.5))
+            res = solve_milp(ScheduleProblem(problem.instance, zb, p, m, v), time_limit=deadline)
             if res.plan is not None:
                 splits.append(res.info["starts"])
         except (PipeoptError, DeadlineReached):
