@@ -174,3 +174,22 @@ def safe_problem(cls, *args, **kw):
         return cls(*args, **kw)
     except PipeoptError:
         return None
+
+
+def hand_free_order(m: int = 3):
+    """1F1B on 2 ranks with each B split into I and W, rank 1's W's moved to its end: a valid
+    order that is none of torch's seven (a :class:`pipeopt.schedules.Schedule` named ``free``)."""
+    from pipeopt.schedules import Action, Schedule, make_schedule
+
+    base = make_schedule("1F1B", ranks=2, microbatches=m)
+    steps = []
+    for r in range(2):
+        row, ws = [], []
+        for a in base.actions(r):
+            if a.kind == "B":
+                row.append((Action("I", a.stage, a.microbatch),))
+                (ws if r == 1 else row).append((Action("W", a.stage, a.microbatch),))
+            else:
+                row.append((a,))
+        steps.append(tuple(row + ws))
+    return Schedule("free", 2, 1, m, (0, 1), tuple(steps), source="by hand")

@@ -312,7 +312,6 @@ def run_plan(
         and quotes its error).
     """
     from ..errors import UnsupportedPlanError
-    from .models import load
 
     if order is not None or plan.schedule is not None:
         if schedule is not None:
@@ -336,15 +335,7 @@ def run_plan(
     microbatches = _count(microbatches, "microbatches", 1)
     iterations = _count(iterations, "iterations", 1)
     warmup = _count(warmup, "warmup", 0)
-    if isinstance(model, str):
-        load(model, **dict(model_kwargs or {}))  # a bad name or size fails here, not in S processes
-    exported = export(plan, "torch", graph=instance.graph if instance is not None else None)
-    if exported["data_parallel"] > 1:
-        raise UnsupportedPlanError(
-            f"pipeopt run has no data-parallel dimension: the plan replicates every stage "
-            f"{exported['data_parallel']} times"
-        )
-    names = [n for st in exported["stages"] for n in st]
+    exported, names = _export_for_run(plan, model, model_kwargs, instance)
     predicted = prediction(instance, plan, schedule, microbatches) if instance is not None else None
     world = exported["num_stages"]
     job = {
@@ -419,22 +410,12 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
                timeout) -> RunReport:
     """:func:`run_plan` for an action order: checked, then one process per rank running torch's
     ``_PipelineScheduleRuntime`` over the order's CSV."""
-    from ..errors import UnsupportedPlanError
     from ..export.torch_csv import to_csv
-    from .models import load
 
     order = _resolve_order(plan, order, microbatches)
     iterations = _count(iterations, "iterations", 1)
     warmup = _count(warmup, "warmup", 0)
-    if isinstance(model, str):
-        load(model, **dict(model_kwargs or {}))
-    exported = export(plan, "torch", graph=instance.graph if instance is not None else None)
-    if exported["data_parallel"] > 1:
-        raise UnsupportedPlanError(
-            f"pipeopt run has no data-parallel dimension: the plan replicates every stage "
-            f"{exported['data_parallel']} times"
-        )
-    names = [n for st in exported["stages"] for n in st]
+    exported, names = _export_for_run(plan, model, model_kwargs, instance)
     predicted = order_prediction(instance, plan, order) if instance is not None else None
     fd, csv_path = tempfile.mkstemp(prefix="pipeopt-order-", suffix=".csv")
     with os.fdopen(fd, "w") as fh:
@@ -668,3 +649,27 @@ def _sum_loss(output, target):
 
 __all__ = ["RunReport", "SCHEDULES", "build_pipe", "order_prediction", "pipe_stages", "prediction", "run_plan",
            "stage_membership"]
+
+
+def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
+    """Check the model loads (a bad name or size fails here, not in S processes) and export the
+    plan for torch; returns ``(exported, layer names in stage order)``.
+
+    Raises
+    ------
+    UnsupportedPlanError
+        If the plan replicates stages (``pipeopt run`` has no data-parallel dimension).
+    """
+    from ..errors import UnsupportedPlanError
+
+    if isinstance(model, str):
+        from .models import load
+
+        load(model, **dict(model_kwargs or {}))
+    exported = export(plan, "torch", graph=instance.graph if instance is not None else None)
+    if exported["data_parallel"] > 1:
+        raise UnsupportedPlanError(
+            f"pipeopt run has no data-parallel dimension: the plan replicates every stage "
+            f"{exported['data_parallel']} times"
+        )
+    return exported, [n for st in exported["stages"] for n in st]

@@ -19,6 +19,7 @@ from pipeopt.errors import InvalidPlanError, ReadError, UnsupportedPlanError
 from pipeopt.export import export, torch_csv
 from pipeopt.plan import Plan, Stage
 from pipeopt.schedules import TORCH_SCHEDULES, Action, Schedule, make_schedule
+from strategies import hand_free_order
 
 NAMES = ["tok_emb", "pos_emb", "layers.0", "layers.1", "layers.2", "layers.3", "norm", "head"]
 CHUNKS4 = [NAMES[:3], NAMES[3:4], NAMES[4:6], NAMES[6:]]
@@ -29,21 +30,7 @@ def torch_order(name: str, ranks: int = 2, m: int = 4) -> Schedule:
     return make_schedule(name, ranks=ranks, microbatches=m, stages_per_rank=V.get(name, 2))
 
 
-def free_order(m: int = 3) -> Schedule:
-    """1F1B on 2 ranks with each B split into I and W, rank 1's W's moved to its end: a valid
-    order that is none of torch's seven."""
-    base = make_schedule("1F1B", ranks=2, microbatches=m)
-    steps = []
-    for r in range(2):
-        row, ws = [], []
-        for a in base.actions(r):
-            if a.kind == "B":
-                row.append((Action("I", a.stage, a.microbatch),))
-                (ws if r == 1 else row).append((Action("W", a.stage, a.microbatch),))
-            else:
-                row.append((a,))
-        steps.append(tuple(row + ws))
-    return Schedule("free", 2, 1, m, (0, 1), tuple(steps), source="by hand")
+free_order = hand_free_order
 
 
 def plan_with(order: Schedule, chunks, devices: bool = True) -> Plan:

@@ -23,25 +23,14 @@ from pipeopt.io import write  # noqa: E402
 from pipeopt.plan import Plan, Stage  # noqa: E402
 from pipeopt.schedules import Action, Schedule, make_schedule, run_schedule  # noqa: E402
 from pipeopt.torch.runtime import RunReport, order_prediction, run_plan  # noqa: E402
+from strategies import hand_free_order  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning")
 
 SPLIT = (tuple(NAMES[:3]), tuple(NAMES[3:]))
 
 
-def free_order(m: int = 3) -> Schedule:
-    base = make_schedule("1F1B", ranks=2, microbatches=m)
-    steps = []
-    for r in range(2):
-        row, ws = [], []
-        for a in base.actions(r):
-            if a.kind == "B":
-                row.append((Action("I", a.stage, a.microbatch),))
-                (ws if r == 1 else row).append((Action("W", a.stage, a.microbatch),))
-            else:
-                row.append((a,))
-        steps.append(tuple(row + ws))
-    return Schedule("free", 2, 1, m, (0, 1), tuple(steps), source="by hand")
+free_order = hand_free_order
 
 
 def free_plan(order: Schedule | None = None) -> Plan:
