@@ -594,7 +594,6 @@ def _timed(step, zero, job: dict) -> tuple[list, list]:
 
 
 def _stage_run(rank: int, world: int, job: dict) -> dict:
-    import torch.distributed as dist
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, build_stage
 
     module, example = _factory(job)
@@ -620,22 +619,7 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
         else:
             sched.step()
 
-    for _ in range(job["warmup"]):
-        step()
-        stage_mod.zero_grad(set_to_none=True)
-    times, barrier = [], []
-    for _ in range(job["iterations"]):
-        dist.barrier()
-        a = time.perf_counter()
-        step()
-        dist.barrier()
-        times.append(time.perf_counter() - a)
-        stage_mod.zero_grad(set_to_none=True)
-    for _ in range(max(3, job["iterations"])):
-        dist.barrier()
-        a = time.perf_counter()
-        dist.barrier()
-        barrier.append(time.perf_counter() - a)
+    times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job)
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
             "stage": stage_membership(stage_mod, job["names"])}
 

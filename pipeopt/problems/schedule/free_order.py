@@ -217,8 +217,6 @@ class FreeOrderModel:
             M.add_element(self.b[t], arr, var)
             return var
 
-        self.at = at
-
         self.d = {}
         for k in ("F", "I", "W"):
             hi = [at(floor[k], t, f"{k}floor{t}") for t in range(S + 1)]
