@@ -80,6 +80,12 @@ start or "infeasible" without a proof."""
 CBC_DEFAULT_ABS_GAP = 1e-10
 HIGHS_DEFAULT_ABS_GAP = 1e-6
 _HUGE = 1e30  # a printed bound beyond this is CBC's "infinity", not a bound
+CBC_TINY = 1e-6
+"""A MILP with a nonzero constraint coefficient below this (in absolute value) is solved by
+CBC with its integer preprocessing off: CBC 2.10's preprocessing cut off the optimum of such
+models and then claimed optimality (a 4-binary partition model whose window row carried a
+coefficient of 7.8e-8 came out at 148.65 instead of 132.49; 1e-7 still failed, 3e-7 did not;
+tests/backends/test_pulp_door.py keeps that model). Preprocessing off only costs time."""
 
 
 def kill_grace(limit: float) -> float:
@@ -297,16 +303,21 @@ def solve_pulp(
                                solver_status="not run",
                                notes=["the deadline passed while the model was written"])
         if solver == "cbc":
+            tiny = mip and _smallest_coefficient(prob) < CBC_TINY
+            cbc = (workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit, tiny)
             try:
-                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit)
+                raw = _run_cbc(*cbc)
             except CbcCrashed as crash:  # CBC 2.10 segfaults now and then (about 1 solve in 2,000)
                 if deadline.expired():  # no time to run it again: nothing proven, as at a deadline
                     return PulpOutcome("no_solution", runtime=time.perf_counter() - entry, solver=solver,
                                        solver_status=f"crashed ({crash.signal_name})",
                                        notes=[f"CBC crashed ({crash.signal_name}, exit code {crash.returncode}) "
                                               "with no time left to run it again: nothing proven"])
-                raw = _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit)
+                raw = _run_cbc(*cbc)
                 raw.notes.append(f"CBC crashed once ({crash.signal_name}) and was run again on the same model")
+            if tiny:
+                raw.notes.append(f"CBC's integer preprocessing off: a constraint coefficient is below "
+                                 f"{CBC_TINY:g} (CBC_TINY), where it cut off optimal solutions")
         else:
             raw = _run_highs(workdir, mps, columns, mip, deadline, grace, rel_gap, abs_gap, threads,
                              seed, start, isolate, node_limit)
@@ -505,7 +516,13 @@ class CbcCrashed(RuntimeError):
         super().__init__(f"CBC crashed ({self.signal_name}, exit code {returncode}); log tail:\n{log[-2000:]}")
 
 
-def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit=None) -> _Raw:
+def _smallest_coefficient(prob: pulp.LpProblem) -> float:
+    """The smallest nonzero absolute coefficient of ``prob``'s constraints (``inf`` if none)."""
+    return min((abs(a) for row in prob.constraints.values() for a in row.values() if a != 0), default=math.inf)
+
+
+def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit=None,
+             no_preprocess: bool = False) -> _Raw:
     sol = os.path.join(workdir, "model.sol")
     log_file = os.path.join(workdir, "solver.log")
     # line-buffered output (stdbuf, where present): a killed CBC's log still holds its bound
@@ -522,6 +539,8 @@ def _run_cbc(workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed
     args += ["-randomSeed", str(seed + 1), "-randomCbcSeed", str(seed + 1)]
     if node_limit is not None and mip:
         args += ["-maxNodes", str(int(node_limit))]
+    if no_preprocess:
+        args += ["-preprocess", "off"]
     if start:
         mst = os.path.join(workdir, "start.mst")
         _write_mipstart(mst, start)

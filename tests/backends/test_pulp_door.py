@@ -254,3 +254,44 @@ def test_cbc_log_bound_rounds_printed_numbers_down():
     done = "Objective value:                100.90035349\n"
     assert cbc_log_bound(done) is None
     assert cbc_log_bound(done, optimal=True) is None
+
+
+def tiny_coefficient_model():
+    """A 4-binary model of the partition MILP (3 stages of 5 layers) where CBC 2.10's integer
+    preprocessing cut off the optimum (132.494...) and claimed 148.649... optimal: its window
+    row carries a coefficient of 7.8e-8 (a transfer time in units of 1/100 of the bound)."""
+    prob = pulp.LpProblem("partition_straight", pulp.LpMinimize)
+    T = pulp.LpVariable("bottleneck", lowBound=100)
+    y11, y12, y22, y23 = (pulp.LpVariable(f"started_{a}_by_{b}", cat=pulp.LpBinary)
+                          for a, b in ((1, 1), (1, 2), (2, 2), (2, 3)))
+    wm1, wm2, ws1, ws2 = (pulp.LpVariable(n) for n in ("window_min_1", "window_min_2", "window_sum_1", "window_sum_2"))
+    prob += T
+    prob += -T - 3.89206455902e-08 * y11 - 5.8277179997e-05 * y12 <= -6.33109168267e-05
+    prob += -T - 5.8277179997e-05 * y22 - 0.0067385648949 * y23 <= -0.00680187581172
+    prob += y11 - y12 <= 0
+    prob += y22 - y23 <= 0
+    prob += -y11 + y22 <= 0
+    prob += -y12 + y23 <= 0
+    prob += -T - 94.8032059518 * y11 - 53.8459268928 * y12 <= -186.34014831
+    prob += -T + 94.8032059518 * y11 + 53.8459268928 * y12 - 53.8459268928 * y22 - 7.23629928261 * y23 <= -7.23629928261
+    prob += -T + 53.8459268928 * y22 + 7.23629928261 * y23 <= -100
+    prob += -2 * T - 53.8459268928 * y22 - 7.23629928261 * y23 - wm1 + ws1 <= -193.576447592
+    prob += -3 * T - wm2 + ws2 <= -293.576447592
+    prob += wm1 <= 0
+    prob += T + 94.8032059518 * y11 + 53.8459268928 * y12 + wm1 - ws1 <= 186.34014831
+    prob += -wm1 + wm2 <= 0
+    prob += 2 * T + 53.8459268928 * y22 + 7.23629928261 * y23 + wm2 - ws2 <= 193.576447592
+    prob += 7.78412911803e-08 * y11 + 0.000116554359994 * y12 + ws1 == 0.000126621833653
+    prob += 0.000116554359994 * y22 + 0.0134771297898 * y23 - ws1 + ws2 == 0.0136037516234
+    return prob
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_tiny_coefficients_keep_the_optimum(solver):
+    """The optimum (y = 0, 1, 0, 1: T = 186.340... - 53.846...) survives CBC's preprocessing
+    rule for coefficients below CBC_TINY; the optimum was found by hand from the rows above."""
+    out = solve_pulp(tiny_coefficient_model(), solver=solver, rel_gap=1e-9)
+    assert out.status == "optimal"
+    assert out.objective == pytest.approx(186.34014831 - 53.8459268928, rel=1e-7)
+    if solver == "cbc":
+        assert any("preprocessing off" in note for note in out.notes)
