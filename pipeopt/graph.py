@@ -35,6 +35,10 @@ the tensors of the ``max_load`` objective (Tarnawski et al.'s communication rule
 gradients: a workload whose forward and backward operators send tensors of their own
 (:func:`pipeopt.io.read_dnn_partitioning`). Absent: derived from the edges
 (:func:`pipeopt.cost.rules.tensors_of`).
+
+Graph attribute ``tied`` (optional): ``list[{"name", "bytes", "state_bytes", "layers"}]``, the
+tied parameters (one weight used by two or more layers, :func:`ties_of`), their bytes in no
+layer's ``param_bytes`` (:mod:`pipeopt.cost.ties` charges them).
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ def validate_graph(graph: nx.DiGraph) -> None:
         _check_bytes(b, f"edge {u!r} -> {v!r} has bytes")
     if "tensors" in graph.graph:
         _check_tensors(graph, graph.graph["tensors"])
+    ties_of(graph)
 
 
 def _check_tensors(graph: nx.DiGraph, tensors) -> None:
@@ -678,3 +683,75 @@ class ChainGraph(nx.DiGraph):
         d = self.__dict__
         d["_node"], d["_pred"] = g._node, g._pred
         d["_adj"] = d["_succ"] = g._adj
+
+
+# ---- tied parameters -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tie:
+    """One tied parameter.
+
+    Attributes
+    ----------
+    name
+        The parameter's FQN (its first name).
+    bytes
+        Bytes of the weight (what synchronising its gradient moves).
+    state_bytes
+        Bytes of the weight, its gradient and its optimizer state (what a stage holding it keeps).
+    layers
+        ``tuple``: the layers that use it (at least two).
+    """
+
+    name: str
+    bytes: float
+    state_bytes: float
+    layers: tuple
+
+
+def _tie_number(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InvalidGraphError(f"{what} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def ties_of(graph) -> tuple[Tie, ...]:
+    """The graph's tied parameters (graph attribute ``tied``; none if absent), checked
+    (:mod:`pipeopt.cost.ties` says how the cost model charges them).
+
+    Parameters
+    ----------
+    graph
+        A layer graph (``networkx.DiGraph``), or anything with a ``graph`` dict attribute.
+
+    Returns
+    -------
+    tuple[Tie, ...]
+
+    Raises
+    ------
+    InvalidGraphError
+        If ``tied`` is not a list of ``{"name", "bytes", "state_bytes", "layers"}`` with
+        bytes >= 0 and at least two distinct layers of the graph.
+    """
+    raw = getattr(graph, "graph", {}).get("tied")
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        raise InvalidGraphError(f"graph attribute 'tied' must be a list of tied parameters, got {type(raw).__name__}")
+    out = []
+    for i, t in enumerate(raw):
+        where = f"tied[{i}]"
+        if not isinstance(t, dict):
+            raise InvalidGraphError(f"{where} must be a dict, got {type(t).__name__}")
+        missing = [k for k in ("name", "bytes", "state_bytes", "layers") if k not in t]
+        if missing:
+            raise InvalidGraphError(f"{where} lacks {missing} (a tie is name, bytes, state_bytes, layers)")
+        layers = t["layers"]
+        if not isinstance(layers, (list, tuple)) or len(set(layers)) < 2:
+            raise InvalidGraphError(f"{where} ({t['name']!r}): 'layers' must list at least two distinct layers")
+        unknown = [x for x in layers if x not in graph]
+        if unknown:
+            raise InvalidGraphError(f"{where} ({t['name']!r}) names unknown layer(s) {unknown[:3]!r}")
+        out.append(Tie(str(t["name"]), _tie_number(t["bytes"], f"{where}.bytes"),
+                       _tie_number(t["state_bytes"], f"{where}.state_bytes"), tuple(dict.fromkeys(layers))))
+    return tuple(out)

@@ -193,3 +193,26 @@ def hand_free_order(m: int = 3):
                 row.append((a,))
         steps.append(tuple(row + ws))
     return Schedule("free", 2, 1, m, (0, 1), tuple(steps), source="by hand")
+
+
+@st.composite
+def tied_instances(draw, max_layers: int = 7, memory: bool = True) -> Instance:
+    """A random chain instance (:func:`layer_graphs` without skips) with one or two tied
+    parameters (graph attribute ``tied``, :mod:`pipeopt.cost.ties`), each used by two or three
+    random layers, whose state is large enough for memory to bind on the stages holding it."""
+    g = draw(layer_graphs(min_layers=3, max_layers=max_layers, dag=False))
+    n = g.number_of_nodes()
+    ties = []
+    for j in range(draw(st.integers(1, 2))):
+        users = draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=3, unique=True))
+        nbytes = float(draw(st.integers(0, 300_000_000)))
+        ties.append({"name": f"tie{j}.weight", "bytes": nbytes, "state_bytes": 4 * nbytes,
+                     "layers": [f"l{i}" for i in sorted(users)]})
+    g.graph["tied"] = ties
+    total = sum(a["param_bytes"] + 2 * a["act_bytes"] for _, a in g.nodes(data=True)) + sum(
+        t["state_bytes"] for t in ties)
+    share = draw(st.sampled_from([math.inf, 0.3, 0.45, 0.6])) if memory else math.inf
+    mem = share * total if math.isfinite(share) and total > 0 else math.inf  # binds on some splits
+    bw = draw(st.sampled_from([1e9, 1e11]))
+    settings = Settings(overlap=draw(st.booleans()), weight_stashing=draw(st.booleans()))
+    return Instance(g, Cluster.homogeneous(8, memory=mem, bandwidth=bw), settings, name="tied")

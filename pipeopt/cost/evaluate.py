@@ -7,14 +7,17 @@ layer set Q_i (= P_i unless Bi-Partition):
 * F_k = sum of fwd[k] over P_i, B_k = sum of bwd[k] over Q_i (seconds on one unit of k).
 * sequential execution: tau_i = 1 / sum_k R_k / (F_k + B_k); split execution (share beta_k
   of kind k to the forward pass, Duan & Wu 2022): tau_i = max(forward, backward) with
-  the two passes running concurrently on their shares.
+  the two passes running concurrently on their shares. A stage's runtime overhead
+  (:func:`rules.stage_overhead`, measured by the torch profile, 0 otherwise) is added to each
+  pass once per microbatch (:func:`rules.stage_compute`).
 * replication on m workers (PipeDream): a replica runs every m-th microbatch and is busy
   tau_i + W_i per microbatch, W_i = 2 (m - 1) / m * param_bytes / bandwidth (ring
-  all-reduce): stage time (tau_i + W_i) / m. Each replica's forward and backward ops are
+  all-reduce; plus 2 (m - 1) messages' latency): stage time (tau_i + W_i) / m. Each replica's forward and backward ops are
   :func:`rules.replica_ops`.
 * communication: a tensor crosses a cut once (:func:`rules.crossing_bytes`); activations go
   forward, gradients back, each direction on its own (full-duplex links): x_c and y_c seconds
-  per microbatch over ``min(m_c, m_{c+1})`` links. With Bi-Partition a layer whose forward
+  per microbatch over ``min(m_c, m_{c+1})`` links, one message each (alpha-beta:
+  ``latency + bytes / bandwidth``, :func:`rules.transfer_time`). With Bi-Partition a layer whose forward
   runs on stage a and backward on stage b != a also sends its input activation a -> b every
   microbatch and its updated weights b -> a once per iteration (param_bytes / M per
   microbatch). With overlap (default) transfers run beside compute; without, the sender's
@@ -29,6 +32,10 @@ layer set Q_i (= P_i unless Bi-Partition):
 * memory: a replica keeps k_i = ceil(W_i / m_i) microbatches in flight under 1F1B (W_i the
   workers of stages i..S-1; S - i without replication; 2 k_i under split execution; M under
   GPipe); memory = k_i * act + v_i * params, v_i = k_i with weight stashing, else 1.
+* tied parameters (:mod:`.ties`): params of a stage include the ``state_bytes`` of every tie one
+  of whose layers it holds (in either pass); each tie's gradient is all-reduced between the
+  workers of the stages holding it once per iteration, after the flush
+  (:func:`rules.tie_sync_time`): added to ``iteration`` and ``gpipe``, not to ``bottleneck``.
 * ``max_load`` (Tarnawski et al., NeurIPS 2020): the largest stage *load*, the stage's compute
   tau_i plus the seconds of every tensor it sends or receives (:func:`rules.stage_transfers`,
   each tensor once per stage; none on a ``host`` device); no overlap, no window rows; each
@@ -50,6 +57,7 @@ from . import rules
 from .arrays import layer_arrays
 from .rules import stage_compute
 from .schedule import makespan, run_graph
+from .ties import stage_ties, ties_of
 
 
 @dataclass
@@ -93,6 +101,12 @@ class Evaluation:
     load
         ``list[float]`` per stage under the ``max_load`` objective: compute plus the transfers
         it sends and receives (empty under the other objectives).
+    tied
+        ``list[dict]`` per tied parameter (:mod:`pipeopt.cost.ties`): ``name``, ``stages``
+        (the stages holding it), ``sync_s`` (its gradient's all-reduce, seconds per iteration).
+    tie_sync
+        Seconds per iteration of every tie's all-reduce, one after the other after the flush
+        (in :attr:`iteration_time` and :attr:`gpipe_time`; 0 without ties).
     iteration_time
         M microbatches under 1F1B with a flush (exact, :mod:`pipeopt.cost.schedule`).
     gpipe_time
@@ -122,6 +136,8 @@ class Evaluation:
     round_trip: list = field(default_factory=list)
     in_flight: list = field(default_factory=list)
     load: list = field(default_factory=list)
+    tied: list = field(default_factory=list)
+    tie_sync: float = 0.0
     pipeline: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -131,7 +147,8 @@ class Evaluation:
 
     def run_time(self, schedule: str) -> float:
         """Seconds of M microbatches under ``"1f1b"`` (with a flush) or ``"gpipe"``: the longest
-        path through the run's operations (:func:`pipeopt.cost.schedule.makespan`)."""
+        path through the run's operations (:func:`pipeopt.cost.schedule.makespan`), plus the
+        tied parameters' all-reduce after the flush (:attr:`tie_sync`)."""
         key = "time_" + schedule
         p = self.pipeline
         if key not in p:
@@ -143,6 +160,7 @@ class Evaluation:
                 graph = run_graph(schedule, p["replicas"], p["window"], p["split"], p["links"],
                                   p["microbatches"], p["overlap"])
                 p[key] = makespan(graph, graph.durations(self.forward_op, self.backward_op, p["x"], p["y"]))[0]
+            p[key] = p[key] + self.tie_sync  # the tied gradients' all-reduce, after the flush
         return p[key]
 
     @property
@@ -308,7 +326,8 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     arr, fpass, bpass, _ = _checked(instance, plan)
     graph, cluster, settings = instance.graph, instance.cluster, instance.settings
     S = plan.num_stages
-    bw = cluster.bandwidth
+    bw, alpha = cluster.bandwidth, cluster.latency
+    overhead = rules.stage_overhead(graph)
     reps = [st.replicas for st in plan.stages]
     fpos, bpos = fpass.pos, bpass.pos
     moved = np.flatnonzero(fpos != bpos)  # layers whose backward runs on another stage (Bi-Partition)
@@ -335,9 +354,9 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             bwd_b[b:a] += act
             fwd_b[b:a] += par
     links = [min(reps[c], reps[c + 1]) for c in range(S - 1)]
-    x = rules.transfer_time(fwd_b, bw).tolist()  # one microbatch, one link
-    y = rules.transfer_time(bwd_b, bw).tolist()
-    comm_time = rules.cut_time(fwd_b, bwd_b, bw, np.array(links, dtype=np.int64)).tolist()
+    x = np.asarray(rules.transfer_time(fwd_b, bw, 1, alpha)).tolist()  # one message per cut, microbatch, link
+    y = np.asarray(rules.transfer_time(bwd_b, bw, 1, alpha)).tolist()
+    comm_time = np.asarray(rules.cut_time(fwd_b, bwd_b, bw, np.array(links, dtype=np.int64), alpha)).tolist()
     objective_name = settings.objective
 
     # per stage sums over its layers, each in the plan's layer order (np.bincount adds in order)
@@ -346,12 +365,22 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     if moved.size:  # a layer whose passes sit on two stages holds its weights on both
         params_all += np.bincount(bpos[moved], weights=arr.param[moved], minlength=S)
     acts_all = np.bincount(bpass.stage, weights=arr.act[bpass.order], minlength=S)
+    ties = ties_of(graph)
+    tie_state = np.zeros(S)  # each tie's state_bytes on every stage that holds one of its layers
+    tied, tie_sync = [], 0.0
+    if ties:
+        idx = arr.index
+        for t, held in zip(ties, stage_ties(ties, lambda x: {int(fpos[idx[x]]), int(bpos[idx[x]])}), strict=True):
+            tie_state[held] += t.state_bytes
+            sync = float(rules.tie_sync_time(t.bytes, sum(reps[s] for s in held), bw))
+            tied.append({"name": t.name, "stages": held, "sync_s": sync})
+            tie_sync += sync
     device = {d.name: d for d in cluster.devices}
 
     max_load = objective_name == "max_load"
     if max_load:
         stage_of = {x: i for i, st in enumerate(plan.stages) for x in st.layers}
-        sent = rules.transfer_time(rules.stage_transfers(rules.tensors_of(graph), stage_of, S), bw)
+        sent = rules.stage_transfer_times(rules.tensors_of(graph), stage_of, S, bw, alpha)
     stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
     loads = []
     windows, splits = [], []
@@ -361,9 +390,9 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         m = st.replicas
         split = st.beta is not None
         res, mem_cap = rules.pool((device[d] for d in st.devices), m)
-        f, b, tau = stage_compute(res, F_all[i], B_all[i], st.beta)
+        f, b, tau = stage_compute(res, F_all[i], B_all[i], st.beta, overhead)
         params = float(params_all[i])
-        ar = rules.allreduce_time(params, m, bw) if m > 1 else 0.0
+        ar = float(rules.allreduce_time(params, m, bw, alpha)) if m > 1 else 0.0
         if not all(math.isfinite(v) for v in (f, b, tau)):
             violations.append(f"stage {i} holds a layer that none of its worker's resource kinds can run")
             f_op = b_op = math.inf
@@ -378,7 +407,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             loads.append(float(tau / m + (0.0 if host else sent[i])))
         acts = float(acts_all[i])
         versions = rules.weight_versions(kept, settings.weight_stashing)
-        mem = rules.stage_memory(acts, params, kept, versions)
+        mem = rules.stage_memory(acts, params + float(tie_state[i]), kept, versions)
         if not rules.fits(mem, mem_cap):
             violations.append(
                 f"stage {i} needs {mem / 2**30:.3f} GiB but its worker has {mem_cap / 2**30:.3f} GiB"
@@ -421,6 +450,8 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         round_trip=[a + b for a, b in zip(*on_links, strict=True)],
         in_flight=flight,
         load=loads,
+        tied=tied,
+        tie_sync=float(tie_sync),
         pipeline=pipeline,
     )
     if objective_name == "iteration":

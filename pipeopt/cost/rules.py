@@ -94,13 +94,15 @@ def load_time(res: dict, times: dict) -> float:
     return 1.0 / rate if rate > 0 else math.inf
 
 
-def stage_compute(res: dict, fwd: dict, bwd: dict, beta: dict | None) -> tuple[float, float, float]:
+def stage_compute(res: dict, fwd: dict, bwd: dict, beta: dict | None,
+                  overhead: tuple = (0.0, 0.0)) -> tuple[float, float, float]:
     """Forward time, backward time and stage time tau of one worker (one replica).
 
     Sequential execution (``beta is None``): forward then backward on all resources,
     ``tau = 1 / sum_k R_k / (F_k + B_k)``. Split execution (Duan & Wu): a share ``beta_k`` of
     kind k runs the forward pass, the rest the backward pass, concurrently on different
-    microbatches: ``tau = max(forward, backward)``.
+    microbatches: ``tau = max(forward, backward)``. The stage's runtime overhead (``overhead``,
+    :func:`stage_overhead`) is added once per microbatch to each pass, whatever the resources.
 
     Parameters
     ----------
@@ -110,6 +112,9 @@ def stage_compute(res: dict, fwd: dict, bwd: dict, beta: dict | None) -> tuple[f
         ``dict[kind, seconds]``: F_k and B_k, the stage's load on one unit of each kind.
     beta
         Forward share per kind in [0, 1] (split execution) or ``None`` (sequential).
+    overhead
+        ``(forward, backward)`` seconds per microbatch a stage's runtime adds to its passes
+        (:func:`stage_overhead`; default none).
 
     Returns
     -------
@@ -117,34 +122,87 @@ def stage_compute(res: dict, fwd: dict, bwd: dict, beta: dict | None) -> tuple[f
         Seconds: forward / backward pass alone (on its share, or on all resources if
         sequential), and the stage time per microbatch.
     """
+    of, ob = overhead
     if beta is None:
         f = load_time(res, fwd)
         b = load_time(res, bwd)
         both = {k: fwd.get(k, math.inf) + bwd.get(k, math.inf) for k in set(fwd) | set(bwd)}
-        return f, b, load_time(res, both)
-    f = load_time({k: beta.get(k, 0.0) * r for k, r in res.items()}, fwd)
-    b = load_time({k: (1.0 - beta.get(k, 0.0)) * r for k, r in res.items()}, bwd)
+        tau = load_time(res, both)
+        if of or ob:
+            return f + of, b + ob, tau + (of + ob)
+        return f, b, tau
+    f = load_time({k: beta.get(k, 0.0) * r for k, r in res.items()}, fwd) + of
+    b = load_time({k: (1.0 - beta.get(k, 0.0)) * r for k, r in res.items()}, bwd) + ob
     return f, b, max(f, b)
 
 
+def stage_overhead(graph) -> tuple[float, float]:
+    """``(forward, backward)`` seconds per microbatch that a stage's runtime adds to its two
+    passes beyond its layers' own times, **once per stage and microbatch** (the graph attribute
+    ``stage_overhead``, a dict ``{"forward": s, "backward": s}``; ``(0, 0)`` without it, as for
+    every paper profile). :func:`pipeopt.torch.from_torch` measures it as the whole model's
+    forward and backward minus the sums of its layers' (docs/cost-model.md).
+
+    Parameters
+    ----------
+    graph
+        The layer graph (``networkx``), or anything with a ``graph`` dict attribute.
+
+    Raises
+    ------
+    InvalidGraphError
+        If the attribute is not such a dict of finite seconds >= 0.
+    """
+    from ..errors import InvalidGraphError
+
+    given = graph.graph.get("stage_overhead")
+    if not given:
+        return 0.0, 0.0
+    try:
+        extra = set(given) - {"forward", "backward"}
+        f, b = float(given.get("forward", 0.0)), float(given.get("backward", 0.0))
+    except (TypeError, ValueError, AttributeError):
+        extra, f, b = {"?"}, math.nan, math.nan
+    if extra or not (math.isfinite(f) and math.isfinite(b) and f >= 0 and b >= 0):
+        raise InvalidGraphError(
+            f"graph attribute stage_overhead must be {{'forward': s, 'backward': s}} with finite seconds >= 0, "
+            f"got {given!r}"
+        )
+    return f, b
+
+
 # ---- communication ---------------------------------------------------------------------------
-def transfer_time(nbytes, bandwidth: float, links=1):
-    """Seconds to move ``nbytes`` over ``links`` parallel links of ``bandwidth`` bytes/s each."""
-    return nbytes / (bandwidth * links)
+def transfer_time(nbytes, bandwidth: float, links=1, latency: float = 0.0):
+    """Seconds of **one message** of ``nbytes`` over ``links`` parallel links of ``bandwidth``
+    bytes/s each, the alpha-beta model: ``latency + nbytes / (bandwidth * links)`` for
+    ``nbytes > 0``, and 0 for 0 bytes (no message). ``latency`` is the cluster's per-message
+    alpha (:attr:`pipeopt.Cluster.latency`, seconds; paid once, the parallel links carry their
+    shares at once). What one message is: one cut, one direction, one microbatch
+    (:func:`crossing_bytes` sums the tensors that cross a cut into it; docs/cost-model.md).
+    With ``latency = 0`` (the default) the time is linear in the bytes."""
+    time = nbytes / (bandwidth * links)
+    if not latency:
+        return time
+    out = np.where(np.asarray(nbytes) > 0, time + latency, 0.0)
+    return out if out.ndim else float(out)
 
 
-def cut_time(forward_bytes, backward_bytes, bandwidth: float, links=1):
+def cut_time(forward_bytes, backward_bytes, bandwidth: float, links=1, latency: float = 0.0):
     """Seconds per microbatch the busier direction of a cut is busy: links are full duplex
     (NVLink, InfiniBand, Ethernet), so activations forward and gradients back travel at once,
     each over ``links = min(m, m')`` links between a stage on m replicas and one on m'
-    (PipeDream). ``max(forward, backward) / (bandwidth * links)``."""
-    return transfer_time(np.maximum(forward_bytes, backward_bytes), bandwidth, links)
+    (PipeDream). :func:`transfer_time` of ``max(forward, backward)`` (one message each way)."""
+    return transfer_time(np.maximum(forward_bytes, backward_bytes), bandwidth, links, latency)
 
 
-def round_trip(forward_bytes, backward_bytes, bandwidth: float):
-    """Seconds one microbatch's activations forward plus its gradients back take on one link:
-    what a cut adds to the window rows (:func:`steady_period`)."""
-    return transfer_time(forward_bytes + backward_bytes, bandwidth)
+def round_trip(forward_bytes, backward_bytes, bandwidth: float, latency: float = 0.0):
+    """Seconds one microbatch's activations forward plus its gradients back take on one link
+    (two messages, :func:`transfer_time` each): what a cut adds to the window rows
+    (:func:`steady_period`)."""
+    if not latency:
+        return transfer_time(forward_bytes + backward_bytes, bandwidth)
+    return (transfer_time(forward_bytes, bandwidth, 1, latency)
+            + transfer_time(backward_bytes, bandwidth, 1, latency))
 
 
 def carried(stage: int, stages: int, forward, backward, x, y, overlap: bool):
@@ -206,16 +264,29 @@ def boundary_terms(send, busy, trip, overlap: bool):
     return send, zero, zero
 
 
-def allreduce_time(param_bytes, replicas, bandwidth: float):
+def allreduce_time(param_bytes, replicas, bandwidth: float, latency: float = 0.0):
     """Seconds of a ring all-reduce of ``param_bytes`` over ``replicas`` workers:
-    ``2 (m - 1) / m * param_bytes / bandwidth`` (0 for one replica)."""
-    return 2.0 * (replicas - 1) / replicas * transfer_time(param_bytes, bandwidth)
+    ``2 (m - 1) / m * param_bytes / bandwidth``, plus ``2 (m - 1)`` messages' latency (its
+    2 (m - 1) steps each send one message; none for 0 bytes) - 0 for one replica."""
+    time = 2.0 * (replicas - 1) / replicas * transfer_time(param_bytes, bandwidth)
+    if not latency:
+        return time
+    return time + np.where(np.asarray(param_bytes) > 0, 2.0 * (np.asarray(replicas) - 1) * latency, 0.0)
 
 
-def replicated_time(tau, param_bytes, replicas, bandwidth: float):
+def replicated_time(tau, param_bytes, replicas, bandwidth: float, latency: float = 0.0):
     """Time per microbatch of a stage replicated on m workers (PipeDream): each replica runs
     every m-th microbatch and the weights are all-reduced, ``(tau + allreduce) / m``."""
-    return (tau + allreduce_time(param_bytes, replicas, bandwidth)) / replicas
+    return (tau + allreduce_time(param_bytes, replicas, bandwidth, latency)) / replicas
+
+
+def tie_sync_time(nbytes, holders, bandwidth: float):
+    """Seconds of synchronising a tied parameter's gradient (:mod:`pipeopt.cost.ties`): a ring
+    all-reduce of its ``nbytes`` between the ``holders`` workers (replicas included) of the
+    stages that hold it, :func:`allreduce_time` (0 for one holder). Charged once per iteration,
+    after the flush and before the optimizer step: added to the ``iteration`` and ``gpipe``
+    objectives, not to the steady-state ``bottleneck``."""
+    return allreduce_time(nbytes, holders, bandwidth)
 
 
 def _farthest_first(tail: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -354,6 +425,30 @@ def stage_transfers(tensors, stage_of: dict, stages: int) -> np.ndarray:
             out[s] += b
             for r in sorted(others):
                 out[r] += b
+    return out
+
+
+def stage_transfer_times(tensors, stage_of: dict, stages: int, bandwidth: float, latency: float = 0.0) -> np.ndarray:
+    """Seconds each stage sends or receives under :func:`stage_transfers`'s rule (the
+    ``max_load`` objective), **one message per tensor** and stage charged
+    (:func:`transfer_time` of its bytes). With ``latency = 0``: :func:`transfer_time` of
+    :func:`stage_transfers`.
+
+    Returns
+    -------
+    ndarray (S,)
+    """
+    if not latency:
+        return transfer_time(stage_transfers(tensors, stage_of, stages), bandwidth)
+    out = np.zeros(stages)
+    for src, readers, b in tensors:
+        s = stage_of[src]
+        others = {stage_of[r] for r in readers} - {s}
+        if others:
+            t = transfer_time(b, bandwidth, 1, latency)
+            out[s] += t
+            for r in sorted(others):
+                out[r] += t
     return out
 
 
@@ -603,7 +698,9 @@ def weight_versions(in_flight_count, weight_stashing: bool):
 
 # ---- memory ----------------------------------------------------------------------------------
 def stage_memory(act_bytes, param_bytes, in_flight_count, versions):
-    """Bytes a stage needs: ``in_flight * activations + versions * parameters``."""
+    """Bytes a stage needs: ``in_flight * activations + versions * parameters``. The parameters
+    include the ``state_bytes`` of every tied parameter the stage holds (:mod:`pipeopt.cost.ties`:
+    each stage that uses a tie keeps its own copy)."""
     return in_flight_count * act_bytes + versions * param_bytes
 
 

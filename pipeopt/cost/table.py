@@ -17,6 +17,7 @@ import numpy as np
 from ..graph import Chain, is_array_chain
 from . import rules
 from .arrays import layer_arrays
+from .ties import ChainTies, ties_of
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -40,8 +41,12 @@ class CostTable:
         :class:`pipeopt.graph.Chain` of the instance.
     n, stages
         Units and stages.
-    bandwidth
-        Bytes/s between workers.
+    bandwidth, latency
+        Bytes/s between workers, and seconds per message (:func:`rules.transfer_time`: a cut
+        carries one message per direction and microbatch).
+    overhead
+        ``(forward, backward)`` seconds per microbatch a stage's runtime adds to its passes
+        (:func:`rules.stage_overhead`; once per stage, not a prefix sum).
     act_prefix, param_prefix
         ``ndarray (n+1,)``: prefix sums of activation and parameter bytes.
     boundary_bytes
@@ -63,7 +68,11 @@ class CostTable:
         :func:`rules.in_flight`, :func:`rules.weight_versions`).
     mem_prefix
         ``ndarray (S, n+1)``: ``in_flight[t] * act_prefix + versions[t] * param_prefix``, so
-        that stage t of units ``a..b-1`` needs ``mem_prefix[t, b] - mem_prefix[t, a]`` bytes.
+        that stage t of units ``a..b-1`` needs ``mem_prefix[t, b] - mem_prefix[t, a]`` bytes
+        (plus its tied parameters, :attr:`ties`: :meth:`stage_memory` adds them).
+    ties
+        :class:`pipeopt.cost.ties.ChainTies`: the tied parameters on the chain (false if none);
+        a stage holding a tie's unit keeps its ``state_bytes`` (:meth:`memory`).
     """
 
     def __init__(self, instance, stages: int) -> None:
@@ -73,6 +82,8 @@ class CostTable:
         self.stages = int(stages)
         self.settings = instance.settings
         self.bandwidth = float(instance.cluster.bandwidth)
+        self.latency = float(instance.cluster.latency)
+        self.overhead = rules.stage_overhead(instance.graph)
 
     # ---- compute -------------------------------------------------------------------------
     @cached_property
@@ -132,23 +143,28 @@ class CostTable:
     @cached_property
     def cut_time(self) -> np.ndarray:
         bb = self.boundary_bytes
-        return rules.cut_time(bb, bb, self.bandwidth)
+        return rules.cut_time(bb, bb, self.bandwidth, 1, self.latency)
 
     @cached_property
     def round_trip(self) -> np.ndarray:
         bb = self.boundary_bytes
-        return rules.round_trip(bb, bb, self.bandwidth)
+        return rules.round_trip(bb, bb, self.bandwidth, self.latency)
 
     @cached_property
     def send_time(self) -> np.ndarray:
-        return rules.transfer_time(self.boundary_bytes, self.bandwidth)
+        return rules.transfer_time(self.boundary_bytes, self.bandwidth, 1, self.latency)
 
     def allreduce_prefix(self, replicas: int) -> np.ndarray:
         """``ndarray (n+1,)``: prefix sums of the all-reduce seconds of each unit's parameters on
-        ``replicas`` workers (:func:`rules.allreduce_time`)."""
+        ``replicas`` workers (:func:`rules.allreduce_time`; linear in the bytes, so without the
+        per-message latency, which a stage pays once: see :attr:`latency`)."""
         return rules.allreduce_time(self.param_prefix, replicas, self.bandwidth)
 
     # ---- memory --------------------------------------------------------------------------
+    @cached_property
+    def ties(self) -> ChainTies:
+        return ChainTies(self.chain, ties_of(self.instance.graph))
+
     @cached_property
     def in_flight(self) -> np.ndarray:
         s = self.settings
@@ -168,14 +184,21 @@ class CostTable:
                                   self.in_flight[:, None], self.versions[:, None])
 
     def memory(self, a, b, in_flight):
-        """Bytes units ``a..b-1`` need with ``in_flight`` microbatches (arrays broadcast)."""
+        """Bytes units ``a..b-1`` need with ``in_flight`` microbatches (arrays broadcast), the
+        tied parameters they hold included (:attr:`ties`)."""
         versions = rules.weight_versions(in_flight, self.settings.weight_stashing)
-        return rules.stage_memory(self.act_prefix[b] - self.act_prefix[a],
-                                  self.param_prefix[b] - self.param_prefix[a], in_flight, versions)
+        params = self.param_prefix[b] - self.param_prefix[a]
+        if self.ties:
+            params = params + self.ties.state_bytes(a, b)
+        return rules.stage_memory(self.act_prefix[b] - self.act_prefix[a], params, in_flight, versions)
 
     def stage_memory(self, a, b, stage: int):
-        """Bytes stage ``stage`` of units ``a..b-1`` needs (arrays broadcast)."""
-        return self.mem_prefix[stage, b] - self.mem_prefix[stage, a]
+        """Bytes stage ``stage`` of units ``a..b-1`` needs (arrays broadcast), the tied
+        parameters it holds included."""
+        out = self.mem_prefix[stage, b] - self.mem_prefix[stage, a]
+        if self.ties:
+            out = out + self.versions[stage] * self.ties.state_bytes(a, b)
+        return out
 
     @staticmethod
     def fits(memory, capacity):

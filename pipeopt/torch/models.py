@@ -112,17 +112,23 @@ class GPT(nn.Module):
         Transformer blocks (``self.layers``, a ModuleList).
     seq
         Largest sequence length (rows of ``pos_emb``).
+    tie_weights
+        Tie the LM head to the token embedding (``head.weight is tok_emb.weight``, as GPT-2
+        does): one parameter used by two layers (default False: untied).
 
     ``forward(idx)`` maps token ids (batch, seq) int64 to logits (batch, seq, vocab).
     """
 
-    def __init__(self, vocab: int, d_model: int, heads: int, layers: int, seq: int) -> None:
+    def __init__(self, vocab: int, d_model: int, heads: int, layers: int, seq: int,
+                 tie_weights: bool = False) -> None:
         super().__init__()
         self.tok_emb = nn.Embedding(vocab, d_model)
         self.pos_emb = nn.Embedding(seq, d_model)
         self.layers = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
+        if tie_weights:
+            self.head.weight = self.tok_emb.weight
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Token ids (batch, seq) -> logits (batch, seq, vocab)."""
@@ -222,12 +228,13 @@ def gpt(
     seq: int = 64,
     batch: int = 2,
     seed: int = 0,
+    tie_weights: bool = False,
 ) -> tuple[nn.Module, tuple]:
     """A :class:`GPT` and one microbatch of token ids.
 
     Parameters
     ----------
-    vocab, d_model, heads, layers, seq
+    vocab, d_model, heads, layers, seq, tie_weights
         See :class:`GPT` (``seq`` is also the microbatch's sequence length).
     batch
         Sequences per microbatch.
@@ -249,8 +256,10 @@ def gpt(
         _positive(value, what)
     if d_model % heads:
         raise InvalidProblemError(f"d_model {d_model} must be a multiple of heads {heads}")
+    if not isinstance(tie_weights, bool):
+        raise InvalidProblemError(f"tie_weights must be True or False, got {tie_weights!r}")
     gen = torch.manual_seed(seed)
-    module = GPT(vocab, d_model, heads, layers, seq)
+    module = GPT(vocab, d_model, heads, layers, seq, tie_weights)
     idx = torch.randint(0, vocab, (batch, seq), generator=gen)
     return module.train(), (idx,)
 

@@ -27,9 +27,9 @@ Node attributes (units as in docs/cost-model.md)
     the layer's forward (saved-tensor hooks), parameters and buffers excluded.
 ``param_bytes``
     weights, gradients and optimizer state plus buffers (:mod:`pipeopt.torch.state`).
-``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``, ``shared_param_bytes``
-    the parts (``weight_bytes = sum(p.numel() * p.element_size())`` over the layer's
-    parameters, as the module holds them).
+``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``
+    the parts (``weight_bytes = sum(p.numel() * p.element_size())`` over the layer's own
+    parameters, as the module holds them; a tied parameter is in no layer's parts).
 ``bwd_w``
     the weight-gradient part W of ``bwd`` per kind (``0 <= bwd_w <= bwd``; the input gradient
     I = ``bwd - bwd_w``), by the rules of :mod:`pipeopt.torch.probe`: W = 0 for a layer
@@ -43,6 +43,12 @@ Node attributes (units as in docs/cost-model.md)
 ``flop``, ``bwd_flop``, ``bwd_w_flop``, ``op``, ``fqn``
     forward, backward and weight-gradient FLOP per microbatch, the module's class name, its
     FQN.
+
+Tied parameters (one ``nn.Parameter`` used by the modules of two or more layers, e.g. GPT-2's LM
+head and token embedding) go to ``g.graph["tied"]``: ``[{"name", "aliases", "bytes",
+"state_bytes", "layers"}]``, their bytes in no layer's ``param_bytes``; the cost model charges
+``state_bytes`` on every stage that holds one of ``layers`` and an all-reduce of ``bytes``
+between those stages per iteration (:mod:`pipeopt.cost.ties`, docs/cost-model.md).
 
 Provenance goes to ``g.graph["torch"]`` (model class, granularity, container, costs
 ``"measured"`` or ``"estimated:<device>"``, torch version, inputs, threads, repeats, the whole
@@ -117,24 +123,48 @@ def _precision(module: nn.Module, precision) -> str:
     return precision
 
 
-def _parameters(traced) -> list[dict]:
-    """Per layer: its own parameters (tied ones charged to the first layer) and buffers."""
-    owned: set[int] = set()
+def _parameters(traced, module: nn.Module | None = None) -> tuple[list[dict], list[dict]]:
+    """Per layer: its own parameters and buffers; and the tied parameters.
+
+    A parameter whose object is used by the modules of two or more layers (tied weights:
+    GPT-2's ``lm_head.weight is transformer.wte.weight``) is a *tie*: it is counted in no
+    layer's ``weight_bytes`` and listed once, with the layers that use it
+    (``[{"name", "aliases", "weight_bytes", "numel", "layers"}]``, names from
+    ``module.named_parameters(remove_duplicate=False)``). A buffer used by several layers is
+    charged to the first."""
+    users: dict[int, list[int]] = {}
+    objects: dict[int, nn.Parameter] = {}
+    for i, sub in enumerate(traced.submods):
+        for p in sub.parameters():
+            users.setdefault(id(p), []).append(i)
+            objects[id(p)] = p
+    tied_ids = [k for k, v in users.items() if len(set(v)) > 1]
+    aliases: dict[int, list[str]] = {}
+    if module is not None:
+        for fqn, p in module.named_parameters(remove_duplicate=False):
+            aliases.setdefault(id(p), []).append(fqn)
+    owned: set[int] = set(tied_ids)
     out = []
     for sub in traced.submods:
-        mine, shared = [], []
+        mine = []
         for p in sub.parameters():
-            (shared if id(p) in owned else mine).append(p)
+            if id(p) not in owned:
+                mine.append(p)
             owned.add(id(p))
         buffers = [b for b in sub.buffers() if id(b) not in owned]
         owned.update(id(b) for b in buffers)
         out.append({
             "weight_bytes": sum(p.numel() * p.element_size() for p in mine),
             "numel": sum(p.numel() for p in mine),
-            "shared": sum(p.numel() * p.element_size() for p in shared),
             "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
         })
-    return out
+    ties = []
+    for k in tied_ids:
+        p, layers = objects[k], sorted(set(users[k]))
+        names = aliases.get(k) or [f"{traced.names[layers[0]]}.<tied {len(ties)}>"]
+        ties.append({"name": names[0], "aliases": names[1:], "weight_bytes": p.numel() * p.element_size(),
+                     "numel": p.numel(), "layers": [traced.names[i] for i in layers]})
+    return out, ties
 
 
 def _snapshot(module: nn.Module) -> tuple:
@@ -282,7 +312,9 @@ def from_torch(
         cl = catalogue_cluster(device, devices, bandwidth=DEFAULT_LINK if bandwidth is None else bandwidth,
                                precision=precision, memory=memory)
 
-    g = _graph(traced, probes, _parameters(traced), costs, spec, precision, optimizer, cl.kinds)
+    params, ties = _parameters(traced, module)
+    g = _graph(traced, probes, params, costs, spec, precision, optimizer, cl.kinds)
+    _record_ties(g, ties, optimizer)
     label = "measured" if costs == "measured" else device
     g.graph["torch"] = {
         "model": type(module).__name__,
@@ -310,6 +342,7 @@ def from_torch(
     g.graph["source"] = f"pipeopt.from_torch({type(module).__name__}, granularity={gran.text!r}, costs={costs!r})"
     assumptions = _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
                                bandwidth)
+    assumptions += [_tie_assumption(t) for t in g.graph.get("tied", [])]
     if name is None:
         name = f"{type(module).__name__.lower()}-{label}-x{devices}"
     return Instance(g, cl, settings, name=name, assumptions=tuple(assumptions))
@@ -361,8 +394,6 @@ def _graph(traced, probes, params, costs, spec, precision, optimizer, kinds) -> 
             "bwd_flop": pr.bwd_flop,
             "bwd_w_flop": pr.bwd_w_flop,
         }
-        if par["shared"]:
-            attrs["shared_param_bytes"] = float(par["shared"])
         g.add_node(fqn, **attrs)
     for j, srcs in enumerate(traced.sources):
         for k, src in enumerate(srcs):
@@ -372,6 +403,31 @@ def _graph(traced, probes, params, costs, spec, precision, optimizer, kinds) -> 
             prev = g.edges[u, v]["bytes"] if g.has_edge(u, v) else 0.0
             g.add_edge(u, v, bytes=prev + float(probes[j].in_bytes[k]))
     return g
+
+
+def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:
+    """``g.graph["tied"]`` (only if the model has ties): per tied parameter its name, other
+    names, ``bytes`` (its weights as the module holds them: what synchronising its gradient
+    moves), ``state_bytes`` (weights + gradients + optimizer state, :func:`state_bytes`, the
+    per-byte rule of every other weight) and the layers that use it (docs/cost-model.md,
+    "Tied parameters")."""
+    if not ties:
+        return
+    g.graph["tied"] = [{
+        "name": t["name"],
+        **({"aliases": t["aliases"]} if t["aliases"] else {}),
+        "bytes": float(t["weight_bytes"]),
+        "state_bytes": float(sum(state_bytes(t["weight_bytes"], t["numel"], optimizer).values())),
+        "layers": list(t["layers"]),
+    } for t in ties]
+
+
+def _tie_assumption(tie: dict) -> str:
+    """The assumption line of one tied parameter."""
+    names = " = ".join([tie["name"], *tie.get("aliases", [])])
+    return (f"tied parameter {names} ({tie['bytes'] / 2**20:.3f} MiB, {tie['state_bytes'] / 2**20:.3f} MiB with "
+            f"gradient and optimizer state) used by layers {', '.join(tie['layers'])}: charged on every stage that "
+            "holds one of them, its gradient all-reduced between those stages once per iteration, after the flush")
 
 
 def _machine() -> str:

@@ -22,8 +22,9 @@ element count (:data:`OPTIMIZERS`):
     the weights alone, ``w`` (what pipeopt's model zoo charges).
 
 Buffers (batch-norm running statistics) count once: they have no gradient or optimizer
-state. A parameter shared by several layers (tied weights) is charged to the first layer that
-runs, and recorded as ``shared_param_bytes`` on the others.
+state. A parameter shared by several layers (tied weights) is in no layer's ``param_bytes``: it
+is recorded once in the graph attribute ``tied`` with its ``state_bytes`` (this same rule), and
+the cost model charges it on every stage that holds one of its layers (:mod:`pipeopt.cost.ties`).
 
 The cost model uses ``param_bytes`` for two more things: the ring all-reduce of a replicated
 stage (which moves the gradients, ``w``) and the weight versions of weight stashing (which

@@ -127,7 +127,7 @@ def test_optimizer_state_per_parameter(optimizer, per_param):
     assert sum(p for _, p in g.nodes(data="param_bytes")) == per_param * n  # gpt has no buffers
 
 
-def test_tied_weights_are_charged_once():
+def test_tied_weights_are_recorded_as_a_tie():
     class Tied(nn.Module):
         def __init__(self):
             super().__init__()
@@ -141,10 +141,12 @@ def test_tied_weights_are_charged_once():
 
     module = Tied()
     g = from_torch(module, (torch.tensor([[1, 2, 3]]),), granularity="children", **EST).graph
-    assert sum(w for _, w in g.nodes(data="weight_bytes")) == sum(
-        p.numel() * p.element_size() for p in module.parameters()
-    )  # 240 = 160 + 80: the tied 10 x 4 matrix once
-    assert g.nodes["head"]["weight_bytes"] == 0 and g.nodes["head"]["shared_param_bytes"] == 160
+    assert g.graph["tied"] == [{"name": "emb.weight", "aliases": ["head.weight"], "bytes": 160.0,
+                                "state_bytes": 640.0, "layers": ["emb", "head"]}]  # adam-fp32: 4 x 160
+    # the tied 10 x 4 matrix is in no layer: the layers hold mid's 80 bytes only
+    assert sum(w for _, w in g.nodes(data="weight_bytes")) + 160 == sum(
+        p.numel() * p.element_size() for p in module.parameters())
+    assert g.nodes["emb"]["weight_bytes"] == 0 and g.nodes["head"]["weight_bytes"] == 0
 
 
 @pytest.mark.parametrize("name", ["gpt-tiny", "cnn-tiny"])

@@ -108,6 +108,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...cost import CostTable, rules
+from ...cost.ties import refuse_ties
 from ...errors import InvalidPlanError, InvalidProblemError
 from ...graph import edge_bytes
 from ...instance import Instance
@@ -190,6 +191,7 @@ class BipartitionProblem:
     base: PartitionProblem = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        refuse_ties(self.instance, "the bipartition problem")
         object.__setattr__(self, "base", PartitionProblem(self.instance, self.stages))
         objective = self.instance.settings.objective
         if objective != "bottleneck":

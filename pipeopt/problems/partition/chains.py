@@ -165,7 +165,8 @@ class Memory:
     ``i .. j-1`` keeping k microbatches fits (``j`` if none does). A candidate comes from a
     binary search on the stage's memory as a difference of prefix terms
     (:func:`rules.stage_memory` of the prefix sums) and is then moved by the exact rule itself,
-    so the answer is the rule's, not the prefix sums' rounding.
+    so the answer is the rule's, not the prefix sums' rounding; with tied parameters (a
+    stage-level term, :mod:`pipeopt.cost.ties`) by a bisection on the rule itself.
     """
 
     def __init__(self, problem: PartitionProblem):
@@ -184,6 +185,14 @@ class Memory:
         j = np.asarray(j, dtype=np.int64)
         if not self.finite or j.size == 0:
             return np.full(j.shape, floor, dtype=np.int64)
+        if self.p.table.ties:  # tied parameters: a stage-level term, so bisect on the rule itself
+            lo, hi = np.full(j.shape, floor, dtype=np.int64), np.maximum(j, floor)
+            while (lo < hi).any():
+                mid = (lo + hi) // 2
+                ok = self.fits(mid, j, k)
+                hi = np.where(ok, mid, hi)
+                lo = np.where(ok, lo, np.minimum(mid + 1, hi))
+            return lo
         top = int(j.max())
         v = rules.weight_versions(k, self.stashing)
         pref = rules.stage_memory(self.act[floor:top + 1], self.par[floor:top + 1], k, v)

@@ -42,6 +42,7 @@ import numpy as np
 from ...jit import njit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
+from ...cost.ties import refuse_ties
 from ...errors import InfeasibleError, InvalidProblemError
 from ...plan import Plan, Stage
 from ...result import Result, Status
@@ -155,10 +156,13 @@ class ConvexTables:
         self.A = lattice.sums(dag.sums({x: g.nodes[x]["act_bytes"] for x in g.nodes}))
         self.P = lattice.sums(dag.sums({x: g.nodes[x]["param_bytes"] for x in g.nodes}))
         self.X = self._crossing(g, dag, lattice)
-        bw = inst.cluster.bandwidth
+        bw, alpha = inst.cluster.bandwidth, inst.cluster.latency
         self.added, self.bound, self.trip = rules.boundary_terms(
-            rules.transfer_time(self.X, bw), rules.cut_time(self.X, self.X, bw), rules.round_trip(self.X, self.X, bw),
-            inst.settings.overlap)
+            rules.transfer_time(self.X, bw, 1, alpha), rules.cut_time(self.X, self.X, bw, 1, alpha),
+            rules.round_trip(self.X, self.X, bw, alpha), inst.settings.overlap)
+        half = sum(p.table.overhead) / 2  # the stage overhead, half at each boundary (PartitionProblem.cut_terms)
+        if half:
+            self.added = self.added + half
 
     @staticmethod
     def _crossing(g, dag: UnitDag, lattice: Lattice, chunk: int = 4096) -> np.ndarray:
@@ -352,6 +356,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
         If no split fits the workers' memory.
     """
     deadline = Deadline.of(time_limit)
+    refuse_ties(problem.instance, "method 'convex'")
     objective = problem.instance.settings.objective
     if objective != "bottleneck":
         raise InvalidProblemError(

@@ -90,6 +90,7 @@ from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate, rules
 from ...cost.arrays import layer_arrays
+from ...cost.ties import refuse_ties
 from ...errors import InvalidProblemError
 from ...graph import layer_order
 from ...plan import Plan, Stage
@@ -509,6 +510,7 @@ def solve_convex_milp(
     Tarnawski et al., NeurIPS 2020 (the convex space; ``throughput-ip/ip.py``); Narayanan et
     al., PipeDream, SOSP 2019 (1F1B memory, weight stashing).
     """
+    refuse_ties(problem.instance, f"method {METHOD!r}")
     deadline = Deadline.of(time_limit)
     if problem.replication:
         raise InvalidProblemError(

@@ -12,6 +12,7 @@ the split, and in the one-order space (one worker per stage, sequential executio
 
 * forward op of stage s: ``Fpre[p_{s+1}] - Fpre[p_s]`` (plus ``send[p_{s+1}]`` without overlap),
 * backward op of stage s: ``Bpre[p_{s+1}] - Bpre[p_s]`` (plus ``send[p_s]`` without overlap),
+  each op plus its pass's stage overhead (:attr:`CostTable.overhead`, half at each boundary),
 * transfer X / Y of one microbatch over cut c (stages c, c+1): ``send[p_{c+1}]`` (with overlap
   only; without it there are no X / Y ops),
 
@@ -184,7 +185,10 @@ def op_prefixes(problem: PartitionProblem) -> dict[str, np.ndarray]:
     # without overlap the sender carries its transfer: the forward op of the stage before a cut,
     # the backward op of the stage after it; with overlap it is on the link (xfer)
     added, xfer, _ = rules.boundary_terms(send, send, send, problem.instance.settings.overlap)
-    return {"f_begin": F, "f_end": F + added, "b_begin": B - added, "b_end": B, "xfer": xfer}
+    # the stage overhead (CostTable.overhead), once per stage and pass: half at each of its two
+    # boundaries (PartitionProblem.cut_terms)
+    of, ob = (o / 2 for o in tab.overhead)
+    return {"f_begin": F - of, "f_end": F + added + of, "b_begin": B - added - ob, "b_end": B + ob, "xfer": xfer}
 
 
 def op_times(problem: PartitionProblem, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -231,6 +235,39 @@ def schedule_reach(problem: PartitionProblem, schedule: str) -> np.ndarray:
 
 
 # ---- the model -----------------------------------------------------------------------------
+def _tie_sync(problem: PartitionProblem, split: CumulativeSplit, scale: float):
+    """The tied parameters' all-reduce after the flush (:func:`pipeopt.cost.rules.tie_sync_time`
+    between the k stages holding each tie), as a linear expression of new binaries: per tie with
+    user units ``u_0 < ... < u_{r-1}``, ``z_i >= started(t, u_{i+1}) - started(t, u_i)`` for
+    every stage t (``z_i = 1`` iff some stage starts in ``(u_i, u_{i+1}]``, which minimisation
+    makes exact: the time grows with k), ``k = 1 + sum z_i`` chosen by one-hot binaries
+    ``h_k`` (``sum h_k = 1``, ``sum k h_k = k``), the time ``sum_k h_k sync(k)``. ``0`` without
+    ties."""
+    ties = problem.table.ties
+    expr = pulp.LpAffineExpression()
+    S, bw = split.model.S, problem.bandwidth
+    for j, (tie, units) in enumerate(zip(ties.ties, ties.units, strict=True)):
+        top = min(len(units), S)
+        if top < 2 or tie.bytes <= 0:
+            continue
+        z = []
+        for i in range(len(units) - 1):
+            zi = split.lp.add_variable(f"tie_{j}_apart_{i}", cat=pulp.LpBinary)
+            for t in range(1, S):
+                hi, lo = split.started(t, int(units[i + 1])), split.started(t, int(units[i]))
+                terms = [(zi, -1.0)] + [(x, c) for x, c in ((hi, 1.0), (lo, -1.0)) if not isinstance(x, int)]
+                const = float(sum(c * x for x, c in ((hi, 1.0), (lo, -1.0)) if isinstance(x, int)))
+                split.add(terms, const, f"tie_{j}_apart_{i}_{t}")
+            z.append(zi)
+        h = {k: split.lp.add_variable(f"tie_{j}_holders_{k}", cat=pulp.LpBinary) for k in range(1, top + 1)}
+        split.add([(x, 1.0) for x in h.values()], -1.0, f"tie_{j}_one", pulp.LpConstraintEQ)
+        split.add([(x, float(k)) for k, x in h.items()] + [(x, -1.0) for x in z], -1.0, f"tie_{j}_count",
+                  pulp.LpConstraintEQ)
+        expr += pulp.LpAffineExpression([(x, float(rules.tie_sync_time(tie.bytes, k, bw)) * scale)
+                                         for k, x in h.items()])
+    return expr
+
+
 def build_events(
     model: StraightModel,
     schedule: str,
@@ -271,10 +308,10 @@ def build_events(
     graph = event_graph(problem, schedule)
     lp = pulp.LpProblem("partition_events", pulp.LpMinimize)
     Z = lp.add_variable("iteration", lowBound=0.0)
-    lp += Z, "iteration_time"
     split = CumulativeSplit(lp, model)
     y, add = split.y, split.add
     v = {"Z": Z, "y": y, "graph": graph}
+    lp += Z + _tie_sync(problem, split, 1.0 / unit), "iteration_time"
 
     # structure of the split
     for t in range(1, S):

@@ -352,6 +352,9 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     if inst.settings.objective != "bottleneck" or problem.replication:
         info["secondary"] = {"objective": "none (only the bottleneck objective in the one-order space has one)"}
         return list(starts)
+    if problem.table.ties:  # the enumeration and the descent time splits without the ties' all-reduce
+        info["secondary"] = {"objective": "none (tied parameters: the tie-break does not price their all-reduce)"}
+        return list(starts)
     period = problem.period(starts)
     ev = evaluate(inst, problem.plan(starts))
     record = secondary.open_record(info, SECONDARY, ev.iteration_time, cap=period, evaluation=ev)

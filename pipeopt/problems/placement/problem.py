@@ -17,6 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from ...cost import rules
+from ...cost.ties import refuse_ties
 from ...errors import InvalidProblemError
 from ...graph import kinds_of
 from ...instance import Instance
@@ -59,6 +60,7 @@ class PlacementProblem:
     instance: Instance
 
     def __post_init__(self) -> None:
+        refuse_ties(self.instance, "the placement problem")
         obj = self.instance.settings.objective
         if obj != "max_load":
             raise InvalidProblemError(

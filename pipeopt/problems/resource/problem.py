@@ -36,6 +36,7 @@ import numpy as np
 from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Bisection, Probe, bisect
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import CostTable, check_plan, rules, stage_compute
+from ...cost.ties import refuse_ties
 from ...cost.tolerance import BISECTION_WIDTH, SUM_ORDER
 from ...errors import InvalidProblemError
 from ...instance import Instance
@@ -94,6 +95,7 @@ class ResourceProblem:
     instance: Instance
 
     def _check_settings(self) -> None:
+        refuse_ties(self.instance, "the resource problems (joint, group, allocate)")
         s = self.instance.settings
         if s.objective != "bottleneck":
             raise InvalidProblemError(

@@ -29,6 +29,7 @@ from functools import cached_property
 import numpy as np
 
 from ...cost import CostTable
+from ...cost.ties import refuse_ties
 from ...cost.passes import weight_gradient_time
 from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance
@@ -121,6 +122,7 @@ class ScheduleProblem:
         inst = self.instance
         if not isinstance(inst, Instance):
             raise InvalidProblemError(f"the schedule problem needs a pipeopt.Instance, got {type(inst).__name__}")
+        refuse_ties(inst, "the schedule problem (its chunk memory rows and its MILPs)")
         sched = self.schedule
         if isinstance(sched, Schedule):
             for what, given, own in (("stages", self.stages, sched.ranks), ("microbatches", self.microbatches,
