@@ -620,6 +620,11 @@ def cmd_export(args) -> int:
     return 0
 
 
+RUN_DIFFERS = 3
+"""Exit code of ``pipeopt run`` when the run finished but the stages torch built are not the
+plan's (e.g. a tied weight's layer built into two stages)."""
+
+
 def cmd_run(args) -> int:
     """``pipeopt run``: run a saved plan on torch.distributed.pipelining and compare with the prediction."""
     from .torch.runtime import run_plan
@@ -629,6 +634,10 @@ def cmd_run(args) -> int:
                       schedule=args.schedule, microbatches=args.microbatches, iterations=args.iterations,
                       warmup=args.warmup, order=args.order)
     print(json.dumps(_jsonable(report.to_dict())) if args.json else report.summary())
+    if not report.membership_matches:  # the time measured is not the plan's
+        print(f"pipeopt: error: the stages built differ from the plan ({report.membership_message()}): the measured "
+              "time is not the plan's", file=sys.stderr)
+        return RUN_DIFFERS
     return 0
 
 
@@ -666,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     Exit codes: 0 done (also when the reader of the output stops early, as ``| head`` does);
     2 bad input or an impossible request (``pipeopt: error: <message>`` on stderr: a usage
     error, or any :class:`~pipeopt.errors.PipeoptError`); 1 an unexpected exception, a bug in
-    pipeopt (one line naming it; ``--debug`` prints the traceback); 130 interrupted.
+    pipeopt (one line naming it; ``--debug`` prints the traceback); 3 ``pipeopt run`` finished but
+    the stages built differ from the plan (:data:`RUN_DIFFERS`); 130 interrupted.
     """
     try:
         args = build_parser().parse_args(argv)

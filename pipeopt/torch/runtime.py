@@ -161,7 +161,26 @@ class RunReport:
     @property
     def membership_matches(self) -> bool:
         """Whether the stages built are the plan's."""
-        return [sorted(s) for s in self.stages] == [sorted(s) for s in self.planned]
+        return not self.differing_stages
+
+    @property
+    def differing_stages(self) -> list[int]:
+        """Indices of the stages whose built modules are not the plan's (every index of the
+        longer list past the shorter one included when the stage counts differ)."""
+        built, planned = [sorted(s) for s in self.stages], [sorted(s) for s in self.planned]
+        return [i for i in range(max(len(built), len(planned)))
+                if i >= len(built) or i >= len(planned) or built[i] != planned[i]]
+
+    def membership_message(self) -> str:
+        """What differs between the built stages and the plan, stage by stage ("" if nothing)."""
+        parts = []
+        for i in self.differing_stages:
+            built = set(self.stages[i]) if i < len(self.stages) else set()
+            planned = set(self.planned[i]) if i < len(self.planned) else set()
+            extra, missing = sorted(built - planned), sorted(planned - built)
+            parts.append(f"stage {i}" + (f" also built {_span(extra)}" if extra else "")
+                         + (f" lacks {_span(missing)}" if missing else ""))
+        return "; ".join(parts)
 
     def summary(self) -> str:
         """A few lines for the terminal."""
@@ -179,7 +198,7 @@ class RunReport:
         for i, st in enumerate(self.stages):
             lines.append(f"  stage {i} built: {_span(st)}")
         lines.append("  stage membership = plan" if self.membership_matches
-                     else "  stage membership DIFFERS from the plan: " + str(self.planned))
+                     else "  stage membership DIFFERS from the plan: " + self.membership_message())
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -198,6 +217,7 @@ class RunReport:
             "stages": self.stages,
             "planned": self.planned,
             "membership_matches": self.membership_matches,
+            "differing_stages": self.differing_stages,
             "wall": self.wall,
             "ranks": self.ranks or len(self.stages),
             "info": self.info,
