@@ -168,6 +168,7 @@ def run(
     replication: bool = False,
     bandwidth: float | None = None,
     memory: float | None = None,
+    latency: float | None = None,
     seed: int = 0,
     progress: bool = True,
     every_method: bool = False,
@@ -209,6 +210,8 @@ def run(
         Run the partition DP in the replicated-one-order space instead of the one-order one.
     bandwidth, memory
         Override every instance's bandwidth (bytes/s) / memory per device (bytes).
+    latency
+        Override every file's per-message latency (seconds, :attr:`pipeopt.Cluster.latency`).
     seed
         Seed of randomised methods.
     progress
@@ -290,7 +293,8 @@ def run(
     runner = sweep.executor(jobs=jobs, dask=dask)
     threads = _threads(threads, runner.parallel)
     out = _check_out(out, resume)
-    loaded = _load_all(instances, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory)
+    loaded = _load_all(instances, devices=max(stages) if stages else None, bandwidth=bandwidth, memory=memory,
+                        latency=latency)
     _refuse_unused(loaded, problem, stages=stages, workers=workers, replication=replication,
                    **{k: v for k, v in schedule_options.items() if k != "schedules"})
     tasks = [task for inst in loaded

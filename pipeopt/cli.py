@@ -33,6 +33,15 @@ def parse_rate(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def parse_latency(text: str) -> float:
+    """argparse type of ``--latency``: seconds per message (:func:`pipeopt.units.parse_latency`,
+    ``"0.3ms"``, ``"300us"``, ``"3e-4"``)."""
+    try:
+        return units.parse_latency(text)
+    except PipeoptError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _integer(what: str, low: int, high: int):
     """argparse type: an integer in ``low .. high`` (``what`` names it in the message)."""
 
@@ -99,6 +108,9 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 60.0) -> None:
     p.add_argument(
         "--memory", type=parse_bytes, help="per device, overrides the file: bytes, 16GiB, 40GB, or inf (no limit)"
     )
+    p.add_argument("--latency", type=parse_latency,
+                   help="seconds per message between workers, overrides the file (alpha-beta: a transfer of n > 0 "
+                        "bytes takes latency + n / bandwidth): 3e-4, 0.3ms, 300us; default the file's (0 if none)")
     p.add_argument("--seed", type=SEED, default=0, help="seed of randomised methods (0..2**31-1)")
     p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 
@@ -236,7 +248,8 @@ def _instance(args):
     from .io import load
 
     devices = max(getattr(args, "stages", None) or 0, getattr(args, "workers", None) or 0, 16)
-    return load(args.path, devices=devices, bandwidth=args.bandwidth, memory=args.memory)
+    return load(args.path, devices=devices, bandwidth=args.bandwidth, memory=args.memory,
+                latency=getattr(args, "latency", None))
 
 
 def _solve(args, inst):
@@ -320,6 +333,7 @@ def cmd_bench(args) -> int:
         replication=args.replication,
         bandwidth=args.bandwidth,
         memory=args.memory,
+        latency=args.latency,
         seed=args.seed,
         progress=not args.no_progress,
         jobs=args.jobs,
@@ -432,7 +446,7 @@ def cmd_solve(args) -> int:
     else:
         print(f"{inst.name}: {inst.num_layers} layers, {args.problem}")
         print(res.summary())
-        for a in inst.assumptions:
+        for a in inst.assumptions + inst.cost_terms:
             print(f"  assumed: {a}")
     return 0
 
@@ -503,8 +517,12 @@ def _add_profile(sub) -> None:
     p.add_argument("--device", help="catalogue device for estimated costs (e.g. a100-40gb)")
     p.add_argument("--devices", type=COUNT, default=2, help="S identical devices in the cluster (default 2)")
     p.add_argument("--bandwidth", type=_profile_rate,
-                   help="bytes/s between workers (1e9, 10Gbps, a link name for estimated costs), or 'measure' "
-                        "(two local gloo processes, at the size of the largest edge)")
+                   help="bytes/s between workers (1e9, 10Gbps, a link name for estimated costs), or 'measure': "
+                        "the latency and the bandwidth fitted on a gloo ping-pong between two local processes at "
+                        "sizes up to the largest edge")
+    p.add_argument("--latency", type=parse_latency,
+                   help="seconds per message between workers (0.3ms, 3e-4; default 0, or measured with "
+                        "--bandwidth measure)")
     p.add_argument("--memory", type=parse_bytes, help="per device: bytes, 16GiB, or inf")
     p.add_argument("--repeats", type=_integer("repeats", 1, 10**6), default=10,
                    help="timed runs per layer (default 10)")
@@ -560,15 +578,19 @@ def cmd_profile(args) -> int:
                       repeats=args.repeats, warmup=args.warmup, threads=args.threads, optimizer=args.optimizer,
                       microbatches=args.microbatches)
     if measure:
-        from .torch.network import measure_bandwidth
+        from .torch.network import measure_link
 
         size = int(max((b for _, _, b in inst.graph.edges(data="bytes")), default=1 << 20))
-        bw = measure_bandwidth(max(size, 4))
+        link = measure_link(largest=max(size, 64))
+        latency = link.latency if args.latency is None else args.latency
         inst = inst.replace(
-            cluster=inst.cluster.with_overrides(bandwidth=bw),
+            cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=latency),
             assumptions=tuple(a for a in inst.assumptions if not a.startswith("bandwidth "))
-            + (f"bandwidth {bw:.4g} B/s measured between two local gloo processes with {size}-byte messages",),
+            + (f"measured: {link.describe()}"
+               + ("" if args.latency is None else f"; latency given: {latency * 1e3:.4g} ms"),),
         )
+    elif args.latency is not None:
+        inst = inst.replace(cluster=inst.cluster.with_overrides(latency=args.latency))
     _write(out, lambda path: write_instance(inst, path))
     from .cost.rules import load_time
 
@@ -578,7 +600,7 @@ def cmd_profile(args) -> int:
           f"forward {load_time(dev.resources, f) * 1e3:.4g} ms, backward {load_time(dev.resources, b) * 1e3:.4g} ms "
           f"per microbatch on one device ({dev.name}); "
           f"{sum(p for _, p in g.nodes(data='param_bytes')) / 2**20:.4g} MiB of training state")
-    for a in inst.assumptions:
+    for a in inst.assumptions + inst.cost_terms:
         print(f"  assumed: {a}")
     print(f"wrote {out}")
     return 0

@@ -8,7 +8,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from .errors import InvalidClusterError
-from .units import MAX_BYTES, MAX_DEVICES, as_bandwidth, as_size
+from .units import MAX_BYTES, MAX_DEVICES, as_bandwidth, as_latency, as_size
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Device:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Devices and the bandwidth between workers.
+    """Devices and the network between workers: a bandwidth and a per-message latency.
 
     Parameters
     ----------
@@ -82,16 +82,23 @@ class Cluster:
         Bytes per second on the link between two consecutive workers (one number for
         every link), > 0 and finite; or a string with a unit (``"100Gbps"``, ``"12.5GB/s"``,
         :func:`pipeopt.units.parse_bandwidth`).
+    latency
+        Seconds every message takes on top of its bytes / bandwidth (alpha of the alpha-beta
+        communication model: a transfer of n > 0 bytes takes ``latency + n / bandwidth``, a
+        transfer of 0 bytes is no message, :func:`pipeopt.cost.rules.transfer_time`); finite
+        and >= 0, or a string with a unit (``"0.3ms"``, :func:`pipeopt.units.parse_latency`).
+        Default 0: bandwidth only, as the papers' profiles assume.
 
     Raises
     ------
     InvalidClusterError
         If there is no device, more than :data:`pipeopt.units.MAX_DEVICES`, an entry is not
-        a :class:`Device`, two devices share a name, or the bandwidth is invalid.
+        a :class:`Device`, two devices share a name, or the bandwidth or latency is invalid.
     """
 
     devices: tuple
     bandwidth: float = 1.25e10
+    latency: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, (str, bytes, dict)) or not hasattr(self.devices, "__iter__"):
@@ -110,6 +117,7 @@ class Cluster:
         if dup:
             raise InvalidClusterError(f"duplicate device names: {sorted(dup)}")
         object.__setattr__(self, "bandwidth", as_bandwidth(self.bandwidth))
+        object.__setattr__(self, "latency", as_latency(self.latency))
 
     @classmethod
     def homogeneous(
@@ -121,11 +129,12 @@ class Cluster:
         memory: float = math.inf,
         bandwidth: float = 1.25e10,
         prefix: str = "gpu",
+        latency: float = 0.0,
     ) -> Cluster:
         """``n`` identical single-kind devices named ``{prefix}0 .. {prefix}{n-1}``.
 
-        ``memory`` and ``bandwidth`` take numbers (bytes, bytes/s) or unit strings
-        (``"40GiB"``, ``"100Gbps"``).
+        ``memory``, ``bandwidth`` and ``latency`` take numbers (bytes, bytes/s, seconds) or unit
+        strings (``"40GiB"``, ``"100Gbps"``, ``"0.3ms"``).
 
         Raises
         ------
@@ -139,6 +148,7 @@ class Cluster:
         return cls(
             tuple(Device(f"{prefix}{i}", {kind: units}, memory) for i in range(n)),
             bandwidth,
+            latency,
         )
 
     @property
@@ -162,13 +172,16 @@ class Cluster:
             f"no device named {name!r} in the cluster (devices: {names[:8]}{' ...' if len(names) > 8 else ''})"
         )
 
-    def with_overrides(self, *, bandwidth=None, memory=None) -> Cluster:
-        """A copy with the bandwidth and/or every device's memory replaced (``None``: kept).
+    def with_overrides(self, *, bandwidth=None, memory=None, latency=None) -> Cluster:
+        """A copy with the bandwidth, the latency and/or every device's memory replaced
+        (``None``: kept).
 
         Parameters
         ----------
         bandwidth
             Bytes/s, or a string with a unit (``"100Gbps"``).
+        latency
+            Seconds per message, or a string with a unit (``"0.3ms"``).
         memory
             Bytes per device, or a size string (``"16GiB"``).
 
@@ -180,7 +193,8 @@ class Cluster:
         devices = self.devices
         if memory is not None:
             devices = tuple(dataclasses.replace(d, memory=memory) for d in devices)
-        return Cluster(devices, self.bandwidth if bandwidth is None else bandwidth)
+        return Cluster(devices, self.bandwidth if bandwidth is None else bandwidth,
+                       self.latency if latency is None else latency)
 
     @property
     def is_homogeneous(self) -> bool:

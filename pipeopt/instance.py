@@ -250,6 +250,24 @@ class Instance:
         """Number of layers (graph nodes)."""
         return self.graph.number_of_nodes()
 
+    @property
+    def cost_terms(self) -> tuple:
+        """The optional cost terms this instance carries, as assumption lines (``()`` when both are
+        0, as for every paper profile): the cluster's per-message latency
+        (:attr:`Cluster.latency`) and the graph's ``stage_overhead``
+        (:func:`pipeopt.cost.rules.stage_overhead`). Printed with every result, after
+        :attr:`assumptions`."""
+        out = []
+        if self.cluster.latency:
+            out.append(f"every message between workers takes {self.cluster.latency * 1e3:.4g} ms of latency on top of "
+                       "bytes / bandwidth (one message per cut, direction and microbatch)")
+        over = self.graph.graph.get("stage_overhead") if hasattr(self.graph, "graph") else None
+        if over and (over.get("forward") or over.get("backward")):
+            out.append(f"each stage's runtime adds {float(over.get('forward', 0.0)) * 1e3:.4g} ms to its forward and "
+                       f"{float(over.get('backward', 0.0)) * 1e3:.4g} ms to its backward per microbatch "
+                       "(stage_overhead)")
+        return tuple(out)
+
     def replace(self, **changes) -> Instance:
         """A copy with some fields replaced (``settings=...``, ``cluster=...``, ...).
 

@@ -164,7 +164,7 @@ class Result:
         from .instance import OBJECTIVE_TEXT
 
         info = dict(info or {})
-        info.setdefault("assumptions", list(instance.assumptions))
+        info.setdefault("assumptions", list(instance.assumptions) + list(instance.cost_terms))
         info["space"] = space
         info.setdefault("objective", OBJECTIVE_TEXT[instance.settings.objective])
         if ev is not None and math.isfinite(ev.objective) and "secondary" not in info:

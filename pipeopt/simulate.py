@@ -353,7 +353,7 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list, half_duplex: bool)
     if not ev.feasible and any("cannot run" in v for v in ev.violations):
         raise InvalidPlanError("; ".join(v for v in ev.violations if "cannot run" in v))
     reps = [st.replicas for st in plan.stages]
-    bw = instance.cluster.bandwidth
+    bw, alpha = instance.cluster.bandwidth, instance.cluster.latency
     graph = instance.graph
     act = [float(sum(graph.nodes[n]["act_bytes"] for n in st.backward_layers)) for st in plan.stages]
     params = [
@@ -375,8 +375,8 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list, half_duplex: bool)
         replicas=reps,
         f_op=list(ev.forward_op),
         b_op=list(ev.backward_op),
-        fwd_xfer=[float(rules.transfer_time(v, bw)) for v in ev.comm_bytes_forward],
-        bwd_xfer=[float(rules.transfer_time(v, bw)) for v in ev.comm_bytes_backward],
+        fwd_xfer=[float(rules.transfer_time(v, bw, 1, alpha)) for v in ev.comm_bytes_forward],
+        bwd_xfer=[float(rules.transfer_time(v, bw, 1, alpha)) for v in ev.comm_bytes_backward],
         links=list(ev.pipeline["links"]),
         overlap=instance.settings.overlap,
         window=list(ev.pipeline["window"]),

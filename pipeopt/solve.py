@@ -139,5 +139,14 @@ def solve(
         method = next(m.name for m in registry.methods(problem) if m.exact)
     spec = registry.method(problem, method)
     check_options(problem, options)
+    missing = spec.unmodelled(instance)
+    if missing:
+        able = [m.name for m in registry.methods(problem) if m.exact and not m.unmodelled(instance)]
+        raise InvalidProblemError(
+            f"the exact method {problem}/{method} does not model {' or '.join(missing)}: it would claim an optimum "
+            "of another cost model; set them to 0 or "
+            + (f"use a method that models them ({', '.join(able)})" if able
+               else f"use the partition problem (no exact {problem} method models them yet)")
+        )
     prob = registry.problem_class(problem)(instance, **options)
     return spec.function(prob, time_limit=deadline, solver=solver, seed=int(seed), threads=threads)

@@ -54,9 +54,12 @@ from .errors import InvalidUnitError
 __all__ = [
     "BANDWIDTH_FORMS",
     "SIZE_FORMS",
+    "LATENCY_FORMS",
     "as_bandwidth",
+    "as_latency",
     "as_size",
     "parse_bandwidth",
+    "parse_latency",
     "parse_size",
 ]
 
@@ -73,6 +76,11 @@ SIZE_FORMS = (
 )
 """The accepted memory-size forms, as quoted in error messages."""
 
+LATENCY_FORMS = (
+    "a number of seconds (3e-4), or a number with a unit: s, ms, us (or \u00b5s), ns, e.g. 0.3ms; 0 for none"
+)
+"""The accepted latency forms, as quoted in error messages."""
+
 _DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 _BINARY = {"k": 2.0**10, "m": 2.0**20, "g": 2.0**30, "t": 2.0**40, "p": 2.0**50}
 
@@ -84,6 +92,10 @@ _SIZE = re.compile(rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>B))?\s*")
 _UNLIMITED = ("inf", "infinity", "unlimited", "none")
 _FREE = ("inf", "infinity", "+inf", "+infinity")
 """Spellings of an infinite bandwidth (free communication); no unit may follow."""
+
+
+_TIME = re.compile(rf"\s*{_NUMBER}\s*(?P<unit>s|ms|us|\u00b5s|ns)?\s*")
+_TIME_SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
 
 
 def _scale(m: re.Match) -> float | None:
@@ -213,6 +225,51 @@ def as_size(value, *, unlimited: bool = False) -> float:
     if unlimited and number == math.inf:
         return number
     return _check_value(number, value, "memory size", SIZE_FORMS)
+
+
+def parse_latency(text: str | float) -> float:
+    """Read a per-message latency (the alpha of the alpha-beta communication model) as seconds.
+
+    Parameters
+    ----------
+    text
+        ``"0.3ms"``, ``"300us"``, ``"3e-4"`` (seconds), ``"0"``; or a number of seconds.
+
+    Returns
+    -------
+    float
+        Seconds, finite and >= 0.
+
+    Raises
+    ------
+    InvalidUnitError
+        If the text is in no accepted form or the value is negative, not a number or infinite
+        (the message lists the accepted forms).
+    """
+    if not isinstance(text, str):
+        return as_latency(text)
+    m = _TIME.fullmatch(text)
+    if m is None:
+        raise InvalidUnitError(f"not a latency: {text!r}; write {LATENCY_FORMS}")
+    return as_latency(float(m["num"]) * _TIME_SCALE[m["unit"]])
+
+
+def as_latency(value) -> float:
+    """A per-message latency given as seconds or a unit string (:func:`parse_latency`), as
+    seconds.
+
+    Raises
+    ------
+    InvalidUnitError
+        Wrong type, or a value that is negative, not a number, infinite or above
+        :data:`MAX_SECONDS`.
+    """
+    if isinstance(value, str):
+        return parse_latency(value)
+    number = _as_number(value, "latency", LATENCY_FORMS)
+    if math.isnan(number) or math.isinf(number) or number < 0 or number > MAX_SECONDS:
+        raise InvalidUnitError(f"latency must be a finite number of seconds >= 0, got {value!r}; write {LATENCY_FORMS}")
+    return number + 0.0  # -0.0 -> 0.0
 
 
 # ---- magnitudes the data model accepts -----------------------------------------------------

@@ -107,14 +107,36 @@ def layer_graphs(draw, min_layers: int = 1, max_layers: int = 8, dag: bool = Tru
     return g
 
 
+latencies = st.sampled_from([0.0, 1e-4, 3e-3, 0.02])
+"""Per-message latencies (seconds): none, small, and of the order of the layer :data:`times`."""
+
+
 @st.composite
-def instances(draw, max_layers: int = 8, dag: bool = True, memory: bool = True) -> Instance:
-    """A random instance on 8 identical GPUs, with random bandwidth, overlap and memory."""
+def overheads(draw) -> dict | None:
+    """A graph's ``stage_overhead`` attribute (:func:`pipeopt.cost.rules.stage_overhead`), or
+    ``None`` (none)."""
+    if not draw(st.booleans()):
+        return None
+    part = st.sampled_from([0.0, 1e-3, 0.01, 0.03])
+    return {"forward": draw(part), "backward": draw(part)}
+
+
+@st.composite
+def instances(draw, max_layers: int = 8, dag: bool = True, memory: bool = True, alpha: bool = False) -> Instance:
+    """A random instance on 8 identical GPUs, with random bandwidth, overlap and memory; with
+    ``alpha``, also a random per-message latency (:data:`latencies`) and stage overhead
+    (:func:`overheads`), each sometimes 0."""
     g = draw(layer_graphs(max_layers=max_layers, dag=dag))
     mem = draw(st.sampled_from([math.inf, 2e9, 5e9])) if memory else math.inf
     bw = draw(st.sampled_from([1e9, 1.25e10, 1e11]))
     settings = Settings(overlap=draw(st.booleans()), weight_stashing=draw(st.booleans()))
-    return Instance(g, Cluster.homogeneous(8, memory=mem, bandwidth=bw), settings, name="random")
+    latency = 0.0
+    if alpha:
+        latency = draw(latencies)
+        over = draw(overheads())
+        if over:
+            g.graph["stage_overhead"] = over
+    return Instance(g, Cluster.homogeneous(8, memory=mem, bandwidth=bw, latency=latency), settings, name="random")
 
 
 def compositions(n: int, k: int):

@@ -219,7 +219,7 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
     taken = {c.name for c in copies}  # the unused devices stay (the instance checks the kinds it has)
     copies += [d for d in cluster.devices if d.name not in taken]
     settings = Settings(overlap=True, microbatches=instance.settings.microbatches)
-    virtual = instance.replace(cluster=Cluster(tuple(copies), cluster.bandwidth), settings=settings)
+    virtual = instance.replace(cluster=Cluster(tuple(copies), cluster.bandwidth, cluster.latency), settings=settings)
     ev = evaluate(virtual, Plan(tuple(stages)))
     bad = [v for v in ev.violations if "can run" in v]
     if bad:

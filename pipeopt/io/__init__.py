@@ -31,6 +31,7 @@ def read(
     *,
     bandwidth: float | str | None = None,
     memory: float | str | None = None,
+    latency: float | str | None = None,
     **options,
 ) -> Instance:
     """Read an instance file of any supported format, with optional cluster overrides.
@@ -46,6 +47,9 @@ def read(
         replaces the file's value in every format.
     memory
         Bytes of memory per device (or ``"16GiB"``); replaces the file's value in every format.
+    latency
+        Seconds per message between workers (or ``"0.3ms"``, :func:`pipeopt.units.parse_latency`);
+        replaces the file's value (default 0) in every format.
     **options
         Passed to the format's reader: for PipeDream profiles ``devices``, ``bandwidth``,
         ``memory``, ``count_input_time``, ``settings`` (see
@@ -69,8 +73,9 @@ def read(
     if not isinstance(path, (str, Path)):
         raise ReadError(f"a file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     instance = _read(path, bandwidth=bandwidth, memory=memory, **options)
-    if bandwidth is not None or memory is not None:
-        instance = instance.replace(cluster=instance.cluster.with_overrides(bandwidth=bandwidth, memory=memory))
+    if bandwidth is not None or memory is not None or latency is not None:
+        instance = instance.replace(cluster=instance.cluster.with_overrides(bandwidth=bandwidth, memory=memory,
+                                                                            latency=latency))
     return instance
 
 
@@ -80,6 +85,7 @@ def load(
     devices: int | None = None,
     bandwidth: float | str | None = None,
     memory: float | str | None = None,
+    latency: float | str | None = None,
 ) -> Instance:
     """Read an instance file for a benchmark or the command line: :func:`read` with the
     cluster overrides, and for a PipeDream profile (which carries no cluster) ``devices``
@@ -92,7 +98,7 @@ def load(
     devices
         Devices of the cluster assumed for a PipeDream profile (default 16); a file that
         carries its own cluster keeps it (so a benchmark can pass one count for every file).
-    bandwidth, memory
+    bandwidth, memory, latency
         As in :func:`read`.
 
     Raises
@@ -104,7 +110,7 @@ def load(
         raise ReadError(f"a file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     profile = Path(path).suffix.lower() != ".json"
     options = {"devices": devices if devices is not None else 16} if profile else {}
-    return read(path, bandwidth=bandwidth, memory=memory, **options)
+    return read(path, bandwidth=bandwidth, memory=memory, latency=latency, **options)
 
 
 def _read(path, *, bandwidth, memory, **options) -> Instance:

@@ -25,6 +25,8 @@ A JSON object with these fields (units as in docs/cost-model.md: seconds, bytes,
         "bandwidth": 2.5e10,               # required: bytes/s between consecutive workers,
                                            #   or a unit string read (never written) as in
                                            #   pipeopt.units: "200Gbps", "25GB/s"
+        "latency": 3e-4,                   # optional (written when not 0): seconds per
+                                           #   message (alpha-beta), or "0.3ms"
         "devices": [                       # required, non-empty, in cluster order
           {"name": "gpu0",                 # required, unique
            "resources": {"gpu": 156.0},    # required: units of each resource kind
@@ -35,7 +37,8 @@ A JSON object with these fields (units as in docs/cost-model.md: seconds, bytes,
         ]
       },
       "graph": {                           # required: the layer graph (node-link style)
-        "attributes": {"source": "..."},   # optional: networkx graph attributes
+        "attributes": {"source": "..."},   # optional: networkx graph attributes (e.g.
+                                           #   "stage_overhead": {"forward": s, "backward": s})
         "nodes": [                         # required, in node order (the order is kept)
           {"id": "conv1",                  # required: the layer name (string or integer)
            "fwd": {"gpu": 1.2e-4},         # seconds on ONE unit of each kind
@@ -84,7 +87,7 @@ import numpy as np
 from ..cluster import Cluster, Device
 from ..errors import InvalidGraphError, InvalidUnitError, ReadError
 from ..instance import Instance, Settings
-from ..units import parse_bandwidth, parse_size
+from ..units import parse_bandwidth, parse_latency, parse_size
 
 FORMAT = "pipeopt-instance"
 """Value of the ``"format"`` header field."""
@@ -209,6 +212,7 @@ def to_dict(instance: Instance) -> dict:
         "settings": {f.name: getattr(instance.settings, f.name) for f in dataclasses.fields(Settings)},
         "cluster": {
             "bandwidth": _encode(instance.cluster.bandwidth, "cluster bandwidth"),
+            **({"latency": _encode(instance.cluster.latency, "cluster latency")} if instance.cluster.latency else {}),
             "devices": devices,
         },
         "graph": {
@@ -244,7 +248,7 @@ def _unit(value, parse, source: str, name: str):
     if not isinstance(value, str):
         return value
     try:
-        return parse(value) if parse is parse_bandwidth else parse(value, unlimited=True)
+        return parse(value) if parse in (parse_bandwidth, parse_latency) else parse(value, unlimited=True)
     except InvalidUnitError as exc:
         raise InvalidUnitError(f"{source}: field {name!r}: {exc}") from None
 
@@ -303,6 +307,8 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
         _decode(_field(raw_cluster, "bandwidth", source, "cluster", (int, float, dict, str))),
         parse_bandwidth, source, "cluster.bandwidth",
     )
+    latency = _unit(_decode(_field(raw_cluster, "latency", source, "cluster", (int, float, dict, str), required=False,
+                                   default=0.0)), parse_latency, source, "cluster.latency")
     raw_devices = _field(raw_cluster, "devices", source, "cluster", list)
     devices = []
     for i, rd in enumerate(raw_devices):
@@ -313,7 +319,7 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
         memory = math.inf if memory is None else _unit(_decode(memory), parse_size, source, f"{where}.memory")
         host = _field(rd, "host", source, where, bool, required=False, default=False)
         devices.append(Device(dname, _decode(resources), memory, host))
-    cluster = Cluster(tuple(devices), bandwidth)
+    cluster = Cluster(tuple(devices), bandwidth, latency)
 
     raw_graph = _field(d, "graph", source, "", dict)
     graph = nx.DiGraph()

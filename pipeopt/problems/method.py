@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+ALPHA_OVERHEAD = frozenset({"latency", "overhead"})
+""":attr:`Method.terms` of a method that models both optional terms."""
+
 
 @dataclass(frozen=True)
 class Method:
@@ -40,6 +43,13 @@ class Method:
         ``"torch"``: a layer graph of :func:`pipeopt.torch.from_torch` at a container
         granularity, which the frameworks' block-counting splits read). Elsewhere the method
         raises :class:`~pipeopt.errors.InvalidProblemError`.
+    terms
+        The optional cost terms an exact method models exactly (``"latency"``: the cluster's
+        per-message latency; ``"overhead"``: the stage overhead,
+        :func:`pipeopt.cost.rules.stage_overhead`). :func:`pipeopt.solve` refuses an exact method
+        an instance whose terms it does not model (a non-zero latency or overhead), with
+        :class:`~pipeopt.errors.InvalidProblemError`, rather than claim an optimum of another
+        cost model; a heuristic's plan is scored by :func:`pipeopt.evaluate` whatever the terms.
     """
 
     problem: str
@@ -50,6 +60,21 @@ class Method:
     default: bool = True
     source: str = ""
     requires: str = ""
+    terms: frozenset = frozenset()
+
+    def unmodelled(self, instance) -> list[str]:
+        """The optional cost terms ``instance`` carries (non-zero) that this exact method does
+        not model (:attr:`terms`); ``[]`` for a heuristic."""
+        if not self.exact:
+            return []
+        from ..cost.rules import stage_overhead
+
+        out = []
+        if instance.cluster.latency and "latency" not in self.terms:
+            out.append(f"a message latency ({instance.cluster.latency:g} s)")
+        if any(stage_overhead(instance.graph)) and "overhead" not in self.terms:
+            out.append("a stage overhead (graph attribute stage_overhead)")
+        return out
 
     def __call__(self, problem, **kw):
         """Run the method on a problem object."""

@@ -71,7 +71,7 @@ def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False,
     base = problem.same_cut_problem()
     if ignore_memory:
         cl = problem.instance.cluster
-        free = Cluster(tuple(dataclasses.replace(d, memory=math.inf) for d in cl.devices), cl.bandwidth)
+        free = Cluster(tuple(dataclasses.replace(d, memory=math.inf) for d in cl.devices), cl.bandwidth, cl.latency)
         base = PartitionProblem(problem.instance.replace(cluster=free), problem.stages)
     dl = Deadline(None) if deadline is None else deadline
     try:

@@ -33,7 +33,7 @@ lower bound.
   five chains (seeds ``seed .. seed + 4``) share the time limit; the median chain's plan.
 """
 
-from ..method import Method
+from ..method import ALPHA_OVERHEAD, Method
 from .auto import solve_auto
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
 from .convex import solve_convex
@@ -61,17 +61,17 @@ PROBLEM = PartitionProblem
 METHODS = (
     Method("partition", "auto", solve_auto, True, "auto", False,
            "the exact method that proves fastest at the instance's size: dp on short chains, probe beyond, "
-           "milp for the iteration and gpipe objectives (pipeopt.problems.partition.auto)"),
+           "milp for the iteration and gpipe objectives (pipeopt.problems.partition.auto)", terms=ALPHA_OVERHEAD),
     Method("partition", "dp", solve_dp, True, "auto", True,
-           "dynamic program; replicated-one-order space after Narayanan et al., PipeDream, SOSP 2019"),
+           "dynamic program; replicated-one-order space after Narayanan et al., PipeDream, SOSP 2019", terms=ALPHA_OVERHEAD),
     Method("partition", "probe", solve_probe, True, "auto", True,
-           "search on the period over exact frontier probes (chains-on-chains: Nicol 1994; Pinar & Aykanat 2004)"),
+           "search on the period over exact frontier probes (chains-on-chains: Nicol 1994; Pinar & Aykanat 2004)", terms=ALPHA_OVERHEAD),
     Method("partition", "convex", solve_convex, True, "convex", True,
-           "DP over the ideals of the layer DAG: every convex ordered split (Tarnawski et al., NeurIPS 2020)"),
+           "DP over the ideals of the layer DAG: every convex ordered split (Tarnawski et al., NeurIPS 2020)", terms=ALPHA_OVERHEAD),
     Method("partition", "convex_milp", solve_convex_milp, True, "convex", False,
            "MILP over every convex ordered split (PuLP; CBC or HiGHS; cf. Tarnawski et al., throughput-ip)"),
-    Method("partition", "milp", solve_milp, True, "one-order", True, "MILP (PuLP; CBC or HiGHS)"),
-    Method("partition", "cpsat", solve_cpsat, True, "one-order", True, "CP-SAT (OR-Tools)"),
+    Method("partition", "milp", solve_milp, True, "one-order", True, "MILP (PuLP; CBC or HiGHS)", terms=ALPHA_OVERHEAD),
+    Method("partition", "cpsat", solve_cpsat, True, "one-order", True, "CP-SAT (OR-Tools)", terms=ALPHA_OVERHEAD),
     Method("partition", "binary_search", binary_search, False, "one-order", True, "Duan & Wu, ICPADS 2022"),
     Method("partition", "pipedream", pipedream, False, "replicated-one-order", True,
            "Narayanan et al., PipeDream, SOSP 2019 (its own cost model)"),

@@ -75,6 +75,12 @@ class PartitionProblem:
         check_stage_count(inst, self.stages)
         if not inst.cluster.is_homogeneous:
             raise InvalidProblemError("the partition problem needs identical devices; use the group problem")
+        if self.replication and inst.cluster.latency:
+            raise InvalidProblemError(
+                "the partition problem's exact methods do not model a message latency with replication "
+                "(the all-reduce's latency is paid once per replicated stage, not per unit); use latency 0 "
+                "or no replication"
+            )
         _ = self.kind
         self._check_times()
 
@@ -222,10 +228,20 @@ class PartitionProblem:
         m replicas takes ``max(compute + (added[a] + added[b]) / m, max(bound[a],
         bound[b]) / m)`` (:meth:`stage_time`), the linear form the MILP and CP-SAT models
         read (:mod:`pipeopt.problems.partition.model`).
+
+        **The stage overhead** (:attr:`CostTable.overhead`, seconds per microbatch a stage's
+        runtime adds, :func:`pipeopt.cost.rules.stage_overhead`) is a constant per stage, which
+        no prefix sum can hold; every stage has exactly two boundaries (its start and its end,
+        0 and n included), so half of it is added to ``added`` at every boundary: each stage
+        pays it once (``o / 2 + o / 2 = o`` exactly in floating point), the window rows and
+        every model that reads ``added`` with it.
         """
         tab = self.table
         added, bound, _ = rules.boundary_terms(tab.send_time, tab.cut_time, tab.round_trip,
                                                self.instance.settings.overlap)
+        half = sum(tab.overhead) / 2
+        if half:
+            added = added + half
         return added, bound
 
     @cached_property

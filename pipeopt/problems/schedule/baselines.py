@@ -117,7 +117,7 @@ def best_1f1b(problem: ScheduleProblem, time_limit: float = 60.0, **_) -> Result
     dev = inst.cluster.devices[0]
     S = problem.S
     workers = Cluster(tuple(Device(f"{dev.name}#{s}", dict(dev.resources), dev.memory) for s in range(S)),
-                      inst.cluster.bandwidth)
+                      inst.cluster.bandwidth, inst.cluster.latency)
     virtual = inst.replace(cluster=workers).with_settings(objective="bottleneck", microbatches=problem.microbatches)
     part = PartitionProblem(virtual, S)
     res = solve_dp(part, time_limit=time_limit)
