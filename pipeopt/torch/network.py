@@ -1,13 +1,15 @@
-"""The bandwidth between two CPU processes over torch.distributed's ``gloo`` backend.
+"""The link between two CPU processes over torch.distributed's ``gloo`` backend: its per-message
+latency alpha and its bandwidth beta (the alpha-beta model of :func:`pipeopt.cost.rules.transfer_time`).
 
-:func:`measure_bandwidth` starts two processes on this machine (``spawn``, one torch thread
-each, as ``pipeopt run`` runs its stages), sends a tensor of ``nbytes`` back and forth
-``repeats`` times after a warm-up, and returns ``nbytes / (median one-way time)``: an
-*effective* bandwidth that includes the per-message latency, which is what the cost model's
-single bandwidth number stands for when a pipeline sends one such tensor per microbatch.
-Measure at the size of the activations your cuts carry (``pipeopt profile --bandwidth
-measure`` uses the largest edge of the profiled graph). Takes a few seconds (process start-up
-and the gloo rendezvous dominate).
+:func:`measure_link` starts two processes on this machine (``spawn``, one torch thread each, as
+``pipeopt run`` runs its stages), sends a tensor of each of several sizes back and forth
+``repeats`` times after a warm-up (a ping-pong), takes the median one-way time per size, and fits
+the line ``time = alpha + bytes / beta`` by least squares over the sizes: ``alpha`` the
+per-message latency, ``beta`` the bandwidth. ``pipeopt profile --bandwidth measure`` uses it with
+sizes from 4 bytes up to the largest edge of the profiled graph, so the cost model gets both.
+:func:`measure_bandwidth` is the older single-size *effective* bandwidth (``bytes / one-way
+time``, latency included). Takes a few seconds (process start-up and the gloo rendezvous
+dominate).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import socket
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -30,34 +33,148 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, port: int, nbytes: int, repeats: int, warmup: int, queue) -> None:
+def _worker(rank: int, port: int, sizes: tuple, repeats: int, warmup: int, queue) -> None:
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        t = torch.zeros(max(nbytes // 4, 1))
         peer = 1 - rank
-        samples = []
-        for r in range(warmup + repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(t, peer)
-                dist.recv(t, peer)
-            else:
-                dist.recv(t, peer)
-                dist.send(t, peer)
-            if r >= warmup:
-                samples.append((time.perf_counter() - t0) / 2.0)
+        medians = []
+        for nbytes in sizes:
+            t = torch.zeros(max(nbytes // 4, 1))
+            samples = []
+            for r in range(warmup + repeats):
+                dist.barrier()
+                t0 = time.perf_counter()
+                if rank == 0:
+                    dist.send(t, peer)
+                    dist.recv(t, peer)
+                else:
+                    dist.recv(t, peer)
+                    dist.send(t, peer)
+                if r >= warmup:
+                    samples.append((time.perf_counter() - t0) / 2.0)
+            medians.append(statistics.median(samples))
         if rank == 0:
-            queue.put(statistics.median(samples))
+            queue.put(medians)
     finally:
         dist.destroy_process_group()
 
 
+def _check(value, what: str, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidProblemError(f"{what} must be an integer >= {low}, got {value!r}")
+
+
+def _one_way(sizes: tuple, repeats: int, warmup: int) -> list[float]:
+    """Median one-way seconds of a message of each size (whole float32 elements, at least one)."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(_worker, args=(_free_port(), sizes, repeats, warmup, queue), nprocs=2, start_method="spawn")
+    return queue.get()
+
+
+@dataclass(frozen=True)
+class Link:
+    """A measured link (:func:`measure_link`).
+
+    Attributes
+    ----------
+    latency
+        alpha, seconds per message (the fitted line's intercept, clamped at 0).
+    bandwidth
+        beta, bytes/s (the inverse of the fitted slope).
+    sizes, seconds
+        ``tuple`` of the message sizes (bytes) and their median one-way seconds.
+    """
+
+    latency: float
+    bandwidth: float
+    sizes: tuple
+    seconds: tuple
+
+    def describe(self) -> str:
+        """One line: the fit and the points it was fitted on."""
+        pts = ", ".join(f"{n} B {t * 1e3:.3f} ms" for n, t in zip(self.sizes, self.seconds, strict=True))
+        return (f"latency {self.latency * 1e3:.4g} ms per message and bandwidth {self.bandwidth:.4g} B/s, the "
+                f"least-squares line through the median one-way times of a gloo ping-pong between two local "
+                f"processes ({pts})")
+
+
+def fit_line(sizes, seconds) -> tuple[float, float]:
+    """``(alpha, beta)`` of the least-squares line ``seconds = alpha + size / beta``; alpha is
+    clamped at 0 (a negative intercept is measurement noise), beta is refitted through the
+    origin then.
+
+    Raises
+    ------
+    InvalidProblemError
+        Fewer than two distinct sizes, or a slope that is not positive (the times do not grow
+        with the size: measure larger messages).
+    """
+    xs, ys = [float(x) for x in sizes], [float(y) for y in seconds]
+    if len(set(xs)) < 2 or len(xs) != len(ys):
+        raise InvalidProblemError(f"fitting alpha and beta needs two or more distinct sizes, got {sizes!r}")
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    alpha = my - slope * mx
+    if alpha < 0:
+        alpha = 0.0
+        slope = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+    if not slope > 0:
+        raise InvalidProblemError(
+            f"the one-way times {ys!r} do not grow with the message sizes {xs!r}: no bandwidth can be fitted "
+            "(measure larger messages)"
+        )
+    return alpha, 1.0 / slope
+
+
+def measure_link(sizes=None, *, largest: int = 1 << 22, repeats: int = 20, warmup: int = 3) -> Link:
+    """Measure alpha and beta between two local gloo processes and fit the line (module docstring).
+
+    Parameters
+    ----------
+    sizes
+        Message sizes in bytes, two or more distinct (each rounded down to whole float32
+        elements, at least one); default five sizes from 4 bytes to ``largest`` on a
+        logarithmic scale.
+    largest
+        The largest default size (``pipeopt profile`` passes the largest edge of the graph).
+    repeats, warmup
+        Timed and untimed round trips per size.
+
+    Returns
+    -------
+    Link
+
+    Raises
+    ------
+    InvalidProblemError
+        If a count or size is not a positive integer, fewer than two distinct sizes are
+        given, or no positive bandwidth fits the times.
+    """
+    _check(largest, "largest", 8)
+    _check(repeats, "repeats", 1)
+    _check(warmup, "warmup", 0)
+    if sizes is None:
+        steps = 4
+        sizes = sorted({max(4, int(round(4 * (largest / 4) ** (i / steps)))) // 4 * 4 for i in range(steps + 1)})
+    sizes = tuple(sizes)
+    for s in sizes:
+        _check(s, "a message size", 4)
+    if len(set(sizes)) < 2:
+        raise InvalidProblemError(f"measuring alpha and beta needs two or more distinct sizes, got {sizes!r}")
+    seconds = _one_way(sizes, repeats, warmup)
+    alpha, beta = fit_line([s // 4 * 4 for s in sizes], seconds)
+    return Link(alpha, beta, tuple(s // 4 * 4 for s in sizes), tuple(seconds))
+
+
 def measure_bandwidth(nbytes: int = 1 << 20, *, repeats: int = 20, warmup: int = 3) -> float:
-    """Effective bytes/s of one message of ``nbytes`` between two local gloo processes.
+    """Effective bytes/s of one message of ``nbytes`` between two local gloo processes
+    (latency included: ``nbytes / median one-way seconds``; :func:`measure_link` separates
+    the two).
 
     Parameters
     ----------
@@ -76,12 +193,8 @@ def measure_bandwidth(nbytes: int = 1 << 20, *, repeats: int = 20, warmup: int =
     InvalidProblemError
         If a count is not a positive integer (``warmup`` may be 0).
     """
-    for value, what, low in ((nbytes, "nbytes", 4), (repeats, "repeats", 1), (warmup, "warmup", 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InvalidProblemError(f"{what} must be an integer >= {low}, got {value!r}")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.start_processes(_worker, args=(_free_port(), nbytes, repeats, warmup, queue), nprocs=2,
-                       start_method="spawn")
-    seconds = queue.get()
+    _check(nbytes, "nbytes", 4)
+    _check(repeats, "repeats", 1)
+    _check(warmup, "warmup", 0)
+    seconds = _one_way((nbytes,), repeats, warmup)[0]
     return (nbytes // 4 * 4) / seconds
