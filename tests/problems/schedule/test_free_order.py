@@ -165,3 +165,30 @@ def test_bench_free_bound_bounds_the_fixed_orders():
     assert not spaces.contains("schedule:free", "schedule:ZBVZeroBubble")
     assert ScheduleProblem(inst, "free", 2, 2, 2).result_space == "schedule:free-looped2"
     assert ScheduleProblem(inst, "free", 2, 2, placement="v").result_space == "schedule:free-v"
+
+
+@FEW
+@given(free_problems(), st.integers(0, 3))
+def test_split_descent_never_worsens_its_start(problem, seed):
+    """descend_split: from any split, the result fits, its time is the executor's time of its
+    order on its split, at most the start's, and its split is strictly increasing in (0, n)."""
+    import random
+
+    from pipeopt.problems.schedule.free_order import _scored, descend_split, looped_torch_orders
+    from pipeopt.schedules.free import placement_kind
+
+    sched = problem.schedule
+    orders = [("free", sched)] + [(name, as_free(make_schedule(name, 2, sched.microbatches,
+                                                                None if name in ("GPipe", "1F1B") else sched.stages_per_rank)))
+                                  for name in looped_torch_orders(placement_kind(sched) or "looped", sched.stages_per_rank)]
+    rng = random.Random(seed)
+    starts = sorted(rng.sample(range(1, problem.n), problem.S - 1))
+    cands = _scored(problem, orders, starts)
+    if not cands:
+        return
+    start = min(cands, key=lambda c: c[0])
+    t, _, order, best = descend_split(problem, orders, start, Deadline(None))
+    assert t <= start[0]
+    assert all(a < b for a, b in zip([0, *best], [*best, problem.n]))
+    ex = problem.execute(best, order)
+    assert ex.feasible and ex.time == t
