@@ -50,7 +50,8 @@ head and token embedding) go to ``g.graph["tied"]``: ``[{"name", "aliases", "byt
 ``state_bytes`` on every stage that holds one of ``layers`` and an all-reduce of ``bytes``
 between those stages per iteration (:mod:`pipeopt.cost.ties`, docs/cost-model.md).
 
-Provenance goes to ``g.graph["torch"]`` (model class, granularity, container, costs
+Provenance goes to ``g.graph["torch"]`` (model class, granularity as resolved, container or
+``containers``, ``tracing``: ``"torch.fx"`` or ``"module hooks"``, costs
 ``"measured"`` or ``"estimated:<device>"``, torch version, inputs, threads, repeats, the whole
 model's measured time next to the sum of the layers') and to ``Instance.assumptions``, which
 pipeopt prints with every result.
@@ -74,9 +75,10 @@ from ..units import DEFAULT_MICROBATCHES, MAX_DEVICES, as_bandwidth
 from ..zoo.build import cluster as catalogue_cluster
 from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
 from ..zoo.devices import device as catalogue_device
-from .probe import capture, probe, whole_model_time
+from .probe import probe, whole_model_passes
 from .state import OPTIMIZERS, check_optimizer, state_bytes
-from .trace import parse_granularity, trace
+from .hooks import inputs_of, layer_graph, no_cache
+from .trace import parse_granularity, resolve
 
 COSTS = ("measured", "estimated")
 """Accepted ``costs``."""
@@ -185,7 +187,7 @@ def from_torch(
     module: nn.Module,
     example_inputs,
     *,
-    granularity: str = "container:layers",
+    granularity: str = "auto",
     costs: str = "measured",
     device: str | None = None,
     devices: int = 2,
@@ -198,20 +200,24 @@ def from_torch(
     precision: str | None = None,
     microbatches: int | None = None,
     name: str | None = None,
+    tracing: str = "auto",
 ) -> Instance:
     """The pipeopt instance of a PyTorch model: its layer graph, costs and a cluster.
 
     Parameters
     ----------
     module
-        The model (any ``nn.Module`` torch.fx can trace at the chosen granularity). It is
-        run, not changed: batch-norm statistics and gradients are restored afterwards.
+        The model (any ``nn.Module``: traced with torch.fx, or run once with module hooks
+        where fx cannot trace it, e.g. Hugging Face transformers' models). It is run, not
+        changed: batch-norm statistics, gradients and ``config.use_cache`` are restored
+        afterwards.
     example_inputs
         One microbatch: the forward's positional arguments (a tuple, or one tensor). Its
         batch size is the microbatch every cost refers to.
     granularity
-        ``"container:NAME"`` (default ``"container:layers"``), ``"children"`` or ``"leaves"``
-        (:mod:`pipeopt.torch.trace`).
+        ``"auto"`` (default: the block containers found in the model,
+        :func:`pipeopt.torch.trace.find_containers`), ``"container:NAME"`` (or several names,
+        comma-separated), ``"children"`` or ``"leaves"`` (:mod:`pipeopt.torch.trace`).
     costs
         ``"measured"`` (seconds on this machine's CPU, kind ``"cpu"``) or ``"estimated"``
         (FLOPs on the meta device x a catalogue device's peak and efficiency).
@@ -243,6 +249,9 @@ def from_torch(
         M per iteration (default :data:`pipeopt.units.DEFAULT_MICROBATCHES`, the one rule).
     name
         Instance label (default ``"{class}-{measured|device}-x{devices}"``, lower case).
+    tracing
+        How the layer graph is obtained: ``"auto"`` (torch.fx, module hooks where fx cannot
+        trace), ``"fx"`` or ``"hooks"`` (:func:`pipeopt.torch.hooks.layer_graph`).
 
     Returns
     -------
@@ -256,7 +265,8 @@ def from_torch(
         given for measured costs or missing for estimated costs; a count out of range; bad
         example inputs.
     InvalidGraphError
-        If torch.fx cannot trace the model at that granularity, or the layers form a cycle.
+        If neither torch.fx nor module hooks give the layers at that granularity (``tracing``
+        ``"fx"``: if fx cannot trace), or the layers form a cycle.
     InvalidClusterError
         Unknown catalogue device or link, an invalid bandwidth or memory.
 
@@ -288,21 +298,25 @@ def from_torch(
     precision = _precision(module, precision)
     settings = Settings(microbatches=DEFAULT_MICROBATCHES if microbatches is None else microbatches)
 
-    traced = trace(module, gran)
+    gran = resolve(module, gran)
     probe_device = "cpu" if costs == "measured" else "meta"
     threads_before = torch.get_num_threads()
     snapshot = _snapshot(module)
     whole = None
+    cache = no_cache(module)
     try:
         torch.set_num_threads(threads)
-        inputs = _run(module, "the split model", lambda: capture(traced, example_inputs, probe_device), probe_device)
+        traced = _run(module, "the model", lambda: layer_graph(module, gran, example_inputs, tracing), "cpu")
+        inputs = _run(module, "the split model", lambda: inputs_of(traced, example_inputs, probe_device),
+                      probe_device)
         probes = _run(module, "its layers", lambda: probe(traced, inputs, probe_device, timing=costs == "measured",
                                                           repeats=repeats, warmup=warmup), probe_device)
         if costs == "measured":
-            whole = whole_model_time(module, example_inputs, repeats=repeats, warmup=warmup)
+            whole, whole_forward = whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup)
     finally:
         torch.set_num_threads(threads_before)
         _restore(snapshot)
+        cache()
 
     if costs == "measured":
         bw = as_bandwidth(CPU_BANDWIDTH if bandwidth is None else bandwidth)
@@ -319,7 +333,9 @@ def from_torch(
     g.graph["torch"] = {
         "model": type(module).__name__,
         "granularity": gran.text,
-        "container": gran.container,
+        "container": gran.container if len(gran.containers) == 1 else None,
+        "containers": list(gran.containers),
+        "tracing": traced.method,
         "costs": "measured" if costs == "measured" else f"estimated:{device}",
         "torch_version": torch.__version__,
         "example_inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
@@ -339,6 +355,8 @@ def from_torch(
             "sum_of_layers_s": sum(p.fwd_s + p.bwd_s for p in probes),
         } if costs == "measured" else {}),
     }
+    if costs == "measured":
+        g.graph["stage_overhead"] = stage_overhead(whole, whole_forward, probes)
     g.graph["source"] = f"pipeopt.from_torch({type(module).__name__}, granularity={gran.text!r}, costs={costs!r})"
     assumptions = _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
                                bandwidth)
@@ -395,6 +413,10 @@ def _graph(traced, probes, params, costs, spec, precision, optimizer, kinds) -> 
             "bwd_w_flop": pr.bwd_w_flop,
         }
         g.add_node(fqn, **attrs)
+    if traced.edges is not None:  # module hooks: the bytes between layers as recorded
+        for (u, v), b in traced.edges.items():
+            g.add_edge(traced.names[u], traced.names[v], bytes=float(b))
+        return g
     for j, srcs in enumerate(traced.sources):
         for k, src in enumerate(srcs):
             if src is None or src == j:
@@ -485,6 +507,27 @@ def _weight_split_assumption(costs, probes, traced) -> str:
     return "; ".join(parts)
 
 
+def stage_overhead(whole: float, whole_forward: float, probes) -> dict:
+    """The graph attribute ``stage_overhead`` (:func:`pipeopt.cost.rules.stage_overhead`): what
+    one run of the whole model takes per microbatch beyond the sums of its layers' measured
+    times, ``{"forward": s, "backward": s}``. The total is ``whole - sum(fwd + bwd)`` (0 if
+    negative); its forward part ``whole_forward - sum(fwd)``, clamped to ``[0, total]``; the
+    backward part the rest.
+
+    Parameters
+    ----------
+    whole, whole_forward
+        Median seconds of the whole model's forward + backward, and of its forward alone
+        (:func:`pipeopt.torch.probe.whole_model_passes`).
+    probes
+        The layers' measurements (``fwd_s``, ``bwd_s`` seconds each).
+    """
+    fwd = sum(p.fwd_s for p in probes)
+    total = max(float(whole) - fwd - sum(p.bwd_s for p in probes), 0.0)
+    forward = min(max(float(whole_forward) - fwd, 0.0), total)
+    return {"forward": forward, "backward": total - forward}
+
+
 def _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
                  bandwidth) -> list[str]:
     out = []
@@ -496,9 +539,11 @@ def _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl
             f"kind 'cpu', 1 unit = this CPU as profiled"
         )
         out.append(f"sum of the layers' forward+backward {total * 1e3:.3f} ms vs the whole model {whole * 1e3:.3f} ms "
-                   f"(ratio {total / whole:.3f}) per microbatch")
+                   f"(ratio {total / whole:.3f}) per microbatch: the difference, if positive, is each stage's "
+                   f"runtime overhead per microbatch (stage_overhead; its forward part from the whole model's "
+                   f"forward alone)")
         src = "the default for loopback gloo" if bandwidth is None else "given"
-        out.append(f"bandwidth {cl.bandwidth:.4g} B/s between workers ({src}; a message's latency is not modelled)")
+        out.append(f"bandwidth {cl.bandwidth:.4g} B/s between workers ({src}; latency per message: the cluster's)")
     else:
         eff = ", ".join(f"{k} {KINDS[k].forward_efficiency:g}/{KINDS[k].backward_efficiency:g}" for k in cl.kinds)
         out.append(
@@ -514,6 +559,9 @@ def _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl
                    "training state), more than the weights or gradients they move")
     out.append("act_bytes = storages autograd saves in the forward (saved-tensor hooks); tensor sizes as traced")
     out.append("operations outside the layers join the layer of their latest input")
+    out.append(f"layer graph by {traced.method}" + (
+        " (one run of the model: the order the layers ran, the tensors passed between them by identity; "
+        "operations outside the layers are in no layer's time)" if traced.top is None else " (symbolic trace)"))
     if traced.input_readers[1:]:
         out.append(f"the model's inputs are read by {traced.input_readers}: assumed present on every stage")
     if any(math.isinf(d.memory) for d in cl.devices):

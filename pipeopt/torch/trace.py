@@ -2,13 +2,17 @@
 sub-module per layer.
 
 A *layer* (a node of pipeopt's layer graph) is a module of the model named by its fully
-qualified name (FQN, ``"layers.3"``, ``"head"``) at one of three granularities:
+qualified name (FQN, ``"layers.3"``, ``"head"``) at one of four granularities:
 
-``"container:NAME"`` (default ``"container:layers"``)
+``"auto"`` (the default of :func:`pipeopt.torch.from_torch`)
+    ``"container:NAMES"`` with the block containers found by :func:`find_containers` (the
+    longest list of repeated blocks; an encoder-decoder's two stacks).
+``"container:NAME"``, ``"container:NAME1,NAME2"``
     the children of the container module ``NAME`` (``layers.0`` ... ``layers.7``) plus, for
     every module on the path from the root to the container, its other children (the
     embeddings before, the final norm and the head after; for a container ``transformer.h``
-    also ``transformer.wte``, ``transformer.ln_f``, ``lm_head``, ...).
+    also ``transformer.wte``, ``transformer.ln_f``, ``lm_head``, ...). Several containers
+    (comma-separated, none inside another) are expanded alike: ``encoder.block,decoder.block``.
 ``"children"``
     the root's children.
 ``"leaves"``
@@ -27,6 +31,9 @@ layers separate cannot be one layer: :class:`~pipeopt.errors.InvalidGraphError` 
 
 The traced graph is then split with :func:`torch.fx.passes.split_module.split_module` into
 one sub-module per layer, which the profiler (:mod:`pipeopt.torch.probe`) runs on its own.
+A model whose ``forward`` torch.fx cannot trace (Hugging Face transformers' models, whose
+root ``forward`` builds masks and caches) is split by running it once instead, with module
+hooks (:mod:`pipeopt.torch.hooks`), by the same rules.
 """
 
 from __future__ import annotations
@@ -39,8 +46,14 @@ from torch.fx.passes.split_module import split_module
 
 from ..errors import InvalidGraphError, InvalidProblemError
 
-GRANULARITIES = ("container:NAME", "children", "leaves")
-"""The accepted forms of ``granularity`` (``NAME`` is a module FQN, e.g. ``layers``)."""
+GRANULARITIES = ("auto", "container:NAME", "children", "leaves")
+"""The accepted forms of ``granularity`` (``NAME`` is a module FQN, e.g. ``layers``, or several
+FQNs separated by commas)."""
+
+
+class FxTraceError(InvalidGraphError):
+    """torch.fx cannot trace the model's ``forward`` at this granularity (the symbolic trace
+    itself failed; :func:`pipeopt.torch.hooks.layer_graph` then runs the model with hooks)."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +65,15 @@ class Granularity:
     container: str | None
     text: str
 
+    @property
+    def containers(self) -> tuple:
+        """``tuple[str, ...]``: the container FQNs (``container`` split at commas; empty if none)."""
+        return tuple(self.container.split(",")) if self.container else ()
+
 
 def parse_granularity(text) -> Granularity:
-    """Parse ``"container:layers"``, ``"children"`` or ``"leaves"``.
+    """Parse ``"auto"``, ``"container:layers"`` (or ``"container:a.b,c.d"``), ``"children"``
+    or ``"leaves"``.
 
     Raises
     ------
@@ -62,15 +81,89 @@ def parse_granularity(text) -> Granularity:
         If ``text`` is none of the forms of :data:`GRANULARITIES` (or names an empty container).
     """
     if isinstance(text, str):
-        if text in ("children", "leaves"):
+        if text in ("auto", "children", "leaves"):
             return Granularity(text, None, text)
-        if text.startswith("container:") and text.split(":", 1)[1].strip():
-            return Granularity("container", text.split(":", 1)[1].strip(), text)
+        if text.startswith("container:"):
+            names = [n.strip() for n in text.split(":", 1)[1].split(",")]
+            if all(names):
+                return Granularity("container", ",".join(names), text)
     raise InvalidProblemError(
-        f"unknown granularity {text!r}; choose 'container:NAME' (the children of the module NAME, e.g. "
-        "'container:layers', plus the modules before and after it), 'children' (the root's children) "
-        "or 'leaves' (every leaf module)"
+        f"unknown granularity {text!r}; choose 'auto' (the longest list of repeated blocks, found in the "
+        "model), 'container:NAME' (the children of the module NAME, e.g. 'container:layers', plus the "
+        "modules before and after it; several names separated by commas), 'children' (the root's "
+        "children) or 'leaves' (every leaf module)"
     )
+
+
+def _is_stack(m: nn.Module, leaves: bool = False) -> bool:
+    """A ModuleList or Sequential of one or more blocks of one class, each with children
+    (``leaves``: or without)."""
+    kids = list(m.children())
+    return (isinstance(m, (nn.ModuleList, nn.Sequential)) and bool(kids) and len({type(k) for k in kids}) == 1
+            and (leaves or all(any(True for _ in k.children()) for k in kids)))
+
+
+def find_containers(module: nn.Module) -> list[str]:
+    """The block containers of ``module``, found by the class of their children.
+
+    A *stack* is a ``ModuleList`` or ``Sequential`` whose children are all of one class and
+    are not leaves (GPT-2's ``transformer.h``, BERT's ``bert.encoder.layer``, a ResNet
+    stage's bottleneck blocks). Rules, in order:
+
+    1. a stack inside a block of another stack is dropped (a ResNet bottleneck's own
+       ``Sequential`` of convolutions), unless every module from that block down to the
+       stack has one child only (a ResNet stage that only wraps its blocks): then the outer
+       stack is dropped, the finer one kept;
+    2. the longest remaining stack gives the block class; chosen are every remaining stack
+       of that class (the four stages of a ResNet, the encoder's and decoder's blocks of T5),
+       and every remaining stack of another class with at least 2 and at least half as many
+       blocks (an encoder-decoder whose two stacks have different classes).
+
+    A model without such a stack is searched again with blocks that are leaves (a
+    ``ModuleList`` of ``Linear``).
+
+    Returns
+    -------
+    list[str]
+        FQNs in module order (empty if the model has no stack).
+    """
+    named = [(n, m) for n, m in module.named_modules() if n]
+    stacks = [n for n, m in named if _is_stack(m)] or [n for n, m in named if _is_stack(m, leaves=True)]
+    drop: set[str] = set()
+    for inner in stacks:
+        for outer in stacks:
+            if outer == inner or not inner.startswith(outer + "."):
+                continue
+            rest = inner[len(outer) + 1:].split(".")  # block index, then the path down to the stack
+            path = [f"{outer}.{'.'.join(rest[:k])}" for k in range(1, len(rest))]
+            thin = all(len(list(module.get_submodule(p).children())) == 1 for p in path)
+            drop.add(outer if thin else inner)
+    kept = [n for n in stacks if n not in drop]
+    if not kept:
+        return []
+    size = {n: len(list(module.get_submodule(n).children())) for n in kept}
+    cls = {n: type(next(module.get_submodule(n).children())) for n in kept}
+    longest = max(kept, key=lambda n: (size[n], -kept.index(n)))
+    return [n for n in kept
+            if cls[n] is cls[longest] or (size[n] >= 2 and 2 * size[n] >= size[longest])]
+
+
+def resolve(module: nn.Module, granularity: Granularity) -> Granularity:
+    """``granularity`` with ``"auto"`` replaced by the containers of :func:`find_containers`
+    (the others unchanged).
+
+    A model without one is split at ``container:layers`` if it has a module ``layers`` with
+    children (pipeopt's earlier default), else into its children (``"children"``).
+    """
+    if granularity.kind != "auto":
+        return granularity
+    found = find_containers(module)
+    if not found:
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, nn.Module) and any(True for _ in layers.children()):
+            return Granularity("container", "layers", "container:layers")
+        return Granularity("children", None, "children")
+    return Granularity("container", ",".join(found), "container:" + ",".join(found))
 
 
 def _containers(module: nn.Module) -> list[str]:
@@ -96,28 +189,37 @@ def layer_names(module: nn.Module, granularity: Granularity) -> list[str] | None
         if not names:
             raise InvalidProblemError(f"{type(module).__name__} has no children; use granularity 'leaves'")
         return names
-    path = granularity.container
-    try:
-        container = module.get_submodule(path)
-    except AttributeError:
-        found = _containers(module)
-        raise InvalidProblemError(
-            f"container {path!r} not found in {type(module).__name__}; its list-like containers are "
-            f"{found[:10] or 'none (use granularity children or leaves)'}"
-        ) from None
-    if not list(container.named_children()):
-        raise InvalidProblemError(f"container {path!r} of {type(module).__name__} has no children to split into layers")
+    paths = granularity.containers
+    for path in paths:
+        try:
+            container = module.get_submodule(path)
+        except AttributeError:
+            found = _containers(module)
+            raise InvalidProblemError(
+                f"container {path!r} not found in {type(module).__name__}; its list-like containers are "
+                f"{found[:10] or 'none (use granularity children or leaves)'}"
+            ) from None
+        if not list(container.named_children()):
+            raise InvalidProblemError(
+                f"container {path!r} of {type(module).__name__} has no children to split into layers")
+    for a in paths:
+        for b in paths:
+            if a != b and (b == a or b.startswith(a + ".")):
+                raise InvalidProblemError(f"container {b!r} lies inside container {a!r}; name one of them")
     names: list[str] = []
-    parts = path.split(".")
-    for depth in range(len(parts)):  # the other children of every module on the path
-        prefix = ".".join(parts[:depth])
-        parent = module.get_submodule(prefix) if prefix else module
-        for child, _ in parent.named_children():
+
+    def walk(parent: nn.Module, prefix: str) -> None:
+        """The other children of every module on the paths to the containers, in module order."""
+        for child, sub in parent.named_children():
             fqn = f"{prefix}.{child}" if prefix else child
-            if fqn == ".".join(parts[: depth + 1]):
-                names.extend(f"{path}.{c}" for c, _ in container.named_children())
+            if fqn in paths:
+                names.extend(f"{fqn}.{c}" for c, _ in sub.named_children())
+            elif any(p.startswith(fqn + ".") for p in paths):
+                walk(sub, fqn)
             else:
                 names.append(fqn)
+
+    walk(module, "")
     return names
 
 
@@ -170,16 +272,29 @@ class Traced:
         ``list[str]``: layers that read a model input's values (not only its shape).
     unused
         ``list[str]``: layers (at a container or children granularity) the forward never calls.
+    method
+        How the layers were obtained: ``"torch.fx"`` (:func:`trace`) or ``"module hooks"``
+        (:func:`pipeopt.torch.hooks.hook_trace`; ``top`` is then ``None``).
+    edges
+        ``None`` (the edges are ``sources`` with the bytes of each argument) or
+        ``dict[(int, int), int]``: bytes from layer u to layer v (hooks: operations outside
+        the layers pass tensors between layers that no layer argument shows).
+    captured
+        ``None``, or per layer its arguments as the hooked run recorded them (what
+        :func:`pipeopt.torch.probe.capture` returns for a traced model).
     """
 
     names: list
     modules: list
-    top: fx.GraphModule
+    top: fx.GraphModule | None
     submods: list
     sources: list
     graph_outputs: list
     input_readers: list
     unused: list
+    method: str = "torch.fx"
+    edges: dict | None = None
+    captured: list | None = None
 
 
 def _metadata_only(node: fx.Node) -> bool:
@@ -200,7 +315,7 @@ def trace(module: nn.Module, granularity: Granularity) -> Traced:
     module
         The model.
     granularity
-        From :func:`parse_granularity`.
+        From :func:`parse_granularity` (``"auto"`` is resolved here, :func:`resolve`).
 
     Returns
     -------
@@ -210,19 +325,22 @@ def trace(module: nn.Module, granularity: Granularity) -> Traced:
     ------
     InvalidProblemError
         If the container is not found (:func:`layer_names`).
+    FxTraceError
+        (an :class:`~pipeopt.errors.InvalidGraphError`) If torch.fx cannot trace the model
+        (data-dependent control flow, ...; the message quotes torch's reason and suggests a
+        coarser granularity or a container whose children are traceable).
     InvalidGraphError
-        If torch.fx cannot trace the model (data-dependent control flow, ...; the message
-        quotes torch's reason and suggests a coarser granularity or a container whose
-        children are traceable), if no layer is called, or if a module with parameters is
+        If no layer is called, or if a module with parameters is
         called at two places that other layers separate.
     """
+    granularity = resolve(module, granularity)
     names = layer_names(module, granularity)
     tracer = _LayerTracer(set(names) if names is not None else None)
     try:
         graph = tracer.trace(module)
     except Exception as exc:  # noqa: BLE001 - fx raises TraceError, TypeError, NotImplementedError, ...
         reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise InvalidGraphError(
+        raise FxTraceError(
             f"torch.fx cannot trace {type(module).__name__} at granularity {granularity.text!r}: "
             f"{type(exc).__name__}: {reason}. Make the untraceable part a layer (a coarser granularity, "
             "or a container whose children hold it), or remove the data-dependent control flow"

@@ -346,12 +346,15 @@ def test_bad_options_name_the_problem(kwargs, error, words):
 
 def test_untraceable_model_is_a_typed_error():
     with pytest.raises(InvalidGraphError, match=r"torch.fx cannot trace DataDependent"):
-        from_torch(DataDependent(), (torch.randn(2, 4),), **EST)
+        from_torch(DataDependent(), (torch.randn(2, 4),), tracing="fx", **EST)
+    # tracing "auto" (the default): module hooks where fx cannot trace
+    g = from_torch(DataDependent(), (torch.randn(2, 4),), **EST).graph
+    assert list(g.nodes) == ["layers.0", "layers.1"] and g.graph["torch"]["tracing"] == "module hooks"
     model = BranchyInside()
     g = from_torch(model, (torch.randn(2, 4),), repeats=1, warmup=0).graph  # the branches hide in the layers
-    assert list(g.nodes) == ["layers.0", "layers.1"]
+    assert list(g.nodes) == ["layers.0", "layers.1"] and g.graph["torch"]["tracing"] == "torch.fx"
     with pytest.raises(InvalidGraphError, match=r"granularity 'leaves'"):
-        from_torch(model, (torch.randn(2, 4),), granularity="leaves", repeats=1, warmup=0)
+        from_torch(model, (torch.randn(2, 4),), granularity="leaves", tracing="fx", repeats=1, warmup=0)
     with pytest.raises(InvalidProblemError, match=r"BranchyInside on the meta device failed.*costs='measured'"):
         from_torch(model, (torch.randn(2, 4),), **EST)  # nothing to branch on without values
 
