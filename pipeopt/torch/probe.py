@@ -355,13 +355,29 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
 def whole_model_time(module: nn.Module, example_inputs: tuple, *, repeats: int, warmup: int) -> float:
     """Median seconds of one forward plus backward of the whole model (backward from its
     floating outputs with gradients of ones), the check on the per-layer sum."""
-    samples = []
+    return whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup)[0]
+
+
+def whole_model_passes(module: nn.Module, example_inputs: tuple, *, repeats: int,
+                       warmup: int, microbatches: int = 1) -> tuple[float, float]:
+    """``(forward + backward, forward)``: median seconds of one forward plus backward of the
+    whole model (backward from its floating outputs with gradients of ones), and median
+    seconds of its forward alone, from the same runs. The gradients are reset every
+    ``microbatches`` runs and accumulate in between, as a training iteration of M microbatches
+    accumulates them (``pipeopt run``). What the whole run takes beyond the sums of the layers'
+    own times is the runtime's overhead per microbatch (:func:`pipeopt.cost.rules.stage_overhead`)."""
+    samples, forward = [], []
     params = list(module.parameters())
     for r in range(warmup + repeats):
-        for p in params:
-            p.grad = None
+        if r % max(int(microbatches), 1) == 0:
+            for p in params:
+                p.grad = None
         t0 = time.perf_counter()
-        _backward(module(*example_inputs))
+        out = module(*example_inputs)
+        t1 = time.perf_counter()
+        _backward(out)
+        del out
         if r >= warmup:
             samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+            forward.append(t1 - t0)
+    return statistics.median(samples), statistics.median(forward)

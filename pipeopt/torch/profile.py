@@ -312,7 +312,8 @@ def from_torch(
         probes = _run(module, "its layers", lambda: probe(traced, inputs, probe_device, timing=costs == "measured",
                                                           repeats=repeats, warmup=warmup), probe_device)
         if costs == "measured":
-            whole, whole_forward = whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup)
+            whole, whole_forward = whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup,
+                                                      microbatches=settings.microbatches)
     finally:
         torch.set_num_threads(threads_before)
         _restore(snapshot)
