@@ -505,13 +505,21 @@ def cmd_zoo(args) -> int:
 def _add_profile(sub) -> None:
     """The ``profile`` subcommand's options (torch is imported only when it runs)."""
     p = sub.add_parser("profile", help="profile a PyTorch model into an instance file (needs torch)")
-    p.add_argument("model", help="a shipped model (gpt, cnn, gpt-tiny, cnn-tiny) or package.module:factory "
-                                 "returning (nn.Module, example_inputs)")
+    p.add_argument("model", help="a shipped model (gpt, cnn, gpt-tiny, cnn-tiny), hf:ClassName (a Hugging Face "
+                                 "transformers model from its config class, random weights: hf:GPT2LMHeadModel), "
+                                 "or package.module:factory returning (nn.Module, example_inputs); the current "
+                                 "folder is searched for package")
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="keyword argument of the model factory (repeatable), e.g. --model-arg layers=4")
-    p.add_argument("--granularity", default="container:layers",
-                   help="container:NAME (the children of module NAME plus the modules around it; default "
-                        "container:layers), children, or leaves")
+                   help="keyword argument of the model factory (repeatable), e.g. --model-arg layers=4; for hf: a "
+                        "config field (n_layer=12) or an input size: batch (default 2), seq (tokens, default 128), "
+                        "image (pixels)")
+    p.add_argument("--granularity", default="auto",
+                   help="auto (default: the longest list of repeated blocks, found in the model), container:NAME "
+                        "(the children of module NAME plus the modules around it; NAME1,NAME2 for several), "
+                        "children, or leaves")
+    p.add_argument("--tracing", default="auto", choices=["auto", "fx", "hooks"],
+                   help="how the layer graph is obtained: torch.fx, module hooks (one run of the model), or auto "
+                        "(default: fx, hooks where fx cannot trace)")
     p.add_argument("--costs", default="measured", choices=["measured", "estimated"],
                    help="measured on this CPU (default) or estimated from FLOPs for --device")
     p.add_argument("--device", help="catalogue device for estimated costs (e.g. a100-40gb)")
@@ -548,7 +556,8 @@ def _profile_rate(text: str):
 
 
 def _factory_kwargs(items: list[str]) -> dict:
-    """``--model-arg KEY=VALUE`` pairs; values read as Python literals (``4``, ``(2, 2)``), else strings."""
+    """``--model-arg KEY=VALUE`` pairs; values read as Python literals (``4``, ``0.1``, ``(2, 2)``,
+    ``True``; also ``true``/``false``), else strings."""
     import ast
 
     out = {}
@@ -556,6 +565,9 @@ def _factory_kwargs(items: list[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             raise InvalidProblemError(f"--model-arg needs KEY=VALUE with KEY a Python name, got {item!r}")
+        if value.strip().lower() in ("true", "false"):
+            out[key] = value.strip().lower() == "true"
+            continue
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -563,17 +575,38 @@ def _factory_kwargs(items: list[str]) -> dict:
     return out
 
 
+SHIPPED_MODELS = ("cnn", "cnn-tiny", "gpt", "gpt-tiny")
+"""The names of :data:`pipeopt.torch.models.MODELS` (checked equal by the tests), known here so
+that a misspelt name is reported before torch is imported."""
+
+
+def _check_model(spec) -> None:
+    """Refuse an unknown shipped model name before anything imports torch.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``spec`` is neither a shipped name, ``hf:ClassName`` nor ``package.module:factory``.
+    """
+    if isinstance(spec, str) and ":" not in spec and spec not in SHIPPED_MODELS:
+        raise InvalidProblemError(f"unknown shipped model {spec!r}; pipeopt ships {list(SHIPPED_MODELS)} (or give "
+                                  "hf:ClassName, a Hugging Face transformers model, or package.module:factory)")
+
+
 def cmd_profile(args) -> int:
     """``pipeopt profile``: :func:`pipeopt.torch.from_torch` on a shipped or importable model,
     written as a native instance file."""
+    _check_model(args.model)
+    kwargs = _factory_kwargs(args.model_arg)
     from .io.native import write_instance
     from .torch import from_torch
     from .torch.models import load
 
     out = _check_writable(args.out)
-    module, inputs = load(args.model, **_factory_kwargs(args.model_arg))
+    module, inputs = load(args.model, **kwargs)
     measure = args.bandwidth == "measure"
-    inst = from_torch(module, inputs, granularity=args.granularity, costs=args.costs, device=args.device,
+    inst = from_torch(module, inputs, granularity=args.granularity, tracing=args.tracing, costs=args.costs,
+                      device=args.device,
                       devices=args.devices, bandwidth=None if measure else args.bandwidth, memory=args.memory,
                       repeats=args.repeats, warmup=args.warmup, threads=args.threads, optimizer=args.optimizer,
                       microbatches=args.microbatches)
@@ -596,10 +629,12 @@ def cmd_profile(args) -> int:
 
     g, dev = inst.graph, inst.cluster.devices[0]
     f, b = ({k: sum(d.get(k, math.inf) for _, d in g.nodes(data=key)) for k in dev.resources} for key in ("fwd", "bwd"))
-    print(f"{inst.name}: {g.number_of_nodes()} layers ({args.granularity}), {g.number_of_edges()} edges; "
+    meta = g.graph["torch"]
+    print(f"{inst.name}: {g.number_of_nodes()} layers ({meta['granularity']}, by {meta['tracing']}), "
+          f"{g.number_of_edges()} edges; "
           f"forward {load_time(dev.resources, f) * 1e3:.4g} ms, backward {load_time(dev.resources, b) * 1e3:.4g} ms "
           f"per microbatch on one device ({dev.name}); "
-          f"{sum(p for _, p in g.nodes(data='param_bytes')) / 2**20:.4g} MiB of training state")
+          f"{(sum(p for _, p in g.nodes(data='param_bytes')) + sum(t['state_bytes'] for t in g.graph.get('tied', ()))) / 2**20:.4g} MiB of training state")
     for a in inst.assumptions + inst.cost_terms:
         print(f"  assumed: {a}")
     print(f"wrote {out}")
@@ -619,6 +654,8 @@ def cmd_export(args) -> int:
     """``pipeopt export``: a saved plan in a runtime's format (:mod:`pipeopt.export`), as JSON."""
     from .export import export
 
+    if args.model:
+        _check_model(args.model)
     if args.out:
         _check_writable(args.out)
     plan, inst = _read_plan_and_instance(args)
@@ -649,6 +686,7 @@ plan's (e.g. a tied weight's layer built into two stages)."""
 
 def cmd_run(args) -> int:
     """``pipeopt run``: run a saved plan on torch.distributed.pipelining and compare with the prediction."""
+    _check_model(args.model)
     from .torch.runtime import run_plan
 
     plan, inst = _read_plan_and_instance(args)

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import sys
 from collections.abc import Callable
 
 import torch
@@ -342,20 +344,30 @@ def build(name: str, **kwargs) -> tuple[nn.Module, tuple]:
 
 
 def load(spec: str, **kwargs) -> tuple[nn.Module, tuple]:
-    """A model by name: a shipped one (a key of :data:`MODELS`) or ``"package.module:factory"``,
-    a function returning ``(module, example_inputs)``; ``kwargs`` go to the factory.
+    """A model by name: a shipped one (a key of :data:`MODELS`), ``"hf:ClassName"`` (a Hugging
+    Face transformers model from its config class, :func:`pipeopt.torch.hf.build`; ``kwargs``
+    are config fields and the input sizes ``batch``, ``seq``, ``image``) or
+    ``"package.module:factory"``, a function returning ``(module, example_inputs)``; ``kwargs``
+    go to the factory. ``package`` is also looked for in the current folder (as
+    ``python -m`` does), so a factory beside the user needs no ``PYTHONPATH``.
 
     Raises
     ------
     InvalidProblemError
         If the name is unknown, the module cannot be imported, the factory is missing or not
         callable, or it does not return ``(nn.Module, tuple of inputs)``.
+    MissingExtraError
+        ``hf:`` without transformers installed.
     """
+    if isinstance(spec, str) and spec.startswith("hf:"):
+        from .hf import build as hf_build
+
+        return hf_build(spec[3:], **kwargs)
     if not isinstance(spec, str) or ":" not in spec:
         return build(spec, **kwargs)
     path, _, attr = spec.partition(":")
     try:
-        factory = getattr(importlib.import_module(path), attr)
+        factory = getattr(_import_from_cwd(path), attr)
     except ImportError as exc:
         raise InvalidProblemError(f"cannot import {path!r} for model {spec!r}: {exc}") from None
     except AttributeError:
@@ -372,3 +384,17 @@ def load(spec: str, **kwargs) -> tuple[nn.Module, tuple]:
         )
     module, inputs = made
     return module, (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+
+
+def _import_from_cwd(path: str):
+    """``importlib.import_module(path)`` with the current folder first on ``sys.path`` for
+    the lookup (restored afterwards)."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(path)
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
