@@ -4,13 +4,20 @@ For each instance, p ranks and m microbatches (one chunk per rank, looped placem
 
 * ``free`` -- :func:`pipeopt.problems.schedule.solve_free_order` (CP-SAT over the split and
   every rank's order of F, I, W; ``--time-limit`` seconds; status, iteration time, proven
-  bound, gap, solve seconds, model size);
+  bound, gap, solve seconds, model size), warm-started also from the fixed rows of its
+  placement (their exact splits and orders), so it is never slower than they are;
 * ``ZB-greedy`` -- the zero-bubble repository's greedy order (all 8 flag variants, the best of
   their estimates, as their code picks) on the free optimum's split and on the best split of
   the fixed-order rows below, executed by pipeopt's executor;
-* ``GPipe``, ``1F1B``, ``InterleavedZeroBubble`` (v = 1: ZB1P) -- torch's orders of this
-  placement at their own exact splits (:func:`pipeopt.problems.schedule.solve_milp`, the same
-  time limit; status and bound reported).
+* torch's seven orders at their own exact splits (:func:`pipeopt.problems.schedule.solve_milp`,
+  the same time limit; status and bound reported): ``GPipe``, ``1F1B``,
+  ``InterleavedZeroBubble`` with v = 1 (ZB1P), and the two-chunk ones (v = 2)
+  ``Interleaved1F1B``, ``LoopedBFS``, ``InterleavedZeroBubble``, ``ZBVZeroBubble``,
+  ``DualPipeV``; the fastest of them is what ``--schedule auto`` returns (marked ``auto``);
+* ``free looped v=2`` and ``free V v=2`` -- the free order of the two-chunk placements
+  (:func:`pipeopt.problems.schedule.solve_free_order` with ``placement="looped"`` / ``"v"``),
+  whose spaces hold the two-chunk rows above as the one-chunk free space holds GPipe, 1F1B and
+  ZB1P.
 
 Every time is the executor's (:func:`pipeopt.schedules.execute`). "vs free" is (row - free) /
 free: how much slower the row's plan runs than the free-order plan.
@@ -38,13 +45,19 @@ import pipeopt
 from pipeopt.errors import PipeoptError
 from pipeopt.problems.schedule import ScheduleProblem, solve_free_order, solve_milp
 from pipeopt.problems.schedule.baselines import zb_greedy
+from pipeopt.schedules import make_schedule
+from pipeopt.schedules.free import placement_kind
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = [("instances/homogeneous/gpt2-xl-a100-40gb-x4.json", 4, 8),
          ("instances/memory/bert-large-mb16-v100-16gb-x4.json", 4, 8)]
 FULL = QUICK + [("instances/homogeneous/gpt2-xl-a100-40gb-x8.json", 8, 16),
                 ("instances/homogeneous/bert-large-a100-40gb-x8.json", 8, 16)]
-FIXED = ("GPipe", "1F1B", "InterleavedZeroBubble")
+FIXED = (("GPipe", None), ("1F1B", None), ("InterleavedZeroBubble", 1), ("Interleaved1F1B", 2), ("LoopedBFS", 2),
+         ("InterleavedZeroBubble", 2), ("ZBVZeroBubble", 2), ("DualPipeV", 2))
+"""torch's seven orders (InterleavedZeroBubble with one and two chunks per rank) and v."""
+FREE_MULTI = (("looped", "free looped v=2"), ("v", "free V v=2"))
+"""The two-chunk free orders: placement and row label."""
 
 
 def row(case, name, res, free_time, runtime):
@@ -77,29 +90,52 @@ def main(argv=None) -> int:
     for path, p, m in (FULL if args.full else QUICK):
         inst = pipeopt.read(ROOT / path)
         case = f"{inst.name}, p={p}, m={m}"
-        t0 = time.perf_counter()
-        problem = ScheduleProblem(inst, "free", p, m)
-        free = solve_free_order(problem, time_limit=args.time_limit)
-        ft = time.perf_counter() - t0
-        free_time = free.objective if free.plan is not None else None
-        out = [row(case, "free (cpsat)", free, free_time, ft)]
-        print(out[-1], flush=True)
-        splits = {"free split": free.info.get("starts")} if free.plan is not None else {}
-        best_fixed = None
-        for name in FIXED:
+        fixed_rows = []  # [label, result, seconds, placement kind, (starts, order) or None]
+        for name, v in FIXED:
             t0 = time.perf_counter()
             try:
-                res = solve_milp(ScheduleProblem(inst, name, p, m, None if name != "InterleavedZeroBubble" else 1),
-                                 time_limit=args.time_limit)
+                res = solve_milp(ScheduleProblem(inst, name, p, m, v), time_limit=args.time_limit)
             except PipeoptError as exc:
                 res = None
                 print(f"  {name}: {exc}", file=sys.stderr)
-            out.append(row(case, f"{name} (own exact split)", res, free_time, time.perf_counter() - t0))
+            label = f"{name}{'' if v is None else f' v={v}'} (own exact split)"
+            order = make_schedule(name, p, m, v)
+            pair = (res.info["starts"], order) if res is not None and res.plan is not None else None
+            fixed_rows.append([label, res, time.perf_counter() - t0, (order.stages_per_rank, placement_kind(order)), pair])
+            print(row(case, label, res, None, fixed_rows[-1][2]), flush=True)
+
+        def free_row(v, placement, label):
+            """The free order of this placement, warm-started also from the fixed rows of the
+            same placement (so it is never slower than them)."""
+            problem = ScheduleProblem(inst, "free", p, m, v, placement=placement)
+            shape = (problem.schedule.stages_per_rank, placement_kind(problem.schedule))
+            warm = [r[4] for r in fixed_rows if r[4] is not None and r[3] == shape]
+            t0 = time.perf_counter()
+            try:
+                res = solve_free_order(problem, time_limit=args.time_limit, warm=warm)
+            except PipeoptError as exc:
+                res = None
+                print(f"  {label}: {exc}", file=sys.stderr)
+            return res, time.perf_counter() - t0
+
+        free, ft = free_row(None, "looped", "free")
+        free_time = free.objective if free is not None and free.plan is not None else None
+        out = [row(case, "free (cpsat)", free, free_time, ft)]
+        print(out[-1], flush=True)
+        solved = [r for r in fixed_rows if r[1] is not None and r[1].plan is not None]
+        best_fixed = min(solved, key=lambda r: r[1].objective)[1] if solved else None
+        one = [r for r in solved if r[3][0] == 1]
+        best_one = min(one, key=lambda r: r[1].objective)[1] if one else None
+        for label, res, secs, _, _ in fixed_rows:
+            mark = " = auto" if res is not None and res is best_fixed else ""
+            out.append(row(case, label + mark, res, free_time, secs))
+        for placement, label in FREE_MULTI:
+            res, secs = free_row(2, placement, label)
+            out.append(row(case, f"{label} (cpsat)", res, free_time, secs))
             print(out[-1], flush=True)
-            if res is not None and res.plan is not None and (best_fixed is None or res.objective < best_fixed.objective):
-                best_fixed = res
-        if best_fixed is not None:
-            splits[f"{best_fixed.info['schedule']} split"] = best_fixed.info["starts"]
+        splits = {"free split": free.info.get("starts")} if free is not None and free.plan is not None else {}
+        if best_one is not None:  # the ZB greedy places one chunk per rank
+            splits[f"{best_one.info['schedule']} split"] = best_one.info["starts"]
         for label, starts in splits.items():
             t0 = time.perf_counter()
             try:
@@ -109,7 +145,7 @@ def main(argv=None) -> int:
                 print(f"  ZB-greedy on the {label}: {exc}", file=sys.stderr)
             out.append(row(case, f"ZB-greedy (on the {label})", res, free_time, time.perf_counter() - t0))
             print(out[-1], flush=True)
-        info = free.info
+        info = free.info if free is not None else {}
         lines += out
         note = (f"free model: warm start {info.get('warm_start')}, CP-SAT {info.get('solver_status')},"
                 f" branches {info.get('branches')}")

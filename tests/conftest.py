@@ -52,6 +52,8 @@ SLOW: dict[str, str] = {
     "tests/test_notebooks.py::*": "executes the notebooks end to end (3.4 min of the 53 min measured run)",
     "tests/problems/schedule/test_free_order.py::test_cpsat_equals_brute_force_over_every_order":
         "brute force over every order of every rank (depth-first, exponential) against CP-SAT",
+    "tests/problems/schedule/test_free_order.py::test_given_warm_start_bounds_the_result":
+        "the fixed order's exhaustive optimum on each example (about 4 s each)",
     "tests/problems/partition/test_exact_partition.py::test_profiles_agree_with_dp[*]": _PROFILE_FAMILY,
     "tests/problems/partition/test_exact_partition.py::test_bare_formulations_agree_with_dp[*]":
         _PROFILE_FAMILY,

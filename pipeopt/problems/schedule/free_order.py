@@ -75,6 +75,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -476,8 +477,37 @@ def order_from_times(template: Schedule, times: dict, name: str = FREE) -> Sched
                     tuple(rows), template.parameter_copies, template.source)
 
 
+def _given_warm_starts(problem: ScheduleProblem, warm: Sequence) -> list:
+    """The ``warm`` pairs of :func:`solve_free_order` as ``[(time, name, order, starts)]`` (those
+    that fit), each order through :func:`~pipeopt.schedules.as_free`."""
+    sched = problem.schedule
+    out = []
+    for k, pair in enumerate(warm):
+        try:
+            starts, order = pair
+        except (TypeError, ValueError):
+            raise InvalidProblemError(f"warm start {k}: expected a (starts, order) pair, got {pair!r}") from None
+        if not isinstance(order, Schedule):
+            raise InvalidProblemError(f"warm start {k}: the order must be a pipeopt.schedules.Schedule, "
+                                      f"got {type(order).__name__}")
+        shape = (order.ranks, order.microbatches, order.stages_per_rank, placement_kind(order))
+        want = (sched.ranks, sched.microbatches, sched.stages_per_rank, placement_kind(sched))
+        if shape != want:
+            raise InvalidProblemError(f"warm start {k}: {order.name} has (ranks, microbatches, chunks per rank, "
+                                      f"placement) {shape}, the problem {want}")
+        starts = [int(x) for x in starts]
+        if len(starts) != problem.S - 1 or not all(a < b for a, b in zip([0, *starts], [*starts, problem.n])):
+            raise InvalidProblemError(f"warm start {k}: {starts} is not a split of {problem.n} layers into "
+                                      f"{problem.S} chunks")
+        ex = problem.execute(starts, as_free(order))
+        if ex.feasible:
+            out.append((ex.time, f"{order.name} (given)", as_free(order), starts))
+    return out
+
+
 def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = "cbc",
-                     seed: int = 0, threads: int = 2, log: bool = False, **_) -> "Result":  # noqa: F821
+                     seed: int = 0, threads: int = 2, log: bool = False, warm: Sequence = (),
+                     **_) -> "Result":  # noqa: F821
     """Solve the free-order problem exactly with CP-SAT (module docstring).
 
     Parameters
@@ -491,6 +521,12 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
         method signature.
     seed, threads
         CP-SAT's random seed and search workers.
+    warm
+        More warm starts: ``(starts, order)`` pairs, ``starts`` a split into the problem's
+        ``p v`` chunks (stage starts after the first) and ``order`` a
+        :class:`~pipeopt.schedules.Schedule` of the same ranks, microbatches, chunks per rank and
+        placement (e.g. a fixed order's exact optimum, so that the free result is never slower
+        than it); each is scored by the executor, one that does not fit is skipped.
 
     Returns
     -------
@@ -503,7 +539,7 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
     Raises
     ------
     InvalidProblemError
-        If the problem is not a free-order one.
+        If the problem is not a free-order one, or a ``warm`` pair does not match it.
     InfeasibleError
         If CP-SAT proves that nothing fits (and no candidate fits).
     """
@@ -516,7 +552,8 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
     info: dict = {"model": "CP-SAT: boundaries by element constraints, intervals with no-overlap per rank and"
                            " channel, cumulative memory; times in ticks (relaxed by rounding)"}
     share = deadline.sub(fraction=HINT_SHARE) if deadline.bounded else deadline
-    cands = warm_starts(problem, share)
+    given = _given_warm_starts(problem, warm)
+    cands = sorted(warm_starts(problem, share) + given, key=lambda c: c[0])
     best = cands[0] if cands else None  # (time, name, order, starts)
     if best is not None:
         info["warm_start"] = {"order": best[1], "time": best[0]}

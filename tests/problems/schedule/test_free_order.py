@@ -192,3 +192,29 @@ def test_split_descent_never_worsens_its_start(problem, seed):
     assert all(a < b for a, b in zip([0, *best], [*best, problem.n]))
     ex = problem.execute(best, order)
     assert ex.feasible and ex.time == t
+
+
+@FEW
+@given(free_problems())
+def test_given_warm_start_bounds_the_result(problem):
+    """A fixed order's exhaustive optimum given as a warm start: the free result, even with no
+    time for CP-SAT, is never slower than it; a pair of another shape is refused by name."""
+    from pipeopt.schedules.free import placement_kind
+
+    sched = problem.schedule
+
+    name = "1F1B" if sched.stages_per_rank == 1 else ("ZBVZeroBubble" if placement_kind(sched) == "v"
+                                                      else "Interleaved1F1B")
+    fixed = ScheduleProblem(problem.instance, name, 2, sched.microbatches,
+                            None if sched.stages_per_rank == 1 else 2)
+    try:
+        best = exhaustive(fixed)
+    except InfeasibleError:
+        return
+    order = make_schedule(name, 2, sched.microbatches, None if sched.stages_per_rank == 1 else 2)
+    res = solve_free_order(problem, time_limit=Deadline(1e-9), threads=1, warm=[(best.info["starts"], order)])
+    assert res.plan is not None and res.objective <= best.objective * (1 + 1e-12)
+    check_claim(problem, res)
+    other = make_schedule("GPipe", 2, sched.microbatches + 1)
+    with pytest.raises(InvalidProblemError, match="warm start 0"):
+        solve_free_order(problem, time_limit=Deadline(1e-9), warm=[(best.info["starts"], other)])
