@@ -656,11 +656,15 @@ __all__ = ["RunReport", "SCHEDULES", "build_pipe", "order_prediction", "pipe_sta
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
-    """Check the model loads (a bad name or size fails here, not in S processes) and export the
-    plan for torch; returns ``(exported, layer names in stage order)``.
+    """Check the model loads (a bad name or size fails here, not in S processes) and that every
+    layer of the plan is one of its modules, and export the plan for torch; returns
+    ``(exported, layer names in stage order)``.
 
     Raises
     ------
+    InvalidPlanError
+        If a layer of the plan is not a module of the model (a plan made for another model),
+        naming the first one.
     UnsupportedPlanError
         If the plan replicates stages (``pipeopt run`` has no data-parallel dimension).
     """
@@ -669,7 +673,10 @@ def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
     if isinstance(model, str):
         from .models import load
 
-        load(model, **dict(model_kwargs or {}))
+        module = load(model, **dict(model_kwargs or {}))[0]
+    else:
+        module = model(**dict(model_kwargs or {}))[0]
+    check_plan_modules(plan, module)
     exported = export(plan, "torch", graph=instance.graph if instance is not None else None)
     if exported["data_parallel"] > 1:
         raise UnsupportedPlanError(
@@ -677,3 +684,26 @@ def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
             f"{exported['data_parallel']} times"
         )
     return exported, [n for st in exported["stages"] for n in st]
+
+
+def check_plan_modules(plan: Plan, module: torch.nn.Module) -> None:
+    """Refuse a plan whose layers are not modules of ``module`` (names as
+    ``module.named_modules(remove_duplicate=False)`` gives them), before any process starts.
+
+    Raises
+    ------
+    InvalidPlanError
+        Naming the first layer (in stage order) that is not a module, its stage, and some of
+        the model's top-level modules.
+    """
+    from ..errors import InvalidPlanError
+
+    known = {n for n, _ in module.named_modules(remove_duplicate=False)}
+    for s, stage in enumerate(plan.stages):
+        for name in stage.layers:
+            if str(name) not in known:
+                top = [n for n, _ in module.named_children()][:8]
+                raise InvalidPlanError(
+                    f"layer {name!r} of the plan's stage {s} is not a module of {type(module).__name__} (its "
+                    f"top-level modules: {top}): the plan was made for another model or granularity; profile "
+                    "this model (pipeopt profile) and solve again")
