@@ -195,6 +195,9 @@ class RunReport:
             how = self.info.get("predictor") or f"pipeopt.evaluate, objective {OBJECTIVE.get(self.schedule)}"
             lines.append(f"  predicted {self.predicted * 1e3:9.3f} ms per iteration ({how}), "
                          f"{self.predicted / self.microbatches * 1e3:.3f} ms per microbatch; error {self.error:+.1%}")
+        cores = self.info.get("cores")
+        if cores:
+            lines.append(f"  {cores['warning'] or cores['text']}")
         for i, st in enumerate(self.stages):
             lines.append(f"  stage {i} built: {_span(st)}")
         lines.append("  stage membership = plan" if self.membership_matches
@@ -222,6 +225,43 @@ class RunReport:
             "ranks": self.ranks or len(self.stages),
             "info": self.info,
         }
+
+
+def _load() -> float | None:
+    """The 1-minute load average (``os.getloadavg``), or ``None`` where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def free_cores(processes: int) -> dict:
+    """The cores a run of ``processes`` processes (one thread each) can expect, checked before
+    it starts: the cores this process may run on (``os.sched_getaffinity``, else
+    ``os.cpu_count``) less the 1-minute load average (``os.getloadavg``), rounded to the
+    nearest whole core and at least 0. The cost model assumes one free core per stage
+    process; fewer make the measured time longer than predicted, with no fault of the plan.
+
+    Returns
+    -------
+    dict
+        ``cores`` (usable cores), ``load`` (1-minute load average, or ``None``), ``free``,
+        ``processes``, ``text`` (one line) and ``warning`` (the line to print when the
+        processes outnumber the free cores, else ``""``).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    load = _load()
+    free = cores if load is None else max(int(cores - load + 0.5), 0)
+    text = (f"{cores} usable cores, 1-minute load average {'unknown' if load is None else f'{load:.2f}'} before "
+            f"the run: {free} free for {processes} stage processes")
+    warning = ""
+    if processes > free:
+        warning = (f"WARNING: {processes} stage processes but {free} free cores ({text}): the measured time includes "
+                   "waiting for a core, which the prediction does not model")
+    return {"cores": cores, "load": load, "free": free, "processes": processes, "text": text, "warning": warning}
 
 
 def _span(names: list) -> str:
@@ -369,6 +409,7 @@ def run_plan(
         "warmup": warmup,
         "timeout": timeout,
     }
+    cores = free_cores(world)
     started = time.perf_counter()
     results = _spawn(world, job, timeout)
     wall = time.perf_counter() - started
@@ -384,7 +425,8 @@ def run_plan(
         barrier=statistics.median(max(r["barrier"][k] for r in results) for k in range(len(results[0]["barrier"]))),
         predicted=predicted,
         wall=wall,
-        info={"trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
+        info={"cores": {**cores, "load_after": _load()},
+              "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results]},
     )
 
@@ -453,6 +495,7 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         "csv": csv_path,
         "stages_on": [list(order.stages_on(r)) for r in range(order.ranks)],
     }
+    cores = free_cores(order.ranks)
     started = time.perf_counter()
     try:
         results = _spawn(order.ranks, job, timeout)
@@ -475,7 +518,8 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         predicted=predicted,
         wall=wall,
         ranks=order.ranks,
-        info={"trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
+        info={"cores": {**cores, "load_after": _load()},
+              "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
               "order": order.to_dict(), "placement": list(order.placement),
               "runtime": "torch.distributed.pipelining._PipelineScheduleRuntime (_load_csv, compute_only)",
@@ -651,8 +695,8 @@ def _sum_loss(output, target):
     return output.sum()
 
 
-__all__ = ["RunReport", "SCHEDULES", "build_pipe", "order_prediction", "pipe_stages", "prediction", "run_plan",
-           "stage_membership"]
+__all__ = ["RunReport", "SCHEDULES", "build_pipe", "free_cores", "order_prediction", "pipe_stages", "prediction",
+           "run_plan", "stage_membership"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
