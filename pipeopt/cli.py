@@ -1,5 +1,6 @@
 """``pipeopt`` command line: ``bench`` (the main job), ``solve``, ``simulate``, ``show``, ``zoo``,
-``export`` (a plan in a runtime's format), ``run`` (a plan on torch's pipeline runtime)."""
+``export`` (a plan in a runtime's format), ``run`` (a plan on torch's pipeline runtime), ``grade``
+(a framework's split: its time and its certified gap to the optimum)."""
 
 from __future__ import annotations
 
@@ -240,6 +241,32 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--warmup", type=_integer("warmup", 0, 10**6), default=2)
     r.add_argument("--json", action="store_true")
     r.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+    g = sub.add_parser("grade", help="the split you run today (Megatron layout, torchtitan FQN lists, DeepSpeed parts, "
+                                     "torch split_spec): its time and its certified gap to the optimum")
+    g.add_argument("path", metavar="INSTANCE", help="the profiled model's instance file (pipeopt profile, a shipped "
+                                                    "instance, any file pipeopt reads)")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--megatron-layout", metavar="LAYOUT", help="Megatron-LM pipeline_model_parallel_layout, e.g. "
+                                                                 "'Et*3|t*3L' (E embedding, t block, L output + loss)")
+    src.add_argument("--torchtitan", metavar="FILE", help="torchtitan module_fqns_per_model_part: a JSON list of lists "
+                                                          "of FQNs (or an export --to torchtitan JSON, or a TOML)")
+    src.add_argument("--deepspeed-parts", metavar="PARTS", help="DeepSpeed PipelineModule parts over the instance's "
+                                                                "layers in execution order, e.g. 0,5,9,13 (or a JSON)")
+    src.add_argument("--split-spec", metavar="FILE", help="torch split_spec: a JSON {fqn: beginning|end} (or an export "
+                                                          "--to torch JSON)")
+    g.add_argument("--schedule", help="grade under this torch schedule (1F1B, GPipe, Interleaved1F1B, ZBVZeroBubble, "
+                                      "...; any case): the schedule executor and the schedule problem; default: the "
+                                      "instance's objective (partition problem)")
+    g.add_argument("--microbatches", type=MICROBATCHES, help="m with --schedule (default: the instance's)")
+    g.add_argument("--stages-per-rank", type=_integer("stages per rank", 1, 64),
+                   help="v with --schedule (default: the schedule's own, 2 for the multi-stage ones)")
+    g.add_argument("--method", help="the exact method (default: the problem's default)")
+    g.add_argument("--time-limit", type=parse_seconds, default=60.0,
+                   help="seconds for the exact solve (default 60; none: until proven); at the limit the gap is "
+                        "taken to the solver's lower bound and said so")
+    g.add_argument("--solver", default="cbc", choices=["cbc", "highs"], help="MILP backend (default cbc)")
+    g.add_argument("--json", action="store_true")
+    g.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     _add_profile(sub)
     return ap
 
@@ -701,6 +728,30 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    """``pipeopt grade``: a user's split in its framework's format, scored and set against the proven
+    optimum (:mod:`pipeopt.grade`)."""
+    from . import grade as g
+    from .io import load
+
+    inst = load(args.path)
+    if args.megatron_layout is not None:
+        layout = g.from_megatron(inst, args.megatron_layout)
+    elif args.torchtitan is not None:
+        layout = g.from_torchtitan(inst, g.read_torchtitan(args.torchtitan))
+    elif args.deepspeed_parts is not None:
+        layout = g.from_deepspeed(inst, g.read_deepspeed_parts(args.deepspeed_parts))
+    else:
+        layout = g.from_split_spec(inst, g.read_split_spec(args.split_spec))
+    if args.schedule is None and (args.microbatches is not None or args.stages_per_rank is not None):
+        raise InvalidProblemError("--microbatches and --stages-per-rank go with --schedule")
+    result = g.grade(inst, layout, schedule=args.schedule, microbatches=args.microbatches,
+                     stages_per_rank=args.stages_per_rank, method=args.method, time_limit=args.time_limit,
+                     solver=args.solver)
+    print(json.dumps(_jsonable(result.to_dict()), indent=1) if args.json else result.summary())
+    return 0
+
+
 def _check_writable(path) -> Path:
     """Fail before any work if ``path`` cannot be written (its folder is created if missing).
 
@@ -746,6 +797,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"bench": cmd_bench, "solve": cmd_solve, "simulate": cmd_simulate, "show": cmd_show, "zoo": cmd_zoo,
                "export": cmd_export, "run": cmd_run}
     handler["profile"] = cmd_profile
+    handler["grade"] = cmd_grade
     try:
         return handler[args.command](args)
     except PipeoptError as exc:

@@ -9,14 +9,22 @@ express:
 ========== ============================================ ==================================
 ``to``     module                                       output
 ========== ============================================ ==================================
-torch      :mod:`pipeopt.export.torch_pipelining`       ``split_spec`` + per-stage FQNs
+torch      :mod:`pipeopt.export.torch_pipelining`       ``split_spec`` + per-stage FQNs +
+                                                        a snippet binding ``split_spec``
 torch-csv  :mod:`pipeopt.export.torch_csv`              the per-rank action order (CSV) +
                                                         the split
 torchtitan :mod:`pipeopt.export.torchtitan`             ``module_fqns_per_model_part`` (+
                                                         ``pipeline_parallel_schedule_csv``)
 megatron   :mod:`pipeopt.export.megatron`               ``pipeline_model_parallel_layout``
-deepspeed  :mod:`pipeopt.export.deepspeed`              ``PipelineModule`` ``parts``
+deepspeed  :mod:`pipeopt.export.deepspeed`              ``PipelineModule`` ``parts``, the
+                                                        layer list and a snippet building it
 ========== ============================================ ==================================
+
+Pasting in: the ``python`` field (torch, deepspeed) is source that runs as is, written as a
+``.py`` file beside the JSON by :func:`write`; :func:`torch_split_spec` is the one loader call
+for the JSON (``pipeline(model, args, split_spec=torch_split_spec("plan.json"))``). When the
+graph records tied parameters (``from_torch``'s ``tied``), every split format lists in
+``shared_parameters`` which stages hold a user of each, with a note on what the runtime needs.
 
 A plan that carries its action order (``plan.schedule``: a free order, or any fixed one) goes
 out with it: ``torch-csv`` writes it, ``torchtitan`` writes it as the CSV its
@@ -41,6 +49,7 @@ from ..errors import InvalidProblemError
 from ..plan import Plan
 from . import deepspeed, megatron, torch_csv, torch_pipelining, torchtitan
 from .layout import ModelLayout, StageSplit, plan_ranks, split_stages
+from .torch_pipelining import torch_split_spec
 
 FORMATS = {
     "torch": torch_pipelining,
@@ -139,8 +148,10 @@ def _ranks(plan: Plan, order, name: str) -> int | None:
 def write(out: dict, path) -> list:
     """Save an export: the JSON at ``path``; when it holds a CSV (``torch-csv``, or
     ``torchtitan`` with an order), the CSV at ``path`` with suffix ``.csv``; when it holds a
-    TOML (``torchtitan``), the TOML with suffix ``.toml``. A ``path`` ending in ``.csv`` or
-    ``.toml`` names that file; the JSON then goes beside it with suffix ``.json``.
+    TOML (``torchtitan``), the TOML with suffix ``.toml``; when it holds Python (``torch``,
+    ``deepspeed``: the ``python`` field), the source with suffix ``.py``. A ``path`` ending in
+    ``.csv``, ``.toml`` or ``.py`` names that file; the JSON then goes beside it with suffix
+    ``.json``.
 
     Returns
     -------
@@ -156,7 +167,7 @@ def write(out: dict, path) -> list:
     from pathlib import Path
 
     path = Path(path)
-    if path.suffix in (".csv", ".toml"):
+    if path.suffix in (".csv", ".toml", ".py"):
         path = path.with_suffix(".json")
     path.write_text(json.dumps(out, indent=1) + "\n")
     written = [path]
@@ -168,7 +179,11 @@ def write(out: dict, path) -> list:
         toml_file = path.with_suffix(".toml")
         toml_file.write_text(out["toml"])
         written.append(toml_file)
+    if out.get("python"):
+        py_file = path.with_suffix(".py")
+        py_file.write_text(out["python"])
+        written.append(py_file)
     return written
 
 
-__all__ = ["FORMATS", "ModelLayout", "StageSplit", "export", "split_stages", "write"]
+__all__ = ["FORMATS", "ModelLayout", "StageSplit", "export", "split_stages", "torch_split_spec", "write"]

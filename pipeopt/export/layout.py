@@ -68,6 +68,9 @@ class ModelLayout:
     ops
         ``dict[str, str]``: each layer's module class (node attribute ``op`` of
         ``from_torch``), empty if unknown.
+    tied
+        ``tuple[dict, ...]``: the parameters several layers use (graph attribute ``tied`` of
+        ``from_torch``: ``name``, ``aliases``, ``bytes``, ``layers``), empty if none.
     """
 
     order: tuple
@@ -77,6 +80,7 @@ class ModelLayout:
     source: str = ""
     edges: tuple = field(default=(), repr=False)
     ops: dict = field(default_factory=dict, repr=False)
+    tied: tuple = field(default=(), repr=False)
 
     @classmethod
     def of(cls, plan: Plan, graph: nx.DiGraph | None = None, module=None) -> ModelLayout:
@@ -114,8 +118,9 @@ class ModelLayout:
         container = meta.get("container") or _guess_container(order)
         ctype = meta.get("container_type") or _container_type(module, container)
         ops = {str(n): str(op) for n, op in graph.nodes(data="op") if op is not None}
+        tied = tuple(dict(t) for t in graph.graph.get("tied") or () if isinstance(t, dict))
         return cls(order, container, ctype, meta.get("granularity"), source,
-                   tuple((str(u), str(v)) for u, v in graph.edges), ops)
+                   tuple((str(u), str(v)) for u, v in graph.edges), ops, tied)
 
     # ---- the three parts of a model built around a container of blocks ------------------------
     def block_of(self, name: str) -> str | None:
@@ -280,6 +285,55 @@ def split_stages(plan: Plan, layout: ModelLayout, runtime: str) -> StageSplit:
             )
     stages = tuple(tuple(n for n in layout.order if owner[n] == i) for i in range(plan.num_stages))
     return StageSplit(stages, replicas.pop(), layout)
+
+
+def shared_parameters(split: StageSplit) -> list[dict]:
+    """Which stages share which parameter: each tied parameter of the layout with the stages
+    that hold one of its layers.
+
+    Returns
+    -------
+    list[dict]
+        ``[{"name", "aliases", "bytes", "layers", "stages"}]`` (``stages``: sorted stage
+        indices; two or more when the plan puts the tie's users on several stages), empty
+        when the graph records no ties.
+    """
+    owner = {n: i for i, st in enumerate(split.stages) for n in st}
+    out = []
+    for tie in split.layout.tied:
+        layers = [str(n) for n in tie.get("layers", ())]
+        out.append({"name": str(tie.get("name", "")), "aliases": [str(a) for a in tie.get("aliases", ())],
+                    "bytes": float(tie.get("bytes", 0.0)), "layers": layers,
+                    "stages": sorted({owner[n] for n in layers if n in owner})})
+    return out
+
+
+SHARED_HOW = {
+    "torch.distributed.pipelining": "each stage's module keeps its own copy; sum the copies' gradients "
+                                    "(an all-reduce between those stages) before every optimizer step",
+    "torchtitan": "pipeline_module_split deep-copies the model for each part, so each part keeps its own "
+                  "copy; sum the copies' gradients between those stages before every optimizer step",
+    "Megatron-LM": "Megatron ties the word embedding and the output layer itself unless "
+                   "--untie-embeddings-and-output-weights is set (LanguageModule."
+                   "setup_embeddings_and_output_layer: a copy on the last stage, gradients all-reduced over "
+                   "the embedding group)",
+    "DeepSpeed PipelineModule": "declare the layers that use it as TiedLayerSpec(key, ..., tied_weight_attr=...) "
+                                "with one key: PipelineModule then all-reduces the tied gradient between the "
+                                "stages (allreduce_tied_weight_gradients)",
+}
+"""How each runtime keeps a parameter shared by two stages in step (one sentence each)."""
+
+
+def shared_notes(shared: list[dict], runtime: str) -> list[str]:
+    """One note per parameter that the plan's stages share: which stages, and what the runtime
+    needs (:data:`SHARED_HOW`)."""
+    out = []
+    for t in shared:
+        if len(t["stages"]) > 1:
+            names = " = ".join([t["name"], *t["aliases"]])
+            out.append(f"parameter {names} ({t['bytes'] / 2**20:.3g} MiB) is used by layers {', '.join(t['layers'])} "
+                       f"on stages {t['stages']}: {SHARED_HOW.get(runtime, 'keep the copies in step')}")
+    return out
 
 
 def plan_ranks(plan: Plan) -> int | None:

@@ -44,7 +44,7 @@ import re
 
 from ..errors import UnsupportedPlanError
 from ..plan import Plan
-from .layout import ModelLayout, one_stage_per_rank, split_stages
+from .layout import ModelLayout, one_stage_per_rank, shared_notes, shared_parameters, split_stages
 
 RUNTIME = "Megatron-LM"
 TARGET = "Megatron-Core 0.19 (megatron/core/transformer/pipeline_parallel_layer_layout.py)"
@@ -145,9 +145,10 @@ def export(plan: Plan, layout: ModelLayout, ranks: int | None = None, name: str 
         "args": f"--num-layers {len(blocks)} --pipeline-model-parallel-size {s} "
                 f"--pipeline-model-parallel-layout '{text}'",
         "stages": [list(x) for x in split.stages],
+        "shared_parameters": (shared := shared_parameters(split)),
         "notes": split.notes() + [
             f"E = {before}, t = the {len(blocks)} entries of {layout.container!r}, L = {after}"
-        ],
+        ] + shared_notes(shared, RUNTIME),
     }
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from ..errors import UnsupportedPlanError
 from ..plan import Plan
-from .layout import ModelLayout, split_stages
+from .layout import ModelLayout, shared_notes, shared_parameters, split_stages
 
 RUNTIME = "torchtitan"
 TARGET = "torchtitan v0.2.2 (torchtitan/distributed/pipeline_parallel.py: pipeline_module_split)"
@@ -138,7 +138,9 @@ def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B", order=None, 
         "pipeline_parallel_degree": degree,
         "pipeline_parallel_schedule": schedule,
         "module_fqns_per_model_part": parts_,
-        "notes": notes + ["the model's forward must skip modules set to None (torchtitan's requirement)"],
+        "shared_parameters": (shared := shared_parameters(split)),
+        "notes": notes + ["the model's forward must skip modules set to None (torchtitan's requirement)"]
+        + shared_notes(shared, RUNTIME),
     }
     if order is not None:
         from .torch_csv import to_csv
