@@ -235,7 +235,7 @@ def test_communication_under_the_1f1b_window():
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(inst=instances(max_layers=7, memory=False), data=st.data())
+@given(inst=instances(max_layers=7, memory=False, alpha=True), data=st.data())
 def test_steady_state_on_random_chains(inst, data):
     n = inst.chain.n
     S = data.draw(st.integers(1, min(n, 4)))

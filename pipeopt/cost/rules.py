@@ -280,13 +280,13 @@ def replicated_time(tau, param_bytes, replicas, bandwidth: float, latency: float
     return (tau + allreduce_time(param_bytes, replicas, bandwidth, latency)) / replicas
 
 
-def tie_sync_time(nbytes, holders, bandwidth: float):
+def tie_sync_time(nbytes, holders, bandwidth: float, latency: float = 0.0):
     """Seconds of synchronising a tied parameter's gradient (:mod:`pipeopt.cost.ties`): a ring
     all-reduce of its ``nbytes`` between the ``holders`` workers (replicas included) of the
-    stages that hold it, :func:`allreduce_time` (0 for one holder). Charged once per iteration,
+    stages that hold it, :func:`allreduce_time` with the per-message ``latency`` (0 for one holder). Charged once per iteration,
     after the flush and before the optimizer step: added to the ``iteration`` and ``gpipe``
     objectives, not to the steady-state ``bottleneck``."""
-    return allreduce_time(nbytes, holders, bandwidth)
+    return allreduce_time(nbytes, holders, bandwidth, latency)
 
 
 def _farthest_first(tail: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -263,7 +263,7 @@ def _tie_sync(problem: PartitionProblem, split: CumulativeSplit, scale: float):
         split.add([(x, 1.0) for x in h.values()], -1.0, f"tie_{j}_one", pulp.LpConstraintEQ)
         split.add([(x, float(k)) for k, x in h.items()] + [(x, -1.0) for x in z], -1.0, f"tie_{j}_count",
                   pulp.LpConstraintEQ)
-        expr += pulp.LpAffineExpression([(x, float(rules.tie_sync_time(tie.bytes, k, bw)) * scale)
+        expr += pulp.LpAffineExpression([(x, float(rules.tie_sync_time(tie.bytes, k, bw, problem.table.latency)) * scale)
                                          for k, x in h.items()])
     return expr
 

@@ -135,7 +135,7 @@ def test_time_limit_reports_incumbent_and_true_bound(profile_dir):
 
 # ---- random instances: brute force = DP = MILP = CP-SAT ------------------------------------
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inst=instances(max_layers=10, dag=True, memory=True), S=st.integers(1, 4))
+@given(inst=instances(max_layers=10, dag=True, memory=True, alpha=True), S=st.integers(1, 4))
 def test_random_instances_match_brute_force(inst, S):
     S = min(S, inst.chain.n)
     p = PartitionProblem(inst, S)

@@ -67,11 +67,15 @@ def random_chain(seed: int, n: int, *, memory=math.inf, bandwidth=1e9, overlap=T
 
 # ---- the method against brute force, the DP and the MILP ---------------------------------------
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(inst=instances(max_layers=7), data=st.data())
+@given(inst=instances(max_layers=7, alpha=True), data=st.data())
 def test_probe_equals_brute_force_and_dp(inst, data):
     n = inst.chain.n
     S = data.draw(st.integers(1, min(n, 5)), label="S")
     replication = data.draw(st.booleans(), label="replication")
+    if replication and inst.cluster.latency:  # the all-reduce's latency per stage is not modelled
+        with pytest.raises(InvalidProblemError, match="latency with replication"):
+            PartitionProblem(inst, S, replication=replication)
+        return
     p = PartitionProblem(inst, S, replication=replication)
     brute = partition_optimum(inst, S, replication).value
     got = optimum_or_inf(solve_probe, p)
@@ -86,7 +90,7 @@ def test_probe_equals_brute_force_and_dp(inst, data):
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
-@given(inst=instances(max_layers=8), data=st.data())
+@given(inst=instances(max_layers=8, alpha=True), data=st.data())
 def test_probe_equals_milp(inst, data):
     S = data.draw(st.integers(1, min(inst.chain.n, 4)), label="S")
     p = PartitionProblem(inst, S)

@@ -242,7 +242,7 @@ def test_fixed_split_solves_to_its_period(overlap, chain, monkeypatch):
 
 # ---- exact methods = brute force --------------------------------------------------------------
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inst=instances(max_layers=7, dag=True, memory=True), S=st.integers(1, 7))
+@given(inst=instances(max_layers=7, dag=True, memory=True, alpha=True), S=st.integers(1, 7))
 def test_random_instances_match_brute_force(inst, S):
     """MILP (CBC, HiGHS) and CP-SAT prove the brute-force optimum of evaluate's bottleneck, or
     raise InfeasibleError exactly when no split fits (S from 1 to n)."""
