@@ -704,6 +704,23 @@ def stage_memory(act_bytes, param_bytes, in_flight_count, versions):
     return in_flight_count * act_bytes + versions * param_bytes
 
 
+def outputs_kept(in_flight_count, last, microbatches: int):
+    """Microbatches whose stage output a stage keeps (torch.distributed.pipelining's runtime):
+    each microbatch's output stays with the stage until that microbatch's backward (its
+    ``fwd_cache``), so as many as it has in flight; the last stage also keeps every output of
+    the iteration for the merged output ``step()`` returns: M. Arrays broadcast."""
+    return np.where(last, microbatches, in_flight_count)
+
+
+def transient_memory(out_bytes, kept, backward_peak):
+    """Bytes a stage needs on top of :func:`stage_memory` when the profile measured them (graph
+    attribute ``transient_memory``, :mod:`pipeopt.cost.transient`): the outputs it keeps,
+    ``kept * out_bytes`` (:func:`outputs_kept`; ``out_bytes`` the bytes it sends per microbatch,
+    the last stage's the model's output), and the largest backward temporaries of its layers
+    (``backward_peak``: node attribute ``bwd_temp_bytes``, measured with MemTracker)."""
+    return kept * out_bytes + backward_peak
+
+
 def memory_limit(capacity):
     """The most bytes that fit ``capacity``: ``fits(m, c)`` is ``m <= memory_limit(c)``
     (:data:`MEMORY_SLACK` included; a linear model's memory row uses it as its right-hand side)."""
