@@ -309,8 +309,11 @@ def shared_parameters(split: StageSplit) -> list[dict]:
 
 
 SHARED_HOW = {
-    "torch.distributed.pipelining": "each stage's module keeps its own copy; sum the copies' gradients "
-                                    "(an all-reduce between those stages) before every optimizer step",
+    "torch.distributed.pipelining": "pipeline() replicates it into every stage that uses it "
+                                    "(MultiUseParameterConfig.REPLICATE in _IR.py: the module holding it is then "
+                                    "listed in each of those stages) and does not synchronise the copies: sum "
+                                    "their gradients (an all-reduce between those stages) before every optimizer "
+                                    "step",
     "torchtitan": "pipeline_module_split deep-copies the model for each part, so each part keeps its own "
                   "copy; sum the copies' gradients between those stages before every optimizer step",
     "Megatron-LM": "Megatron ties the word embedding and the output layer itself unless "
