@@ -23,7 +23,10 @@ read no layer's output (positions from ``torch.arange``, a mask from the input i
 first reader; an edge from layer u to layer v carries the bytes of the distinct tensors v's
 operations read from u's (``numel * element_size``). Tensors derived from the model's own
 inputs only have no producer (``sources`` entry ``None``); a layer that reads them is an
-*input reader*.
+*input reader*. Tensors computed from no input and no layer's output (positions and
+``cache_position`` from ``torch.arange``, a causal mask built from them) make no edge: every
+stage can compute them (under fx they join their first reader and reach later readers over
+an edge; a few bytes either way).
 
 Each layer is then a :class:`LayerCall`: the module with the call's non-tensor arguments
 fixed and its tensor arguments as positional inputs, so :mod:`pipeopt.torch.probe` runs it
@@ -318,7 +321,11 @@ def _assemble(module: nn.Module, run: _Run, output, names: list[str]) -> Traced:
             units = [nodes[r].unit for r in readers.get(c, []) if nodes[r].unit is not None]
             nodes[c].unit = min(units) if units else len(order) - 1
     live = _live(nodes, run, output)
-    edges = _dedup_edges([n if k in live else _Node(None, []) for k, n in enumerate(nodes)])
+    const: set[int] = set()  # computed from no model input and no layer output: recomputed where read
+    for k, node in enumerate(nodes):
+        if node.layer is None and all(p is None or p in const for _, p, _ in node.reads):
+            const.add(k)
+    edges = _dedup_edges(nodes, live, const)
     input_readers = sorted({node.unit for k, node in enumerate(nodes)
                             if k in live and any(p == _INPUT for _, p, _ in node.reads)})
     sources, submods, captured = [], [], []
@@ -326,7 +333,8 @@ def _assemble(module: nn.Module, run: _Run, output, names: list[str]) -> Traced:
         at, call, copies, _flat = run.calls[name]
         srcs = []
         for _, p, _ in nodes[at].reads:
-            srcs.append(nodes[p].unit if p is not None and p >= 0 and nodes[p].unit != i else None)
+            srcs.append(nodes[p].unit if p is not None and p >= 0 and p not in const and nodes[p].unit != i
+                        else None)
         sources.append(_per_argument(srcs, nodes[at].reads, _flat))
         submods.append(call)
         captured.append(copies)
@@ -351,7 +359,7 @@ def _live(nodes: list[_Node], run: _Run, output) -> set[int]:
     """The nodes whose results reach a layer or the model's output (an outside operation
     whose result nothing reads makes no edge)."""
     live = {at for at, *_ in run.calls.values()}
-    live |= {run.producer[id(t)] for t in tensors(output) if (run.producer.get(id(t)) or -1) >= 0}
+    live |= {run.producer[id(t)] for t in tensors(output) if run.producer.get(id(t), -1) >= 0}
     todo = list(live)
     while todo:
         for _, p, _ in nodes[todo.pop()].reads:
@@ -361,14 +369,17 @@ def _live(nodes: list[_Node], run: _Run, output) -> set[int]:
     return live
 
 
-def _dedup_edges(nodes: list[_Node]) -> dict:
-    """Bytes per edge (u, v): the distinct tensors the nodes of layer v read from nodes of
-    layer u (a tensor read by two operations of one layer counts once)."""
+def _dedup_edges(nodes: list[_Node], live: set, const: set) -> dict:
+    """Bytes per edge (u, v): the distinct tensors the ``live`` nodes of layer v read from
+    nodes of layer u that are not ``const`` (a tensor read by two operations of one layer
+    counts once)."""
     seen: set[tuple] = set()
     edges: dict[tuple, int] = {}
-    for node in nodes:
+    for k, node in enumerate(nodes):
+        if k not in live:
+            continue
         for tid, p, b in node.reads:
-            if p is None or p < 0 or nodes[p].unit == node.unit or (tid, node.unit) in seen:
+            if p is None or p < 0 or p in const or nodes[p].unit == node.unit or (tid, node.unit) in seen:
                 continue
             seen.add((tid, node.unit))
             key = (nodes[p].unit, node.unit)

@@ -89,10 +89,11 @@ def test_hf_model_profiles_into_a_dag_of_its_blocks_and_solves(name):
 
 
 def test_edges_carry_the_tensors_between_blocks():
-    """GPT-2 (batch 2, seq 16, width 32, fp32): 4096 bytes of hidden state between blocks; the
-    embeddings' sum joins wpe (the rule of the fx path); the LM head is tied to wte."""
+    """GPT-2 (batch 2, seq 16, width 32, fp32): a chain with 4096 bytes of hidden state on every
+    edge; the embeddings' sum joins wpe (the rule of the fx path); the LM head is tied to wte."""
     config = SMALL["GPT2LMHeadModel"][0]
     g = from_torch(*load("hf:GPT2LMHeadModel", **config), **EST).graph
+    assert list(g.edges) == list(itertools.pairwise(g.nodes))  # positions from arange make no edge
     assert g.edges["transformer.wte", "transformer.wpe"]["bytes"] == 2 * 16 * 32 * 4
     assert g.edges["transformer.h.0", "transformer.h.1"]["bytes"] == 2 * 16 * 32 * 4
     assert g.edges["transformer.ln_f", "lm_head"]["bytes"] == 2 * 16 * 32 * 4
