@@ -523,7 +523,8 @@ def grade(instance, layout: Layout, *, schedule: str | None = None, microbatches
         devices = [d.name for d in instance.cluster.devices]
         if len(devices) < S:
             raise InvalidProblemError(f"the layout has {S} stages; {instance.name}'s cluster has {len(devices)} "
-                                      "devices (one per stage)")
+                                      f"devices (one per stage): profile with --devices {S} or use an instance "
+                                      f"of {S} or more devices")
         plan = Plan(tuple(Stage(tuple(st), (devices[i],)) for i, st in enumerate(layout.stages)))
         ev = evaluate(instance, plan)
         in_order = _contiguous_in_chain(instance, layout.stages)
@@ -534,7 +535,11 @@ def grade(instance, layout: Layout, *, schedule: str | None = None, microbatches
         opt = solve(instance, problem="partition", method=method, stages=S, time_limit=time_limit,
                     solver=solver, threads=threads)
         time_, feasible = ev.objective, ev.feasible
-        objective = f"{instance.settings.objective}, pipeopt.evaluate"
+        from .instance import OBJECTIVE_TEXT
+
+        obj = instance.settings.objective
+        text = OBJECTIVE_TEXT.get(obj, obj).replace(" M ", f" {instance.settings.microbatches} ")
+        objective = f"{text}; pipeopt.evaluate"
     else:
         from .problems.schedule import ScheduleProblem
         from .schedules.names import schedule_name

@@ -161,6 +161,7 @@ def test_grade_scores_by_the_one_evaluation_and_certifies_the_gap(zoo):
     lay = from_megatron(zoo, "Et*6|t*6|t*6|t*6L")
     g = grade(zoo, lay, time_limit=None)
     assert g.time == pytest.approx(evaluate(zoo, g.plan).objective)
+    assert g.objective.startswith("bottleneck: 1F1B steady-state time per microbatch")
     best = solve(zoo, stages=4, time_limit=None)
     assert g.proven and g.optimum.objective == pytest.approx(best.objective)
     assert g.gap == pytest.approx((g.time - best.lower_bound) / g.time) and g.gap > 0.05
@@ -260,5 +261,7 @@ def test_cli_grade_refuses_with_exit_code_2(capsys):
     assert "wrong layer count" in capsys.readouterr().err
     assert main(["grade", str(ZOO), "--deepspeed-parts", "0,26,51", "--microbatches", "4"]) == 2
     assert "go with --schedule" in capsys.readouterr().err
+    assert main(["grade", str(ZOO), "--megatron-layout", "E(t*3|)*7t*3L"]) == 2
+    assert "8 stages; bert-large-a100-40gb-x4's cluster has 4 devices" in capsys.readouterr().err
     assert main(["grade", str(ZOO)]) == 2  # one of the four forms is required
     capsys.readouterr()
