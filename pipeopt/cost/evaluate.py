@@ -32,6 +32,9 @@ layer set Q_i (= P_i unless Bi-Partition):
 * memory: a replica keeps k_i = ceil(W_i / m_i) microbatches in flight under 1F1B (W_i the
   workers of stages i..S-1; S - i without replication; 2 k_i under split execution; M under
   GPipe); memory = k_i * act + v_i * params, v_i = k_i with weight stashing, else 1.
+* measured transients (:mod:`.transient`, graph attribute ``transient_memory``): memory adds
+  the outputs a stage keeps (k_i microbatches; the last stage M) and its layers' largest
+  backward temporaries (:func:`rules.transient_memory`).
 * tied parameters (:mod:`.ties`): params of a stage include the ``state_bytes`` of every tie one
   of whose layers it holds (in either pass); each tie's gradient is all-reduced between the
   workers of the stages holding it once per iteration, after the flush
@@ -58,6 +61,7 @@ from .arrays import layer_arrays
 from .rules import stage_compute
 from .schedule import makespan, run_graph
 from .ties import stage_ties, ties_of
+from .transient import bwd_temp, has_transient, sink_out_bytes
 
 
 @dataclass
@@ -107,6 +111,9 @@ class Evaluation:
     tie_sync
         Seconds per iteration of every tie's all-reduce, one after the other after the flush
         (in :attr:`iteration_time` and :attr:`gpipe_time`; 0 without ties).
+    transient
+        ``list[float]`` per stage, bytes (in :attr:`memory`): the outputs it keeps and its
+        backward temporaries, when the profile measured them (:mod:`.transient`; empty otherwise).
     iteration_time
         M microbatches under 1F1B with a flush (exact, :mod:`pipeopt.cost.schedule`).
     gpipe_time
@@ -138,6 +145,7 @@ class Evaluation:
     load: list = field(default_factory=list)
     tied: list = field(default_factory=list)
     tie_sync: float = 0.0
+    transient: list = field(default_factory=list)
     pipeline: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -172,6 +180,11 @@ class Evaluation:
     def gpipe_time(self) -> float:
         """M microbatches under GPipe, fill-drain (seconds, exact)."""
         return self.run_time("gpipe")
+
+
+def max_load_objective(settings) -> bool:
+    """True under Tarnawski et al.'s ``max_load`` objective (each layer's memory counted once)."""
+    return settings.objective == "max_load"
 
 
 def check_plan(instance, plan: Plan) -> None:
@@ -366,6 +379,10 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         params_all += np.bincount(bpos[moved], weights=arr.param[moved], minlength=S)
     acts_all = np.bincount(bpass.stage, weights=arr.act[bpass.order], minlength=S)
     ties = ties_of(graph)
+    transient = has_transient(graph) and not max_load_objective(settings)
+    if transient:  # the outputs a stage keeps and its backward temporaries (pipeopt.cost.transient)
+        peaks = [max((bwd_temp(graph, x) for x in st.backward_layers), default=0.0) for st in plan.stages]
+        sent = [*fwd_b.tolist(), sink_out_bytes(graph)]  # per microbatch: what stage i sends; the last: the output
     tie_state = np.zeros(S)  # each tie's state_bytes on every stage that holds one of its layers
     tied, tie_sync = [], 0.0
     if ties:
@@ -382,6 +399,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         stage_of = {x: i for i, st in enumerate(plan.stages) for x in st.layers}
         sent = rules.stage_transfer_times(rules.tensors_of(graph), stage_of, S, bw, alpha)
     stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
+    transients: list[float] = []
     loads = []
     windows, splits = [], []
     violations: list[str] = []
@@ -408,6 +426,10 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         acts = float(acts_all[i])
         versions = rules.weight_versions(kept, settings.weight_stashing)
         mem = rules.stage_memory(acts, params + float(tie_state[i]), kept, versions)
+        if transient:
+            extra = float(rules.transient_memory(sent[i], rules.outputs_kept(kept, i == S - 1, M), peaks[i]))
+            transients.append(extra)
+            mem += extra
         if not rules.fits(mem, mem_cap):
             violations.append(
                 f"stage {i} needs {mem / 2**30:.3f} GiB but its worker has {mem_cap / 2**30:.3f} GiB"
@@ -452,6 +474,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         load=loads,
         tied=tied,
         tie_sync=float(tie_sync),
+        transient=transients,
         pipeline=pipeline,
     )
     if objective_name == "iteration":

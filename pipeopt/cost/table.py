@@ -18,6 +18,7 @@ from ..graph import Chain, is_array_chain
 from . import rules
 from .arrays import layer_arrays
 from .ties import ChainTies, ties_of
+from .transient import ChainTransient
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -190,15 +191,35 @@ class CostTable:
         params = self.param_prefix[b] - self.param_prefix[a]
         if self.ties:
             params = params + self.ties.state_bytes(a, b)
-        return rules.stage_memory(self.act_prefix[b] - self.act_prefix[a], params, in_flight, versions)
+        out = rules.stage_memory(self.act_prefix[b] - self.act_prefix[a], params, in_flight, versions)
+        if self.transient:
+            out = out + self.transient_memory(a, b, in_flight)
+        return out
 
     def stage_memory(self, a, b, stage: int):
         """Bytes stage ``stage`` of units ``a..b-1`` needs (arrays broadcast), the tied
-        parameters it holds included."""
+        parameters it holds and the transient terms (:attr:`transient`) included."""
         out = self.mem_prefix[stage, b] - self.mem_prefix[stage, a]
         if self.ties:
             out = out + self.versions[stage] * self.ties.state_bytes(a, b)
+        if self.transient:
+            out = out + self.transient_memory(a, b, self.in_flight[stage])
         return out
+
+    @cached_property
+    def transient(self) -> ChainTransient:
+        """:class:`pipeopt.cost.transient.ChainTransient` (false unless the graph attribute
+        ``transient_memory`` is set): the outputs a stage keeps and its backward temporaries."""
+        return ChainTransient(self.chain, self.instance.graph)
+
+    def transient_memory(self, a, b, in_flight):
+        """:func:`rules.transient_memory` of a stage of units ``a..b-1`` keeping ``in_flight``
+        microbatches (arrays broadcast): the stage ending at ``n`` is the last."""
+        b = np.asarray(b)
+        last = b == self.n
+        out = np.where(last, self.transient.final_out, self.boundary_bytes[b])
+        kept = rules.outputs_kept(in_flight, last, self.settings.microbatches)
+        return rules.transient_memory(out, kept, self.transient.peak(a, b))
 
     @staticmethod
     def fits(memory, capacity):

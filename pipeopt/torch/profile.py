@@ -25,6 +25,12 @@ Node attributes (units as in docs/cost-model.md)
 ``act_bytes``
     activation bytes kept for the backward pass: the distinct storages autograd saves during
     the layer's forward (saved-tensor hooks), parameters and buffers excluded.
+``bwd_temp_bytes`` (measured costs)
+    the peak bytes the layer's backward allocates on top of what it held (its output's
+    gradient, its inputs' gradients, temporaries), measured with MemTracker
+    (:func:`pipeopt.torch.memory.backward_temporaries`); with it the graph attribute
+    ``transient_memory`` makes a stage's memory add its largest and the outputs it keeps
+    (:mod:`pipeopt.cost.transient`).
 ``param_bytes``
     weights, gradients and optimizer state plus buffers (:mod:`pipeopt.torch.state`).
 ``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``
@@ -75,6 +81,7 @@ from ..units import DEFAULT_MICROBATCHES, MAX_DEVICES, as_bandwidth
 from ..zoo.build import cluster as catalogue_cluster
 from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
 from ..zoo.devices import device as catalogue_device
+from .memory import backward_temporaries
 from .probe import probe, whole_model_passes
 from .state import OPTIMIZERS, check_optimizer, state_bytes
 from .hooks import inputs_of, layer_graph, no_cache
@@ -311,6 +318,9 @@ def from_torch(
                       probe_device)
         probes = _run(module, "its layers", lambda: probe(traced, inputs, probe_device, timing=costs == "measured",
                                                           repeats=repeats, warmup=warmup), probe_device)
+        temps = None
+        if costs == "measured":  # the backward's temporaries, measured with MemTracker (pipeopt.torch.memory)
+            temps = _run(module, "its layers' backward", lambda: backward_temporaries(traced, inputs), "cpu")
         if costs == "measured":
             whole, whole_forward = whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup,
                                                       microbatches=settings.microbatches)
@@ -330,6 +340,7 @@ def from_torch(
     params, ties = _parameters(traced, module)
     g = _graph(traced, probes, params, costs, spec, precision, optimizer, cl.kinds)
     _record_ties(g, ties, optimizer)
+    _record_transient(g, traced, temps)
     label = "measured" if costs == "measured" else device
     g.graph["torch"] = {
         "model": type(module).__name__,
@@ -362,6 +373,10 @@ def from_torch(
     assumptions = _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
                                bandwidth)
     assumptions += [_tie_assumption(t) for t in g.graph.get("tied", [])]
+    if g.graph.get("transient_memory"):
+        assumptions.append("memory adds the outputs a stage keeps until their backward (the last stage: all M, "
+                           "torch's merged output) and its layers' largest backward temporaries (bwd_temp_bytes, "
+                           "MemTracker, each layer alone)")
     if name is None:
         name = f"{type(module).__name__.lower()}-{label}-x{devices}"
     return Instance(g, cl, settings, name=name, assumptions=tuple(assumptions))
@@ -443,6 +458,18 @@ def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:
         "state_bytes": float(sum(state_bytes(t["weight_bytes"], t["numel"], optimizer).values())),
         "layers": list(t["layers"]),
     } for t in ties]
+
+
+def _record_transient(g: nx.DiGraph, traced, temps) -> None:
+    """Node attribute ``bwd_temp_bytes`` (the peak bytes a layer's backward allocates on top of
+    what it held, :func:`pipeopt.torch.memory.backward_temporaries`) and graph attribute
+    ``transient_memory`` (the cost model then adds the outputs a stage keeps and its largest
+    backward temporaries, :mod:`pipeopt.cost.transient`); nothing without measurements."""
+    if temps is None:
+        return
+    for name, t in zip(traced.names, temps, strict=True):
+        g.nodes[name]["bwd_temp_bytes"] = float(t)
+    g.graph["transient_memory"] = True
 
 
 def _tie_assumption(tie: dict) -> str:

@@ -109,6 +109,7 @@ import numpy as np
 
 from ...cost import CostTable, rules
 from ...cost.ties import refuse_ties
+from ...cost.transient import refuse_transient
 from ...errors import InvalidPlanError, InvalidProblemError
 from ...graph import edge_bytes
 from ...instance import Instance
@@ -192,6 +193,7 @@ class BipartitionProblem:
 
     def __post_init__(self) -> None:
         refuse_ties(self.instance, "the bipartition problem")
+        refuse_transient(self.instance, "the bipartition problem")
         object.__setattr__(self, "base", PartitionProblem(self.instance, self.stages))
         objective = self.instance.settings.objective
         if objective != "bottleneck":

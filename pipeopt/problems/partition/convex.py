@@ -43,6 +43,7 @@ from ...jit import njit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
 from ...cost.ties import refuse_ties
+from ...cost.transient import refuse_transient
 from ...errors import InfeasibleError, InvalidProblemError
 from ...plan import Plan, Stage
 from ...result import Result, Status
@@ -357,6 +358,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     """
     deadline = Deadline.of(time_limit)
     refuse_ties(problem.instance, "method 'convex'")
+    refuse_transient(problem.instance, "method 'convex'")
     objective = problem.instance.settings.objective
     if objective != "bottleneck":
         raise InvalidProblemError(

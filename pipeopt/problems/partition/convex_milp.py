@@ -91,6 +91,7 @@ from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate, rules
 from ...cost.arrays import layer_arrays
 from ...cost.ties import refuse_ties
+from ...cost.transient import refuse_transient
 from ...errors import InvalidProblemError
 from ...graph import layer_order
 from ...plan import Plan, Stage
@@ -511,6 +512,7 @@ def solve_convex_milp(
     al., PipeDream, SOSP 2019 (1F1B memory, weight stashing).
     """
     refuse_ties(problem.instance, f"method {METHOD!r}")
+    refuse_transient(problem.instance, f"method {METHOD!r}")
     deadline = Deadline.of(time_limit)
     if problem.replication:
         raise InvalidProblemError(

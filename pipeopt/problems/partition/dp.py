@@ -113,6 +113,17 @@ class _Stages:
         _, self.bound = p.cut_terms
         self.trip = np.asarray(p.trip, dtype=float)
 
+    def fits(self, k: int) -> np.ndarray:
+        """``fits[j, i]``: a stage of units i..j-1 keeping k microbatches fits memory
+        (:meth:`PartitionProblem.stage_memory`, every stage tested: with the transient terms of
+        :mod:`pipeopt.cost.transient` the ends that fit need not be an interval)."""
+        if ("fits", k) not in self._work:
+            n = self.p.n
+            j = np.arange(n + 1)[:, None]
+            i = np.arange(n + 1)[None, :]
+            self._work["fits", k] = (j > i) & self.p.fits(self.p.stage_memory(np.minimum(i, j), j, k))
+        return self._work["fits", k]
+
     def work(self, m: int) -> np.ndarray:
         if m not in self._work:
             n = self.p.n
@@ -171,7 +182,9 @@ def _dp(p: PartitionProblem, stages: _Stages, T: float | None, deadline: Deadlin
             cand = work + carry[None, :]
             bad = (cand > -U * T) | (link[None, lo:hi] > T) | (link[:, None] > T)
             cand = np.where(bad, np.inf, cand)
-        if math.isfinite(p.memory):
+        if math.isfinite(p.memory) and p.table.transient:  # the ends that fit need not be an interval
+            cand = np.where(stages.fits(k)[:, lo:hi], cand, np.inf)
+        elif math.isfinite(p.memory):
             reach = p.memory_reach(k)[lo:hi]
             cand = np.where(ends[:, None] > reach[None, :], np.inf, cand)
         pick = np.argmin(cand, axis=1)

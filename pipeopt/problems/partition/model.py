@@ -72,6 +72,7 @@ from ...lazy import lazy_module
 from ...backends.bisection import bisect_limit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
+from ...cost.transient import refuse_transient
 from ...cost.tolerance import FLOAT_NOISE, SOLVER_CLAIM, SOLVER_GAP
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
@@ -203,6 +204,7 @@ class StraightModel:
             If ``problem.replication`` is set (see :func:`require_straight`).
         """
         require_straight(problem, method)
+        refuse_transient(problem.instance, f"method {method!r}")  # its memory rows: the ends that fit, an interval
         W = np.asarray(problem.work_prefix, dtype=float)
         added, bound = problem.cut_terms
         mid = 2.0 * np.asarray(added, dtype=float) + np.asarray(problem.trip, dtype=float)

@@ -52,6 +52,7 @@ import time
 import numpy as np
 
 from ...backends.deadline import Deadline, DeadlineReached
+from ...cost.transient import refuse_transient
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .chains import ReplicatedProbe, StraightProbe
@@ -287,6 +288,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
         If no split fits the workers' memory (proven).
     """
     deadline = Deadline.of(time_limit)
+    refuse_transient(problem.instance, "method 'probe'")  # its memory search: the ends that fit, an interval
     objective = problem.instance.settings.objective
     if objective != "bottleneck":
         raise InvalidProblemError(

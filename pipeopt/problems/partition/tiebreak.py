@@ -355,6 +355,9 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
     if problem.table.ties:  # the enumeration and the descent time splits without the ties' all-reduce
         info["secondary"] = {"objective": "none (tied parameters: the tie-break does not price their all-reduce)"}
         return list(starts)
+    if problem.table.transient and math.isfinite(problem.memory):  # its memory test: the ends that fit, an interval
+        info["secondary"] = {"objective": "none (the transient memory terms under a finite memory)"}
+        return list(starts)
     period = problem.period(starts)
     ev = evaluate(inst, problem.plan(starts))
     record = secondary.open_record(info, SECONDARY, ev.iteration_time, cap=period, evaluation=ev)

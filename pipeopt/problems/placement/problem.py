@@ -18,6 +18,7 @@ import numpy as np
 
 from ...cost import rules
 from ...cost.ties import refuse_ties
+from ...cost.transient import refuse_transient
 from ...errors import InvalidProblemError
 from ...graph import kinds_of
 from ...instance import Instance
@@ -61,6 +62,7 @@ class PlacementProblem:
 
     def __post_init__(self) -> None:
         refuse_ties(self.instance, "the placement problem")
+        refuse_transient(self.instance, "the placement problem")
         obj = self.instance.settings.objective
         if obj != "max_load":
             raise InvalidProblemError(

@@ -37,6 +37,7 @@ from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Bisection, Prob
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import CostTable, check_plan, rules, stage_compute
 from ...cost.ties import refuse_ties
+from ...cost.transient import refuse_transient
 from ...cost.tolerance import BISECTION_WIDTH, SUM_ORDER
 from ...errors import InvalidProblemError
 from ...instance import Instance
@@ -96,6 +97,7 @@ class ResourceProblem:
 
     def _check_settings(self) -> None:
         refuse_ties(self.instance, "the resource problems (joint, group, allocate)")
+        refuse_transient(self.instance, "the resource problems (joint, group, allocate)")
         s = self.instance.settings
         if s.objective != "bottleneck":
             raise InvalidProblemError(

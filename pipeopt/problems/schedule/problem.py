@@ -30,6 +30,7 @@ import numpy as np
 
 from ...cost import CostTable
 from ...cost.ties import refuse_ties
+from ...cost.transient import refuse_transient
 from ...cost.passes import weight_gradient_time
 from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance
@@ -123,6 +124,7 @@ class ScheduleProblem:
         if not isinstance(inst, Instance):
             raise InvalidProblemError(f"the schedule problem needs a pipeopt.Instance, got {type(inst).__name__}")
         refuse_ties(inst, "the schedule problem (its chunk memory rows and its MILPs)")
+        refuse_transient(inst, "the schedule problem (its chunk memory rows and its MILPs)")
         sched = self.schedule
         if isinstance(sched, Schedule):
             for what, given, own in (("stages", self.stages, sched.ranks), ("microbatches", self.microbatches,
