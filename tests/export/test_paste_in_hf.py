@@ -104,3 +104,28 @@ def test_round_trip_grades_gap_zero(gpt2, tmp_path):
         assert g.proven and g.gap == pytest.approx(0.0, abs=1e-12)
     worst = grade(inst, from_megatron(inst, "E|t*2L"), time_limit=None)
     assert worst.gap > 0 and worst.proven
+
+
+def test_deepspeed_own_partition_code_on_gpt2(gpt2, tmp_path):
+    """DeepSpeed's PipelineModule (imported unmodified, where it imports) partitions GPT-2's layers
+    as planned (see tests/export/test_paste_in.py for the method)."""
+    pipe_mod = pytest.importorskip("deepspeed.runtime.pipe.module")
+    from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
+    from torch import nn
+
+    module, _, inst, plan = gpt2
+    out = export(plan, "deepspeed", graph=inst.graph)
+    namespace: dict = {}
+    py = write(out, tmp_path / "ds.json")[1]
+    exec(compile(py.read_text(), str(py), "exec"), namespace)  # noqa: S102
+    cls = namespace.get("PlannedPipelineModule", pipe_mod.PipelineModule)
+    for rank, stage in enumerate(plan.stages):
+        stub = cls.__new__(cls)
+        nn.Module.__init__(stub)
+        stub._topo = PipeDataParallelTopology(num_pp=plan.num_stages, num_dp=1)
+        stub.global_rank, stub.loss_fn = rank, None
+        stub._layer_specs = [module.get_submodule(n) for n in namespace["LAYERS"]]
+        stub._num_layers = len(stub._layer_specs)
+        stub._partition_layers(method=out["partition_method"] or "parameters")
+        assert list(stub.parts) == out["parts"]
+        assert namespace["LAYERS"][stub._local_start:stub._local_stop] == list(stage.layers)
