@@ -1,10 +1,14 @@
 """Predicted vs measured: pipeopt's exact plan and the frameworks' default splits, run on torch's
-own pipeline runtime (issue 9).
+own pipeline runtime (issues 9 and 24).
 
-For each shipped model (the GPT-style decoder and the CNN of ``pipeopt.torch.models``):
+For each model (the GPT-style decoder and the CNN of ``pipeopt.torch.models``; a Hugging Face
+model with ``--models hf:GPT2LMHeadModel``):
 
 1. profile it with :func:`pipeopt.torch.from_torch` (measured costs, one thread, as the run
-   uses; ``container:layers`` granularity);
+   uses; its default granularity), which also measures the stage overhead (the whole model's
+   run beyond the sum of its layers, graph attribute ``stage_overhead``); the link's latency
+   and bandwidth are fitted on a gloo ping-pong (:func:`pipeopt.torch.network.measure_link`,
+   ``--link measure``, the default) and set on the instance's cluster;
 2. the exact plan: ``milp`` on objective ``iteration`` (M microbatches under 1F1B with a
    flush, what a run of ``Schedule1F1B`` takes) -- certified optimal for the profile;
 3. the frameworks' default splits of the same model: torchtitan (``torchtitan``, first/last
@@ -19,18 +23,23 @@ For each shipped model (the GPT-style decoder and the CNN of ``pipeopt.torch.mod
    the median measured time per iteration is set beside pipeopt's prediction for the plan.
 
 Prints one table per (model, S): predicted and measured ms per iteration, the prediction error,
-and the exact plan's predicted and measured speed-up over each default. Writes the tables to
-``--out`` (Markdown). S = 2 is the measured table (two cores); ``--oversubscribed`` adds S = 4
-on the GPT once (four processes on two cores).
+the prediction of the cost model without the two issue-24 terms (latency 0, no stage overhead:
+the bandwidth-only model), the 1-minute load average before each run (``pipeopt run``'s free-core
+check, a ``*`` when the stage processes outnumbered the free cores), and the exact plan's
+predicted and measured speed-up over each default. Writes the tables to ``--out`` (Markdown).
+S = 2 is the measured table (two cores); ``--oversubscribed`` adds S = 4 on the GPT once (four
+processes on two cores).
 
     python benchmarks/torch_pipeline.py --quick          # tiny models, 1 round: a smoke run
     python benchmarks/torch_pipeline.py                  # docs/results/torch_pipeline.md's table (quiet machine!)
     python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed
+    python benchmarks/torch_pipeline.py --models gpt cnn hf:GPT2LMHeadModel --model-arg hf:GPT2LMHeadModel:seq=64
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -43,7 +52,7 @@ from pipeopt.errors import PipeoptError
 from pipeopt.problems.partition.simple import spread_balanced_parts
 from pipeopt.result import Status
 from pipeopt.torch import from_torch, models
-from pipeopt.torch.runtime import prediction, run_plan
+from pipeopt.torch.runtime import free_cores, prediction, run_plan
 
 DEFAULTS = ("torchtitan", "pippy", "megatron", "uniform")
 """Registry methods run beside the exact plan (DeepSpeed ``parameters`` is built here)."""
@@ -82,6 +91,25 @@ def blocks(plan) -> str:
                       for st in plan.stages)
 
 
+def without_terms(inst):
+    """The instance under the bandwidth-only cost model: latency 0, no stage overhead."""
+    graph = inst.graph.copy()
+    graph.graph.pop("stage_overhead", None)
+    return inst.replace(graph=graph, cluster=inst.cluster.with_overrides(latency=0.0))
+
+
+def link_for(inst, args):
+    """The measured link (latency, bandwidth) up to the largest edge of ``inst``, or ``None``."""
+    if args.link != "measure":
+        return None
+    from pipeopt.torch.network import measure_link
+
+    size = int(max((b for _, _, b in inst.graph.edges(data="bytes")), default=1 << 20))
+    link = measure_link(largest=max(size, 64))
+    print(f"  link: {link.describe()}")
+    return link
+
+
 def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
     module, inputs = models.load(name, **kwargs)
     t0 = time.perf_counter()
@@ -89,9 +117,14 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
                       microbatches=args.microbatches)
     inst = inst.with_settings(objective="iteration", microbatches=args.microbatches)
     meta = inst.graph.graph["torch"]
+    over = inst.graph.graph.get("stage_overhead") or {}
     print(f"{name} {kwargs or ''}: {inst.num_layers} layers profiled in {time.perf_counter() - t0:.1f} s; "
           f"sum of layers {meta['sum_of_layers_s'] * 1e3:.2f} ms vs whole model {meta['whole_model_s'] * 1e3:.2f} ms "
-          f"per microbatch (fwd+bwd, 1 thread)")
+          f"per microbatch (fwd+bwd, 1 thread); stage overhead {over.get('forward', 0) * 1e3:.3f} ms forward, "
+          f"{over.get('backward', 0) * 1e3:.3f} ms backward; {free_cores(stages)['text']}")
+    link = link_for(inst, args)
+    if link is not None:
+        inst = inst.replace(cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=link.latency))
     plans = plans_for(inst, stages, args.time_limit)
     # the reference: the whole model in one process (what the runtime adds to the profile, no pipeline)
     whole = Plan((Stage(tuple(inst.graph.nodes), devices=(inst.cluster.devices[0].name,)),))
@@ -101,6 +134,8 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
         key = tuple(tuple(st.layers) for st in plan.stages)
         distinct.setdefault(key, []).append(method)
     measured: dict = {key: [] for key in distinct}
+    loads: dict = {key: [] for key in distinct}
+    busy: dict = {key: False for key in distinct}
     built: dict = {}
     for r in range(args.rounds):
         for key in distinct:
@@ -109,43 +144,90 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
                               microbatches=args.microbatches, iterations=args.iterations, warmup=args.warmup)
             measured[key].append(report.iteration)
             built[key] = report.membership_matches
+            cores = report.info.get("cores") or {}
+            loads[key].append(cores.get("load"))
+            busy[key] = busy[key] or bool(cores.get("warning"))
             print(f"  round {r + 1}: {', '.join(distinct[key])}: measured {report.iteration * 1e3:.2f} ms, "
-                  f"predicted {report.predicted * 1e3:.2f} ms ({report.wall:.0f} s)")
+                  f"predicted {report.predicted * 1e3:.2f} ms ({report.wall:.0f} s; load {cores.get('load')})")
     rows = []
     for method, (plan, status) in plans.items():
         key = tuple(tuple(st.layers) for st in plan.stages)
         rows.append({
             "model": name, "S": stages, "method": method, "status": status, "split": blocks(plan),
             "predicted": prediction(inst, plan, "1f1b", args.microbatches),
+            "bandwidth_only": prediction(without_terms(inst), plan, "1f1b", args.microbatches),
             "measured": statistics.median(measured[key]), "runs": measured[key], "built_as_planned": built[key],
+            "loads": [x for x in loads[key] if x is not None], "busy": busy[key],
+            "latency": inst.cluster.latency, "bandwidth": inst.cluster.bandwidth, "overhead": over,
         })
     exact = rows[0]
     for row in rows:
         row["error"] = (row["predicted"] - row["measured"]) / row["measured"]
+        row["error_bandwidth_only"] = (row["bandwidth_only"] - row["measured"]) / row["measured"]
         row["pred_speedup"] = row["predicted"] / exact["predicted"]
         row["meas_speedup"] = row["measured"] / exact["measured"]
     rows[-1]["S"] = 1
     return rows
 
 
+def _loads(r) -> str:
+    if not r["loads"]:
+        return "?"
+    lo, hi = min(r["loads"]), max(r["loads"])
+    return (f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}") + ("*" if r["busy"] else "")
+
+
 def table(rows: list[dict], microbatches: int) -> str:
     head = ("| model | S | method | split (layers per stage) | predicted ms/iter | measured ms/iter | error | "
-            "exact's speed-up, predicted | measured |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            "bandwidth-only model: predicted, error | load (1 min) | exact's speed-up, predicted | measured |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['S']} | {r['method']} | {r['split']} | {r['predicted'] * 1e3:.1f} | "
-            f"{r['measured'] * 1e3:.1f} | {r['error']:+.1%} | "
+            f"{r['measured'] * 1e3:.1f} | {r['error']:+.1%} | {r['bandwidth_only'] * 1e3:.1f}, "
+            f"{r['error_bandwidth_only']:+.1%} | {_loads(r)} | "
             + ("- | - |" if r["S"] == 1 else f"{r['pred_speedup']:.3f}x | {r['meas_speedup']:.3f}x |")
             + ("" if r["built_as_planned"] else " (stages NOT as planned)")
         )
-    return "\n".join(lines) + f"\n\n(M = {microbatches} microbatches per iteration, Schedule1F1B, gloo, 1 thread per stage)"
+    r = rows[0]
+    over = r["overhead"] or {}
+    return ("\n".join(lines) + f"\n\n(M = {microbatches} microbatches per iteration, Schedule1F1B, gloo, 1 thread per "
+            f"stage; latency {r['latency'] * 1e3:.4g} ms per message and bandwidth {r['bandwidth']:.4g} B/s "
+            f"{'fitted on a gloo ping-pong' if r['latency'] else 'assumed'}; stage overhead "
+            f"{over.get('forward', 0) * 1e3:.3f} ms forward + {over.get('backward', 0) * 1e3:.3f} ms backward per "
+            f"microbatch; load: the 1-minute load average before each run, * = the stage processes outnumbered the "
+            f"free cores)")
+
+
+def model_kwargs(name: str, items: list[str]) -> dict:
+    """``--model-arg MODEL:KEY=VALUE`` items of model ``name`` as keyword arguments (values read as
+    Python literals where they parse)."""
+    import ast
+
+    out = {}
+    for item in items:
+        model, sep, pair = item.rpartition(":")
+        key, eq, value = pair.partition("=")
+        if not sep or not eq:
+            raise SystemExit(f"--model-arg needs MODEL:KEY=VALUE, got {item!r}")
+        if model == name:
+            try:
+                out[key] = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                out[key] = value
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny models, 1 round, 3 iterations (a smoke run)")
-    ap.add_argument("--models", nargs="+", help="shipped models (default gpt cnn; --quick: gpt-tiny cnn-tiny)")
+    ap.add_argument("--models", nargs="+", help="shipped models or hf:ClassName (default gpt cnn; --quick: "
+                                                "gpt-tiny cnn-tiny)")
+    ap.add_argument("--model-arg", action="append", default=[], metavar="MODEL:KEY=VALUE",
+                    help="keyword argument of one model's factory (repeatable), e.g. hf:GPT2LMHeadModel:seq=64")
+    ap.add_argument("--link", choices=["measure", "assumed"], default="measure",
+                    help="measure the link's latency and bandwidth (default) or keep the profile's assumed bandwidth")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--oversubscribed", action="store_true", help="also S = 4 on the first model (2 cores!)")
     ap.add_argument("--microbatches", type=int, default=8)
@@ -164,16 +246,20 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     sections = []
     for name in names:
-        rows = run_model(name, {}, args.stages, args)
+        rows = run_model(name, model_kwargs(name, args.model_arg), args.stages, args)
         sections.append(table(rows, args.microbatches))
         print(sections[-1], "\n")
     if args.oversubscribed:
-        rows = run_model(names[0], {}, 4, args)
+        rows = run_model(names[0], model_kwargs(names[0], args.model_arg), 4, args)
         sections.append("S = 4: four processes on two cores (oversubscribed)\n\n" + table(rows, args.microbatches))
         print(sections[-1], "\n")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"# torch_pipeline.py {' '.join(sys.argv[1:])}\n\n" + "\n\n".join(sections) + "\n")
+    load = os.getloadavg()
+    out.write_text(f"# torch_pipeline.py {' '.join(sys.argv[1:] if argv is None else argv)}\n\n"
+                   f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores; load average "
+                   f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) at the end)\n\n"
+                   + "\n\n".join(sections) + "\n")
     print(f"wrote {out} ({time.perf_counter() - started:.0f} s)")
     return 0
 

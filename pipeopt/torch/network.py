@@ -27,6 +27,11 @@ import torch.multiprocessing as mp
 from ..errors import InvalidProblemError
 
 
+MIN_LARGEST = 1 << 20
+"""The largest default message size is at least 1 MiB: below it the time of a local gloo message
+is mostly its latency, and the slope (the bandwidth) drowns in the noise."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -138,8 +143,8 @@ def measure_link(sizes=None, *, largest: int = 1 << 22, repeats: int = 20, warmu
     ----------
     sizes
         Message sizes in bytes, two or more distinct (each rounded down to whole float32
-        elements, at least one); default five sizes from 4 bytes to ``largest`` on a
-        logarithmic scale.
+        elements, at least one); default five sizes from 4 bytes to ``largest`` (at least
+        :data:`MIN_LARGEST`) on a logarithmic scale.
     largest
         The largest default size (``pipeopt profile`` passes the largest edge of the graph).
     repeats, warmup
@@ -159,8 +164,8 @@ def measure_link(sizes=None, *, largest: int = 1 << 22, repeats: int = 20, warmu
     _check(repeats, "repeats", 1)
     _check(warmup, "warmup", 0)
     if sizes is None:
-        steps = 4
-        sizes = sorted({max(4, int(round(4 * (largest / 4) ** (i / steps)))) // 4 * 4 for i in range(steps + 1)})
+        steps, top = 4, max(largest, MIN_LARGEST)
+        sizes = sorted({max(4, int(round(4 * (top / 4) ** (i / steps)))) // 4 * 4 for i in range(steps + 1)})
     sizes = tuple(sizes)
     for s in sizes:
         _check(s, "a message size", 4)
