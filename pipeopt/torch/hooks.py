@@ -35,6 +35,10 @@ called) exactly as it runs an fx sub-module. Unlike fx's sub-modules, the outsid
 are not part of any layer's measured time: they show in the whole model's time against the
 sum of the layers (the profile's provenance).
 
+Parameters and buffers of no layer (a root-level class token, a position table held by a
+container's parent) that outside operations read are counted in the layer those operations
+join (:meth:`LayerCall.adopt`), so the layers' parameters add up to the model's.
+
 Limits: a module with parameters that runs more than once in one forward (a layer shared
 across depth, as in ALBERT) is refused (:class:`~pipeopt.errors.InvalidGraphError`); a
 parameter-free layer called again (a shared activation) counts at its first call, its
@@ -94,6 +98,16 @@ class LayerCall(nn.Module):
         self._leaves = leaves
         self._slots = slots
 
+    def adopt(self, tensors: list) -> None:
+        """Hold parameters and buffers of no layer that the outside operations joined to this
+        layer read (a root-level ``class_token``), so that the layer's parameters count them;
+        they are shared, not copied, and :meth:`forward` does not use them."""
+        params = [t for t in tensors if isinstance(t, nn.Parameter)]
+        if params:
+            self.adopted = nn.ParameterList(params)
+        for k, t in enumerate(t for t in tensors if not isinstance(t, nn.Parameter)):
+            self.register_buffer(f"adopted_buffer_{k}", t)
+
     def forward(self, *flat):
         """The layer on the recorded arguments with ``flat`` as its tensors."""
         leaves = list(self._leaves)
@@ -151,6 +165,10 @@ class _Run:
         self.order: list[str] = []
         self.calls: dict[str, tuple] = {}  # layer -> (node, LayerCall, captured tensors)
         self.active: list[str | None] = []
+        subs = dict(module.named_modules(remove_duplicate=False))
+        owned = {id(t) for n in names if n in subs for t in [*subs[n].parameters(), *subs[n].buffers()]}
+        self.stray = {id(t): t for t in [*module.parameters(), *module.buffers()] if id(t) not in owned}
+        self.stray_readers: dict[int, int] = {}  # id of a stray parameter or buffer -> first node reading it
 
     # ---- where a module runs --------------------------------------------------------------
     def fqn(self, m: nn.Module) -> str:
@@ -195,6 +213,9 @@ class _Run:
     def operation(self, inputs, outs: list) -> None:
         self.paused = True
         try:
+            for t in tensors(inputs):
+                if id(t) in self.stray:
+                    self.stray_readers.setdefault(id(t), len(self.nodes))
             self.nodes.append(_Node(None, self.reads(inputs)))
             self.produced(len(self.nodes) - 1, outs)
         finally:
@@ -328,6 +349,11 @@ def _assemble(module: nn.Module, run: _Run, output, names: list[str]) -> Traced:
     edges = _dedup_edges(nodes, live, const)
     input_readers = sorted({node.unit for k, node in enumerate(nodes)
                             if k in live and any(p == _INPUT for _, p, _ in node.reads)})
+    adopted: dict[int, list] = {}
+    for tid, at in run.stray_readers.items():
+        adopted.setdefault(nodes[at].unit, []).append(run.stray[tid])
+    for unit, found in adopted.items():
+        run.calls[order[unit]][1].adopt(found)
     sources, submods, captured = [], [], []
     for i, name in enumerate(order):
         at, call, copies, _flat = run.calls[name]

@@ -162,6 +162,31 @@ def test_hooks_record_keyword_arguments_and_replay_them():
                                                                                   scale=0.5))
 
 
+def test_parameters_outside_every_layer_are_counted():
+    """A root-level parameter and buffer read by operations outside the layers (a class token)
+    count in the layer those operations join; the totals are the model's."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cls = nn.Parameter(torch.zeros(1, 1, 4))
+            self.register_buffer("scale", torch.ones(4))
+            self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+        def forward(self, x):
+            if x.sum() > -1e9:  # fx cannot trace this
+                x = torch.cat([self.cls.expand(x.shape[0], 1, 4), x], 1) * self.scale
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    net = Net()
+    g = from_torch(net, (torch.randn(2, 3, 4),), **EST).graph
+    assert g.graph["torch"]["tracing"] == "module hooks"
+    assert g.nodes["layers.0"]["weight_bytes"] == 80 + 16 and g.nodes["layers.0"]["buffer_bytes"] == 16
+    assert sum(w for _, w in g.nodes(data="weight_bytes")) == sum(p.numel() * 4 for p in net.parameters())
+
+
 def test_a_layer_with_parameters_run_twice_is_refused():
     class Twice(nn.Module):
         def __init__(self):
