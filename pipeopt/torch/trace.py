@@ -108,16 +108,16 @@ def find_containers(module: nn.Module) -> list[str]:
 
     A *stack* is a ``ModuleList`` or ``Sequential`` whose children are all of one class and
     are not leaves (GPT-2's ``transformer.h``, BERT's ``bert.encoder.layer``, a ResNet
-    stage's bottleneck blocks). Rules, in order:
+    stage's bottleneck blocks). Rules:
 
-    1. a stack inside a block of another stack is dropped (a ResNet bottleneck's own
-       ``Sequential`` of convolutions), unless every module from that block down to the
-       stack has one child only (a ResNet stage that only wraps its blocks): then the outer
-       stack is dropped, the finer one kept;
-    2. the longest remaining stack gives the block class; chosen are every remaining stack
-       of that class (the four stages of a ResNet, the encoder's and decoder's blocks of T5),
-       and every remaining stack of another class with at least 2 and at least half as many
-       blocks (an encoder-decoder whose two stacks have different classes).
+    1. a stack deeper than a direct child of a block of another stack is ignored (the
+       experts of a mixture-of-experts layer, ``layers.0.mlp.experts``);
+    2. the longest stack gives the block class (at equal lengths the outermost: a ResNet-50
+       stage's 6 bottlenecks, not a bottleneck's 3 convolutions nor the 4 stages);
+    3. then, longest first, every stack of that class comes along (the other stages of a
+       ResNet, T5's decoder blocks beside its encoder blocks), and every stack of another
+       class with at least 2 and at least half as many blocks (an encoder-decoder whose two
+       stacks have different classes), unless it holds or lies inside one already chosen.
 
     A model without such a stack is searched again with blocks that are leaves (a
     ``ModuleList`` of ``Linear``).
@@ -129,23 +129,31 @@ def find_containers(module: nn.Module) -> list[str]:
     """
     named = [(n, m) for n, m in module.named_modules() if n]
     stacks = [n for n, m in named if _is_stack(m)] or [n for n, m in named if _is_stack(m, leaves=True)]
-    drop: set[str] = set()
+
+    def inside(inner: str, outer: str) -> bool:
+        return inner.startswith(outer + ".")
+
+    deep = set()
     for inner in stacks:
-        for outer in stacks:
-            if outer == inner or not inner.startswith(outer + "."):
-                continue
-            rest = inner[len(outer) + 1:].split(".")  # block index, then the path down to the stack
-            path = [f"{outer}.{'.'.join(rest[:k])}" for k in range(1, len(rest))]
-            thin = all(len(list(module.get_submodule(p).children())) == 1 for p in path)
-            drop.add(outer if thin else inner)
-    kept = [n for n in stacks if n not in drop]
+        outers = [o for o in stacks if inside(inner, o)]
+        if outers:
+            nearest = max(outers, key=len)
+            if len(inner[len(nearest) + 1:].split(".")) > 2:  # block index, then more than one name
+                deep.add(inner)
+    kept = [n for n in stacks if n not in deep]
     if not kept:
         return []
     size = {n: len(list(module.get_submodule(n).children())) for n in kept}
     cls = {n: type(next(module.get_submodule(n).children())) for n in kept}
-    longest = max(kept, key=lambda n: (size[n], -kept.index(n)))
-    return [n for n in kept
-            if cls[n] is cls[longest] or (size[n] >= 2 and 2 * size[n] >= size[longest])]
+    ranked = sorted(kept, key=lambda n: (-size[n], n.count("."), kept.index(n)))
+    longest = ranked[0]
+    chosen: list[str] = []
+    for n in ranked:
+        if any(inside(n, c) or inside(c, n) for c in chosen):
+            continue
+        if cls[n] is cls[longest] or (size[n] >= 2 and 2 * size[n] >= size[longest]):
+            chosen.append(n)
+    return [n for n in kept if n in chosen]
 
 
 def resolve(module: nn.Module, granularity: Granularity) -> Granularity:

@@ -58,9 +58,8 @@ SMALL = {
          "decoder.dropout", "decoder.block.0", "decoder.block.1"],
         ["encoder.embed_tokens", "encoder.dropout"], ["decoder.final_layer_norm", "lm_head"]),
     "ResNetForImageClassification": (
-        {"hidden_sizes": [16, 32], "depths": [2, 2], "embedding_size": 8, "num_labels": 10, "image": 32},
-        ["resnet.encoder.stages.0.layers.0", "resnet.encoder.stages.0.layers.1",
-         "resnet.encoder.stages.1.layers.0", "resnet.encoder.stages.1.layers.1"],
+        {"hidden_sizes": [16, 32], "depths": [3, 3], "embedding_size": 8, "num_labels": 10, "image": 32},
+        [f"resnet.encoder.stages.{s}.layers.{b}" for s in (0, 1) for b in (0, 1, 2)],
         ["resnet.embedder"], ["resnet.pooler", "classifier"]),
     "ViTForImageClassification": (
         {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
@@ -210,6 +209,34 @@ def test_containers_found_in_resnet50_and_t5():
     assert find_containers(t5) == ["encoder.block", "decoder.block"]
     gpt, _ = MODELS["gpt-tiny"]()
     assert find_containers(gpt) == ["layers"]
+    swin = transformers.SwinModel(transformers.SwinConfig(depths=[2, 2, 6, 2], embed_dim=16, num_heads=[1, 1, 1, 1],
+                                                          window_size=2, image_size=32, patch_size=2))
+    assert find_containers(swin) == [f"encoder.layers.{i}.blocks" for i in range(4)]  # not the 4 stages
+
+
+def test_experts_below_a_block_are_not_the_blocks():
+    class Expert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = nn.Linear(4, 8), nn.Linear(8, 4)
+
+    class MoE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(4, 8)
+            self.experts = nn.ModuleList(Expert() for _ in range(8))
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn, self.mlp = nn.Linear(4, 4), MoE()
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+    assert find_containers(Model()) == ["layers"]
 
 
 def test_a_named_container_wins_over_auto():
