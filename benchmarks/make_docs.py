@@ -140,6 +140,13 @@ PAGES = (
          "measured time per iteration.",
          ("python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed",),
          ("torch_pipeline.md",)),
+    Page("memory", "Memory: predicted against MemTracker",
+         "pipeopt's memory per stage (saved activations, training state, tied weights, the outputs a stage "
+         "keeps and its backward's excess) against the peak torch's MemTracker counts in each stage's process "
+         "under Schedule1F1B with Adam, for the shipped GPT (untied and tied) and CNN and small Hugging Face "
+         "GPT-2 and ResNet-50 at S = 2 (docs/cost-model.md, \"Measured transients\").",
+         ("python benchmarks/memory.py",),
+         ("memory.md",)),
 )
 
 INDEX_INTRO = (

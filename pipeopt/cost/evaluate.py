@@ -33,8 +33,8 @@ layer set Q_i (= P_i unless Bi-Partition):
   workers of stages i..S-1; S - i without replication; 2 k_i under split execution; M under
   GPipe); memory = k_i * act + v_i * params, v_i = k_i with weight stashing, else 1.
 * measured transients (:mod:`.transient`, graph attribute ``transient_memory``): memory adds
-  the outputs a stage keeps (k_i microbatches; the last stage M) and its layers' largest
-  backward temporaries (:func:`rules.transient_memory`).
+  the outputs a stage keeps (k_i microbatches; the last stage M) and its backward's excess
+  over one microbatch's activations (:func:`rules.transient_memory`, :func:`rules.backward_excess`).
 * tied parameters (:mod:`.ties`): params of a stage include the ``state_bytes`` of every tie one
   of whose layers it holds (in either pass); each tie's gradient is all-reduced between the
   workers of the stages holding it once per iteration, after the flush
@@ -113,7 +113,7 @@ class Evaluation:
         (in :attr:`iteration_time` and :attr:`gpipe_time`; 0 without ties).
     transient
         ``list[float]`` per stage, bytes (in :attr:`memory`): the outputs it keeps and its
-        backward temporaries, when the profile measured them (:mod:`.transient`; empty otherwise).
+        backward's excess, when the profile measured them (:mod:`.transient`; empty otherwise).
     iteration_time
         M microbatches under 1F1B with a flush (exact, :mod:`pipeopt.cost.schedule`).
     gpipe_time
@@ -381,8 +381,15 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     ties = ties_of(graph)
     transient = has_transient(graph) and not max_load_objective(settings)
     if transient:  # the outputs a stage keeps and its backward temporaries (pipeopt.cost.transient)
-        peaks = [max((bwd_temp(graph, x) for x in st.backward_layers), default=0.0) for st in plan.stages]
+        peaks = []  # per stage: the largest (activations through layer L + L's backward temporaries)
+        for st in plan.stages:
+            through = np.cumsum([float(graph.nodes[x]["act_bytes"]) for x in st.backward_layers])
+            peaks.append(float(np.max(through + np.array([bwd_temp(graph, x) for x in st.backward_layers]))))
         sent = [*fwd_b.tolist(), sink_out_bytes(graph)]  # per microbatch: what stage i sends; the last: the output
+        twice = np.zeros(S)  # per stage: the tensors two of its layers both save, per microbatch
+        for u, v, nb in graph.edges(data="saved_twice_bytes"):
+            if nb and bpos[arr.index[u]] == bpos[arr.index[v]]:
+                twice[bpos[arr.index[u]]] += nb
     tie_state = np.zeros(S)  # each tie's state_bytes on every stage that holds one of its layers
     tied, tie_sync = [], 0.0
     if ties:
@@ -427,7 +434,9 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         versions = rules.weight_versions(kept, settings.weight_stashing)
         mem = rules.stage_memory(acts, params + float(tie_state[i]), kept, versions)
         if transient:
-            extra = float(rules.transient_memory(sent[i], rules.outputs_kept(kept, i == S - 1, M), peaks[i]))
+            extra = float(rules.transient_memory(sent[i], rules.outputs_kept(kept, i == S - 1, M),
+                                                 rules.backward_excess(peaks[i], acts))
+                          + rules.saved_once(kept, twice[i]))
             transients.append(extra)
             mem += extra
         if not rules.fits(mem, mem_cap):

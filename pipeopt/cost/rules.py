@@ -712,13 +712,30 @@ def outputs_kept(in_flight_count, last, microbatches: int):
     return np.where(last, microbatches, in_flight_count)
 
 
-def transient_memory(out_bytes, kept, backward_peak):
+def backward_excess(peak, act_total):
+    """Bytes a stage's backward needs beyond one microbatch's saved activations
+    (``act_total``): while layer L's backward runs, the microbatch still holds the saved
+    activations of the stage's layers up to L and L's temporaries, so ``peak`` is the largest
+    over the stage's layers of (activations through L + ``bwd_temp_bytes`` of L), and the excess
+    ``max(peak - act_total, 0)`` (the forward ends holding all of them). Arrays broadcast."""
+    return np.maximum(peak - act_total, 0.0)
+
+
+def saved_once(kept, twice_bytes):
+    """Bytes to take off a stage's ``in_flight * act_bytes`` for the tensors two of its layers
+    both save (``twice_bytes`` per microbatch: edge attribute ``saved_twice_bytes`` of the edges
+    inside the stage; each layer's ``act_bytes`` is measured alone, so both count the storage
+    they share): ``-kept * twice_bytes``. Arrays broadcast."""
+    return -kept * twice_bytes
+
+
+def transient_memory(out_bytes, kept, excess):
     """Bytes a stage needs on top of :func:`stage_memory` when the profile measured them (graph
     attribute ``transient_memory``, :mod:`pipeopt.cost.transient`): the outputs it keeps,
     ``kept * out_bytes`` (:func:`outputs_kept`; ``out_bytes`` the bytes it sends per microbatch,
-    the last stage's the model's output), and the largest backward temporaries of its layers
-    (``backward_peak``: node attribute ``bwd_temp_bytes``, measured with MemTracker)."""
-    return kept * out_bytes + backward_peak
+    the last stage's the model's output), and its backward's excess (:func:`backward_excess` of
+    its layers' ``bwd_temp_bytes``, measured with MemTracker)."""
+    return kept * out_bytes + excess
 
 
 def memory_limit(capacity):

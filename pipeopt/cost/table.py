@@ -219,7 +219,10 @@ class CostTable:
         last = b == self.n
         out = np.where(last, self.transient.final_out, self.boundary_bytes[b])
         kept = rules.outputs_kept(in_flight, last, self.settings.microbatches)
-        return rules.transient_memory(out, kept, self.transient.peak(a, b))
+        a = np.asarray(a)
+        start = self.act_prefix[a]
+        excess = rules.backward_excess(self.transient.peak(a, b) - start, self.act_prefix[b] - start)
+        return rules.transient_memory(out, kept, excess) + rules.saved_once(in_flight, self.transient.twice[a, b])
 
     @staticmethod
     def fits(memory, capacity):

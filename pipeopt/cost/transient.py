@@ -9,8 +9,14 @@ Two terms, per stage (:func:`pipeopt.cost.rules.transient_memory`, docs/cost-mod
   keeps all M outputs of the iteration (the merged output of ``step()``):
   :func:`pipeopt.cost.rules.outputs_kept` times the bytes it sends per microbatch (the bytes
   crossing the cut after it; the last stage's: the ``out_bytes`` of the graph's sinks);
-* **the backward's temporaries**: the largest ``bwd_temp_bytes`` of its layers (the peak a
-  layer's backward allocates on top of what it held, measured with ``MemTracker``).
+* **the backward's excess**: while layer L's backward runs, the microbatch still holds the saved
+  activations of the stage's layers up to L plus L's temporaries (``bwd_temp_bytes``: the peak
+  a layer's backward allocates on top of what it held, measured with ``MemTracker``); the
+  largest of these over L, less one microbatch's activations, if positive
+  (:func:`pipeopt.cost.rules.backward_excess`);
+* **a tensor saved twice is held once**: less ``saved_twice_bytes`` (an edge attribute: a tensor
+  both the producer and the consumer save, each layer's ``act_bytes`` being measured alone) per
+  microbatch in flight for the edges inside the stage (:func:`pipeopt.cost.rules.saved_once`).
 
 The first term depends on where the stage ends, not only on its layers: a stage's memory no
 longer grows with its layers, so the ends that fit a capacity need not be an interval. The
@@ -69,16 +75,24 @@ def refuse_transient(instance, what: str, handled_by: str = HANDLED_BY) -> None:
 
 
 class ChainTransient:
-    """The terms on a chain of units (:class:`pipeopt.graph.Chain`): per unit the largest
-    ``bwd_temp_bytes`` of its layers, a range-maximum table over them, and the model's output
-    bytes. ``peak(a, b)``: the largest over units ``a..b-1`` (arrays broadcast; 0 if empty)."""
+    """The terms on a chain of units (:class:`pipeopt.graph.Chain`): per unit u the value
+    ``act_prefix[u] + max over its layers L (its activations through L + L's bwd_temp_bytes)``,
+    a range-maximum table over them, and the model's output bytes. ``peak(a, b)``: the largest
+    value over units ``a..b-1`` (arrays broadcast; 0 if empty), so that ``peak(a, b) -
+    act_prefix[a]`` is the stage's peak of :func:`pipeopt.cost.rules.backward_excess`; and
+    ``twice[a, b]``, the ``saved_twice_bytes`` of the edges inside units ``a..b-1``
+    (:func:`pipeopt.cost.rules.saved_once`)."""
 
     def __init__(self, chain, graph) -> None:
         self.on = has_transient(graph)
         n = chain.n
         self.final_out = sink_out_bytes(graph) if self.on else 0.0
-        unit = np.array([max((bwd_temp(graph, x) for x in u), default=0.0) for u in chain.units]
-                        if self.on else np.zeros(n), dtype=float)
+        unit = np.zeros(n)
+        if self.on:  # per unit: act_prefix at its start + the largest (its activations through a layer + its temporaries)
+            before = np.concatenate([[0.0], np.cumsum(chain.act)])[:-1]
+            for u, layers in enumerate(chain.units):
+                through = np.cumsum([float(graph.nodes[x]["act_bytes"]) for x in layers])
+                unit[u] = before[u] + float(np.max(through + np.array([bwd_temp(graph, x) for x in layers])))
         levels = [unit]
         width = 1
         while 2 * width <= n:
@@ -86,6 +100,14 @@ class ChainTransient:
             levels.append(np.maximum(prev[:-width], prev[width:]))
             width *= 2
         self.levels = levels
+        self.twice = np.zeros((n + 1, n + 1))
+        if self.on:  # twice[a, b]: saved_twice_bytes of the edges inside units a..b-1 (a 2-D prefix sum)
+            unit_of = chain.unit_of
+            grid = np.zeros((n + 1, n + 1))
+            for u, v, nb in graph.edges(data="saved_twice_bytes"):
+                if nb:
+                    grid[unit_of[u], unit_of[v] + 1] += float(nb)
+            self.twice = np.cumsum(np.cumsum(grid, axis=1)[::-1], axis=0)[::-1]
 
     def __bool__(self) -> bool:
         return self.on

@@ -94,6 +94,39 @@ def backward_temporaries(traced: Traced, inputs: list) -> list[int]:
     return out
 
 
+def saved_twice(traced: Traced, inputs: list) -> dict:
+    """The tensors two layers both save for their backward: ``{(producer, consumer): bytes}``
+    (layer indices in ``traced.names`` order) for every argument of a consumer that it saves and
+    whose producer saves it too, as its own output (a ReLU saves its result, the next
+    convolution its input: one storage in a stage that holds both layers, counted in both
+    layers' ``act_bytes`` as each is measured alone).
+
+    Each layer runs alone on its recorded inputs under ``saved_tensors_hooks``, which name the
+    storages it saves; its output and each argument are compared with them by storage.
+    """
+    saves_output, saves_arg = [], []
+    for sub, args, sources in zip(traced.submods, inputs, traced.sources, strict=True):
+        seen: set = set()
+
+        def pack(t, seen=seen):
+            seen.add(t.untyped_storage()._cdata)
+            return t
+
+        x = _prepare(args, sources)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = sub(*x)
+        saves_output.append(any(t.untyped_storage()._cdata in seen for t in tensors(y)))
+        saves_arg.append([sum(t.numel() * t.element_size() for t in tensors(a) if t.untyped_storage()._cdata in seen)
+                          for a in x])
+        del x, y
+    out: dict = {}
+    for j, srcs in enumerate(traced.sources):
+        for k, src in enumerate(srcs):
+            if src is not None and src != j and saves_output[src] and saves_arg[j][k]:
+                out[src, j] = out.get((src, j), 0) + saves_arg[j][k]
+    return out
+
+
 def _stage_memory_run(rank: int, world: int, job: dict) -> dict:
     """One stage process of :func:`measure_stages` (called by :mod:`pipeopt.torch.runtime`'s
     worker, after the gloo group is up)."""

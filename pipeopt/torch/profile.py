@@ -29,8 +29,10 @@ Node attributes (units as in docs/cost-model.md)
     the peak bytes the layer's backward allocates on top of what it held (its output's
     gradient, its inputs' gradients, temporaries), measured with MemTracker
     (:func:`pipeopt.torch.memory.backward_temporaries`); with it the graph attribute
-    ``transient_memory`` makes a stage's memory add its largest and the outputs it keeps
-    (:mod:`pipeopt.cost.transient`).
+    ``transient_memory`` makes a stage's memory add its backward's excess and the outputs it
+    keeps (:mod:`pipeopt.cost.transient`). Edge attribute ``saved_twice_bytes``: a tensor both
+    layers save (the producer its output, the consumer its input), counted once in a stage
+    holding both (:func:`pipeopt.torch.memory.saved_twice`).
 ``param_bytes``
     weights, gradients and optimizer state plus buffers (:mod:`pipeopt.torch.state`).
 ``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``
@@ -81,7 +83,7 @@ from ..units import DEFAULT_MICROBATCHES, MAX_DEVICES, as_bandwidth
 from ..zoo.build import cluster as catalogue_cluster
 from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
 from ..zoo.devices import device as catalogue_device
-from .memory import backward_temporaries
+from .memory import backward_temporaries, saved_twice
 from .probe import probe, whole_model_passes
 from .state import OPTIMIZERS, check_optimizer, state_bytes
 from .hooks import inputs_of, layer_graph, no_cache
@@ -321,6 +323,7 @@ def from_torch(
         temps = None
         if costs == "measured":  # the backward's temporaries, measured with MemTracker (pipeopt.torch.memory)
             temps = _run(module, "its layers' backward", lambda: backward_temporaries(traced, inputs), "cpu")
+            twice = _run(module, "its layers' saved tensors", lambda: saved_twice(traced, inputs), "cpu")
         if costs == "measured":
             whole, whole_forward = whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup,
                                                       microbatches=settings.microbatches)
@@ -340,7 +343,7 @@ def from_torch(
     params, ties = _parameters(traced, module)
     g = _graph(traced, probes, params, costs, spec, precision, optimizer, cl.kinds)
     _record_ties(g, ties, optimizer)
-    _record_transient(g, traced, temps)
+    _record_transient(g, traced, temps, twice if temps is not None else {})
     label = "measured" if costs == "measured" else device
     g.graph["torch"] = {
         "model": type(module).__name__,
@@ -375,8 +378,8 @@ def from_torch(
     assumptions += [_tie_assumption(t) for t in g.graph.get("tied", [])]
     if g.graph.get("transient_memory"):
         assumptions.append("memory adds the outputs a stage keeps until their backward (the last stage: all M, "
-                           "torch's merged output) and its layers' largest backward temporaries (bwd_temp_bytes, "
-                           "MemTracker, each layer alone)")
+                           "torch's merged output) and its backward's peak over one microbatch's activations (the "
+                           "layers' bwd_temp_bytes, MemTracker, each layer alone)")
     if name is None:
         name = f"{type(module).__name__.lower()}-{label}-x{devices}"
     return Instance(g, cl, settings, name=name, assumptions=tuple(assumptions))
@@ -460,15 +463,18 @@ def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:
     } for t in ties]
 
 
-def _record_transient(g: nx.DiGraph, traced, temps) -> None:
+def _record_transient(g: nx.DiGraph, traced, temps, twice: dict) -> None:
     """Node attribute ``bwd_temp_bytes`` (the peak bytes a layer's backward allocates on top of
     what it held, :func:`pipeopt.torch.memory.backward_temporaries`) and graph attribute
-    ``transient_memory`` (the cost model then adds the outputs a stage keeps and its largest
-    backward temporaries, :mod:`pipeopt.cost.transient`); nothing without measurements."""
+    ``transient_memory`` (the cost model then adds the outputs a stage keeps and its backward's
+    excess, :mod:`pipeopt.cost.transient`); nothing without measurements."""
     if temps is None:
         return
     for name, t in zip(traced.names, temps, strict=True):
         g.nodes[name]["bwd_temp_bytes"] = float(t)
+    for (u, v), nbytes in twice.items():  # a tensor both layers save: once in a stage holding both
+        if g.has_edge(traced.names[u], traced.names[v]):
+            g.edges[traced.names[u], traced.names[v]]["saved_twice_bytes"] = float(nbytes)
     g.graph["transient_memory"] = True
 
 

@@ -1,6 +1,6 @@
 """The measured transients of a stage's memory (pipeopt.cost.transient): the outputs it keeps
-(k microbatches; the last stage all M) and its layers' largest backward temporaries - the
-formula's pieces by hand, the table = evaluate, the dense DP = brute force under a finite
+(k microbatches; the last stage all M) and its backward's excess over one microbatch's
+activations (rules.backward_excess) - the formula's pieces by hand, the table = evaluate, the dense DP = brute force under a finite
 memory, the methods that assume an interval refuse; and, on two processes, the prediction
 within 10 % of MemTracker on gpt-tiny."""
 
@@ -21,10 +21,12 @@ from pipeopt.errors import InfeasibleError, InvalidProblemError
 from pipeopt.problems.partition import PartitionProblem
 
 
-def _with_transient(inst, temps):
+def _with_transient(inst, temps, twice=()):
     g = inst.graph.copy()
     for (n, _), t in zip(g.nodes(data=True), temps, strict=True):
         g.nodes[n]["bwd_temp_bytes"] = float(t)
+    for i, t in enumerate(twice):  # l{i} -> l{i+1} both save the tensor between them
+        g.edges[f"l{i}", f"l{i + 1}"]["saved_twice_bytes"] = float(t)
     g.graph["transient_memory"] = True
     return Instance(g, inst.cluster, inst.settings, name="transient")
 
@@ -34,14 +36,22 @@ def test_pieces_by_hand():
     inst = _with_transient(base, [5.0, 50.0, 7.0, 3.0])
     plan = PartitionProblem(inst, 2).plan([2])
     ev, ev0 = evaluate(inst, plan), evaluate(base, plan)
-    # stage 0 (l0, l1): k = 2 outputs of l1 kept (20 B each) + the larger temporary (50)
-    # stage 1 (l2, l3, the last): all M = 6 outputs of the model (l3's 40 B) + 7
-    assert ev.transient == [2 * 20.0 + 50.0, 6 * 40.0 + 7.0]
-    assert ev.memory == pytest.approx([ev0.memory[0] + 90.0, ev0.memory[1] + 247.0])
+    # stage 0 (l0, l1): k = 2 outputs of l1 kept (20 B each); the backward's excess over one
+    # microbatch's activations (200): max(100 + 5, 200 + 50) - 200 = 50 (l1's backward runs while
+    # both layers' activations are held)
+    # stage 1 (l2, l3, the last): all M = 6 outputs of the model (l3's 40 B); excess
+    # max(100 + 7, 200 + 3) - 200 = 3 (l2's larger temporary comes once l3's activations are freed)
+    assert ev.transient == [2 * 20.0 + 50.0, 6 * 40.0 + 3.0]
+    assert ev.memory == pytest.approx([ev0.memory[0] + 90.0, ev0.memory[1] + 243.0])
+    assert float(rules.backward_excess(250.0, 200.0)) == 50.0 and float(rules.backward_excess(150.0, 200.0)) == 0.0
     assert ev0.memory == [2 * 200.0 + 2000.0, 1 * 200.0 + 2000.0]
     assert rules.outputs_kept(2, False, 6) == 2 and rules.outputs_kept(1, True, 6) == 6
     assert rules.transient_memory(20.0, 2, 50.0) == 90.0
     assert ev.bottleneck == ev0.bottleneck and ev.iteration_time == ev0.iteration_time  # memory only
+    # l0 -> l1 save one 30 B tensor (inside stage 0: k = 2 copies less), l1 -> l2 another (a cut: both kept)
+    both = _with_transient(base, [5.0, 50.0, 7.0, 3.0], twice=[30.0, 30.0, 0.0])
+    assert evaluate(both, plan).transient == [90.0 - 2 * 30.0, 243.0]
+    assert float(rules.saved_once(2, 30.0)) == -60.0
 
 
 def test_range_maximum():
@@ -59,7 +69,7 @@ def test_table_equals_evaluate(S):
     n = 6
     base = chain_instance(list(rng.uniform(1e-3, 2e-3, n)), out=list(rng.uniform(0, 1e6, n)),
                           act=list(rng.uniform(0, 1e6, n)), param=list(rng.uniform(0, 1e6, n)), microbatches=5)
-    inst = _with_transient(base, rng.uniform(0, 1e6, n))
+    inst = _with_transient(base, rng.uniform(0, 1e6, n), twice=rng.uniform(0, 1e5, n - 1))
     p = PartitionProblem(inst, S)
     for starts in compositions(n, S):
         ev = evaluate(inst, p.plan(starts))
@@ -82,8 +92,9 @@ def test_dp_equals_brute_force_under_memory(data):
     total = sum(par) + 3 * sum(act) + 4 * sum(out) + max(temps)
     memory = max(data.draw(st.sampled_from([0.25, 0.4, 0.6])) * total, 1.0)
     S = data.draw(st.integers(2, min(3, n)))
+    twice = [data.draw(st.floats(0.0, min(act[i], act[i + 1]))) for i in range(n - 1)]
     inst = _with_transient(chain_instance(fwd, out=out, act=act, param=par, memory=memory, bandwidth=1e9,
-                                          microbatches=4), temps)
+                                          microbatches=4), temps, twice)
     p = PartitionProblem(inst, S)
     best = math.inf
     for starts in compositions(n, S):
