@@ -657,11 +657,12 @@ def cmd_profile(args) -> int:
     g, dev = inst.graph, inst.cluster.devices[0]
     f, b = ({k: sum(d.get(k, math.inf) for _, d in g.nodes(data=key)) for k in dev.resources} for key in ("fwd", "bwd"))
     meta = g.graph["torch"]
+    state = sum(p for _, p in g.nodes(data="param_bytes")) + sum(t["state_bytes"] for t in g.graph.get("tied", ()))
     print(f"{inst.name}: {g.number_of_nodes()} layers ({meta['granularity']}, by {meta['tracing']}), "
           f"{g.number_of_edges()} edges; "
           f"forward {load_time(dev.resources, f) * 1e3:.4g} ms, backward {load_time(dev.resources, b) * 1e3:.4g} ms "
           f"per microbatch on one device ({dev.name}); "
-          f"{(sum(p for _, p in g.nodes(data='param_bytes')) + sum(t['state_bytes'] for t in g.graph.get('tied', ()))) / 2**20:.4g} MiB of training state")
+          f"{state / 2**20:.4g} MiB of training state")
     for a in inst.assumptions + inst.cost_terms:
         print(f"  assumed: {a}")
     print(f"wrote {out}")

@@ -163,7 +163,7 @@ class _Run:
         self.depth = 0  # > 0 inside a layer call
         self.paused = False
         self.order: list[str] = []
-        self.calls: dict[str, tuple] = {}  # layer -> (node, LayerCall, captured tensors)
+        self.calls: dict[str, tuple] = {}  # layer -> (node, LayerCall, copies of its tensors, the tensors)
         self.active: list[str | None] = []
         subs = dict(module.named_modules(remove_duplicate=False))
         owned = {id(t) for n in names if n in subs for t in [*subs[n].parameters(), *subs[n].buffers()]}
