@@ -576,7 +576,9 @@ class TypesProbe:
                 h = rules.window_carry(lab.G, trip[j], D[k], Tp)  # the window state entering stage k
                 j2s = ends[ends > j]
                 if spread is not None and j2s.size:  # heuristic: stages of at most a few even shares
-                    share = (self.work[j2s, first] - self.work[j, first]) / (self.work[-1, first] - self.work[j, first])
+                    with np.errstate(invalid="ignore", divide="ignore"):  # no priced work left: any end
+                        share = (self.work[j2s, first] - self.work[j, first]) / (self.work[-1, first] - self.work[j, first])
+                    share = np.nan_to_num(share, nan=0.0)
                     j2s = j2s[(share <= spread / (S - k)) | (j2s == j2s[0])]
                 floors = -D[k + 1] * Tp - trip[j2s]  # below them the next stage forgets G
                 menus = self.menus(k, j, j2s, Tp, lab, h, floors, beam, deadline)

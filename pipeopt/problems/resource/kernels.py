@@ -184,7 +184,9 @@ def menu_scan(order, lo, hi, ndev, allowed, power, need_lo, top_hi, first, windo
                 continue
             if window:
                 p0 = power[c, first]
-                w_low = root2[b] / max(p0, 1e-300) if p0 > 0 else np.inf
+                # f + b >= root2 / p0; with no priced power only a stage of no priced work passes
+                # (root2 = 0: e.g. a device of a kind the first price does not count)
+                w_low = root2[b] / p0 if p0 > 0 else (0.0 if root2[b] == 0.0 else np.inf)
                 left = max(max(left_max - p0, 0.0), 1e-300)
                 rest = np.inf
                 for f in range(A2.shape[1]):

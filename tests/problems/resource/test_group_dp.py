@@ -552,3 +552,38 @@ def test_types_with_a_clock_equals_brute_force(p):
     assert r.lower_bound <= best * (1 + 1e-9)
     if r.status == pipeopt.Status.OPTIMAL:
         assert r.objective <= best * (1 + REL)
+
+
+def test_a_device_the_first_price_does_not_count_can_take_a_stage():
+    """A device with none of the first price's kind (d1: npu only, price (1, 0)) on a stage of no
+    priced work (l3 runs on npu): the window bound read 0 / 0 as infinite and the DP proved a
+    false infeasibility (crosscheck seed 16318); the optimum puts l3 alone on d1."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node("l0", fwd={"cpu": 3.775883472813893e-05}, bwd={"cpu": 5.031911854169708e-05},
+               out_bytes=1873.01, act_bytes=1873.01, param_bytes=2285.17)
+    g.add_node("l1", fwd={"cpu": 3.9832463047004e-05, "npu": 9.36982728885177e-05},
+               bwd={"cpu": 5.057905971274041e-05, "npu": 0.0002639088981523874},
+               out_bytes=2787.9, act_bytes=1235.2, param_bytes=512.58)
+    g.add_node("l2", fwd={"cpu": 4.483899009369561e-05}, bwd={"cpu": 4.512509383319954e-05},
+               out_bytes=2162.5, act_bytes=2162.5, param_bytes=1160.21)
+    g.add_node("l3", fwd={"cpu": 8.496456329164325e-06, "npu": 9.77110464256458e-06},
+               bwd={"cpu": 2.6965353304367472e-05, "npu": 1.924147750241707e-05},
+               out_bytes=2671.26, act_bytes=2616.9, param_bytes=2082.93)
+    g.add_node("l4", fwd={"cpu": 3.5306374039508964e-05}, bwd={"cpu": 4.2220507086203674e-05},
+               out_bytes=84.89, act_bytes=84.89, param_bytes=2020.31)
+    g.add_edges_from([("l0", "l1"), ("l1", "l2"), ("l2", "l3"), ("l3", "l4")])
+    devices = (pipeopt.Device("d0", {"cpu": 0.8165914618907102, "npu": 0.0}, math.inf),
+               pipeopt.Device("d1", {"cpu": 0.0, "npu": 2.117599188984882}, math.inf),
+               pipeopt.Device("d2", {"cpu": 2.2624429743904977, "npu": 0.8307745533003226}, math.inf),
+               pipeopt.Device("d3", {"cpu": 2.2295738189464993, "npu": 0.0}, math.inf))
+    inst = pipeopt.Instance(g, pipeopt.Cluster(devices, bandwidth=531224.5935617703),
+                            pipeopt.Settings(overlap=True, weight_stashing=False, microbatches=3))
+    p = GroupProblem(inst, 4)
+    _, groups, best = brute_force(p)
+    assert ("d1",) in [tuple(g_) for g_ in groups]
+    r = solve_dp(p, time_limit=None)
+    _check(p, r)
+    assert r.status == "optimal"
+    assert r.objective == pytest.approx(best, rel=REL)
