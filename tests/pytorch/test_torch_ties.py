@@ -51,3 +51,28 @@ def test_both_end_stages_hold_the_tie(tied, method):
         act = sum(inst.graph.nodes[n]["act_bytes"] for n in st.layers)
         assert ev.memory[i] == pytest.approx(ev.in_flight[i] * act + own + tie["state_bytes"], rel=1e-12)
     assert ev.tie_sync == pytest.approx(2 * (2 - 1) / 2 * tie["bytes"] / inst.cluster.bandwidth)
+
+
+def test_hf_gpt2_ties_wte_to_lm_head(monkeypatch):
+    """Hugging Face GPT-2 (small config, random weights) ties lm_head.weight to
+    transformer.wte.weight: the profile records the tie, and every plan's first and last stage
+    both hold it."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from pipeopt.torch.models import load
+
+    module, inputs = load("hf:GPT2LMHeadModel", n_layer=2, n_embd=32, n_head=2, vocab_size=512, bos_token_id=0, eos_token_id=0, seq=16)
+    assert module.lm_head.weight is module.transformer.wte.weight
+    inst = from_torch(module, inputs, granularity="auto", devices=3, **EST)
+    (tie,) = inst.graph.graph["tied"]
+    assert {tie["name"], *tie["aliases"]} == {"transformer.wte.weight", "lm_head.weight"}
+    assert tie["bytes"] == 512 * 32 * 4
+    for S in (2, 3):
+        res = pipeopt.solve(inst, method="dp", stages=S)
+        ev = pipeopt.evaluate(inst, res.plan)
+        held = ev.tied[0]["stages"]
+        assert held[0] == 0 and held[-1] == S - 1  # wte on the first stage, lm_head on the last
+        for i in (0, S - 1):
+            own = sum(inst.graph.nodes[n]["param_bytes"] for n in res.plan.stages[i].layers)
+            act = sum(inst.graph.nodes[n]["act_bytes"] for n in res.plan.stages[i].layers)
+            assert ev.memory[i] == pytest.approx(ev.in_flight[i] * act + own + tie["state_bytes"], rel=1e-12)
