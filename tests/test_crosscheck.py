@@ -237,7 +237,27 @@ def _with_memory(inst: Instance, cap: float) -> Instance:
 
 
 def build(case: Case) -> tuple[Instance, dict]:
-    """The instance and the problem options of a case (deterministic)."""
+    """The instance and the problem options of a case (deterministic), with a per-message latency
+    on half of the cases of the problems whose exact methods model it (:func:`_with_latency`)."""
+    inst, opts = _build(case)
+    return _with_latency(case, inst), opts
+
+
+def _with_latency(case: Case, inst: Instance) -> Instance:
+    """Half of the cases get a latency (alpha-beta transfers, ``Cluster.latency``) of 0.1 % to 10 %
+    of the layers' mean work, drawn from its own stream (the rest of the case is unchanged); not
+    Bi-Partition's (its exact methods refuse a latency) nor a replicated partition's."""
+    rng = random.Random(repr(case) + ":latency")
+    if case.problem == "bipartition" or case.replication or rng.random() < 0.5:
+        return inst
+    mean = _work(inst.graph) / max(inst.graph.number_of_nodes(), 1)
+    if not (math.isfinite(mean) and mean > 0):
+        return inst
+    return inst.replace(cluster=inst.cluster.with_overrides(latency=mean * rng.choice([1e-3, 1e-2, 0.1])))
+
+
+def _build(case: Case) -> tuple[Instance, dict]:
+    """The instance and the problem options of a case, without a latency."""
     rng = random.Random(repr(case))
     p = case.problem
     stg = Settings(overlap=case.overlap, weight_stashing=case.stashing, microbatches=rng.randint(1, 8))
@@ -520,7 +540,8 @@ def snippet(inst: Instance, problem: str, method: str, solver: str, options: dic
         lines.append(f"g.add_edge({u!r}, {v!r}" + (f", bytes={d['bytes']!r})" if "bytes" in d else ")"))
     devs = ", ".join(f"pipeopt.Device({d.name!r}, {d.resources!r}, {d.memory!r})"
                      for d in inst.cluster.devices)
-    lines.append(f"cluster = pipeopt.Cluster(({devs},), bandwidth={inst.cluster.bandwidth!r})")
+    lines.append(f"cluster = pipeopt.Cluster(({devs},), bandwidth={inst.cluster.bandwidth!r}, "
+                 f"latency={inst.cluster.latency!r})")
     st_ = inst.settings
     lines.append(f"inst = pipeopt.Instance(g, cluster, pipeopt.Settings(overlap={st_.overlap!r}, "
                  f"weight_stashing={st_.weight_stashing!r}, microbatches={st_.microbatches!r}))")

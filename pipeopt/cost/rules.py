@@ -306,6 +306,10 @@ def _farthest_first(tail: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarra
     return order
 
 
+_LEAST_BYTES = float(np.nextafter(0.0, 1.0))
+"""The bytes of a boundary some tensor crosses when the rounding of the sum lost them all."""
+
+
 def crossing_bytes(graph, position, count: int) -> np.ndarray:
     """Bytes that cross each boundary between consecutive positions ``0 .. count-1``.
 
@@ -317,7 +321,9 @@ def crossing_bytes(graph, position, count: int) -> np.ndarray:
     each, relayed through the stages between. Layer ``u``'s tensor crosses boundary c
     (``position[u] <= c < position[v]`` for some consumer v) carrying the largest ``bytes``
     of its edges to consumers beyond c (the edges of one tensor normally all carry its
-    ``out_bytes``). Its gradient travels back the same way.
+    ``out_bytes``). Its gradient travels back the same way. A boundary no tensor of positive bytes
+    crosses carries exactly 0 (no message: :func:`transfer_time`), one that some cross more than 0
+    (at least the least subnormal float), whatever the rounding of the sum.
 
     Vectorised over the edges (:class:`pipeopt.cost.arrays.LayerArrays`): per tail, its edges
     that go forward sorted by head position (descending), a running maximum of their bytes
@@ -367,7 +373,15 @@ def crossing_bytes(graph, position, count: int) -> np.ndarray:
     # boundaries a .. b-1 carry each rise: +rise at a, -rise at b, added in the loop's order
     diff = np.bincount(np.column_stack([a, b]).reshape(-1), weights=np.column_stack([rise, -rise]).reshape(-1),
                        minlength=count + 1)
-    return np.cumsum(diff)[: max(count - 1, 0)]
+    out = np.cumsum(diff)[: max(count - 1, 0)]
+    # whether a boundary carries a message is decided by counting the tensors of positive bytes
+    # that cross it, exactly (integers), not by the sign of the running sum's rounding: one that
+    # none crosses carries exactly 0 bytes, one that some cross more than 0 (a tensor of a few
+    # subnormal bytes beside large ones can vanish from the sum, in one order and not another)
+    ends = np.concatenate([a, b])
+    crossings = np.cumsum(np.bincount(ends, weights=np.concatenate([np.ones(a.size), -np.ones(b.size)]),
+                                      minlength=count + 1))[: max(count - 1, 0)]
+    return np.where(crossings > 0.5, np.maximum(out, _LEAST_BYTES), 0.0)
 
 
 def tensors_of(graph) -> list[tuple]:

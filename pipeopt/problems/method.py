@@ -8,6 +8,9 @@ from dataclasses import dataclass
 ALPHA_OVERHEAD = frozenset({"latency", "overhead"})
 """:attr:`Method.terms` of a method that models both optional terms."""
 
+LATENCY = frozenset({"latency"})
+""":attr:`Method.terms` of a method that models the per-message latency only."""
+
 
 @dataclass(frozen=True)
 class Method:

@@ -160,8 +160,12 @@ def test_exact_methods_that_do_not_model_a_term_refuse_it():
     with pytest.raises(InvalidProblemError, match="does not model a stage overhead"):
         solve(_chain(0.0, OVER), problem="partition", method="convex_milp", stages=2)
     assert solve(inst, problem="bipartition", method="greedy", stages=2).plan is not None  # heuristics score it
-    with pytest.raises(InvalidProblemError, match="latency with replication"):
-        PartitionProblem(inst, 2, replication=True)
+    replicated = PartitionProblem(inst, 2, replication=True)
+    for method in ("probe", "convex"):
+        with pytest.raises(InvalidProblemError, match="with replication does not model a message latency"):
+            solve(inst, problem="partition", method=method, stages=2, replication=True)
+    dp = solve(inst, problem="partition", method="dp", stages=2, replication=True, time_limit=None)
+    assert math.isclose(dp.objective, brute_force(replicated), rel_tol=1e-9)
     # zero terms: every method as before
     assert solve(_chain(), problem="bipartition", method="milp", stages=2, time_limit=None).plan is not None
 

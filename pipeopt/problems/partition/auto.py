@@ -62,6 +62,8 @@ def choose(problem: PartitionProblem) -> tuple[str, str]:
         return "milp", f"objective {objective!r}: the event-time MILP is its exact method"
     n, S = problem.n, problem.stages
     work = float(n + 1) ** 2 * S * (S if problem.replication else 1)
+    if problem.replication and problem.latency:
+        return "dp", "bottleneck objective, replication with a message latency: only the dense DP prices it"
     if work <= AUTO_DP_WORK and dense_bytes(problem) <= DENSE_LIMIT:
         return "dp", f"bottleneck objective, dense DP work {work:.3g} <= {AUTO_DP_WORK:.0e}"
     return "probe", f"bottleneck objective, dense DP work {work:.3g} > {AUTO_DP_WORK:.0e}"

@@ -359,6 +359,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     deadline = Deadline.of(time_limit)
     refuse_ties(problem.instance, "method 'convex'")
     refuse_transient(problem.instance, "method 'convex'")
+    problem.refuse_replicated_latency("convex")
     objective = problem.instance.settings.objective
     if objective != "bottleneck":
         raise InvalidProblemError(

@@ -289,6 +289,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
     """
     deadline = Deadline.of(time_limit)
     refuse_transient(problem.instance, "method 'probe'")  # its memory search: the ends that fit, an interval
+    problem.refuse_replicated_latency("probe")
     objective = problem.instance.settings.objective
     if objective != "bottleneck":
         raise InvalidProblemError(

@@ -75,12 +75,6 @@ class PartitionProblem:
         check_stage_count(inst, self.stages)
         if not inst.cluster.is_homogeneous:
             raise InvalidProblemError("the partition problem needs identical devices; use the group problem")
-        if self.replication and inst.cluster.latency:
-            raise InvalidProblemError(
-                "the partition problem's exact methods do not model a message latency with replication "
-                "(the all-reduce's latency is paid once per replicated stage, not per unit); use latency 0 "
-                "or no replication"
-            )
         _ = self.kind
         self._check_times()
 
@@ -154,6 +148,22 @@ class PartitionProblem:
     def bandwidth(self) -> float:
         """Bytes/s between workers."""
         return self.instance.cluster.bandwidth
+
+    @property
+    def latency(self) -> float:
+        """Seconds per message between workers (:attr:`pipeopt.Cluster.latency`)."""
+        return self.instance.cluster.latency
+
+    def refuse_replicated_latency(self, method: str) -> None:
+        """Raise :class:`InvalidProblemError` if this problem replicates stages and the cluster has a
+        latency: a replicated stage's all-reduce pays ``2 (m - 1)`` messages' latency once per stage,
+        which the prefix sums of ``method`` cannot hold (the dense DP prices every stage on its own
+        and takes it: :meth:`stage_work`)."""
+        if self.replication and self.latency:
+            raise InvalidProblemError(
+                f"{method} with replication does not model a message latency (the all-reduce's latency is paid "
+                "once per replicated stage, not per unit); use the dp method, latency 0 or no replication"
+            )
 
     @property
     def memory(self) -> float:
@@ -294,7 +304,7 @@ class PartitionProblem:
         a, b = np.asarray(a), np.asarray(b)
         m = replicas
         comp = rules.replicated_time(self.work_prefix[b] - self.work_prefix[a],
-                                     self.param_prefix[b] - self.param_prefix[a], m, self.bandwidth)
+                                     self.param_prefix[b] - self.param_prefix[a], m, self.bandwidth, self.latency)
         added, bound = self.cut_terms
         t = np.maximum(comp + (added[a] + added[b]) / m, np.maximum(bound[a], bound[b]) / m)
         if memory and math.isfinite(self.memory):
@@ -312,10 +322,12 @@ class PartitionProblem:
         if m.ndim:  # one replica count per stage
             many = m > 1
             if many.any():
-                ar = rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], np.maximum(m, 1), self.bandwidth)
+                ar = rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], np.maximum(m, 1), self.bandwidth,
+                                          self.latency)
                 comp = np.where(many, comp + ar, comp)
         elif replicas > 1:
-            comp = comp + rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], replicas, self.bandwidth)
+            comp = comp + rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], replicas, self.bandwidth,
+                                               self.latency)
         return comp + added[a] + added[b]
 
     def period(self, starts, replicas=None) -> float:

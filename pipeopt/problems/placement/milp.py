@@ -161,13 +161,13 @@ class PlacementMilp:
             time[c] = np.where(rules.fits(self.memory, cl.memory), time[c], np.inf)
         self.time = time
         uo = p.dag.unit_of
-        bw = inst.cluster.bandwidth
+        bw, alpha = inst.cluster.bandwidth, inst.cluster.latency
         grouped: dict = {}
         for src, readers, b in p.tensors:
             su = uo[src]
             rd = tuple(sorted({uo[r] for r in readers} - {su}))
             if rd and b > 0:
-                grouped[(su, rd)] = grouped.get((su, rd), 0.0) + float(rules.transfer_time(b, bw))
+                grouped[(su, rd)] = grouped.get((su, rd), 0.0) + float(rules.transfer_time(b, bw, 1, alpha))
         self.tensors = [(su, rd, sec) for (su, rd), sec in grouped.items()]
         best = np.where(np.isfinite(time), time, np.inf).min(axis=0) if self.C else np.full(self.n, np.inf)
         if self.n and np.isfinite(best).all():

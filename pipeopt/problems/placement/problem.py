@@ -153,8 +153,8 @@ class PlacementProblem:
     def incidence(self) -> Incidence:
         """The tensors between units, each in seconds (:func:`pipeopt.cost.rules.transfer_time`)."""
         uo = self.dag.unit_of
-        bw = self.instance.cluster.bandwidth
-        return Incidence.of(self.dag.n, ((uo[s], [uo[r] for r in rd], rules.transfer_time(b, bw))
+        bw, alpha = self.instance.cluster.bandwidth, self.instance.cluster.latency
+        return Incidence.of(self.dag.n, ((uo[s], [uo[r] for r in rd], rules.transfer_time(b, bw, 1, alpha))
                                          for s, rd, b in self.tensors))
 
     def lattice(self, space: str = "convex", limit: int = IDEAL_LIMIT, deadline=None) -> Lattice:

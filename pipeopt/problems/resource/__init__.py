@@ -34,7 +34,7 @@ breaks ties the same way (:mod:`pipeopt.problems.resource.tiebreak`, ``info["sec
 
 from __future__ import annotations
 
-from ..method import Method
+from ..method import LATENCY, Method
 from . import allocate, duan_wu, group, group_dp, joint
 from .problem import AllocateProblem as AllocateProblem
 from .problem import GroupProblem as GroupProblem
@@ -52,33 +52,33 @@ PROBLEMS = {"allocate": AllocateProblem, "joint": JointProblem, "group": GroupPr
 METHODS = (
     Method("allocate", "lp", allocate.solve_lp, True, "split", True,
            "the shares of least steady period (window rows included): each stage's least busy share at a "
-           "trial T (closed form), bisected on T; per stage Duan & Wu's allocation LP when no window row binds"),
+           "trial T (closed form), bisected on T; per stage Duan & Wu's allocation LP when no window row binds", terms=LATENCY),
     Method("allocate", "theorem", allocate.theorem, False, "split", True, "beta = c/(c+1), Duan & Wu's theorem"),
     Method("allocate", "sequential", allocate.sequential, False, "sequential", True,
            "no split: forward then backward on all resources"),
     Method("joint", "dp", joint.solve_dp, True, "split", True,
            "window DP at a trial T (each range's least busy time, the least window slack per stage and end "
-           "unit), bisected on T; ties: least latency of a microbatch (the latency DP)"),
+           "unit), bisected on T; ties: least latency of a microbatch (the latency DP)", terms=LATENCY),
     Method("joint", "milp", joint.solve_milp, True, "split", True,
            "MILP (PuLP) at a trial T (work fractions per kind; window rows over busy-time variables with "
-           "lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
+           "lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch", terms=LATENCY),
     Method("joint", "cpsat", joint.solve_cpsat, True, "split", False,
            "CP-SAT at a trial T over stage starts (exactly tabulated reach per stage; window rows with lazy "
-           "cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
+           "cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch", terms=LATENCY),
     Method("joint", "two_step", duan_wu.two_step, False, "split", True,
            "Duan & Wu, ICPADS 2022: binary-search partition on the sequential stage time, then the shares "
            "of least period"),
     Method("group", "types", group_dp.solve_dp, True, "split", True,
            "DP at a trial T over (stage, end unit, devices used of each type: identical devices counted), "
            "keeping the least window state, with priced-power and window-row pruning; bisected on T; ties: "
-           "least latency of a microbatch"),
+           "least latency of a microbatch", terms=LATENCY),
     Method("group", "milp", group.solve_milp, True, "split", True,
            "MILP (PuLP) at a trial T over device-class counts and unit-to-stage binaries (window rows with "
            "lazy supporting-plane cuts, plans certified exactly), bisected on T; ties: least latency of a "
-           "microbatch"),
+           "microbatch", terms=LATENCY),
     Method("group", "cpsat", group.solve_cpsat, True, "split", True,
            "CP-SAT at a trial T over stage intervals (split feasibility linear in the worker's devices, window "
-           "rows with lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch"),
+           "rows with lazy cuts, plans certified exactly), bisected on T; ties: least latency of a microbatch", terms=LATENCY),
     Method("group", "algorithm2", duan_wu.algorithm2, False, "split", True,
            "Duan & Wu, ICPADS 2022, Algorithm 2 (each worker costed on an average stage), then the "
            "binary-search partition and the shares of least period"),

@@ -28,7 +28,7 @@ Also: :mod:`.choose` (every schedule's optimum side by side under one deadline,
 
 from __future__ import annotations
 
-from ..method import Method
+from ..method import LATENCY, Method
 from .baselines import best_1f1b, torchtitan_split, uniform
 from .baselines import zb_greedy as zb_greedy_baseline  # zb_greedy: the module
 from .auto import solve_auto as solve_auto
@@ -44,13 +44,13 @@ PROBLEM = ScheduleProblem
 
 METHODS = (
     Method("schedule", "auto", solve_auto, True, "auto", True,
-           "the default exact method: cpsat for the free order, milp for a fixed order"),
+           "the default exact method: cpsat for the free order, milp for a fixed order", terms=LATENCY),
     Method("schedule", "cpsat", solve_free_order, True, "auto", False,
-           "free order: CP-SAT over the split and every rank's order of F, I, W (schedule='free' only)"),
+           "free order: CP-SAT over the split and every rank's order of F, I, W (schedule='free' only)", terms=LATENCY),
     Method("schedule", "milp", solve_milp, True, "auto", True,
-           "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W"),
+           "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W", terms=LATENCY),
     Method("schedule", "exhaustive", exhaustive, True, "auto", False,
-           "every split scored by the schedule executor (small chains only)"),
+           "every split scored by the schedule executor (small chains only)", terms=LATENCY),
     Method("schedule", "uniform", uniform, False, "auto", True,
            "equal layer counts per chunk (torch.distributed.pipelining's even split_spec)"),
     Method("schedule", "torchtitan", torchtitan_split, False, "auto", True,

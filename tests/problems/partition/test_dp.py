@@ -17,7 +17,7 @@ from pipeopt.problems.partition.problem import is_close
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inst=instances(max_layers=7), S=st.integers(1, 4), replication=st.booleans())
+@given(inst=instances(max_layers=7, alpha=True), S=st.integers(1, 4), replication=st.booleans())
 def test_dp_equals_brute_force(inst, S, replication):
     if S > inst.chain.n:
         with pytest.raises(InvalidProblemError, match="more stages"):

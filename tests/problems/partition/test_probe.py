@@ -72,9 +72,11 @@ def test_probe_equals_brute_force_and_dp(inst, data):
     n = inst.chain.n
     S = data.draw(st.integers(1, min(n, 5)), label="S")
     replication = data.draw(st.booleans(), label="replication")
-    if replication and inst.cluster.latency:  # the all-reduce's latency per stage is not modelled
-        with pytest.raises(InvalidProblemError, match="latency with replication"):
-            PartitionProblem(inst, S, replication=replication)
+    if replication and inst.cluster.latency:  # the all-reduce's latency per stage: the DP only
+        p = PartitionProblem(inst, S, replication=True)
+        with pytest.raises(InvalidProblemError, match="does not model a message latency"):
+            solve_probe(p)
+        assert close(optimum_or_inf(solve_dp, p), partition_optimum(inst, S, True).value)
         return
     p = PartitionProblem(inst, S, replication=replication)
     brute = partition_optimum(inst, S, replication).value

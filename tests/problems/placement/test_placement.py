@@ -35,7 +35,7 @@ LAYER_GRAPHS = Path("/work/shared/data/dnn-partitioning/throughput-inputs/LayerG
 
 # ---- instances ---------------------------------------------------------------------------------
 def make_instance(layers: dict, edges, tensors, fpgas: int, memory: float, cpu: bool,
-                  name: str = "placement") -> Instance:
+                  name: str = "placement", latency: float = 0.0) -> Instance:
     """``layers``: name -> (fpga seconds or None if unsupported, cpu seconds, param bytes, act bytes);
     fwd and bwd each get half of a time (so the sum is the given time)."""
     g = nx.DiGraph()
@@ -52,7 +52,7 @@ def make_instance(layers: dict, edges, tensors, fpgas: int, memory: float, cpu: 
     if cpu:
         devices.append(Device("cpu0", {"cpu": 1.0}, host=True))
     settings_ = Settings(objective="max_load", overlap=False)  # as read_dnn_partitioning
-    return Instance(g, Cluster(tuple(devices), BANDWIDTH), settings_, name=name)
+    return Instance(g, Cluster(tuple(devices), BANDWIDTH, latency), settings_, name=name)
 
 
 seconds = st.one_of(st.just(0.0), st.floats(min_value=1e-4, max_value=0.01, allow_nan=False))
@@ -110,7 +110,8 @@ def placements(draw):
         memory = sum(total) * 2
     if not memory > 0:
         memory = math.inf
-    return make_instance(layers, edges, tensors, fpgas, memory, cpu)
+    latency = draw(st.sampled_from([0.0, 0.0, 1e-4, 3e-3]))  # alpha: one message per tensor and stage
+    return make_instance(layers, edges, tensors, fpgas, memory, cpu, latency=latency)
 
 
 def close(a: float, b: float, rel: float) -> bool:

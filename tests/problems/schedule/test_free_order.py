@@ -44,7 +44,9 @@ def free_problems(draw):
     for i, node in enumerate(g.nodes):
         g.nodes[node]["bwd_w"] = {"gpu": bwd[i] * draw(st.floats(0.0, 1.0))}
     memory = draw(st.sampled_from([math.inf, 4e8 * n / 2 + 3e8, 1e9]))
-    inst = Instance(g, Cluster.homogeneous(2, memory=memory, bandwidth=1e9), Settings(overlap=draw(st.booleans())))
+    latency = draw(st.sampled_from([0.0, 0.0, 0.01, 0.05]))  # alpha-beta transfers
+    inst = Instance(g, Cluster.homogeneous(2, memory=memory, bandwidth=1e9, latency=latency),
+                    Settings(overlap=draw(st.booleans())))
     return ScheduleProblem(inst, "free", 2, m, v, placement=placement)
 
 

@@ -46,7 +46,8 @@ def cases(draw, schedule: str):
     memory = draw(st.sampled_from([math.inf, math.inf, 2.5e9, 4e9]))
     overlap = draw(st.sampled_from([True, True, False]))
     m = draw(st.sampled_from([4] if schedule == "DualPipeV" else [2, 4]))  # DualPipeV: m >= 2p
-    inst = Instance(g, Cluster.homogeneous(p, memory=memory, bandwidth=1e9), Settings(overlap=overlap))
+    latency = draw(st.sampled_from([0.0, 0.0, 1e-4, 5e-3]))  # alpha-beta transfers
+    inst = Instance(g, Cluster.homogeneous(p, memory=memory, bandwidth=1e9, latency=latency), Settings(overlap=overlap))
     return ScheduleProblem(inst, schedule, p, m, v)
 
 
