@@ -358,6 +358,31 @@ def whole_model_time(module: nn.Module, example_inputs: tuple, *, repeats: int, 
     return whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup)[0]
 
 
+def runtime_module(module: nn.Module, example_inputs: tuple) -> tuple[nn.Module, str]:
+    """The whole model as ``pipeopt run`` executes it: torch.distributed.pipelining's
+    ``pipeline()`` traces it (``torch.export``: ATen operators, which run slower than the eager
+    modules the layers are timed as) into one stage, whose module is returned; where
+    ``pipeline()`` cannot trace the model, the model itself.
+
+    Returns
+    -------
+    (module, how)
+        ``how`` names which was returned (and why the eager model, if so).
+    """
+    import warnings
+
+    try:
+        from torch.distributed.pipelining import pipeline
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stage = pipeline(module, mb_args=tuple(example_inputs)).get_stage_module(0)
+        return stage, "torch.distributed.pipelining.pipeline() (one stage)"
+    except Exception as exc:  # noqa: BLE001 - any tracing failure: fall back to the eager model
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        return module, f"the eager model (pipeline() could not trace it: {type(exc).__name__}: {reason})"
+
+
 def whole_model_passes(module: nn.Module, example_inputs: tuple, *, repeats: int,
                        warmup: int, microbatches: int = 1) -> tuple[float, float]:
     """``(forward + backward, forward)``: median seconds of one forward plus backward of the

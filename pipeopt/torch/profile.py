@@ -84,7 +84,7 @@ from ..zoo.build import cluster as catalogue_cluster
 from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
 from ..zoo.devices import device as catalogue_device
 from .memory import backward_temporaries, saved_twice
-from .probe import probe, whole_model_passes
+from .probe import probe, runtime_module, whole_model_passes
 from .state import OPTIMIZERS, check_optimizer, state_bytes
 from .hooks import inputs_of, layer_graph, no_cache
 from .trace import parse_granularity, resolve
@@ -327,6 +327,10 @@ def from_torch(
         if costs == "measured":
             whole, whole_forward = whole_model_passes(module, example_inputs, repeats=repeats, warmup=warmup,
                                                       microbatches=settings.microbatches)
+            # the overhead: the whole model as the runtime runs it (pipeline()'s traced stage)
+            run_module, run_by = runtime_module(module, example_inputs)
+            run_whole, run_forward = (whole, whole_forward) if run_module is module else whole_model_passes(
+                run_module, example_inputs, repeats=repeats, warmup=warmup, microbatches=settings.microbatches)
     finally:
         torch.set_num_threads(threads_before)
         _restore(snapshot)
@@ -368,13 +372,22 @@ def from_torch(
             "machine": _machine(),
             "whole_model_s": whole,
             "sum_of_layers_s": sum(p.fwd_s + p.bwd_s for p in probes),
+            "runtime_model_s": run_whole,
+            "runtime_model": run_by,
         } if costs == "measured" else {}),
     }
     if costs == "measured":
-        g.graph["stage_overhead"] = stage_overhead(whole, whole_forward, probes)
+        g.graph["stage_overhead"] = stage_overhead(run_whole, run_forward, probes)
     g.graph["source"] = f"pipeopt.from_torch({type(module).__name__}, granularity={gran.text!r}, costs={costs!r})"
     assumptions = _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
                                bandwidth)
+    if costs == "measured":
+        over = g.graph["stage_overhead"]
+        assumptions.append(
+            f"stage overhead {over['forward'] * 1e3:.3f} ms forward + {over['backward'] * 1e3:.3f} ms backward per "
+            f"microbatch, charged once per stage: the whole model as the runtime runs it, by {run_by}, "
+            f"{run_whole * 1e3:.3f} ms (forward {run_forward * 1e3:.3f} ms; gradients accumulating over "
+            f"{settings.microbatches} microbatches), beyond the sum of its layers' times")
     assumptions += [_tie_assumption(t) for t in g.graph.get("tied", [])]
     if g.graph.get("transient_memory"):
         assumptions.append("memory adds the outputs a stage keeps until their backward (the last stage: all M, "
@@ -546,7 +559,9 @@ def stage_overhead(whole: float, whole_forward: float, probes) -> dict:
     one run of the whole model takes per microbatch beyond the sums of its layers' measured
     times, ``{"forward": s, "backward": s}``. The total is ``whole - sum(fwd + bwd)`` (0 if
     negative); its forward part ``whole_forward - sum(fwd)``, clamped to ``[0, total]``; the
-    backward part the rest.
+    backward part the rest. :func:`from_torch` times the whole model as the runtime runs it
+    (:func:`pipeopt.torch.probe.runtime_module`: torch's ``pipeline()`` traces it to ATen
+    operators, slower than the eager layers), with gradients accumulating over M microbatches.
 
     Parameters
     ----------
@@ -573,9 +588,7 @@ def _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl
             f"kind 'cpu', 1 unit = this CPU as profiled"
         )
         out.append(f"sum of the layers' forward+backward {total * 1e3:.3f} ms vs the whole model {whole * 1e3:.3f} ms "
-                   f"(ratio {total / whole:.3f}) per microbatch: the difference, if positive, is each stage's "
-                   f"runtime overhead per microbatch (stage_overhead; its forward part from the whole model's "
-                   f"forward alone)")
+                   f"(ratio {total / whole:.3f}) per microbatch")
         src = "the default for loopback gloo" if bandwidth is None else "given"
         out.append(f"bandwidth {cl.bandwidth:.4g} B/s between workers ({src}; latency per message: the cluster's)")
     else:
