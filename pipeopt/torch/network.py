@@ -4,7 +4,7 @@ latency alpha and its bandwidth beta (the alpha-beta model of :func:`pipeopt.cos
 :func:`measure_link` starts two processes on this machine (``spawn``, one torch thread each, as
 ``pipeopt run`` runs its stages), sends a tensor of each of several sizes back and forth
 ``repeats`` times after a warm-up (a ping-pong), takes the median one-way time per size, and fits
-the line ``time = alpha + bytes / beta`` by least squares over the sizes: ``alpha`` the
+the line ``time = alpha + bytes / beta`` by least relative squared error over the sizes: ``alpha`` the
 per-message latency, ``beta`` the bandwidth. ``pipeopt profile --bandwidth measure`` uses it with
 sizes from 4 bytes up to the largest edge of the profiled graph, so the cost model gets both.
 :func:`measure_bandwidth` is the older single-size *effective* bandwidth (``bytes / one-way
@@ -27,9 +27,10 @@ import torch.multiprocessing as mp
 from ..errors import InvalidProblemError
 
 
-MIN_LARGEST = 1 << 20
-"""The largest default message size is at least 1 MiB: below it the time of a local gloo message
-is mostly its latency, and the slope (the bandwidth) drowns in the noise."""
+MIN_LARGEST = 1 << 24
+"""The largest default message size is at least 16 MiB: below a few MiB the time of a local gloo
+message is mostly its latency, and on a loaded machine the slope (the bandwidth) drowns in the
+noise of a fraction of a millisecond."""
 
 
 def _free_port() -> int:
@@ -103,12 +104,14 @@ class Link:
         """One line: the fit and the points it was fitted on."""
         pts = ", ".join(f"{n} B {t * 1e3:.3f} ms" for n, t in zip(self.sizes, self.seconds, strict=True))
         return (f"latency {self.latency * 1e3:.4g} ms per message and bandwidth {self.bandwidth:.4g} B/s, the "
-                f"least-squares line through the median one-way times of a gloo ping-pong between two local "
+                f"line of least relative squared error through the median one-way times of a gloo ping-pong between two local "
                 f"processes ({pts})")
 
 
 def fit_line(sizes, seconds) -> tuple[float, float]:
-    """``(alpha, beta)`` of the least-squares line ``seconds = alpha + size / beta``; alpha is
+    """``(alpha, beta)`` of the line ``seconds = alpha + size / beta`` of least *relative* squared
+    error (weights ``1 / seconds**2``: a small message's time counts as much as a large one's,
+    so the line fits the sizes between, where activations are, not only the largest); alpha is
     clamped at 0 (a negative intercept is measurement noise), beta is refitted through the
     origin then.
 
@@ -121,13 +124,18 @@ def fit_line(sizes, seconds) -> tuple[float, float]:
     xs, ys = [float(x) for x in sizes], [float(y) for y in seconds]
     if len(set(xs)) < 2 or len(xs) != len(ys):
         raise InvalidProblemError(f"fitting alpha and beta needs two or more distinct sizes, got {sizes!r}")
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    ws = [1.0 / y**2 if y > 0 else 0.0 for y in ys]
+    if sum(ws) <= 0:
+        raise InvalidProblemError(f"the one-way times {ys!r} are not positive: no line can be fitted")
+    mx = sum(w * x for w, x in zip(ws, xs, strict=True)) / sum(ws)
+    my = sum(w * y for w, y in zip(ws, ys, strict=True)) / sum(ws)
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs, strict=True))
+    slope = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
     alpha = my - slope * mx
     if alpha < 0:
         alpha = 0.0
-        slope = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+        slope = (sum(w * x * y for w, x, y in zip(ws, xs, ys, strict=True))
+                 / sum(w * x * x for w, x in zip(ws, xs, strict=True)))
     if not slope > 0:
         raise InvalidProblemError(
             f"the one-way times {ys!r} do not grow with the message sizes {xs!r}: no bandwidth can be fitted "
@@ -143,7 +151,7 @@ def measure_link(sizes=None, *, largest: int = 1 << 22, repeats: int = 20, warmu
     ----------
     sizes
         Message sizes in bytes, two or more distinct (each rounded down to whole float32
-        elements, at least one); default five sizes from 4 bytes to ``largest`` (at least
+        elements, at least one); default seven sizes from 4 bytes to ``largest`` (at least
         :data:`MIN_LARGEST`) on a logarithmic scale.
     largest
         The largest default size (``pipeopt profile`` passes the largest edge of the graph).
@@ -164,7 +172,7 @@ def measure_link(sizes=None, *, largest: int = 1 << 22, repeats: int = 20, warmu
     _check(repeats, "repeats", 1)
     _check(warmup, "warmup", 0)
     if sizes is None:
-        steps, top = 4, max(largest, MIN_LARGEST)
+        steps, top = 6, max(largest, MIN_LARGEST)
         sizes = sorted({max(4, int(round(4 * (top / 4) ** (i / steps)))) // 4 * 4 for i in range(steps + 1)})
     sizes = tuple(sizes)
     for s in sizes:
