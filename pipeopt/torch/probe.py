@@ -377,6 +377,8 @@ def runtime_module(module: nn.Module, example_inputs: tuple) -> tuple[nn.Module,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             stage = pipeline(module, mb_args=tuple(example_inputs)).get_stage_module(0)
+            with torch.no_grad():  # the traced stage must take the model's own inputs (T5's None
+                stage(*example_inputs)  # positional argument is dropped by the trace: it does not)
         return stage, "torch.distributed.pipelining.pipeline() (one stage)"
     except Exception as exc:  # noqa: BLE001 - any tracing failure: fall back to the eager model
         reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
