@@ -66,6 +66,12 @@ def test_exact_methods_agree_with_brute_force(problem):
         return  # nothing fits: the methods raise (tested elsewhere)
     for name, solve in METHODS.items():
         r = solve(problem)
+        if name == "bisection" and r.info.get("relaxed_plan_fits") is False:
+            # the memory relaxation's plan breaks memory: by design the bisection then returns the
+            # best same-cut plan without proof (FEASIBLE), with the relaxation's bound
+            assert r.status == Status.FEASIBLE, (name, r.status)
+            assert r.lower_bound <= best * (1 + REL) and r.objective >= best * (1 - REL)
+            continue
         assert r.status == Status.OPTIMAL, (name, r.status)
         rec = r.info["secondary"]
         assert math.isclose(rec["cap"], best, rel_tol=1e-9), name
