@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from .errors import InvalidPlanError
 
+RECOMPUTE_MODES = ("full", "selective")
+"""A layer's activation recomputation modes (:class:`Stage` ``recompute``): ``"full"`` keeps
+its input only, ``"selective"`` what its profile says selective recomputation keeps."""
+
 
 def _names(value, what: str) -> tuple:
     """``value`` as a tuple of names; a string or a non-iterable is refused (``"abc"`` is not
@@ -34,12 +38,20 @@ class Stage:
         Wu); ``None`` runs forward and backward one after the other on all resources.
     bwd_layers
         Layers whose **backward** pass this stage runs (Bi-Partition); ``None`` = ``layers``.
+    recompute
+        ``dict[layer, mode]``: the stage's layers whose activations are recomputed (activation
+        checkpointing), ``mode`` one of :data:`RECOMPUTE_MODES`: ``"full"`` keeps only the
+        layer's input and reruns its forward before its backward, ``"selective"`` keeps what the
+        profile measured as kept under selective recomputation and reruns the rest
+        (:func:`pipeopt.cost.rules.recompute_terms`). ``None`` or ``{}``: nothing recomputed
+        (stored as ``None``).
 
     Raises
     ------
     InvalidPlanError
         If ``layers``, ``devices`` or ``bwd_layers`` is not a list of names, ``replicas`` is
-        not a positive integer, or ``beta`` is not a dict of numbers. (Whether the names
+        not a positive integer, ``beta`` is not a dict of numbers, or ``recompute`` is not a
+        dict of layer names to :data:`RECOMPUTE_MODES`. (Whether the names
         exist and the shares lie in [0, 1] is checked against an instance by
         :func:`pipeopt.cost.check_plan`; a plan read by :meth:`Plan.from_dict` has its
         shares checked as it is read.)
@@ -50,6 +62,7 @@ class Stage:
     replicas: int = 1
     beta: dict | None = None
     bwd_layers: tuple | None = None
+    recompute: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", _names(self.layers, "a stage's layers"))
@@ -64,6 +77,16 @@ class Stage:
             or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in self.beta.values())
         ):
             raise InvalidPlanError(f"a stage's beta must be a dict kind -> forward share, got {self.beta!r:.60}")
+        rc = self.recompute
+        if rc is not None:
+            if not isinstance(rc, dict):
+                raise InvalidPlanError(
+                    f"a stage's recompute must be a dict layer -> mode {RECOMPUTE_MODES}, got {type(rc).__name__} {rc!r:.60}"
+                )
+            bad = {k: v for k, v in rc.items() if v not in RECOMPUTE_MODES}
+            if bad:
+                raise InvalidPlanError(f"recompute mode(s) {bad!r:.80} not among {RECOMPUTE_MODES}")
+            object.__setattr__(self, "recompute", dict(rc) or None)
 
     @property
     def backward_layers(self) -> tuple:
@@ -77,6 +100,8 @@ class Stage:
             d["beta"] = dict(self.beta)
         if self.bwd_layers is not None:
             d["bwd_layers"] = list(self.bwd_layers)
+        if self.recompute:
+            d["recompute"] = dict(self.recompute)
         return d
 
     @classmethod
@@ -96,7 +121,7 @@ class Stage:
             raise InvalidPlanError(f"a plan stage must be a JSON object with 'layers', got {type(d).__name__} {d!r:.60}")
         if "layers" not in d:
             raise InvalidPlanError(f"a plan stage has no 'layers' field: {d!r:.80}")
-        unknown = sorted(set(d) - {"layers", "devices", "replicas", "beta", "bwd_layers"})
+        unknown = sorted(set(d) - {"layers", "devices", "replicas", "beta", "bwd_layers", "recompute"})
         if unknown:
             raise InvalidPlanError(f"a plan stage has unknown field(s) {unknown}")
         stage = cls(
@@ -105,6 +130,7 @@ class Stage:
             replicas=d.get("replicas", 1),
             beta=d.get("beta"),
             bwd_layers=d.get("bwd_layers"),
+            recompute=d.get("recompute"),
         )
         for kind, share in (stage.beta or {}).items():
             if not 0.0 <= share <= 1.0:  # NaN too

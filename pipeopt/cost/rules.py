@@ -752,6 +752,55 @@ def transient_memory(out_bytes, kept, excess):
     return kept * out_bytes + excess
 
 
+def recompute_terms(graph, layer, mode: str) -> tuple[float, dict]:
+    """What recomputing one layer's activations changes: ``(kept, extra)``.
+
+    ``kept``: bytes per microbatch in flight the layer keeps instead of its ``act_bytes``;
+    ``extra``: ``dict[kind, seconds]`` its backward grows by on one unit of each kind (the
+    recomputed forward runs right before the backward; in the split-backward schedules before
+    I, so I grows and W does not).
+
+    * ``"full"`` (torch.utils.checkpoint of the layer; Megatron's full recomputation): the layer
+      keeps only its input, the bytes on its in-edges (:func:`pipeopt.graph.edge_bytes`; 0 for a
+      layer without predecessors: the model's input is the data loader's), and reruns its whole
+      forward: ``extra = fwd``.
+    * ``"selective"``: the layer's profile gives node attribute ``selective`` =
+      ``{"act_bytes": bytes kept, "fwd": {kind: seconds recomputed}}`` (the cheap-to-recompute
+      operators dropped, as torchtitan's per-op policy does).
+
+    Parameters
+    ----------
+    graph
+        The layer graph (``networkx.DiGraph``).
+    layer
+        A node of ``graph``.
+    mode
+        ``"full"`` or ``"selective"`` (:data:`pipeopt.plan.RECOMPUTE_MODES`).
+
+    Raises
+    ------
+    InvalidPlanError
+        If ``mode`` is unknown, or ``"selective"`` where the layer has no ``selective``
+        attribute (the message names the layer).
+    """
+    from ..errors import InvalidPlanError
+    from ..graph import edge_bytes
+
+    attrs = graph.nodes[layer]
+    if mode == "full":
+        kept = float(sum(edge_bytes(graph, u, layer) for u in graph.predecessors(layer)))
+        return kept, dict(attrs["fwd"])
+    if mode == "selective":
+        sel = attrs.get("selective")
+        if not isinstance(sel, dict) or "act_bytes" not in sel or "fwd" not in sel:
+            raise InvalidPlanError(
+                f"layer {layer!r}: selective recomputation needs the profile's node attribute "
+                "selective = {'act_bytes': bytes, 'fwd': {kind: seconds}}; this layer has none (use 'full')"
+            )
+        return float(sel["act_bytes"]), {k: float(v) for k, v in sel["fwd"].items()}
+    raise InvalidPlanError(f"layer {layer!r}: unknown recompute mode {mode!r} (full or selective)")
+
+
 def memory_limit(capacity):
     """The most bytes that fit ``capacity``: ``fits(m, c)`` is ``m <= memory_limit(c)``
     (:data:`MEMORY_SLACK` included; a linear model's memory row uses it as its right-hand side)."""
