@@ -132,7 +132,7 @@ def _stage_memory_run(rank: int, world: int, job: dict) -> dict:
     worker, after the gloo group is up)."""
     from torch.distributed.pipelining import Schedule1F1B, build_stage
 
-    from .runtime import _factory, _sum_loss, build_pipe, stage_membership
+    from .runtime import _factory, _sum_loss, build_pipe, stage_membership, stage_step
 
     module, example = _factory(job)
     example = tuple(example)
@@ -154,14 +154,7 @@ def _stage_memory_run(rank: int, world: int, job: dict) -> dict:
         for _ in range(job["iterations"]):
             mt._peak_mem = {}  # the peak of this iteration only (MemTracker has no public reset)
             mt._peak_mem_snap = {}
-            if rank == 0 and world == 1:
-                sched.step(*batch, target=target)
-            elif rank == 0:
-                sched.step(*batch)
-            elif rank == world - 1:
-                sched.step(target=target)
-            else:
-                sched.step()
+            stage_step(sched, rank, world, batch, target)
             opt.step()
             opt.zero_grad(set_to_none=False)  # gradients stay allocated: training state
             peaks.append(_total(mt))

@@ -675,18 +675,26 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
     target = torch.zeros(m * (example[0].shape[0] if isinstance(example[0], torch.Tensor) else 1))
 
     def step() -> None:
-        if rank == 0 and world == 1:
-            sched.step(*batch, target=target)
-        elif rank == 0:
-            sched.step(*batch)
-        elif rank == world - 1:
-            sched.step(target=target)
-        else:
-            sched.step()
+        stage_step(sched, rank, world, batch, target)
 
     times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job)
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
             "stage": stage_membership(stage_mod, job["names"])}
+
+
+def stage_step(sched, rank: int, world: int, batch: tuple, target) -> None:
+    """One ``sched.step`` of a one-stage-per-rank schedule (``Schedule1F1B``, ``ScheduleGPipe``)
+    on rank ``rank`` of ``world``: the first rank feeds the batch (a tuple of the model's
+    inputs, M microbatches concatenated), the last the loss's target, a middle one neither, a
+    single rank both."""
+    if rank == 0 and world == 1:
+        sched.step(*batch, target=target)
+    elif rank == 0:
+        sched.step(*batch)
+    elif rank == world - 1:
+        sched.step(target=target)
+    else:
+        sched.step()
 
 
 def _sum_loss(output, target):
@@ -697,7 +705,7 @@ def _sum_loss(output, target):
 
 
 __all__ = ["RunReport", "SCHEDULES", "build_pipe", "free_cores", "order_prediction", "pipe_stages", "prediction",
-           "run_plan", "stage_membership"]
+           "run_plan", "stage_membership", "stage_step"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
