@@ -8,7 +8,10 @@ The set (:data:`SHIPPED`) is deterministic: the same code writes byte-identical 
   pipeline's slowest link is InfiniBand HDR (25 GB/s).
 * ``memory/``: instances whose memory limit changes the optimum (checked by the tests with the
   exact DP): GPT-3 6.7B on 8 and 16 A100 40GB, BERT-Large (microbatch 16) on 4 V100 16GB over
-  NVLink 2, VGG16 (microbatch 128) on 8 T4 over PCIe 4.
+  NVLink 2, VGG16 (microbatch 128) on 8 T4 over PCIe 4; and, for activation recomputation (issue
+  25), LLaMA-7B (microbatch 8) and GPT-2 XL (microbatch 16) on 8 A100 40GB and on 8 A100 80GB
+  (NVLink 3): on 40 GB no split fits without recomputation, on 80 GB memory slows the
+  no-recomputation optimum.
 * ``heterogeneous/``: multi-resource workers (issue 3) for AlexNet and GoogLeNet: 4 Jetson AGX
   Orin (CPU + GPU + DLA); mixed edge SoCs (Jetson AGX Orin, Apple M2, Apple M1, Snapdragon
   X Elite; CPU + GPU + NPU each) over 10 Gigabit Ethernet, 8 and 16 devices; CPU + GPU
@@ -56,6 +59,21 @@ def _shipped() -> list[tuple[str, dict]]:
                 "microbatch": 16,
                 "name": "bert-large-mb16-v100-16gb-x4",
             },
+        ),
+        *(
+            (
+                "memory",
+                {
+                    "model_name": m,
+                    "devices": dev,
+                    "n": 8,
+                    "bandwidth": "nvlink3",
+                    "microbatch": mb,
+                    "name": f"{m}-mb{mb}-{dev}-x8",
+                },
+            )
+            for m, mb in (("llama-7b", 8), ("gpt2-xl", 16))
+            for dev in ("a100-40gb", "a100-80gb")
         ),
         (
             "memory",

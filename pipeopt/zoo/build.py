@@ -58,6 +58,14 @@ MODELS: dict[str, ModelEntry] = {
             True,
             2048,
         ),
+        ModelEntry(
+            "llama-7b",
+            lambda seq_len: _m.llama("llama-7b", seq_len),
+            2,
+            "Touvron et al., LLaMA: Open and Efficient Foundation Language Models, arXiv:2302.13971 (table 2)",
+            True,
+            2048,
+        ),
     ]
 }
 """The zoo's models by name, with their default microbatch (and sequence length)."""
@@ -106,7 +114,7 @@ def model(
     ----------
     name
         A key of :data:`MODELS`: ``alexnet``, ``googlenet``, ``vgg16``, ``resnet50``,
-        ``bert-large``, ``gpt2-xl``, ``gpt3-6.7b``.
+        ``bert-large``, ``gpt2-xl``, ``gpt3-6.7b``, ``llama-7b``.
     microbatch
         Samples (images or sequences) per microbatch; default the model's
         (:attr:`ModelEntry.microbatch`).

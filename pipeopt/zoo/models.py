@@ -23,11 +23,17 @@ References
    (GPT-2 XL: 48 layers, d=1600, context 1024, vocabulary 50257).
 .. [GPT3] Brown et al., Language Models are Few-Shot Learners, NeurIPS 2020, arXiv:2005.14165
    (table 2.1: GPT-3 6.7B: 32 layers, d=4096, 32 heads, context 2048).
+.. [LLaMA] Touvron et al., LLaMA: Open and Efficient Foundation Language Models,
+   arXiv:2302.13971, 2023 (table 2: LLaMA-7B: 32 layers, d=4096, 32 heads; section 2.2:
+   pre-normalisation with RMSNorm, SwiGLU with hidden size 2/3 x 4d, rotary embeddings;
+   context 2048; SentencePiece vocabulary of 32k tokens). The FFN width 11008 (2/3 x 4 x 4096
+   rounded up to a multiple of 256) and the untied output layer are those of the released
+   model (Meta's reference implementation, ``llama/model.py``).
 """
 
 from __future__ import annotations
 
-from .shapes import CNN, LayerSpec, attention_unit, mlp_unit
+from .shapes import CNN, LayerSpec, attention_unit, mlp_unit, rotary_attention_unit, swiglu_unit
 
 
 def alexnet() -> list[LayerSpec]:
@@ -236,3 +242,54 @@ def gpt(config: str = "gpt2-xl", seq_len: int | None = None) -> list[LayerSpec]:
         ffn=4 * c["h"],
         encoder=False,
     )
+
+
+LLAMA_CONFIGS = {
+    "llama-7b": {"h": 4096, "a": 32, "layers": 32, "ffn": 11008, "vocab": 32000, "positions": 2048,
+                 "ref": "Touvron et al. 2023, table 2"},
+}
+"""Shapes of the LLaMA-style decoders [LLaMA]_ (RMSNorm, SwiGLU, rotary positions, no biases,
+no dropout, output layer not tied to the embedding)."""
+
+
+def llama(config: str = "llama-7b", seq_len: int | None = None) -> list[LayerSpec]:
+    """A LLaMA-style decoder [LLaMA]_: token embedding (no position table: rotary positions
+    sit in the attention), ``layers`` x (attention, SwiGLU MLP) with RMSNorm before each,
+    final RMSNorm + output layer (its own weights, not tied to the embedding) + loss.
+
+    Counted with the conventions of the zoo's GPT blocks (:func:`gpt`,
+    :mod:`pipeopt.zoo.shapes`): per sub-block :func:`~pipeopt.zoo.shapes.rotary_attention_unit`
+    and :func:`~pipeopt.zoo.shapes.swiglu_unit`; the head as GPT's (saves its input, the logits
+    and their softmax). LLaMA-7B: 6.74 G parameters (the paper's 6.7B). ``seq_len`` defaults
+    to the context, 2048.
+    """
+    c = LLAMA_CONFIGS[config]
+    s = c["positions"] if seq_len is None else seq_len
+    if s > c["positions"]:
+        raise ValueError(f"sequence length {s} exceeds the model's {c['positions']} positions")
+    h, a, vocab = c["h"], c["a"], c["vocab"]
+    specs = [
+        LayerSpec("input", f"Input(token ids, s={s})", (), out=s, is_input=True, in_bytes_per_element=8),
+        # a gather: ~1 FLOP per output element; keeps nothing but the token ids (the input's)
+        LayerSpec("embed", f"Embedding(vocab={vocab})", ("input",), 0, s * h, vocab * h, s * h, 0, 0),
+    ]
+    prev = "embed"
+    for i in range(c["layers"]):
+        att = rotary_attention_unit(f"layer{i}_attn", prev, s=s, h=h, a=a)
+        mlp = swiglu_unit(f"layer{i}_mlp", att.name, s=s, h=h, ffn=c["ffn"])
+        specs += [att, mlp]
+        prev = mlp.name
+    macs = s * h * vocab
+    specs.append(
+        LayerSpec(
+            "head",
+            f"RMSNorm + output layer (vocab={vocab}, untied) + loss",
+            (prev,),
+            macs,
+            2 * macs + 5 * s * h + 5 * s * vocab,
+            h + vocab * h,
+            1,
+            s * h + 2 * s * vocab,
+        )
+    )
+    return specs

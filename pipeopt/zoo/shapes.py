@@ -278,3 +278,60 @@ def mlp_unit(name: str, src: str, *, s: int, h: int, ffn: int, with_norm: bool =
         2 * s * h + 2 * s * ffn,
         s * h,
     )
+
+
+# ---- LLaMA-style pieces: RMSNorm, no biases, no dropout, rotary positions, SwiGLU ------------
+def rotary_attention_unit(name: str, src: str, *, s: int, h: int, a: int) -> LayerSpec:
+    """LLaMA's self-attention sub-block (Touvron et al. 2023): RMSNorm, QKV projection without
+    biases, rotary position embedding on Q and K, scores, softmax, weighted sum, output
+    projection (+ residual add); no dropout.
+
+    FLOP: the products as :func:`attention_unit` (``8 s h^2 + 4 s^2 h``), + ~5 per softmax
+    element, + ~4 per element for RMSNorm, 1 for the residual and ~3 per element of Q and K
+    for the rotation (``11 s h``). Saved, counted as Korthikanti et al. (2022) count
+    :func:`attention_unit`'s tensors, less what dropout adds: the norm's input, the QKV
+    input, Q and K (rotated), the softmax output (also the weighted sum's input), V and the
+    output projection's input: ``6 s h + a s^2`` elements, no masks (at 16 bits ``12 s h + 2 a
+    s^2`` bytes).
+    """
+    macs = 4 * s * h * h + 2 * s * s * h
+    flop = 2 * macs + 5 * a * s * s + 11 * s * h
+    params = 4 * h * h + h  # Wq, Wk, Wv, Wo without biases; RMSNorm weight
+    return LayerSpec(
+        name,
+        f"SelfAttention(h={h}, heads={a}, s={s}, rotary, no bias) + RMSNorm",
+        (src,),
+        macs,
+        flop,
+        params,
+        s * h,
+        6 * s * h + a * s * s,
+        0,
+    )
+
+
+def swiglu_unit(name: str, src: str, *, s: int, h: int, ffn: int) -> LayerSpec:
+    """LLaMA's feed-forward sub-block (Touvron et al. 2023; Shazeer 2020, GLU variants):
+    RMSNorm, gate and up projections ``h -> ffn`` without biases, ``SiLU(gate) * up``, down
+    projection ``ffn -> h`` (+ residual add); no dropout.
+
+    FLOP: ``6 s h ffn`` for the three products, + ~5 per ``ffn`` element (SiLU ~4, the
+    product 1), + ~5 per ``h`` element (RMSNorm ~4, residual 1). Saved, every tensor autograd
+    keeps (as :func:`mlp_unit` counts): the norm's input and output (the two projections'
+    shared input), gate (SiLU's input), up and SiLU(gate) (the product's inputs) and their
+    product (the down projection's input): ``2 s h + 4 s ffn`` elements, no masks.
+    """
+    macs = 3 * s * h * ffn
+    flop = 2 * macs + 5 * s * ffn + 5 * s * h
+    params = 3 * h * ffn + h
+    return LayerSpec(
+        name,
+        f"SwiGLU MLP({h}->{ffn}->{h}, no bias) + RMSNorm",
+        (src,),
+        macs,
+        flop,
+        params,
+        s * h,
+        2 * s * h + 4 * s * ffn,
+        0,
+    )
