@@ -35,6 +35,15 @@ layer set Q_i (= P_i unless Bi-Partition):
 * measured transients (:mod:`.transient`, graph attribute ``transient_memory``): memory adds
   the outputs a stage keeps (k_i microbatches; the last stage M) and its backward's excess
   over one microbatch's activations (:func:`rules.transient_memory`, :func:`rules.backward_excess`).
+* activation recomputation (``Stage.recompute``, :func:`rules.recompute_terms`): a recomputed
+  layer keeps its kept bytes per microbatch in flight instead of its ``act_bytes``, and its
+  backward load per kind grows by the recomputed forward (so B_k, tau, both ops and every
+  objective include it); while a layer's backward runs, the stage holds the kept bytes of the
+  layers before it plus that layer's whole ``act_bytes`` (re-created) and its temporaries
+  (:func:`rules.backward_peak`): beyond one microbatch's kept bytes this is the backward's
+  excess (:func:`rules.backward_excess`), in memory whenever a stage recomputes or the profile
+  measured the transients. A recomputed layer's ``saved_twice_bytes`` no longer apply
+  (either end of the edge recomputed: counted twice, never under-counted).
 * tied parameters (:mod:`.ties`): params of a stage include the ``state_bytes`` of every tie one
   of whose layers it holds (in either pass); each tie's gradient is all-reduced between the
   workers of the stages holding it once per iteration, after the flush
@@ -114,6 +123,22 @@ class Evaluation:
     transient
         ``list[float]`` per stage, bytes (in :attr:`memory`): the outputs it keeps and its
         backward's excess, when the profile measured them (:mod:`.transient`; empty otherwise).
+    activations
+        ``list[float]`` per stage: activation bytes a replica keeps per microbatch in flight,
+        a recomputed layer's kept bytes instead of its ``act_bytes``
+        (:func:`rules.recompute_terms`); what the simulator and the schedule executor hold per
+        microbatch.
+    recompute_excess
+        ``list[float]`` per stage, bytes (in :attr:`memory`): when some stage recomputes and the
+        profile did not measure transients, the backward's excess of each stage
+        (:func:`rules.backward_excess` of :func:`rules.backward_peak`: a recomputed layer
+        re-creates its activations while its backward runs); empty otherwise (with measured
+        transients the excess is in :attr:`transient`).
+    recomputed
+        ``list[int]`` per stage: layers whose activations the stage recomputes.
+    notes
+        ``list[str]``: what the plan adds to the cost model's assumptions (e.g. the
+        recomputation it carries), for a result to print.
     iteration_time
         M microbatches under 1F1B with a flush (exact, :mod:`pipeopt.cost.schedule`).
     gpipe_time
@@ -146,6 +171,10 @@ class Evaluation:
     tied: list = field(default_factory=list)
     tie_sync: float = 0.0
     transient: list = field(default_factory=list)
+    activations: list = field(default_factory=list)
+    recompute_excess: list = field(default_factory=list)
+    recomputed: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
     pipeline: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -194,9 +223,74 @@ def check_plan(instance, plan: Plan) -> None:
     one stage's backward set; no empty stage; every edge goes forward (stage of tail <=
     stage of head) in both passes; pinned input layers in stage 0; devices known, not
     shared between stages, at least one per stage and a multiple of ``replicas``; shares in
-    [0, 1] on kinds the worker has.
+    [0, 1] on kinds the worker has; a stage's ``recompute`` names only its own layers, is not
+    on a stage whose backward set differs from its forward set (Bi-Partition: not modelled),
+    and asks ``"selective"`` only of layers whose profile measured it
+    (:func:`rules.recompute_terms`).
+
+    Raises
+    ------
+    InvalidPlanError
+        Naming the first fault found.
+    InvalidProblemError
+        If ``instance`` is not a :class:`pipeopt.Instance`.
     """
     _checked(instance, plan)
+
+
+def recompute_of(graph, plan: Plan) -> list:
+    """Each stage's recomputation, checked: ``list`` per stage of ``dict[layer, (kept, extra)]``
+    (:func:`rules.recompute_terms`; empty for a stage that recomputes nothing).
+
+    Raises
+    ------
+    InvalidPlanError
+        If a stage recomputes a layer that is not one of its layers, recomputes on a stage
+        whose backward set differs from its forward set (Bi-Partition), or asks a mode its
+        layer's profile does not give (the message names the stage and the layer).
+    """
+    out = []
+    for i, st in enumerate(plan.stages):
+        rc = st.recompute
+        if not rc:
+            out.append({})
+            continue
+        if st.bwd_layers is not None and tuple(st.bwd_layers) != tuple(st.layers):
+            raise InvalidPlanError(
+                f"stage {i} recomputes {len(rc)} layer(s) but its backward set differs from its forward set "
+                "(Bi-Partition): recomputation is modelled only where a stage runs both passes of its layers"
+            )
+        own = set(st.layers)
+        foreign = [x for x in rc if x not in own]
+        if foreign:
+            raise InvalidPlanError(
+                f"stage {i} recomputes {foreign[0]!r}, which is not one of its layers"
+                + (f" ({len(foreign)} such)" if len(foreign) > 1 else "")
+            )
+        terms = {}
+        for x, mode in rc.items():
+            try:
+                terms[x] = rules.recompute_terms(graph, x, mode)
+            except InvalidPlanError as err:
+                raise InvalidPlanError(f"stage {i}: {err}") from None
+        out.append(terms)
+    return out
+
+
+def recompute_note(plan: Plan) -> str | None:
+    """The assumption line of a plan that recomputes activations (``None`` if it does not):
+    how many layers, in which modes, and what that changes in the cost model."""
+    modes: dict = {}
+    for st in plan.stages:
+        for mode in (st.recompute or {}).values():
+            modes[mode] = modes.get(mode, 0) + 1
+    if not modes:
+        return None
+    n = sum(modes.values())
+    how = ", ".join(f"{c} {m}" for m, c in sorted(modes.items()))
+    return (f"recomputed: {n} layer{'s' if n != 1 else ''} ({how}): each keeps its input (full) or its "
+            "selective bytes per microbatch in flight instead of its activations, and reruns that forward "
+            "before its backward (before I in split-backward schedules)")
 
 
 @dataclass
@@ -268,8 +362,9 @@ def _explain(graph, plan: Plan, same: bool) -> None:
 
 
 def _checked(instance, plan: Plan):
-    """:func:`check_plan`, returning ``(arrays, forward pass, backward pass, same)`` for
-    :func:`evaluate` (``same``: one split for both passes, ``backward is forward``)."""
+    """:func:`check_plan`, returning ``(arrays, forward pass, backward pass, same, recompute)``
+    for :func:`evaluate` (``same``: one split for both passes, ``backward is forward``;
+    ``recompute``: :func:`recompute_of`)."""
     if not isinstance(instance, Instance):
         raise InvalidProblemError(f"a plan is scored on a pipeopt.Instance, got {type(instance).__name__}")
     if not isinstance(plan, Plan) or plan.num_stages == 0:
@@ -303,7 +398,8 @@ def _checked(instance, plan: Plan):
                     raise InvalidPlanError(f"stage {i}: forward share of {k!r} is {b!r}, outside [0, 1]")
                 if k not in kinds:
                     raise InvalidPlanError(f"stage {i}: share given for {k!r}, which its worker does not have")
-    return arr, fwd, bwd, same
+    recompute = recompute_of(graph, plan) if any(st.recompute for st in plan.stages) else [{}] * plan.num_stages
+    return arr, fwd, bwd, same, recompute
 
 
 def _stage_sums(times: dict, has: dict, layers: _Pass, S: int) -> list[dict]:
@@ -336,7 +432,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     InvalidPlanError
         If the plan is not a valid split (dropped layer, empty stage, ...).
     """
-    arr, fpass, bpass, _ = _checked(instance, plan)
+    arr, fpass, bpass, _, recompute = _checked(instance, plan)
     graph, cluster, settings = instance.graph, instance.cluster, instance.settings
     S = plan.num_stages
     bw, alpha = cluster.bandwidth, cluster.latency
@@ -377,18 +473,33 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     params_all = np.bincount(fpass.stage, weights=arr.param[fpass.order], minlength=S)
     if moved.size:  # a layer whose passes sit on two stages holds its weights on both
         params_all += np.bincount(bpos[moved], weights=arr.param[moved], minlength=S)
-    acts_all = np.bincount(bpass.stage, weights=arr.act[bpass.order], minlength=S)
+    recomputing = any(recompute)
+    kept_act = arr.act
+    if recomputing:  # activation recomputation: kept bytes instead of act_bytes, the rerun forward on B
+        kept_act = arr.act.copy()
+        for i, terms in enumerate(recompute):
+            extra_k: dict = {}
+            for layer, (kept, extra) in terms.items():
+                kept_act[arr.index[layer]] = kept
+                for k in B_all[i]:
+                    extra_k[k] = extra_k.get(k, 0.0) + extra.get(k, math.inf)
+            B_all[i] = {k: v + extra_k.get(k, 0.0) for k, v in B_all[i].items()}
+    acts_all = np.bincount(bpass.stage, weights=kept_act[bpass.order], minlength=S)
     ties = ties_of(graph)
     transient = has_transient(graph) and not max_load_objective(settings)
-    if transient:  # the outputs a stage keeps and its backward temporaries (pipeopt.cost.transient)
-        peaks = []  # per stage: the largest (activations through layer L + L's backward temporaries)
+    peaks = []  # per stage: the most one microbatch holds while a layer's backward runs (rules.backward_peak)
+    if transient or recomputing:
         for st in plan.stages:
-            through = np.cumsum([float(graph.nodes[x]["act_bytes"]) for x in st.backward_layers])
-            peaks.append(float(np.max(through + np.array([bwd_temp(graph, x) for x in st.backward_layers]))))
+            idx = [arr.index[n] for n in st.backward_layers]
+            temp = np.array([bwd_temp(graph, n) for n in st.backward_layers]) if transient else 0.0
+            peaks.append(rules.backward_peak(kept_act[idx], arr.act[idx], temp))
+    if transient:  # the outputs a stage keeps and its backward temporaries (pipeopt.cost.transient)
         sent = [*fwd_b.tolist(), sink_out_bytes(graph)]  # per microbatch: what stage i sends; the last: the output
         twice = np.zeros(S)  # per stage: the tensors two of its layers both save, per microbatch
+        redone = {n for terms in recompute for n in terms}
         for u, v, nb in graph.edges(data="saved_twice_bytes"):
-            if nb and bpos[arr.index[u]] == bpos[arr.index[v]]:
+            # a recomputed end does not save the shared tensor as measured: the term no longer applies
+            if nb and bpos[arr.index[u]] == bpos[arr.index[v]] and u not in redone and v not in redone:
                 twice[bpos[arr.index[u]]] += nb
     tie_state = np.zeros(S)  # each tie's state_bytes on every stage that holds one of its layers
     tied, tie_sync = [], 0.0
@@ -407,6 +518,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         sent = rules.stage_transfer_times(rules.tensors_of(graph), stage_of, S, bw, alpha)
     stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
     transients: list[float] = []
+    rc_excess: list[float] = []
     loads = []
     windows, splits = [], []
     violations: list[str] = []
@@ -438,6 +550,10 @@ def evaluate(instance, plan: Plan) -> Evaluation:
                                                  rules.backward_excess(peaks[i], acts))
                           + rules.saved_once(kept, twice[i]))
             transients.append(extra)
+            mem += extra
+        elif recomputing:  # a recomputed layer re-creates its activations while its backward runs
+            extra = float(rules.backward_excess(peaks[i], acts))
+            rc_excess.append(extra)
             mem += extra
         if not rules.fits(mem, mem_cap):
             violations.append(
@@ -484,6 +600,10 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         tied=tied,
         tie_sync=float(tie_sync),
         transient=transients,
+        activations=[float(v) for v in acts_all],
+        recompute_excess=rc_excess,
+        recomputed=[len(t) for t in recompute],
+        notes=[n for n in (recompute_note(plan),) if n],
         pipeline=pipeline,
     )
     if objective_name == "iteration":

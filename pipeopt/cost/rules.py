@@ -810,3 +810,35 @@ def memory_limit(capacity):
 def fits(memory, capacity):
     """True where ``memory <= capacity`` up to :data:`MEMORY_SLACK` (``inf`` capacity: always)."""
     return memory <= memory_limit(capacity)
+
+
+def backward_peak(kept, act, temp=0.0):
+    """The most bytes of one microbatch a stage holds while one of its layers' backward runs:
+    ``max over L of (sum_{l before L} kept_l + act_L + temp_L)``, the layers in the stage's
+    order (0 for none).
+
+    While layer L's backward runs, the layers before L still hold what they keep for their own
+    backward (``kept``: ``act_bytes``, or a recomputed layer's kept bytes, :func:`recompute_terms`),
+    L holds its whole ``act_bytes`` (a recomputed layer has re-created them by rerunning its
+    forward) and its backward's temporaries (``temp``: ``bwd_temp_bytes`` where the profile
+    measured them, else 0); the layers after L have freed theirs. Without recomputation this is
+    the activations through L plus L's temporaries (:func:`backward_excess`'s peak); with
+    ``temp = 0`` and no recomputation it is one microbatch's activations, so
+    ``backward_excess(backward_peak(...), sum(kept))`` adds nothing to today's model.
+
+    Parameters
+    ----------
+    kept, act, temp
+        ``array (n,)`` bytes per layer of the stage (``temp`` may be a scalar).
+
+    Returns
+    -------
+    float
+        Bytes.
+    """
+    kept = np.asarray(kept, dtype=float)
+    act = np.asarray(act, dtype=float)
+    if not kept.size:
+        return 0.0
+    # cumsum(kept) + (act - kept): exactly the activations through L when nothing is recomputed
+    return float(np.max(np.cumsum(kept) + (act - kept) + temp))
