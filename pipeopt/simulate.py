@@ -33,8 +33,11 @@ disagree with the cost model through *scheduling*, never through different numbe
 * ``half_duplex=True``: each link is one channel for both directions, serving transfers first
   come first served (outside the cost model; below);
 * memory: a microbatch's activations are held from the start of its forward to the end of its
-  backward on the stage (``act_bytes`` of the stage's layers), plus the stage's parameters
-  (one version, or one per microbatch in flight under ``"async"``).
+  backward on the stage (``act_bytes`` of the stage's layers; a recomputed layer's kept bytes
+  instead, ``Evaluation.activations``), plus the stage's parameters (one version, or one per
+  microbatch in flight under ``"async"``); while it holds a microbatch a stage that recomputes
+  also holds its backward's excess (``Evaluation.recompute_excess``: a recomputed layer's
+  re-created activations).
 
 Bi-Partition plans (different forward and backward cuts) play like any other: a stage's
 forward op covers its forward layers and its backward op its backward layers, and each link
@@ -335,10 +338,11 @@ class _Pipeline:
     links: list  # per cut: parallel links
     overlap: bool
     window: list  # k_i, 1F1B warm-up / in-flight bound per replica
-    act: list  # activation bytes per microbatch, per stage
+    act: list  # activation bytes kept per microbatch, per stage
     params: list  # parameter bytes per stage
     fwd_share: list  # split execution: forward share of the worker's resources
     half_duplex: bool = False  # one channel per link for both directions, first come first served
+    excess: list | None = None  # per stage: the backward's excess while a microbatch is held (recomputation)
 
     @property
     def S(self) -> int:
@@ -355,7 +359,7 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list, half_duplex: bool)
     reps = [st.replicas for st in plan.stages]
     bw, alpha = instance.cluster.bandwidth, instance.cluster.latency
     graph = instance.graph
-    act = [float(sum(graph.nodes[n]["act_bytes"] for n in st.backward_layers)) for st in plan.stages]
+    act = list(ev.activations)  # kept bytes per microbatch (recomputed layers: their kept bytes)
     params = [
         float(sum(graph.nodes[n]["param_bytes"] for n in set(st.layers) | set(st.backward_layers)))
         for st in plan.stages
@@ -384,6 +388,7 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list, half_duplex: bool)
         params=params,
         fwd_share=share,
         half_duplex=half_duplex,
+        excess=list(ev.recompute_excess) or None,
     )
     return pipe, ev
 
@@ -586,6 +591,11 @@ def _memory(run: _Run, p: _Pipeline, stash: bool) -> tuple[list, list, list]:
     S = p.S
     peak_k = [0] * S
     trace = []
+    excess = p.excess or [0.0] * S
+
+    def held(i: int, k: int, versions) -> float:  # a stage holding k > 0 microbatches also holds its excess
+        return rules.stage_memory(p.act[i], p.params[i], k, versions) + (excess[i] if k > 0 else 0.0)
+
     for i in range(S):
         m = p.replicas[i]
         for r in range(m):
@@ -593,10 +603,8 @@ def _memory(run: _Run, p: _Pipeline, stash: bool) -> tuple[list, list, list]:
             for t, dk in run.held[(i, r)]:
                 k += dk
                 peak_k[i] = max(peak_k[i], k)
-                versions = rules.weight_versions(max(k, 1), stash)
-                trace.append((i, r, t, rules.stage_memory(p.act[i], p.params[i], k, versions)))
-    peak = [rules.stage_memory(p.act[i], p.params[i], k, rules.weight_versions(max(k, 1), stash))
-            for i, k in enumerate(peak_k)]
+                trace.append((i, r, t, held(i, k, rules.weight_versions(max(k, 1), stash))))
+    peak = [held(i, k, rules.weight_versions(max(k, 1), stash)) for i, k in enumerate(peak_k)]
     return peak, peak_k, trace
 
 

@@ -129,11 +129,13 @@ class Evaluation:
         (:func:`rules.recompute_terms`); what the simulator and the schedule executor hold per
         microbatch.
     recompute_excess
-        ``list[float]`` per stage, bytes (in :attr:`memory`): when some stage recomputes and the
-        profile did not measure transients, the backward's excess of each stage
-        (:func:`rules.backward_excess` of :func:`rules.backward_peak`: a recomputed layer
-        re-creates its activations while its backward runs); empty otherwise (with measured
-        transients the excess is in :attr:`transient`).
+        ``list[float]`` per stage, bytes: when some stage recomputes, the backward's excess of
+        each stage without the measured temporaries (:func:`rules.backward_excess` of
+        :func:`rules.backward_peak` with ``temp = 0``: a recomputed layer re-creates its
+        activations while its backward runs); empty when nothing is recomputed. In
+        :attr:`memory` unless the profile measured the transients, whose excess (in
+        :attr:`transient`) includes it; the simulator and the schedule executor add it to a
+        microbatch's kept bytes (:attr:`activations`).
     recomputed
         ``list[int]`` per stage: layers whose activations the stage recomputes.
     notes
@@ -487,12 +489,16 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     acts_all = np.bincount(bpass.stage, weights=kept_act[bpass.order], minlength=S)
     ties = ties_of(graph)
     transient = has_transient(graph) and not max_load_objective(settings)
-    peaks = []  # per stage: the most one microbatch holds while a layer's backward runs (rules.backward_peak)
+    peaks, rc_excess = [], []  # per stage: the most one microbatch holds while a layer's backward runs
     if transient or recomputing:
-        for st in plan.stages:
+        for i, st in enumerate(plan.stages):
             idx = [arr.index[n] for n in st.backward_layers]
-            temp = np.array([bwd_temp(graph, n) for n in st.backward_layers]) if transient else 0.0
-            peaks.append(rules.backward_peak(kept_act[idx], arr.act[idx], temp))
+            if transient:
+                temp = np.array([bwd_temp(graph, n) for n in st.backward_layers])
+                peaks.append(rules.backward_peak(kept_act[idx], arr.act[idx], temp))
+            if recomputing:  # rules.backward_peak without the measured temporaries
+                peak = rules.backward_peak(kept_act[idx], arr.act[idx]) if recompute[i] else 0.0
+                rc_excess.append(float(rules.backward_excess(peak, float(acts_all[i]))))
     if transient:  # the outputs a stage keeps and its backward temporaries (pipeopt.cost.transient)
         sent = [*fwd_b.tolist(), sink_out_bytes(graph)]  # per microbatch: what stage i sends; the last: the output
         twice = np.zeros(S)  # per stage: the tensors two of its layers both save, per microbatch
@@ -518,7 +524,6 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         sent = rules.stage_transfer_times(rules.tensors_of(graph), stage_of, S, bw, alpha)
     stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
     transients: list[float] = []
-    rc_excess: list[float] = []
     loads = []
     windows, splits = [], []
     violations: list[str] = []
@@ -552,9 +557,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             transients.append(extra)
             mem += extra
         elif recomputing:  # a recomputed layer re-creates its activations while its backward runs
-            extra = float(rules.backward_excess(peaks[i], acts))
-            rc_excess.append(extra)
-            mem += extra
+            mem += rc_excess[i]
         if not rules.fits(mem, mem_cap):
             violations.append(
                 f"stage {i} needs {mem / 2**30:.3f} GiB but its worker has {mem_cap / 2**30:.3f} GiB"

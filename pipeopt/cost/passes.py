@@ -24,6 +24,12 @@ the same chunks (so with one stage per rank they are exactly the durations
 times on the chunk's resources (:func:`pipeopt.cost.rules.load_time`) - with one resource
 kind exactly the layers' I and W sums, as :func:`pipeopt.cost.rules.replica_ops` shares a
 stage time between F and B.
+
+**Recomputation** (``Stage.recompute``, :func:`pipeopt.cost.rules.recompute_terms`): a chunk's
+recomputed forward runs right before its input gradient, so it adds to B and to I, never to W:
+W is the chunk's W without recomputation, I the rest of B. A chunk holds its kept bytes per
+microbatch in flight (``Evaluation.activations``) and, while a backward runs, the excess of a
+recomputed layer's re-created activations (``Evaluation.recompute_excess``).
 """
 
 from __future__ import annotations
@@ -121,8 +127,8 @@ class PassTimes:
         (:func:`pipeopt.cost.rules.transfer_time` of the bytes that cross,
         :func:`pipeopt.cost.rules.crossing_bytes`).
     act_bytes, param_bytes
-        ``tuple[float, ...]`` per chunk: activation bytes kept per microbatch in flight, and
-        parameter bytes.
+        ``tuple[float, ...]`` per chunk: activation bytes kept per microbatch in flight (a
+        recomputed layer's kept bytes instead of its ``act_bytes``), and parameter bytes.
     memory_capacity
         ``tuple[float, ...]`` per chunk: memory of the worker (rank) that runs it.
     overlap
@@ -130,7 +136,11 @@ class PassTimes:
         transfer to the action that sends it.
     assumptions
         ``tuple[str, ...]``: the instance's assumptions and, if some layer lacks ``bwd_w``,
-        :func:`weight_split_assumption`.
+        :func:`weight_split_assumption` (and the plan's recomputation, if any).
+    act_excess
+        ``tuple[float, ...]`` per chunk: bytes its backward holds beyond one microbatch's
+        ``act_bytes`` while a recomputed layer's activations are re-created
+        (``Evaluation.recompute_excess``); ``()``: none.
     """
 
     forward: tuple
@@ -144,6 +154,7 @@ class PassTimes:
     memory_capacity: tuple
     overlap: bool = True
     assumptions: tuple = ()
+    act_excess: tuple = ()
 
     @property
     def chunks(self) -> int:
@@ -153,7 +164,8 @@ class PassTimes:
 
 def _check_chunks(plan: Plan) -> None:
     """Chunks run once each (no replication, no split execution, one backward set), and two
-    chunks share devices only if they run on the same worker (the same device list)."""
+    chunks share devices only if they run on the same worker (the same device list). A chunk
+    may recompute (``Stage.recompute``; checked by :func:`pipeopt.cost.check_plan`)."""
     owner: dict = {}
     for s, st in enumerate(plan.stages):
         own_backward = st.bwd_layers is not None and st.bwd_layers != st.layers
@@ -191,7 +203,8 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
     ------
     InvalidPlanError
         If the chunks are not a valid split (:func:`pipeopt.cost.check_plan`: a dropped or
-        repeated layer, an empty chunk, an edge going backwards), a chunk is replicated, has a
+        repeated layer, an empty chunk, an edge going backwards, a recompute it cannot
+        score), a chunk is replicated, has a
         forward share or its own backward set, devices are shared between chunks with
         different device lists, or a chunk holds a layer its worker cannot run.
     """
@@ -215,7 +228,7 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
             dev = cluster.device(d)
             names.append(f"{d}#{s}")
             copies.append(Device(names[-1], dict(dev.resources), dev.memory))
-        stages.append(Stage(st.layers, tuple(names)))
+        stages.append(Stage(st.layers, tuple(names), recompute=st.recompute))
     taken = {c.name for c in copies}  # the unused devices stay (the instance checks the kinds it has)
     copies += [d for d in cluster.devices if d.name not in taken]
     settings = Settings(overlap=True, microbatches=instance.settings.microbatches)
@@ -224,13 +237,16 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
     bad = [v for v in ev.violations if "can run" in v]
     if bad:
         raise InvalidPlanError(bad[0].replace("stage", "chunk", 1))
+    plain = ev  # the chunks without recomputation: W is theirs, recomputation adds to I only
+    if any(st.recompute for st in stages):
+        plain = evaluate(virtual, Plan(tuple(Stage(st.layers, st.devices) for st in stages)))
     graph = instance.graph
     i_ops, w_ops = [], []
-    for st, b_op in zip(plan.stages, ev.backward_op, strict=True):
+    for st, b_op, b_plain in zip(plan.stages, ev.backward_op, plain.backward_op, strict=True):
         res, _ = rules.pool((cluster.device(d) for d in st.devices), 1)
         i_load, w_load = backward_split(graph, st.layers)
         ti, tw = rules.load_time(res, i_load), rules.load_time(res, w_load)
-        w_op = b_op * tw / (ti + tw) if ti + tw > 0 else 0.0
+        w_op = b_plain * tw / (ti + tw) if ti + tw > 0 else 0.0
         w_ops.append(float(w_op))
         i_ops.append(float(b_op - w_op))
     note = weight_split_assumption(graph)
@@ -241,9 +257,10 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
         weight_grad=tuple(w_ops),
         send_forward=tuple(ev.pipeline["x"]),
         send_backward=tuple(ev.pipeline["y"]),
-        act_bytes=tuple(float(sum(graph.nodes[n]["act_bytes"] for n in st.layers)) for st in plan.stages),
+        act_bytes=tuple(ev.activations),
         param_bytes=tuple(float(sum(graph.nodes[n]["param_bytes"] for n in st.layers)) for st in plan.stages),
         memory_capacity=tuple(ev.memory_capacity),
         overlap=instance.settings.overlap,
-        assumptions=tuple(instance.assumptions) + ((note,) if note else ()),
+        assumptions=tuple(instance.assumptions) + ((note,) if note else ()) + tuple(ev.notes),
+        act_excess=tuple(ev.recompute_excess),
     )

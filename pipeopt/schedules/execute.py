@@ -162,7 +162,11 @@ def durations(sg: ScheduleGraph, times: PassTimes):
 def rank_memory(schedule: Schedule, times: PassTimes) -> tuple:
     """``tuple[float, ...]`` per rank: peak bytes under the schedule's memory rule
     (activations in flight by :meth:`Schedule.activation_profile`, parameters
-    ``parameter_copies`` times; :func:`pipeopt.cost.rules.stage_memory` per stage)."""
+    ``parameter_copies`` times; :func:`pipeopt.cost.rules.stage_memory` per stage), plus, at
+    each point, the largest backward excess (``times.act_excess``: a recomputed layer's
+    re-created activations) of the rank's chunks holding a microbatch (a rank runs one backward
+    at a time)."""
+    excess = times.act_excess or (0.0,) * times.chunks
     out = []
     for r in range(schedule.ranks):
         mine = schedule.stages_on(r)
@@ -170,6 +174,7 @@ def rank_memory(schedule: Schedule, times: PassTimes) -> tuple:
         for counts in schedule.activation_profile(r) or ((0,) * len(mine),):
             total = sum(rules.stage_memory(times.act_bytes[s], times.param_bytes[s], k, schedule.parameter_copies)
                         for s, k in zip(mine, counts, strict=True))
+            total += max((excess[s] for s, k in zip(mine, counts, strict=True) if k > 0), default=0.0)
             peak = max(peak, float(total))
         out.append(peak)
     return tuple(out)
