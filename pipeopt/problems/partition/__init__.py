@@ -29,6 +29,10 @@ lower bound.
 * :func:`torchtitan`, :func:`megatron`, :func:`pippy` -- the default splits of torchtitan,
   Megatron-LM and PiPPy's examples, counting the blocks of a model profiled by
   :func:`pipeopt.torch.from_torch` (:mod:`.frameworks`; other graphs are refused).
+* :func:`megatron_full_uniform`, :func:`megatron_block`, :func:`torchtitan_every_k`,
+  :func:`no_recompute` -- what Megatron-LM and torchtitan users set when a model does not fit
+  (activation recomputation on the frameworks' default splits) and the exact optimum without
+  recomputation (:mod:`.recompute_baselines`; transformer graphs only, ``requires="transformer"``).
 * :func:`mcmc` -- FlexFlow's Metropolis-Hastings search (Jia, Zaharia & Aiken, SysML 2019):
   five chains (seeds ``seed .. seed + 4``) share the time limit; the median chain's plan.
 """
@@ -45,6 +49,7 @@ from .mcmc import mcmc
 from .milp import solve_milp
 from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
 from .probe import solve_probe
+from .recompute_baselines import megatron_block, megatron_full_uniform, no_recompute, torchtitan_every_k
 from .problem import PartitionProblem
 from .simple import (
     block_partition,
@@ -88,6 +93,19 @@ METHODS = (
            "PiPPy examples: layers_per_rank = L // S, the rest on the last stage", "torch"),
     Method("partition", "mcmc", mcmc, False, "one-order", True,
            "FlexFlow-style MCMC (Jia, Zaharia, Aiken, SysML 2019); 5 seeds share the time limit, median plan"),
+    # recomputation baselines (issue 25, .recompute_baselines): requires "transformer" = a graph of blocks
+    # (from_torch at a container granularity, or a zoo transformer's layer{i}_ sub-blocks)
+    Method("partition", "megatron-full-uniform", megatron_full_uniform, False, "one-order", False,
+           "Megatron-LM core_v0.19 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+           "on its L / S split", "transformer"),
+    Method("partition", "megatron-block", megatron_block, False, "one-order", False,
+           "Megatron-LM core_v0.19 --recompute-method block, the fewest --recompute-num-layers that fit, L / S split",
+           "transformer"),
+    Method("partition", "torchtitan-every-k", torchtitan_every_k, False, "one-order", False,
+           "torchtitan v0.2.2 activation_checkpoint selective_ac_option = k (every k-th block), the largest k that "
+           "fits, on its default split", "transformer"),
+    Method("partition", "no-recompute", no_recompute, False, "auto", False,
+           "the exact optimum without recomputation at the same S (solve_auto)", "transformer"),
 )
 
 __all__ = [
@@ -97,6 +115,9 @@ __all__ = [
     "PipeDreamPlan",
     "mcmc",
     "megatron",
+    "megatron_block",
+    "megatron_full_uniform",
+    "no_recompute",
     "pippy",
     "solve_auto",
     "solve_convex",
@@ -116,6 +137,7 @@ __all__ = [
     "straight_stage_time",
     "time_balanced",
     "torchtitan",
+    "torchtitan_every_k",
     "uniform",
     "uniform_parts",
 ]

@@ -1,0 +1,439 @@
+"""What Megatron-LM and torchtitan users get when a model does not fit: their activation
+recomputation settings on their default splits, and the exact optimum without recomputation.
+
+Each method takes the problem's S and instance, builds a :class:`~pipeopt.plan.Plan` whose
+stages carry ``Stage.recompute`` (every recomputed block's layers ``"full"``: the frameworks
+checkpoint a whole transformer layer, :func:`pipeopt.cost.rules.recompute_terms` says what
+that keeps and costs) and is scored by :func:`pipeopt.evaluate` like every plan: status
+``FEASIBLE``, ``INFEASIBLE`` if the plan breaks memory; no lower bound.
+
+The frameworks count **blocks** (transformer layers) of a model built as "modules before, a
+sequence of blocks, modules after" (:func:`transformer_parts`): a graph of
+:func:`pipeopt.torch.from_torch` at a container granularity (the container's children, each
+one layer or several of its submodules), or a zoo transformer (:mod:`pipeopt.zoo`: block i is
+the sub-blocks ``layer{i}_attn`` and ``layer{i}_mlp``). Other graphs are refused with
+:class:`~pipeopt.errors.InvalidProblemError`. With the zoo's sub-block granularity a
+recomputed block keeps the inputs of both its sub-blocks (``2 s b h`` elements), where
+Megatron's checkpoint of the whole layer keeps one (``s b h``): the plan says per layer what
+it recomputes, and the cost model prices exactly that.
+
+* :func:`megatron_full_uniform` -- ``--recompute-granularity full --recompute-method uniform
+  --recompute-num-layers 1`` on Megatron's default split (``L / S`` blocks per stage,
+  :func:`~pipeopt.problems.partition.frameworks.megatron_blocks`): every block recomputed.
+* :func:`megatron_block` -- ``--recompute-method block --recompute-num-layers N`` on the same
+  split, N the smallest that makes every stage fit (the flag is one number for all stages:
+  each stage recomputes its first ``min(N, blocks)`` blocks, :func:`megatron_block_rule`).
+* :func:`torchtitan_every_k` -- torchtitan's default split
+  (:func:`~pipeopt.problems.partition.frameworks.torchtitan_blocks`) with ``[activation_checkpoint]
+  mode = "selective"``, ``selective_ac_option = "k"``: every k-th block of a rank is wrapped in
+  a full checkpoint (:func:`torchtitan_layer_rule`); the largest k that fits (``mode = "none"``
+  if the split fits without recomputation).
+* :func:`no_recompute` -- the exact optimum without recomputation at the same S (the partition
+  problem's exact method, :func:`~pipeopt.problems.partition.auto.solve_auto`); its result's
+  ``info["note"]`` says when no split fits.
+
+The rules (:func:`megatron_uniform_rule`, :func:`megatron_block_rule`,
+:func:`torchtitan_layer_rule`) are pure functions of the blocks per stage, read also by the
+exporters (:mod:`pipeopt.export.layout`) to say which framework setting a plan's recompute set
+is.
+
+References
+----------
+Megatron-LM, github.com/NVIDIA/Megatron-LM, core_v0.19.0 (2026-08-19):
+``megatron/training/arguments.py`` (``--recompute-granularity {full,selective}``,
+``--recompute-method {uniform,block}``, ``--recompute-num-layers``),
+``megatron/core/transformer/transformer_config.py`` (``recompute_granularity``,
+``recompute_method``, ``recompute_num_layers``: "block will recompute the input activations
+for only a set number of transformer layers per pipeline stage") and
+``megatron/core/recompute.py`` (the ``uniform`` chunks of ``recompute_num_layers`` layers, the
+``block`` branch ``layer_idx < recompute_num_layers`` per pipeline rank); Korthikanti et al.,
+Reducing Activation Recomputation in Large Transformer Models, MLSys 2023, arXiv:2205.05198.
+torchtitan, github.com/pytorch/torchtitan, v0.2.2 (2026-02-20):
+``torchtitan/config/job_config.py`` (``ActivationCheckpoint.mode``, ``selective_ac_option``:
+"'int' (e.g., 2) for every nth layer, or 'op' for op level ac") and
+``torchtitan/distributed/activation_checkpoint.py`` (``_apply_layer_sac``: a module-level
+counter incremented per block, the block wrapped when ``count % ac_freq == 0``; ``apply_ac`` is
+called per model part, so with one stage per rank the count restarts on each rank). The layer
+option was removed after v0.2.2 (commit 114151ad, 2026-03-23: "per-op SAC is now the only
+selective mode").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import networkx as nx
+
+from ...backends.deadline import Deadline
+from ...errors import InfeasibleError, InvalidProblemError
+from ...plan import Plan
+from ...result import Result, Status
+from .. import spaces
+from .frameworks import around_container, block_of, megatron_blocks, torchtitan_blocks
+from .problem import PartitionProblem
+
+_ZOO_BLOCK = re.compile(r"layer(\d+)_")
+
+
+# ---------------------------------------------------------------------------------------
+# The model's blocks
+# ---------------------------------------------------------------------------------------
+def transformer_parts(graph: nx.DiGraph) -> tuple[list, list, list]:
+    """``(before, blocks, after)`` of a transformer's layer graph.
+
+    Parameters
+    ----------
+    graph
+        A graph of :func:`pipeopt.torch.from_torch` at a container granularity (graph
+        attribute ``torch`` with a ``container``; a block is the container's child and all
+        layers inside it), or a zoo transformer (nodes ``layer{i}_...``; block i is every node
+        whose name starts with ``layer{i}_``).
+
+    Returns
+    -------
+    tuple
+        ``before``: layer names run before the first block; ``blocks``: ``list[tuple[str,
+        ...]]``, each block's layers in the graph's order, blocks in model order; ``after``:
+        the names after the last block.
+
+    Raises
+    ------
+    InvalidProblemError
+        If the graph has neither, or a layer outside the blocks runs between two blocks, or a
+        block's layers are not contiguous.
+    """
+    nodes = list(graph.nodes)
+    meta = graph.graph.get("torch") or {}
+    container = meta.get("container")
+    if container:
+        before, names, after = around_container([str(n) for n in nodes], container)
+        key = {n: block_of(str(n), container) for n in nodes}
+    else:
+        key = {}
+        for n in nodes:
+            m = _ZOO_BLOCK.match(str(n))
+            if m:
+                key[n] = int(m.group(1))
+        if not key:
+            raise InvalidProblemError(
+                "the recomputation baselines count transformer blocks: give a graph of pipeopt.torch.from_torch at a "
+                "container granularity or a zoo transformer (layers named layer{i}_...); this graph has neither"
+            )
+        inside = [i for i, n in enumerate(nodes) if n in key]
+        lo, hi = inside[0], inside[-1]
+        stray = [n for n in nodes[lo:hi + 1] if n not in key]
+        if stray:
+            raise InvalidProblemError(f"{stray[0]!r} runs between the transformer blocks: not 'modules before, "
+                                      "blocks, modules after'")
+        before, after = [str(n) for n in nodes[:lo]], [str(n) for n in nodes[hi + 1:]]
+        names = list(dict.fromkeys(key[n] for n in nodes[lo:hi + 1]))
+    blocks = [tuple(str(n) for n in nodes if key.get(n) == b) for b in names]
+    order = [key[n] for n in nodes if key.get(n) is not None]
+    if any(a != b and a in order[i + 1:] for i, (a, b) in enumerate(zip(order, order[1:]))):
+        raise InvalidProblemError("a transformer block's layers are not contiguous in the graph's order")
+    if any(not b for b in blocks):
+        raise InvalidProblemError("a transformer block has no layer in the graph")
+    return before, blocks, after
+
+
+# ---------------------------------------------------------------------------------------
+# The frameworks' rules: which blocks of each stage are recomputed
+# ---------------------------------------------------------------------------------------
+def megatron_uniform_rule(counts: list[int], num_layers: int = 1) -> list[list[bool]]:
+    """Megatron's ``--recompute-method uniform --recompute-num-layers num_layers`` per stage.
+
+    ``uniform`` checkpoints chunks of ``num_layers`` consecutive layers, keeping only each
+    chunk's input; with ``num_layers = 1`` that is every layer checkpointed on its own, which
+    a per-layer recompute set expresses. A chunk of several layers keeps less than its layers
+    recomputed one by one (its inner inputs are not kept): no per-layer set is that.
+
+    Parameters
+    ----------
+    counts
+        Blocks per stage.
+    num_layers
+        ``--recompute-num-layers`` (must be 1 here).
+
+    Returns
+    -------
+    list[list[bool]]
+        Per stage, per block in order: recomputed.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``num_layers != 1``.
+    """
+    if num_layers != 1:
+        raise InvalidProblemError(
+            f"--recompute-method uniform --recompute-num-layers {num_layers} checkpoints chunks of {num_layers} layers "
+            "keeping only each chunk's input; a per-layer recompute set expresses only chunks of 1 layer"
+        )
+    return [[True] * c for c in counts]
+
+
+def megatron_block_rule(counts: list[int], num_layers: int) -> list[list[bool]]:
+    """Megatron's ``--recompute-method block --recompute-num-layers num_layers``: on every
+    pipeline stage its first ``num_layers`` blocks (all of them if it has fewer) are
+    checkpointed, the others keep their activations (``megatron/core/recompute.py``:
+    ``use_checkpoint = layer_idx < recompute_num_layers`` per rank; no FP8 skip).
+
+    >>> megatron_block_rule([3, 2], 2)
+    [[True, True, False], [True, True]]
+    """
+    if num_layers < 0:
+        raise InvalidProblemError(f"--recompute-num-layers must be >= 0, got {num_layers}")
+    return [[j < num_layers for j in range(c)] for c in counts]
+
+
+def torchtitan_layer_rule(counts: list[int], k: int) -> list[list[bool]]:
+    """torchtitan v0.2.2's ``selective_ac_option = "k"`` with one stage per rank: the
+    counter restarts on each rank, so block j (0-based) of a stage is checkpointed iff
+    ``(j + 1) % k == 0``; ``k = 0`` (``not ac_freq``) checkpoints every block.
+
+    >>> torchtitan_layer_rule([4, 3], 2)
+    [[False, True, False, True], [False, True, False]]
+    """
+    if k < 0:
+        raise InvalidProblemError(f"selective_ac_option must be a non-negative integer, got {k}")
+    return [[k == 0 or (j + 1) % k == 0 for j in range(c)] for c in counts]
+
+
+# ---------------------------------------------------------------------------------------
+# Plans
+# ---------------------------------------------------------------------------------------
+def block_plan(problem: PartitionProblem, counts: list[int], recompute: list[list[bool]] | None,
+               rule: str = "baseline") -> Plan:
+    """The plan of ``counts`` blocks per stage (the modules before the blocks with stage 0,
+    after them with stage S - 1), each flagged block's layers recomputed ``"full"``.
+
+    Parameters
+    ----------
+    problem
+        The partition problem (its chain gives the stages' layers and the devices).
+    counts
+        Blocks per stage, S entries summing to the blocks.
+    recompute
+        Per stage, per block: recomputed (``None``: nothing).
+    rule
+        The caller's name, for messages.
+
+    Raises
+    ------
+    InvalidProblemError
+        If the counts do not match the model, leave a stage empty, or the stages are not
+        contiguous in the chain's order.
+    """
+    before, blocks, after = transformer_parts(problem.instance.graph)
+    S = problem.stages
+    if len(counts) != S or sum(counts) != len(blocks) or min(counts, default=0) < 0:
+        raise InvalidProblemError(f"{rule}: {counts} blocks per stage for {len(blocks)} blocks, S = {S}")
+    stage_of = {n: 0 for n in before}
+    flagged: list[set] = [set() for _ in range(S)]
+    k = 0
+    for s, c in enumerate(counts):
+        for j, b in enumerate(blocks[k:k + c]):
+            stage_of.update({n: s for n in b})
+            if recompute is not None and recompute[s][j]:
+                flagged[s].update(b)
+        k += c
+    stage_of.update({n: S - 1 for n in after})
+    empty = [s for s in range(S) if s not in set(stage_of.values())]
+    if empty:
+        raise InvalidProblemError(f"{rule} leaves stage(s) {empty} empty ({counts} blocks per stage)")
+    units = problem.instance.chain.units
+    seq = [stage_of[str(u[0])] for u in units]
+    if any(b < a for a, b in zip(seq, seq[1:])) or any(len({stage_of[str(x)] for x in u}) > 1 for u in units):
+        raise InvalidProblemError(f"{rule}: its stages are not contiguous in pipeopt's layer order")
+    starts = [i for i in range(1, len(seq)) if seq[i] != seq[i - 1]]
+    plan = problem.plan(starts)
+    return Plan(tuple(replace(st, recompute={n: "full" for n in st.layers if str(n) in flagged[s]} or None)
+                      for s, st in enumerate(plan.stages)), schedule=plan.schedule)
+
+
+def _fits(problem: PartitionProblem, plan: Plan) -> bool:
+    from ...cost import evaluate
+
+    return evaluate(problem.instance, plan).feasible
+
+
+def _blocks(problem: PartitionProblem) -> int:
+    return len(transformer_parts(problem.instance.graph)[1])
+
+
+def _result(problem, name, plan, started, info) -> Result:
+    return problem.result(name, plan, Status.FEASIBLE, started=started, space=spaces.ONE_ORDER, info=info)
+
+
+# ---------------------------------------------------------------------------------------
+# Methods
+# ---------------------------------------------------------------------------------------
+def megatron_full_uniform(
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    threads: int = 2,
+) -> Result:
+    """Megatron-LM's ``--recompute-granularity full --recompute-method uniform
+    --recompute-num-layers 1`` on its default split (``get_num_layers_to_build``: ``L / S``
+    blocks per stage, the embedding on the first stage, the output layer on the last): every
+    block recomputed.
+
+    Parameters
+    ----------
+    problem
+        A partition problem on a transformer (:func:`transformer_parts`).
+    time_limit, solver, seed, threads
+        Unused (the common method signature; ``time_limit`` starts the clock).
+
+    Returns
+    -------
+    Result
+        ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no bound, space
+        ``"one-order"``; ``info``: ``blocks_per_stage``, ``megatron_args``.
+
+    Raises
+    ------
+    InvalidProblemError
+        On a graph that is not a transformer, or L not divisible by S (Megatron asserts).
+    """
+    started = Deadline.of(time_limit).started
+    counts = megatron_blocks(problem.stages, _blocks(problem))
+    plan = block_plan(problem, counts, megatron_uniform_rule(counts), "megatron-full-uniform")
+    return _result(problem, "megatron-full-uniform", plan, started, {
+        "blocks_per_stage": counts,
+        "megatron_args": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"})
+
+
+def megatron_block(
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    threads: int = 2,
+) -> Result:
+    """Megatron-LM's ``--recompute-granularity full --recompute-method block
+    --recompute-num-layers N`` on its default split, with the smallest N (0 = no
+    recomputation) for which every stage fits (:func:`megatron_block_rule`; one N for all
+    stages, as Megatron's flag is global). If none fits, the plan of the largest N (every
+    block recomputed), ``INFEASIBLE``.
+
+    Parameters, Raises
+        As :func:`megatron_full_uniform`.
+
+    Returns
+    -------
+    Result
+        As :func:`megatron_full_uniform`; ``info["recompute_num_layers"]`` = N (``None`` if
+        no N fits) and ``info["megatron_args"]``.
+    """
+    started = Deadline.of(time_limit).started
+    counts = megatron_blocks(problem.stages, _blocks(problem))
+    top = max(counts)
+    chosen, plan = None, None
+    for n in range(top + 1):
+        plan = block_plan(problem, counts, megatron_block_rule(counts, n), "megatron-block")
+        if _fits(problem, plan):
+            chosen = n
+            break
+    n = top if chosen is None else chosen
+    args = ("" if n == 0 else
+            f"--recompute-granularity full --recompute-method block --recompute-num-layers {n}")
+    info = {"blocks_per_stage": counts, "recompute_num_layers": chosen, "megatron_args": args}
+    if chosen is None:
+        info["note"] = "no --recompute-num-layers makes every stage fit: even every block recomputed breaks memory"
+    return _result(problem, "megatron-block", plan, started, info)
+
+
+def torchtitan_every_k(
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    threads: int = 2, input_weight: int = 1, output_weight: int = 1,
+) -> Result:
+    """torchtitan v0.2.2's ``[activation_checkpoint] mode = "selective"``,
+    ``selective_ac_option = "k"`` on its default split (``generate_llm_fqn_per_model_part``),
+    the largest spacing k that fits (every k-th block of each stage checkpointed,
+    :func:`torchtitan_layer_rule`); ``mode = "none"`` if the split fits without
+    recomputation. k runs from the largest stage's block count down to 1 (every block); if
+    none fits, the plan of k = 1, ``INFEASIBLE``.
+
+    Parameters
+    ----------
+    problem, time_limit, solver, seed, threads
+        As :func:`megatron_full_uniform`.
+    input_weight, output_weight
+        torchtitan's ``pipeline_parallel_first_stage_less_layers`` /
+        ``..._last_stage_less_layers`` (default 1).
+
+    Returns
+    -------
+    Result
+        As :func:`megatron_full_uniform`; ``info``: ``selective_ac_option`` (k as a string,
+        ``None`` for mode none or when nothing fits), ``activation_checkpoint`` (the TOML
+        table's settings).
+
+    Raises
+    ------
+    InvalidProblemError
+        On a graph that is not a transformer, or where torchtitan's split raises.
+    """
+    started = Deadline.of(time_limit).started
+    counts = torchtitan_blocks(problem.stages, _blocks(problem), input_weight, output_weight)
+    plan = block_plan(problem, counts, None, "torchtitan-every-k")
+    info: dict = {"blocks_per_stage": counts, "input_weight": input_weight, "output_weight": output_weight}
+    if _fits(problem, plan):
+        info.update(selective_ac_option=None, activation_checkpoint={"mode": "none"})
+        return _result(problem, "torchtitan-every-k", plan, started, info)
+    chosen = None
+    for k in range(max(counts), 0, -1):
+        plan = block_plan(problem, counts, torchtitan_layer_rule(counts, k), "torchtitan-every-k")
+        if _fits(problem, plan):
+            chosen = k
+            break
+    k = 1 if chosen is None else chosen
+    info.update(selective_ac_option=None if chosen is None else str(k),
+                activation_checkpoint={"mode": "selective", "selective_ac_option": str(k)})
+    if chosen is None:
+        info["note"] = "no spacing k fits: even every block checkpointed (k = 1) breaks memory"
+    return _result(problem, "torchtitan-every-k", plan, started, info)
+
+
+def no_recompute(
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    threads: int = 2,
+) -> Result:
+    """The exact optimum without recomputation at the same S: the partition problem's exact
+    method (:func:`~pipeopt.problems.partition.auto.solve_auto`: the DP on these chains) on
+    the instance as it is, no layer recomputed ("more memory per stage is not an option: no
+    recompute"). Applies to any instance; registered beside the recomputation baselines.
+
+    Parameters
+    ----------
+    problem, time_limit, solver, seed, threads
+        As for the exact methods.
+
+    Returns
+    -------
+    Result
+        ``FEASIBLE`` with the exact method's plan (its proof is in ``info["exact"]``, not a
+        bound: plans that recompute may be faster), or ``INFEASIBLE`` without a plan and
+        ``info["note"]`` saying that no split fits without recomputation (the exact method's
+        message).
+    """
+    from .auto import solve_auto
+
+    deadline = Deadline.of(time_limit)
+    plain = PartitionProblem(problem.instance, problem.stages, problem.replication)
+    try:
+        res = solve_auto(plain, time_limit=deadline, solver=solver, seed=seed, threads=threads)
+    except InfeasibleError as exc:
+        return Result.scored(problem.instance, "no-recompute", None, Status.INFEASIBLE, started=deadline.started,
+                             space=problem.space, info={"note": f"infeasible without recomputation: {exc}"})
+    info = {"exact": {"method": res.method, "status": str(res.status), "lower_bound": res.lower_bound},
+            "note": "the exact optimum without recomputation"
+                    + ("" if res.status == Status.OPTIMAL else f" (not proven: {res.status})")}
+    if res.plan is None:
+        info["note"] = f"no plan without recomputation: the exact method ended {res.status}"
+        return Result.scored(problem.instance, "no-recompute", None, Status.INFEASIBLE, started=deadline.started,
+                             space=res.space, info=info)
+    return Result.scored(problem.instance, "no-recompute", res.plan, Status.FEASIBLE, started=deadline.started,
+                         space=res.space, info=info)
+
+
+RECOMPUTE_BASELINES = ("megatron-full-uniform", "megatron-block", "torchtitan-every-k", "no-recompute")
+"""The method names this module registers for the partition problem."""
