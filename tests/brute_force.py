@@ -8,6 +8,9 @@ The search spaces (docs/problems.md, "Search spaces"):
 
 * **partition, straight** -- every contiguous split of the layer order into exactly S
   non-empty stages, stage s on device s (the devices are identical);
+* **partition with recomputation** -- every straight split times every choice per layer:
+  keep its activations or recompute it in one of the modes (``recompute="full"``: every layer
+  recomputed);
 * **partition, replicated** -- every contiguous split into k <= S stages with replica counts
   m_1 + ... + m_k = S, devices dealt in order (stage s gets the next m_s devices);
 * **joint** -- every contiguous split into S stages, stage s on device s, each stage with its
@@ -234,6 +237,20 @@ def partition_plans(instance, stages: int, replication: bool = False):
                 yield Plan(tuple(st))
 
 
+def recompute_plans(instance, stages: int, modes=("full",), forced: bool = False):
+    """Every straight split of the partition problem times every recompute choice: each layer
+    of each stage keeps its activations or takes one of ``modes`` (``forced``: every layer takes
+    ``modes[0]``, Megatron's uniform full recomputation)."""
+    options = [modes[0]] if forced else [None, *modes]
+    for plan in partition_plans(instance, stages):
+        layers = [x for st in plan.stages for x in st.layers]
+        for pick in itertools.product(options, repeat=len(layers)):
+            chosen = dict(zip(layers, pick))
+            yield Plan(tuple(Stage(st.layers, st.devices, st.replicas,
+                                   recompute={x: chosen[x] for x in st.layers if chosen[x] is not None} or None)
+                             for st in plan.stages))
+
+
 def joint_plans(instance, stages: int):
     """Every plan of the joint problem: stage s on device s, optimal shares."""
     cache: dict = {}
@@ -374,6 +391,12 @@ def tied_plans(instance, plans, rel: float = 1e-9) -> tuple[float, list[Plan]]:
 def partition_optimum(instance, stages: int, replication: bool = False) -> Optimum:
     """Brute-force optimum of the partition problem."""
     return optimum(instance, partition_plans(instance, stages, replication))
+
+
+def recompute_optimum(instance, stages: int, modes=("full",), forced: bool = False) -> Optimum:
+    """Brute-force optimum of the partition problem with activation recomputation: every
+    straight split times every per-layer choice (:func:`recompute_plans`)."""
+    return optimum(instance, recompute_plans(instance, stages, modes, forced))
 
 
 def joint_optimum(instance, stages: int) -> Optimum:

@@ -46,6 +46,7 @@ from ...cost.tolerance import BISECTION_WIDTH
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
+from .recompute import FRONTIER_LIMIT
 from .tiebreak import SECONDARY, break_ties
 
 REL_TOL = BISECTION_WIDTH
@@ -71,6 +72,8 @@ def dense_bytes(p: PartitionProblem) -> int:
     from n = 1,980 at S = 64."""
     side = p.n + 1
     kept = p.stages if p.replication else 1
+    if p.recompute != "none":  # per in-flight count: the least recompute seconds, the overshoot, the cost
+        kept += 3 * p.stages
     return (kept + DENSE_TEMPORARIES) * side * side * 8
 
 
@@ -96,10 +99,36 @@ def check_dense_size(p: PartitionProblem, limit: float = DENSE_LIMIT) -> None:
 
 def _infeasible(p: PartitionProblem) -> InfeasibleError:
     cap = p.memory
+    miss = ""
+    if not p.replication:  # the least, over every split, of its worst stage's overshoot (proven: all priced)
+        over, starts = _least_overshoot(p)
+        if math.isfinite(over) and over > 0:
+            miss = (f"; the best split (stages starting at units {[0, *starts]}) misses the limit by "
+                    f"{over / 2**30:.3f} GiB ({over:,.0f} bytes) on its worst stage"
+                    + (" with every recompute choice tried" if p.recompute == "auto"
+                       else " with every layer recomputed" if p.recompute == "full" else
+                       " (no recomputation: try recompute='auto')"))
     return InfeasibleError(
         f"no split of {p.instance.name} into {p.stages} stages fits in {cap / 2**30:.3f} GiB per worker"
-        + (" (with replication)" if p.replication else "")
+        + (" (with replication)" if p.replication else "") + miss
     )
+
+
+def _least_overshoot(p: PartitionProblem) -> tuple[float, list[int]]:
+    """The smallest worst-stage memory overshoot over every straight split, in bytes beyond
+    the worker's memory (with recomputation: each stage's least over its
+    recompute choices), and the split attaining it."""
+    from .recompute import least_overshoot
+
+    n, S = p.n, p.stages
+    if p.recomputation is not None:
+        mats = [p.recomputation.overshoot(p.in_flight(s)) for s in range(S)]
+    else:
+        j = np.arange(n + 1)[:, None]
+        i = np.arange(n + 1)[None, :]
+        mats = [np.where(j > i, p.stage_memory(np.minimum(i, j), j, p.in_flight(s)) - p.memory, np.inf)
+                for s in range(S)]
+    return least_overshoot(mats, S)
 
 
 class _Stages:
@@ -123,6 +152,16 @@ class _Stages:
             i = np.arange(n + 1)[None, :]
             self._work["fits", k] = (j > i) & self.p.fits(self.p.stage_memory(np.minimum(i, j), j, k))
         return self._work["fits", k]
+
+    def cost(self, m: int, k: int) -> np.ndarray:
+        """:meth:`work` of m replicas, plus with recomputation (straight only) the least seconds a
+        stage keeping k microbatches adds with its memory fitting (``inf`` where none fits:
+        :meth:`pipeopt.problems.partition.recompute.RecomputeModel.extra`)."""
+        if self.p.recomputation is None:
+            return self.work(m)
+        if ("cost", k) not in self._work:
+            self._work["cost", k] = self.work(m) + self.p.recomputation.extra(k)
+        return self._work["cost", k]
 
     def work(self, m: int) -> np.ndarray:
         if m not in self._work:
@@ -171,7 +210,7 @@ def _dp(p: PartitionProblem, stages: _Stages, T: float | None, deadline: Deadlin
             continue
         rows = np.flatnonzero(ok)
         lo, hi = int(rows[0]), int(rows[-1]) + 1
-        work = stages.work(m)[:, lo:hi]
+        work = stages.cost(m, k)[:, lo:hi]
         link = stages.bound / m  # one direction of a cut over this stage's m links
         if T is None:
             cand = np.maximum(np.maximum(prev[None, lo:hi], work / m),
@@ -182,7 +221,9 @@ def _dp(p: PartitionProblem, stages: _Stages, T: float | None, deadline: Deadlin
             cand = work + carry[None, :]
             bad = (cand > -U * T) | (link[None, lo:hi] > T) | (link[:, None] > T)
             cand = np.where(bad, np.inf, cand)
-        if math.isfinite(p.memory) and p.table.transient:  # the ends that fit need not be an interval
+        if p.recomputation is not None:  # memory is in the stage cost (inf where no choice fits)
+            pass
+        elif math.isfinite(p.memory) and p.table.transient:  # the ends that fit need not be an interval
             cand = np.where(stages.fits(k)[:, lo:hi], cand, np.inf)
         elif math.isfinite(p.memory):
             reach = p.memory_reach(k)[lo:hi]
@@ -257,17 +298,28 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         )
     check_dense_size(problem)
     stages = _Stages(problem)
+    rc = problem.recomputation
     try:
+        if rc is not None:  # every stage's least recompute seconds, per in-flight count (the frontiers)
+            rc.prepare([problem.in_flight(s) for s in range(problem.stages)], deadline)
         first = _dp(problem, stages, None, deadline)
     except DeadlineReached as stop:
         return problem.result("dp", None, Status.TIME_LIMIT, lower_bound=problem.simple_lower_bound(),
                               started=deadline.started, info={"stopped": str(stop)})
     if first is None:
         raise _infeasible(problem)
+
+    def period(split) -> float:
+        if rc is None:
+            return problem.period(*split)
+        bounds = [0, *split[0], problem.n]
+        extra = [rc.extra(problem.in_flight(t))[bounds[t + 1], bounds[t]] for t in range(problem.stages)]
+        return problem.period(split[0], None, extra)
+
     value, arg_i, arg_m = first
     lower = float(value[problem.stages, problem.n])
     best = _split(problem, arg_i, arg_m)
-    upper = problem.period(*best)
+    upper = period(best)
     probes, status, info = 0, Status.OPTIMAL, {}
     try:
         while upper - lower > REL_TOL * upper:
@@ -278,15 +330,24 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
                 lower = T
                 continue
             split = _split(problem, found[1], found[2])
-            period = problem.period(*split)
-            if period < upper:
-                best, upper = split, period
+            value_T = period(split)
+            if value_T < upper:
+                best, upper = split, value_T
             else:  # the probe's split meets every row at T, so its period is <= T (float aside)
                 upper = min(upper, T)
     except DeadlineReached as stop:
         status, info = Status.TIME_LIMIT, {"stopped": str(stop)}
     info.update({"min_max": float(value[problem.stages, problem.n]), "probes": probes})
-    if status == Status.OPTIMAL:  # the secondary objective (tie-break), in the one-order space
+    if rc is not None:  # the tie-break's event-time MILP does not model recomputation: not run
+        info["secondary"] = {"objective": SECONDARY, "proven": False, "skipped": "recompute"}
+        info["recompute"] = {"mode": rc.mode, "modes": list(rc.modes), "exact": rc.exact,
+                             "largest_frontier": rc.largest}
+        if not rc.exact and status == Status.OPTIMAL:  # a thinned frontier: the plan fits, no optimum is claimed
+            status = Status.FEASIBLE
+            lower = problem.simple_lower_bound()
+            info["note"] = (f"a stage's recompute frontier exceeded {FRONTIER_LIMIT:,} points and was thinned: "
+                            "the plan fits but is not proven optimal; the bound is the simple one")
+    elif status == Status.OPTIMAL:  # the secondary objective (tie-break), in the one-order space
         try:
             best = (break_ties(problem, best[0], deadline, info, solver=solver, threads=threads, seed=seed), best[1])
         except DeadlineReached:
@@ -294,7 +355,7 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     else:
         info["secondary"] = {"objective": SECONDARY, "proven": False}
     plan = problem.plan(best[0], best[1] if problem.replication else None)
-    info["dp_value"] = problem.period(*best) if problem.replication else problem.period(best[0])
+    info["dp_value"] = period(best) if (problem.replication or rc is not None) else problem.period(best[0])
     final = evaluate(problem.instance, plan).objective
     # a tied split, or evaluate's own summation order, may undercut the proven lower end by float rounding only
     return problem.result("dp", plan, status, lower_bound=min(lower, upper, final), started=deadline.started, info=info)

@@ -58,25 +58,57 @@ class PartitionProblem:
         counts add up to S.
     replication
         Allow data-parallel replication of stages (PipeDream).
+    recompute
+        Activation recomputation (:mod:`pipeopt.problems.partition.recompute`): ``"none"``
+        (default: every layer keeps its activations), ``"full"`` (every layer recomputed in
+        full mode), ``"auto"`` (the exact choice per layer with the split: none or full, and
+        selective where every layer's profile measures it). Only the methods that model it
+        take it (:func:`pipeopt.solve` refuses the others).
 
     Raises
     ------
     InvalidProblemError
         If S < 1, S exceeds the number of layers (units) or of devices, the devices differ,
-        or a device has several usable resource kinds.
+        or a device has several usable resource kinds; ``recompute`` unknown, or not
+        ``"none"`` with replication or with the measured transient memory terms (not modelled
+        with recomputation yet).
     """
 
     instance: Instance
     stages: int
     replication: bool = False
+    recompute: str = "none"
 
     def __post_init__(self) -> None:
+        from .recompute import check_recompute
+
         inst = self.instance
         check_stage_count(inst, self.stages)
         if not inst.cluster.is_homogeneous:
             raise InvalidProblemError("the partition problem needs identical devices; use the group problem")
         _ = self.kind
         self._check_times()
+        check_recompute(self.recompute)
+        if self.recompute != "none":
+            if self.replication:
+                raise InvalidProblemError(
+                    f"recompute={self.recompute!r} with replication is not modelled yet; drop one of them"
+                )
+            if self.table.transient:
+                raise InvalidProblemError(
+                    f"{inst.name}: recompute={self.recompute!r} is not modelled with the measured transient memory "
+                    "terms (graph attribute transient_memory) yet; use recompute='none'"
+                )
+
+    @cached_property
+    def recomputation(self):
+        """:class:`pipeopt.problems.partition.recompute.RecomputeModel` of this problem (``None``
+        with ``recompute="none"``): the least seconds every stage adds by recomputation."""
+        if self.recompute == "none":
+            return None
+        from .recompute import RecomputeModel
+
+        return RecomputeModel(self)
 
     def _check_times(self) -> None:
         """Every unit must run on the kind, and the times must not overflow."""
@@ -330,11 +362,13 @@ class PartitionProblem:
                                                self.latency)
         return comp + added[a] + added[b]
 
-    def period(self, starts, replicas=None) -> float:
+    def period(self, starts, replicas=None, extra=None) -> float:
         """Steady-state time per microbatch (the ``bottleneck`` objective) of the split whose
         stages start at ``[0, *starts]`` on ``replicas`` (default one each), memory aside:
         :func:`pipeopt.cost.rules.steady_period` on the table's numbers, the window rows
-        included. Equal to :func:`pipeopt.evaluate`'s bottleneck of :meth:`plan`.
+        included. Equal to :func:`pipeopt.evaluate`'s bottleneck of :meth:`plan`. ``extra``:
+        seconds each stage's backward adds by recomputation (default none; with
+        ``recompute`` set, :meth:`stage_recompute` of the split).
 
         Returns
         -------
@@ -345,6 +379,10 @@ class PartitionProblem:
         S = len(p) - 1
         reps = np.ones(S, dtype=int) if replicas is None else np.asarray(replicas, dtype=int)
         work = np.asarray(self.stage_work(p[:-1], p[1:], reps), dtype=float)
+        if extra is None and self.recompute != "none":
+            extra = [sec for sec, _ in self.stage_recompute(list(starts))]
+        if extra is not None:
+            work = work + np.asarray(extra, dtype=float) / reps
         after = np.cumsum(reps[::-1])[::-1]
         window = rules.in_flight(np.arange(S), S, workers_after=after, replicas=reps)
         cuts = p[1:-1]
@@ -352,8 +390,19 @@ class PartitionProblem:
         links = np.minimum(reps[:-1], reps[1:])
         return rules.steady_period(work, np.zeros(S), reps, window, np.zeros(S, dtype=bool), half, half, links)
 
+    def stage_recompute(self, starts: list[int]) -> list[tuple[float, dict]]:
+        """Per stage of the straight split starting at ``[0, *starts]``: the least seconds its
+        recomputation adds with its memory fitting and the layers it recomputes
+        (:meth:`pipeopt.problems.partition.recompute.RecomputeModel.choose`; ``inf`` and the
+        choice of least memory for a stage no choice fits). ``(0.0, {})`` each with ``recompute="none"``."""
+        bounds = [0, *[int(c) for c in starts], self.n]
+        S = len(bounds) - 1
+        if self.recomputation is None:
+            return [(0.0, {})] * S
+        return [self.recomputation.choose(bounds[t], bounds[t + 1], self.in_flight(t)) for t in range(S)]
+
     # ---- plans and results -------------------------------------------------------------
-    def plan(self, starts: list[int], replicas: list[int] | None = None) -> Plan:
+    def plan(self, starts: list[int], replicas: list[int] | None = None, recompute: list | None = None) -> Plan:
         """The plan whose stages start at units ``[0, *starts]``.
 
         Parameters
@@ -362,18 +411,25 @@ class PartitionProblem:
             Unit index where each stage after the first begins, increasing.
         replicas
             Replica count per stage (default 1 each); devices are dealt in order.
+        recompute
+            Per stage, ``dict[layer, mode]`` of its recomputed layers (``None``: with the
+            problem's ``recompute`` set, the least-time choice that fits, :meth:`stage_recompute`;
+            else nothing recomputed).
         """
         starts = [int(c) for c in starts]
         layer_sets = self.instance.chain.stages_from_cuts(starts)
         replicas = [1] * len(layer_sets) if replicas is None else [int(m) for m in replicas]
         if len(replicas) != len(layer_sets):
             raise InvalidProblemError(f"{len(layer_sets)} stages but {len(replicas)} replica counts")
+        if recompute is None:
+            recompute = [rc for _, rc in self.stage_recompute(starts)] if self.recompute != "none" \
+                else [None] * len(layer_sets)
         names = [d.name for d in self.instance.cluster.devices]
         if sum(replicas) > len(names):
             raise InvalidProblemError(f"plan needs {sum(replicas)} devices, the cluster has {len(names)}")
         stages, used = [], 0
-        for layers, m in zip(layer_sets, replicas, strict=True):
-            stages.append(Stage(layers=layers, devices=tuple(names[used : used + m]), replicas=m))
+        for layers, m, rc in zip(layer_sets, replicas, recompute, strict=True):
+            stages.append(Stage(layers=layers, devices=tuple(names[used : used + m]), replicas=m, recompute=rc or None))
             used += m
         return Plan(tuple(stages))
 
