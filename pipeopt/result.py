@@ -164,7 +164,8 @@ class Result:
         from .instance import OBJECTIVE_TEXT
 
         info = dict(info or {})
-        info.setdefault("assumptions", list(instance.assumptions) + list(instance.cost_terms))
+        info.setdefault("assumptions", list(instance.assumptions) + list(instance.cost_terms)
+                        + list(getattr(ev, "notes", None) or []))  # e.g. the plan's recomputation
         info["space"] = space
         info.setdefault("objective", OBJECTIVE_TEXT[instance.settings.objective])
         if ev is not None and math.isfinite(ev.objective) and "secondary" not in info:
@@ -215,6 +216,8 @@ class Result:
                 line += f" on {','.join(st.devices)}"
                 if st.beta is not None:
                     line += " forward share " + ", ".join(f"{k} {b:.3f}" for k, b in sorted(st.beta.items()))
+                if st.recompute:
+                    line += f" recomputing {len(st.recompute)}"
                 t, what = (e.load[i], "load") if e.load else (e.stage_time[i], "time")
                 line += f"  {what} {t * 1e3:.4f} ms  memory {e.memory[i] / 2**30:.3f} GiB"
                 lines.append(line)

@@ -5,6 +5,12 @@ stage from a :class:`CostTable`: a stage of units ``a .. b-1`` costs differences
 arrays taken at ``a`` and ``b``. The table applies the rules of :mod:`pipeopt.cost.rules`, the
 same ones :func:`pipeopt.evaluate` applies to a plan, so a method's claimed value and the
 evaluation of its plan agree (the tests check it).
+
+The table has no activation recomputation: every unit keeps its ``act_bytes`` and runs its
+backward alone. A method that chooses recomputation (``Stage.recompute``) prices it itself
+through :func:`pipeopt.cost.rules.recompute_terms` and :func:`pipeopt.cost.rules.backward_peak`;
+code that turns a plan into cuts to score it on the table calls :func:`refuse_recompute` first,
+so that a plan's recomputation is never silently dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +25,33 @@ from . import rules
 from .arrays import layer_arrays
 from .ties import ChainTies, ties_of
 from .transient import ChainTransient
+
+
+def refuse_recompute(plan, what: str) -> None:
+    """Raise unless ``plan`` recomputes nothing: for code that scores a plan by its cuts on a
+    :class:`CostTable` (which has no recomputation, module docstring).
+
+    Parameters
+    ----------
+    plan
+        :class:`pipeopt.Plan`.
+    what
+        What would score it (named in the message).
+
+    Raises
+    ------
+    InvalidPlanError
+        If a stage of ``plan`` has a ``recompute``; the message names the stage and says to
+        score the plan with :func:`pipeopt.evaluate`.
+    """
+    from ..errors import InvalidPlanError
+
+    for i, st in enumerate(plan.stages):
+        if st.recompute:
+            raise InvalidPlanError(
+                f"{what} scores a plan by its cuts on the cost table, which has no activation recomputation; "
+                f"stage {i} recomputes {len(st.recompute)} layer(s): score the plan with pipeopt.evaluate"
+            )
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:

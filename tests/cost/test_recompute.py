@@ -273,3 +273,21 @@ def test_typed_errors():
         pass_times(inst, two({"l2": "full"}))
     with pytest.raises(InvalidPlanError, match="not one of its layers"):
         simulate(inst, two({"l2": "full"}))
+
+
+def test_the_cost_table_refuses_a_plan_it_would_score_without_its_recompute():
+    from pipeopt.cost.table import refuse_recompute
+
+    refuse_recompute(two(), "a warm start")  # nothing recomputed: fine
+    with pytest.raises(InvalidPlanError, match="a warm start scores .* stage 0 recomputes 1 layer"):
+        refuse_recompute(two({"l1": "full"}), "a warm start")
+
+
+def test_a_result_says_its_plan_recomputes():
+    from pipeopt.result import Result
+
+    inst = three(devices=2)
+    res = Result.scored(inst, "hand", two({"l1": "full"}), "feasible")
+    assert any(a.startswith("recomputed: 1 layer (1 full)") for a in res.info["assumptions"])
+    assert "recomputing 1" in res.summary()
+    assert not any("recomputed" in a for a in Result.scored(inst, "hand", two(), "feasible").info["assumptions"])
