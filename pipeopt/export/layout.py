@@ -379,3 +379,61 @@ def one_stage_per_rank(plan: Plan, runtime: str, why: str, ranks: int | None = N
             "torchtitan, which run it, or solve with a one-stage-per-rank schedule"
         )
 
+
+
+# ---- activation recomputation: what the runtimes checkpoint -----------------------------------
+def recomputed_blocks(plan: Plan, split: StageSplit, runtime: str) -> list[list[str | None]] | None:
+    """The plan's recompute set (``Stage.recompute``) as the runtimes see it: per stage, per
+    block (a container child, ``layers.3``) of the stage in execution order, its recompute mode
+    (``"full"``, ``"selective"``) or ``None`` (its activations kept).
+
+    Megatron-LM and torchtitan checkpoint whole transformer layers only (Megatron's
+    ``_checkpointed_forward`` and torchtitan's ``apply_ac`` walk the layers of the decoder /
+    the ``layers`` container), so a recomputed name that is not a block is refused.
+
+    Parameters
+    ----------
+    plan
+        The plan (its stages in pipeline order, as ``split``'s).
+    split
+        :func:`split_stages` of the plan.
+    runtime
+        The runtime's name, for the messages.
+
+    Returns
+    -------
+    list[list[str | None]] or None
+        ``None`` when no stage recomputes anything.
+
+    Raises
+    ------
+    UnsupportedPlanError
+        If a recomputed layer is not one of the container's blocks (an embedding, the head, a
+        module inside a block), or the model has no container of blocks.
+    """
+    if not any(st.recompute for st in plan.stages):
+        return None
+    where = f"{runtime} cannot express this plan's recomputation"
+    if split.layout.container is None:
+        raise UnsupportedPlanError(f"{where}: the model has no container of transformer blocks; {runtime} "
+                                   "checkpoints whole transformer layers")
+    out = []
+    for i, (st, names) in enumerate(zip(plan.stages, split.stages)):
+        rc = {str(k): v for k, v in (st.recompute or {}).items()}
+        for name in rc:
+            if split.layout.block_of(name) != name:
+                raise UnsupportedPlanError(
+                    f"{where}: stage {i} recomputes {name!r}, which is not a transformer block of "
+                    f"{split.layout.container!r}; {runtime} checkpoints whole transformer layers only")
+        out.append([rc.get(n) for n in names if split.layout.block_of(n) == n])
+    return out
+
+
+def block_ids(split: StageSplit, flags: list[list[bool]]) -> list[int]:
+    """The 0-based indices, in model order, of the flagged blocks (per stage, per block of the
+    stage: :func:`recomputed_blocks` turned to booleans)."""
+    out, k = [], 0
+    for st in flags:
+        out += [k + j for j, f in enumerate(st) if f]
+        k += len(st)
+    return out

@@ -31,6 +31,34 @@ norm, head) in one stage, and every name is a whole block. Rejected, naming the 
 (``PipelineParallelLayerLayout.parse_str_to_list``, ``__init__``, ``validate_layer_layout``)
 and :func:`stages_from_layout` maps a parsed layout back to module names.
 
+**Activation recomputation** (a plan's ``Stage.recompute``, :func:`recompute_settings`): Megatron
+checkpoints whole transformer layers (``--recompute-granularity full``); which ones it
+checkpoints is one global setting:
+
+* every layer of every stage: ``--recompute-granularity full --recompute-method uniform
+  --recompute-num-layers 1`` (each chunk of one layer checkpointed on its own);
+* the first N layers of every stage (all of a stage's layers where it has at most N):
+  ``--recompute-method block --recompute-num-layers N`` (Megatron's ``block`` branch:
+  ``layer_idx < recompute_num_layers`` on each pipeline rank);
+* any other per-layer set has no upstream flag: Megatron-LM (up to core_v0.19.0 and its main
+  branch of 2026-08-22) has no per-layer list. AMD's Primus, a launcher that patches
+  Megatron, documents ``recompute_layer_ids`` (Primus v26.3 and later: global decoder-layer
+  ids 0 .. num_layers - 1, with ``recompute_granularity: full`` and ``recompute_method:
+  null``; ``primus/configs/modules/megatron/primus_megatron_module.yaml``,
+  ``primus/backends/megatron/patches/recompute_layer_patches.py``, github.com/AMD-AGI/Primus);
+  the export gives that list (``recompute_layer_ids``, ``primus_args``) and ``args`` then
+  carries no recomputation, said in ``notes``.
+
+Refused: a recomputed module that is not a transformer layer (the embedding, the head) and
+``selective`` recomputation (Megatron's ``--recompute-granularity selective`` recomputes the
+``--recompute-modules`` of *every* layer, ``core_attn`` by default, not the tensors the
+profile's per-op policy drops). The flags ``--recompute-granularity {full,selective}``,
+``--recompute-method {uniform,block}`` and ``--recompute-num-layers`` are ``add_argument`` calls
+of ``megatron/training/arguments.py`` since core_r0.8.0 (2024) and, in core_v0.19.0, arguments
+generated from ``TransformerConfig``'s fields of the same names
+(``megatron/training/argument_utils.py``); the per-rank loops are ``megatron/core/recompute.py``
+(core_v0.19.0; ``transformer_block.py`` before).
+
 Target: Megatron-LM core_v0.19.0 (Megatron-Core 0.19, 2026-08-19),
 ``megatron/core/transformer/pipeline_parallel_layer_layout.py`` and
 ``megatron/core/transformer/transformer_config.py`` (``pipeline_model_parallel_layout``);
@@ -44,7 +72,16 @@ import re
 
 from ..errors import UnsupportedPlanError
 from ..plan import Plan
-from .layout import ModelLayout, one_stage_per_rank, shared_notes, shared_parameters, split_stages
+from .layout import (
+    ModelLayout,
+    StageSplit,
+    block_ids,
+    one_stage_per_rank,
+    recomputed_blocks,
+    shared_notes,
+    shared_parameters,
+    split_stages,
+)
 
 RUNTIME = "Megatron-LM"
 TARGET = "Megatron-Core 0.19 (megatron/core/transformer/pipeline_parallel_layer_layout.py)"
@@ -135,6 +172,7 @@ def export(plan: Plan, layout: ModelLayout, ranks: int | None = None, name: str 
         rows.append(row)
     text = "|".join(rows)
     s = split.num_stages
+    rec = recompute_settings(plan, split)
     return {
         "format": "megatron",
         "target": TARGET,
@@ -143,13 +181,74 @@ def export(plan: Plan, layout: ModelLayout, ranks: int | None = None, name: str 
         "pipeline_model_parallel_layout": text,
         "num_layers": len(blocks),
         "args": f"--num-layers {len(blocks)} --pipeline-model-parallel-size {s} "
-                f"--pipeline-model-parallel-layout '{text}'",
+                f"--pipeline-model-parallel-layout '{text}'" + (f" {rec['args']}" if rec["args"] else ""),
         "stages": [list(x) for x in split.stages],
+        "recompute": rec,
         "shared_parameters": (shared := shared_parameters(split)),
         "notes": split.notes() + [
             f"E = {before}, t = the {len(blocks)} entries of {layout.container!r}, L = {after}"
-        ] + shared_notes(shared, RUNTIME),
+        ] + rec["notes"] + shared_notes(shared, RUNTIME),
     }
+
+
+def recompute_settings(plan: Plan, split: StageSplit) -> dict:
+    """The plan's recompute set as Megatron's flags, or as Primus's ``recompute_layer_ids``
+    where no flag expresses it (module docstring).
+
+    Parameters
+    ----------
+    plan
+        The plan (``Stage.recompute``).
+    split
+        Its :func:`~pipeopt.export.layout.split_stages` (one stage per rank).
+
+    Returns
+    -------
+    dict
+        ``{"method": "none" | "uniform" | "block" | "layer_ids", "args": str (the Megatron
+        flags, "" if none apply), "recompute_num_layers": N or None, "recompute_layer_ids":
+        [global block ids] (empty without recomputation), "primus_args": str or None,
+        "notes": [...]}``.
+
+    Raises
+    ------
+    UnsupportedPlanError
+        A recomputed module that is not a transformer layer, or ``selective`` recomputation.
+    """
+    from ..problems.partition.recompute_baselines import megatron_block_rule, megatron_uniform_rule
+
+    modes = recomputed_blocks(plan, split, RUNTIME)
+    out = {"method": "none", "args": "", "recompute_num_layers": None, "recompute_layer_ids": [],
+           "primus_args": None, "notes": []}
+    if modes is None or not any(m for st in modes for m in st):
+        return out
+    if any(m == "selective" for st in modes for m in st):
+        raise UnsupportedPlanError(
+            f"{RUNTIME} cannot express this plan's recomputation: it recomputes some layers 'selective' (the "
+            "profile's per-op policy); Megatron's --recompute-granularity selective recomputes the "
+            "--recompute-modules (default core_attn) of every layer, other tensors, and --recompute-layer-ids "
+            "exists in no Megatron-LM release")
+    flags = [[m is not None for m in st] for st in modes]
+    counts = [len(st) for st in flags]
+    ids = block_ids(split, flags)
+    out["recompute_layer_ids"] = ids
+    if flags == megatron_uniform_rule(counts):
+        out.update(method="uniform", recompute_num_layers=1,
+                   args="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+        return out
+    for n in range(1, max(counts) + 1):
+        if flags == megatron_block_rule(counts, n):
+            out.update(method="block", recompute_num_layers=n,
+                       args=f"--recompute-granularity full --recompute-method block --recompute-num-layers {n}")
+            return out
+    listed = ",".join(map(str, ids))
+    out.update(method="layer_ids", primus_args=f"--recompute_granularity full --recompute_layer_ids {listed}")
+    out["notes"].append(
+        f"the plan recomputes layers {ids} (per stage {[[j for j, f in enumerate(st) if f] for st in flags]}), which "
+        "no Megatron-LM flag expresses (--recompute-method block takes the first N layers of every stage, uniform "
+        "1 every layer): 'args' carries no recomputation; AMD Primus v26.3+ takes recompute_layer_ids: "
+        f"[{listed}] with recompute_granularity: full and recompute_method: null ('primus_args')")
+    return out
 
 
 # ---- Megatron's reader, transcribed ------------------------------------------------------------

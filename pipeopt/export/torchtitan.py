@@ -32,6 +32,24 @@ schedule of the order's placement (the order's own name if it is one of torch's,
 
 :func:`stage_modules` re-implements that keep/drop logic to read an export back.
 
+**Activation recomputation** (a plan's ``Stage.recompute``, :func:`activation_checkpoint`): the
+TOML gets an ``[activation_checkpoint]`` table, always (v0.2.2's default is ``mode =
+"selective"``, ``selective_ac_option = "2"``: a plan that recomputes nothing says ``mode =
+"none"``). torchtitan wraps whole blocks of ``layers`` (``apply_ac``, once per model part):
+
+* nothing recomputed: ``mode = "none"``;
+* every block ``full``: ``mode = "full"``;
+* every block ``selective``: ``mode = "selective"``, ``selective_ac_option = "op"`` (the per-op
+  policy; the plan's ``selective`` is what the profile measured for it);
+* every k-th block of each rank ``full`` (k >= 2): ``mode = "selective"``,
+  ``selective_ac_option = "k"`` - v0.2.2's ``_apply_layer_sac`` counts the blocks a process
+  wraps, over its model parts in order, and wraps block c (1-based) iff ``c % k == 0``
+  (:func:`pipeopt.problems.partition.recompute_baselines.torchtitan_layer_rule`). This option
+  was removed from torchtitan's main branch on 2026-03-23 (commit 114151ad: "per-op SAC is now
+  the only selective mode"), said in ``notes``;
+* anything else (a per-layer set of another shape, ``full`` and ``selective`` mixed, a
+  recomputed module that is not a block) is refused, naming why.
+
 Target: torchtitan v0.2.2 (2026-02-20), ``torchtitan/distributed/pipeline_parallel.py``
 (``pipeline_module_split``, ``generate_llm_fqn_per_model_part``) and
 ``torchtitan/config/job_config.py`` (``Parallelism.module_fqns_per_model_part``,
@@ -46,7 +64,7 @@ from __future__ import annotations
 
 from ..errors import UnsupportedPlanError
 from ..plan import Plan
-from .layout import ModelLayout, shared_notes, shared_parameters, split_stages
+from .layout import ModelLayout, StageSplit, recomputed_blocks, shared_notes, shared_parameters, split_stages
 
 RUNTIME = "torchtitan"
 TARGET = "torchtitan v0.2.2 (torchtitan/distributed/pipeline_parallel.py: pipeline_module_split)"
@@ -130,6 +148,8 @@ def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B", order=None, 
                 f"and keeps any other module whole"
             )
     parts_ = [list(s) for s in split.stages]
+    ac = activation_checkpoint(plan, split, _rank_of(split.num_stages, degree, schedule))
+    notes += ac.pop("notes")
     out = {
         "format": "torchtitan",
         "target": TARGET,
@@ -138,6 +158,7 @@ def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B", order=None, 
         "pipeline_parallel_degree": degree,
         "pipeline_parallel_schedule": schedule,
         "module_fqns_per_model_part": parts_,
+        "activation_checkpoint": ac,
         "shared_parameters": (shared := shared_parameters(split)),
         "notes": notes + ["the model's forward must skip modules set to None (torchtitan's requirement)"]
         + shared_notes(shared, RUNTIME),
@@ -151,7 +172,83 @@ def export(plan: Plan, layout: ModelLayout, schedule: str = "1F1B", order=None, 
         out["toml"] = _toml(parts_, degree, schedule, csv=path, microbatches=order.microbatches)
     else:
         out["toml"] = _toml(parts_, degree, schedule)
+    out["toml"] += "\n[activation_checkpoint]\n" + "".join(f'{k} = "{v}"\n' for k, v in ac.items())
     return out
+
+
+def _rank_of(num_stages: int, degree: int, schedule: str) -> list[int]:
+    """The rank ``pipeline_module_split`` builds each stage on: in a V (2 per rank) for
+    :data:`V_SCHEDULES`, else looped (``s mod p``)."""
+    if schedule in V_SCHEDULES:
+        return [s if s < degree else 2 * degree - 1 - s for s in range(num_stages)]
+    return [s % degree for s in range(num_stages)]
+
+
+def activation_checkpoint(plan: Plan, split: StageSplit, rank_of: list[int] | None = None) -> dict:
+    """The plan's recompute set as torchtitan v0.2.2's ``[activation_checkpoint]`` settings
+    (module docstring).
+
+    Parameters
+    ----------
+    plan
+        The plan (``Stage.recompute``).
+    split
+        Its :func:`~pipeopt.export.layout.split_stages`.
+    rank_of
+        The rank of each stage (default: one stage per rank). A rank's model parts are wrapped
+        in increasing stage order (``pipeline_module_split`` lists them so), so the every-k
+        counter runs over them in that order.
+
+    Returns
+    -------
+    dict
+        ``{"mode": "none" | "full" | "selective", "selective_ac_option": "op" | "k" (with
+        selective), "notes": [...]}``.
+
+    Raises
+    ------
+    UnsupportedPlanError
+        If no setting expresses the set: the reason (a module that is not a block recomputed,
+        ``full`` and ``selective`` mixed, a per-layer set that is not every k-th block of each
+        rank).
+    """
+    from ..problems.partition.recompute_baselines import torchtitan_layer_rule
+
+    modes = recomputed_blocks(plan, split, RUNTIME)
+    none_note = ("[activation_checkpoint] mode = \"none\": the plan recomputes nothing (torchtitan v0.2.2's default "
+                 "is mode selective with selective_ac_option 2)")
+    if modes is None or not any(m for st in modes for m in st):
+        return {"mode": "none", "notes": [none_note]}
+    where = f"{RUNTIME} cannot express this plan's recomputation"
+    used = {m for st in modes for m in st}
+    if used == {"selective"} and all(m == "selective" for st in modes for m in st):
+        return {"mode": "selective", "selective_ac_option": "op",
+                "notes": ["selective_ac_option = \"op\": torchtitan's per-op policy on every block; the plan's "
+                          "'selective' is what the profile measured (node attribute selective), the same only where "
+                          "the profile measured this policy"]}
+    if "selective" in used:
+        raise UnsupportedPlanError(
+            f"{where}: it recomputes some blocks 'selective' and others 'full' or not at all; activation_checkpoint "
+            "has one mode for every block (full, or selective per-op 'op', or every k-th block fully)")
+    if all(m == "full" for st in modes for m in st):
+        return {"mode": "full", "notes": []}
+    ranks = list(range(len(modes))) if rank_of is None else list(rank_of)
+    seq: dict = {}
+    for s in sorted(range(len(modes)), key=lambda s: (ranks[s], s)):
+        seq.setdefault(ranks[s], []).extend(m is not None for m in modes[s])
+    counts = [len(v) for v in seq.values()]
+    flags = list(seq.values())
+    for k in range(2, max(counts) + 1):
+        if flags == torchtitan_layer_rule(counts, k):
+            return {"mode": "selective", "selective_ac_option": str(k),
+                    "notes": [f"selective_ac_option = \"{k}\": every {k}-th block of each rank checkpointed (torchtitan "
+                              "v0.2.2 _apply_layer_sac; the layer option was removed from torchtitan's main branch on "
+                              "2026-03-23, commit 114151ad: use v0.2.2)"]}
+    per_rank = {r: [j for j, f in enumerate(v) if f] for r, v in seq.items()}
+    raise UnsupportedPlanError(
+        f"{where}: it recomputes blocks {per_rank} (per rank, 0-based within the rank's blocks); torchtitan checkpoints "
+        "every block (mode full), none, or every k-th block of each rank (selective_ac_option = k, counted from the "
+        "rank's first block) - not a per-layer list")
 
 
 V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
