@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --schedule free (every rank's order of F, I, W chosen with the split): the stages' "
                         "placement on ranks (default looped, one stage per rank unless --stages-per-rank; v: 2 per "
                         "rank in a V)")
+    s.add_argument("--recompute", choices=["none", "full", "auto"],
+                   help="activation recomputation (partition: dp, auto): none (every layer keeps its activations), "
+                        "full (every layer recomputed), auto (the exact choice per layer with the split); "
+                        "default: not modelled")
     s.add_argument("--w-placement", choices=["schedule", "free"], default="schedule",
                    help="with a zero-bubble --schedule: keep the schedule's W (weight-gradient) places, or place each W "
                         "anywhere after its I, exactly with the split (free; refused for a schedule without W)")
@@ -288,8 +292,10 @@ def _solve(args, inst):
     args.problem = problem
     stages, workers = getattr(args, "stages", None), getattr(args, "workers", None)
     replication = getattr(args, "replication", False)
+    recompute = getattr(args, "recompute", None)
     unused = [f"--{name}" for name in
-              registry.unused_options(problem, stages=stages, workers=workers, replication=replication)]
+              registry.unused_options(problem, stages=stages, workers=workers, replication=replication,
+                                      recompute=recompute)]
     if unused:  # an option is never silently ignored
         raise InvalidProblemError(
             f"the {problem} problem does not use {' or '.join(unused)}; pick the problem with --problem, or drop the option"
@@ -298,6 +304,8 @@ def _solve(args, inst):
                           workers=[workers] if workers is not None else None)[0]
     if "replication" in registry.options_of(problem):
         size["replication"] = replication
+    if recompute is not None:
+        size["recompute"] = recompute
     method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
     args.method = method
     return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver,
@@ -397,6 +405,7 @@ def _solve_schedule(args, inst) -> int:
                                   " drop --workers, --replication")
     if args.problem not in ("auto", "schedule"):
         raise InvalidProblemError(f"--schedule poses the schedule problem; drop --problem {args.problem}")
+    registry.refuse_unused("schedule", recompute=getattr(args, "recompute", None))  # never silently ignored
     which = schedule_name_or_auto(args.schedule or "1F1B")
     options = {"stages_per_rank": args.stages_per_rank, "w_placement": args.w_placement}
     if args.placement is not None:
@@ -463,6 +472,7 @@ def cmd_solve(args) -> int:
                     "devices": list(st.devices),
                     "replicas": st.replicas,
                     "beta": st.beta,
+                    "recompute": st.recompute,
                     "time": res.evaluation.stage_time[i],
                     **({"load": res.evaluation.load[i]} if res.evaluation.load else {}),
                     "memory": res.evaluation.memory[i],

@@ -148,5 +148,12 @@ def solve(
             + (f"use a method that models them ({', '.join(able)})" if able
                else f"use the partition problem (no exact {problem} method models them yet)")
         )
+    recompute = options.get("recompute", "none")
+    if recompute != "none" and "recompute" not in spec.terms:  # never a plan that ignores what was asked
+        able = [m.name for m in registry.methods(problem) if "recompute" in m.terms]
+        raise InvalidProblemError(
+            f"the method {problem}/{method} does not model activation recomputation (recompute={recompute!r}); "
+            f"use {' or '.join(able) or 'none of them'}, or recompute='none'"
+        )
     prob = registry.problem_class(problem)(instance, **options)
     return spec.function(prob, time_limit=deadline, solver=solver, seed=int(seed), threads=threads)

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 ALPHA_OVERHEAD = frozenset({"latency", "overhead"})
 """:attr:`Method.terms` of a method that models both optional terms."""
 
+RECOMPUTE = frozenset({"recompute"})
+""":attr:`Method.terms` of a method that models activation recomputation (the partition problem's
+``recompute`` option other than ``"none"``)."""
+
 LATENCY = frozenset({"latency"})
 """:attr:`Method.terms` of a method that models the per-message latency only."""
 
@@ -53,6 +57,9 @@ class Method:
         an instance whose terms it does not model (a non-zero latency or overhead), with
         :class:`~pipeopt.errors.InvalidProblemError`, rather than claim an optimum of another
         cost model; a heuristic's plan is scored by :func:`pipeopt.evaluate` whatever the terms.
+        ``"recompute"``: the method chooses the recomputed layers the problem's ``recompute``
+        option asks for (:data:`RECOMPUTE`); :func:`pipeopt.solve` refuses any other method
+        (exact or not) a ``recompute`` other than ``"none"``.
     """
 
     problem: str

@@ -20,6 +20,8 @@ PipeDream profiles, S = 4 .. 1,024, both spaces):
      n >= 6,690 straight, :data:`.dp.DENSE_LIMIT`), and it proves n = 10^6, S = 1,024 in
      seconds (``benchmarks/partition_scale.py``).
 
+   * ``dp`` whenever the problem's ``recompute`` is not ``"none"``: the method that chooses the
+     recomputed layers exactly (:mod:`.recompute`; ``probe`` does not model them).
 2. objective ``"iteration"`` or ``"gpipe"`` (M microbatches with a flush): ``milp``, the
    event-time MILP, the one exact method of these objectives (one-order space).
 
@@ -61,6 +63,8 @@ def choose(problem: PartitionProblem) -> tuple[str, str]:
     if objective != "bottleneck":
         return "milp", f"objective {objective!r}: the event-time MILP is its exact method"
     n, S = problem.n, problem.stages
+    if problem.recompute != "none":
+        return "dp", f"recompute={problem.recompute!r}: the dense DP chooses the recomputed layers exactly"
     work = float(n + 1) ** 2 * S * (S if problem.replication else 1)
     if problem.replication and problem.latency:
         return "dp", "bottleneck objective, replication with a message latency: only the dense DP prices it"
