@@ -87,6 +87,8 @@ SLOW: dict[str, str] = {
         "order's checks and refusals stay in the fast tier",
     "tests/pytorch/test_run_order.py::test_cli_runs_a_v_placed_order_from_its_csv_two_chunks_per_rank":
         "two spawned gloo processes run ZBVZeroBubble's order from a CSV, 2 chunks per rank (25.9 s; torchrun)",
+    "tests/pytorch/test_recompute_run.py::test_two_rank_run_recomputes_and_measures_less_activation_memory":
+        "three 2-process gloo runs of gpt-tiny (pipeopt run, MemTracker with and without recompute; 38 s; torchrun)",
 }
 """Tests moved to the slow tier by node id (``*`` patterns), with the reason (measured
 with ``--durations=0``); tests marked ``@pytest.mark.slow`` or ``torchrun`` in their files are

@@ -9,7 +9,9 @@ tensor storage created under it, on CPU as on GPU, deterministically.
 * :func:`measure_stages` - the peak bytes each stage process holds in a steady-state iteration
   of torch's ``Schedule1F1B`` with an Adam optimizer: one process per stage (gloo), the stage
   module, its optimizer, runtime buffers and every tensor of the second iteration under one
-  ``MemTracker`` (the first iteration allocates Adam's state; the peak is reset after it).
+  ``MemTracker`` (the first iteration allocates Adam's state; the peak is reset after it); the
+  plan's recomputed layers (``Stage.recompute``) run under ``torch.utils.checkpoint`` as in
+  ``pipeopt run``.
 
 References
 ----------
@@ -132,7 +134,8 @@ def _stage_memory_run(rank: int, world: int, job: dict) -> dict:
     worker, after the gloo group is up)."""
     from torch.distributed.pipelining import Schedule1F1B, build_stage
 
-    from .runtime import _factory, _sum_loss, build_pipe, stage_membership, stage_step
+    from .runtime import (_factory, _sum_loss, apply_recompute, build_pipe, recompute_report, stage_membership,
+                          stage_step)
 
     module, example = _factory(job)
     example = tuple(example)
@@ -141,6 +144,8 @@ def _stage_memory_run(rank: int, world: int, job: dict) -> dict:
     stage_mod = pipe.get_stage_module(rank)
     info = pipe.info()
     names = stage_membership(stage_mod, job["names"])
+    modes = job.get("recompute") or {}
+    calls = apply_recompute(stage_mod, job["names"], modes) if modes else {}
     del module, pipe
     mt = tracker()
     mt.track_external(stage_mod)
@@ -160,7 +165,8 @@ def _stage_memory_run(rank: int, world: int, job: dict) -> dict:
             peaks.append(_total(mt))
         snap = mt.get_tracker_snapshot("peak")
     parts = {k: int(v) for dev in snap.values() for k, v in dev.items()}
-    return {"rank": rank, "stage": names, "peaks": peaks, "peak": peaks[-1], "parts": parts}
+    return {"rank": rank, "stage": names, "peaks": peaks, "peak": peaks[-1], "parts": parts,
+            **recompute_report(calls, modes, job["iterations"], m)}
 
 
 def measure_stages(plan, model, *, model_kwargs=None, instance=None, microbatches: int = 8, iterations: int = 2,
@@ -189,17 +195,25 @@ def measure_stages(plan, model, *, model_kwargs=None, instance=None, microbatche
     list[dict]
         Per stage: ``peak`` (bytes of the last iteration's peak), ``peaks`` (every iteration's),
         ``parts`` (MemTracker's breakdown at the peak: parameters, gradients, activations,
-        temporaries, optimizer state, other), ``stage`` (the modules built).
+        temporaries, optimizer state, other), ``stage`` (the modules built), ``recomputed``
+        (its layers run under ``torch.utils.checkpoint``: the plan's ``Stage.recompute``, applied
+        as ``pipeopt run`` applies it, :func:`pipeopt.torch.runtime.apply_recompute`) and
+        ``forward_runs`` (per layer of the stage, forward runs per microbatch: 2 where
+        recomputed; ``{}`` when the plan recomputes nothing).
 
     Raises
     ------
+    UnsupportedPlanError
+        If the plan asks for a recomputation mode the run does not apply
+        (:func:`pipeopt.torch.runtime.recompute_modes`).
     PipelineRunError
         If a process fails.
     """
-    from .runtime import _export_for_run, _spawn
+    from .runtime import _export_for_run, _spawn, recompute_modes
 
+    modes = recompute_modes(plan)
     exported, names = _export_for_run(plan, model, model_kwargs, instance)
     job = {"model": model, "model_kwargs": dict(model_kwargs or {}), "exported": exported, "names": names,
            "microbatches": int(microbatches), "iterations": max(int(iterations), 2), "timeout": timeout,
-           "run": _stage_memory_run}
+           "run": _stage_memory_run, "recompute": modes}
     return _spawn(exported["num_stages"], job, timeout)

@@ -27,6 +27,15 @@ when two adjacent stages share one (the V placement), which gloo refuses. The
 prediction is pipeopt's executor on the same order and split
 (:func:`pipeopt.schedules.run_schedule`).
 
+**Activation recomputation**: the layers of each stage's ``Stage.recompute`` (mode ``"full"``)
+run their forward under ``torch.utils.checkpoint`` (``use_reentrant=False``) inside the stage
+module ``pipeline()`` built, under every schedule and order (:func:`apply_recompute`); each
+layer's forward runs are counted and reported, so the report shows that the backward reran
+them (:func:`recompute_report`). ``"selective"`` (a per-operator policy) is refused before any
+process starts. torch's split backward (I, W) computes the weight gradients one parameter group
+at a time, and each such ``autograd.grad`` reruns a checkpointed forward again: the report says
+how many reruns per microbatch it measured.
+
 The loss is ``output.sum()`` (a backward from gradients of ones, as the profiler of
 :mod:`pipeopt.torch.probe` times the layers), so that the run and the profile time the same
 work; no optimizer step (the cost model does not count one).
@@ -103,6 +112,107 @@ def pipe_stages(pipe, names) -> list[list[str]]:
     return [stage_membership(pipe.get_stage_module(i), names) for i in range(pipe.num_stages)]
 
 
+# ---- activation recomputation ------------------------------------------------------------------
+RECOMPUTE_RUNS = ("full",)
+"""The recomputation modes (:data:`pipeopt.plan.RECOMPUTE_MODES`) a run applies: ``"full"``,
+the layer's forward under ``torch.utils.checkpoint``. ``"selective"`` (a per-operator policy)
+is refused."""
+
+
+def recompute_modes(plan: Plan) -> dict:
+    """The plan's recompute set, ``{layer FQN: mode}`` over all its stages
+    (:attr:`pipeopt.plan.Stage.recompute`), checked before any process starts.
+
+    Raises
+    ------
+    InvalidPlanError
+        If a stage recomputes a layer it does not run (naming both).
+    UnsupportedPlanError
+        If a layer's mode is not in :data:`RECOMPUTE_RUNS` (``"selective"``: the run has no
+        per-operator policy; the message names the layers).
+    """
+    from ..errors import InvalidPlanError, UnsupportedPlanError
+
+    modes: dict = {}
+    for s, st in enumerate(plan.stages):
+        for name, mode in (st.recompute or {}).items():
+            if name not in st.layers:
+                raise InvalidPlanError(f"stage {s} recomputes layer {name!r}, which it does not run")
+            modes[str(name)] = mode
+    other = sorted(n for n, m in modes.items() if m not in RECOMPUTE_RUNS)
+    if other:
+        raise UnsupportedPlanError(
+            f"pipeopt run applies recomputation {RECOMPUTE_RUNS} only (torch.utils.checkpoint of a layer's whole "
+            f"forward); layer(s) {_span(other)} ask for {modes[other[0]]!r}, a per-operator policy it does not "
+            "implement: set them to 'full' or drop them from the stage's recompute")
+    return modes
+
+
+def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
+    """Make the layers of ``modes`` that ``stage_module`` holds recompute their activations, and
+    count every layer's forward runs.
+
+    Each layer of ``names`` held by the stage module (:func:`stage_membership`) gets an
+    instance ``forward`` that counts a run and calls the module's own; a layer of ``modes``
+    (mode ``"full"``) runs that counting forward under
+    ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``: autograd keeps only the
+    layer's inputs, and the backward reruns the forward (a second count) before it needs the
+    layer's saved tensors. torch's ``pipeline()`` keeps each module as a submodule the stage's
+    graph calls (``call_module``), so the layer is wrapped where the stage calls it, its FQN
+    unchanged (torchtitan's ``apply_ac`` wraps each transformer block the same way, as a
+    module wrapper, before it pipelines).
+
+    Parameters
+    ----------
+    stage_module
+        A stage module (``Pipe.get_stage_module``), changed in place.
+    names
+        Layer FQNs (the plan's layers).
+    modes
+        ``{layer: mode}`` (:func:`recompute_modes`); layers the stage does not hold are ignored.
+
+    Returns
+    -------
+    dict
+        ``{layer: [calls, runs]}`` for the stage's layers: the times the stage called the layer
+        and the times its forward ran (a recomputed one once more per backward that reruns it).
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    calls: dict = {}
+    for name in stage_membership(stage_module, names):
+        sub = stage_module.get_submodule(name)
+        count = calls[name] = [0, 0]
+
+        def counted(*args, _own=sub.forward, _count=count, **kwargs):
+            _count[1] += 1
+            return _own(*args, **kwargs)
+
+        if modes.get(name) == "full":
+            def forward(*args, _fn=counted, _count=count, **kwargs):
+                _count[0] += 1
+                return checkpoint(_fn, *args, use_reentrant=False, **kwargs)
+        else:
+            def forward(*args, _fn=counted, _count=count, **kwargs):
+                _count[0] += 1
+                return _fn(*args, **kwargs)
+        sub.forward = forward
+    return calls
+
+
+def recompute_report(calls: dict, modes: dict, steps: int, microbatches: int) -> dict:
+    """What a stage process reports of :func:`apply_recompute`'s counts over ``steps``
+    iterations of ``microbatches``: ``recomputed`` (the stage's layers run under checkpoint, in
+    stage order), ``forward_runs`` (per layer, its forward's runs per microbatch: 2 for a layer
+    recomputed once, 1 for another) and ``recomputations`` (per layer, the runs beyond the
+    stage's calls, per microbatch: 1 where the backward reran the forward once, 0 where nothing
+    was recomputed)."""
+    per = max(steps * microbatches, 1)
+    return {"recomputed": [n for n in calls if modes.get(n) == "full"],
+            "forward_runs": {n: c[1] / per for n, c in calls.items()},
+            "recomputations": {n: (c[1] - c[0]) / per for n, c in calls.items()}}
+
+
 # ---- the run ----------------------------------------------------------------------------------
 @dataclass
 class RunReport:
@@ -140,6 +250,11 @@ class RunReport:
     info: dict = field(default_factory=dict)
     ranks: int | None = None
     """Processes (pipeline ranks); ``None``: one per stage."""
+    recomputed: list | None = None
+    """``list[list[str]]``: per stage, the layers run under ``torch.utils.checkpoint``
+    (:func:`apply_recompute`); ``None``: the plan recomputes nothing. ``info["forward_runs"]``
+    and ``info["recomputations"]`` hold every layer's forward runs and recomputations per
+    microbatch (:func:`recompute_report`)."""
 
     @property
     def iteration(self) -> float:
@@ -200,6 +315,21 @@ class RunReport:
             lines.append(f"  {cores['warning'] or cores['text']}")
         for i, st in enumerate(self.stages):
             lines.append(f"  stage {i} built: {_span(st)}")
+        if self.recomputed is not None:
+            again = self.info.get("recomputations", {})
+            for i, rc in enumerate(self.recomputed):
+                told = ", ".join(f"{n} ({again.get(n, 0):.2f})" for n in rc) if rc else "nothing"
+                lines.append(f"  stage {i} recomputed (torch.utils.checkpoint; forward reruns per microbatch): {told}")
+            idle = [n for rc in self.recomputed for n in rc if again.get(n, 0) == 0]
+            if idle:
+                lines.append(f"  WARNING: recomputed layer(s) {_span(idle)} never reran their forward: the stage does "
+                             "not call them as modules, their recomputation did not apply")
+            more = [n for rc in self.recomputed for n in rc if again.get(n, 0) > 1 + 1e-9]
+            if more:
+                lines.append(f"  NOTE: layer(s) {_span(more)} reran their forward more than once per microbatch: "
+                             "torch's split backward computes the weight gradients (W) one parameter group at a "
+                             "time, each rerunning the checkpointed forward; the prediction counts one rerun, "
+                             "before I")
         lines.append("  stage membership = plan" if self.membership_matches
                      else "  stage membership DIFFERS from the plan: " + self.membership_message())
         return "\n".join(lines)
@@ -223,6 +353,7 @@ class RunReport:
             "differing_stages": self.differing_stages,
             "wall": self.wall,
             "ranks": self.ranks or len(self.stages),
+            "recomputed": self.recomputed,
             "info": self.info,
         }
 
@@ -395,6 +526,7 @@ def run_plan(
     microbatches = _count(microbatches, "microbatches", 1)
     iterations = _count(iterations, "iterations", 1)
     warmup = _count(warmup, "warmup", 0)
+    modes = recompute_modes(plan)
     exported, names = _export_for_run(plan, model, model_kwargs, instance)
     predicted = prediction(instance, plan, schedule, microbatches) if instance is not None else None
     world = exported["num_stages"]
@@ -408,6 +540,7 @@ def run_plan(
         "iterations": iterations,
         "warmup": warmup,
         "timeout": timeout,
+        "recompute": modes,
     }
     cores = free_cores(world)
     started = time.perf_counter()
@@ -425,9 +558,11 @@ def run_plan(
         barrier=statistics.median(max(r["barrier"][k] for r in results) for k in range(len(results[0]["barrier"]))),
         predicted=predicted,
         wall=wall,
+        recomputed=[r["recomputed"] for r in results] if modes else None,
         info={"cores": {**cores, "load_after": _load()},
               "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
-              "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results]},
+              "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
+              **_forward_runs(results)},
     )
 
 
@@ -477,6 +612,7 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
     order = _resolve_order(plan, order, microbatches)
     iterations = _count(iterations, "iterations", 1)
     warmup = _count(warmup, "warmup", 0)
+    modes = recompute_modes(plan)
     exported, names = _export_for_run(plan, model, model_kwargs, instance)
     predicted = order_prediction(instance, plan, order) if instance is not None else None
     fd, csv_path = tempfile.mkstemp(prefix="pipeopt-order-", suffix=".csv")
@@ -494,6 +630,7 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         "timeout": timeout,
         "csv": csv_path,
         "stages_on": [list(order.stages_on(r)) for r in range(order.ranks)],
+        "recompute": modes,
     }
     cores = free_cores(order.ranks)
     started = time.perf_counter()
@@ -504,8 +641,10 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
     wall = time.perf_counter() - started
     times = [max(r["times"][k] for r in results) for k in range(iterations)]
     built: dict = {}
+    recomputed: dict = {}
     for r in results:
         built.update(zip(r["stage_ids"], r["stages"]))
+        recomputed.update(zip(r["stage_ids"], r["recomputed"]))
     return RunReport(
         schedule=order.name,
         microbatches=order.microbatches,
@@ -518,9 +657,11 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         predicted=predicted,
         wall=wall,
         ranks=order.ranks,
+        recomputed=[recomputed[s] for s in range(order.stages)] if modes else None,
         info={"cores": {**cores, "load_after": _load()},
               "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
+              **_forward_runs(results),
               "order": order.to_dict(), "placement": list(order.placement),
               "runtime": "torch.distributed.pipelining._PipelineScheduleRuntime (_load_csv, compute_only)",
               "predictor": "pipeopt.schedules.run_schedule, the executor, on the same order"},
@@ -611,6 +752,8 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
     trace_s = time.perf_counter() - t0
     mine = job["stages_on"][rank]
     mods = [pipe.get_stage_module(s) for s in mine]
+    modes = job.get("recompute") or {}
+    calls = [apply_recompute(mod, job["names"], modes) if modes else {} for mod in mods]
     stages = [PipelineStage(mod, s, pipe.num_stages, torch.device("cpu")) for s, mod in zip(mine, mods, strict=True)]
     sched = _PipelineScheduleRuntime(stages, m, loss_fn=_sum_loss)
     sched._load_csv(job["csv"])
@@ -630,8 +773,13 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
             mod.zero_grad(set_to_none=True)
 
     times, barrier = _timed(step, zero, job)
+    steps = job["warmup"] + job["iterations"]
+    rec = [recompute_report(c, modes, steps, m) for c in calls]
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s, "stage_ids": mine,
-            "stages": [stage_membership(mod, job["names"]) for mod in mods]}
+            "stages": [stage_membership(mod, job["names"]) for mod in mods],
+            "recomputed": [r["recomputed"] for r in rec],
+            "forward_runs": {k: v for r in rec for k, v in r["forward_runs"].items()},
+            "recomputations": {k: v for r in rec for k, v in r["recomputations"].items()}}
 
 
 def _timed(step, zero, job: dict) -> tuple[list, list]:
@@ -668,6 +816,8 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
     pipe = build_pipe(module, example, job["exported"])
     trace_s = time.perf_counter() - t0
     stage_mod = pipe.get_stage_module(rank)
+    modes = job.get("recompute") or {}
+    calls = apply_recompute(stage_mod, job["names"], modes) if modes else {}
     stage = build_stage(stage_mod, rank, pipe.info(), torch.device("cpu"))
     cls = Schedule1F1B if job["schedule"] == "1f1b" else ScheduleGPipe
     sched = cls(stage, m, loss_fn=_sum_loss)
@@ -679,7 +829,19 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
 
     times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job)
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
-            "stage": stage_membership(stage_mod, job["names"])}
+            "stage": stage_membership(stage_mod, job["names"]),
+            **recompute_report(calls, modes, job["warmup"] + job["iterations"], m)}
+
+
+def _forward_runs(results: list) -> dict:
+    """The stage processes' counts (:func:`recompute_report`), merged (``{}`` when nothing was
+    recomputed)."""
+    out = {}
+    for key in ("forward_runs", "recomputations"):
+        merged = {k: v for r in results for k, v in (r.get(key) or {}).items()}
+        if merged:
+            out[key] = merged
+    return out
 
 
 def stage_step(sched, rank: int, world: int, batch: tuple, target) -> None:
@@ -704,8 +866,9 @@ def _sum_loss(output, target):
     return output.sum()
 
 
-__all__ = ["RunReport", "SCHEDULES", "build_pipe", "free_cores", "order_prediction", "pipe_stages", "prediction",
-           "run_plan", "stage_membership", "stage_step"]
+__all__ = ["RECOMPUTE_RUNS", "RunReport", "SCHEDULES", "apply_recompute", "build_pipe", "free_cores",
+           "order_prediction", "pipe_stages", "prediction", "recompute_modes", "recompute_report", "run_plan",
+           "stage_membership", "stage_step"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
