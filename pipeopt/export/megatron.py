@@ -54,7 +54,7 @@ Refused: a recomputed module that is not a transformer layer (the embedding, the
 ``--recompute-modules`` of *every* layer, ``core_attn`` by default, not the tensors the
 profile's per-op policy drops). The flags ``--recompute-granularity {full,selective}``,
 ``--recompute-method {uniform,block}`` and ``--recompute-num-layers`` are ``add_argument`` calls
-of ``megatron/training/arguments.py`` since core_r0.8.0 (2024) and, in core_v0.19.0, arguments
+of ``megatron/training/arguments.py`` in core_r0.8.0 (2024; the oldest release checked) and, in core_v0.19.0, arguments
 generated from ``TransformerConfig``'s fields of the same names
 (``megatron/training/argument_utils.py``); the per-rank loops are ``megatron/core/recompute.py``
 (core_v0.19.0; ``transformer_block.py`` before).

@@ -1,7 +1,9 @@
 """What Megatron-LM and torchtitan users get when a model does not fit: their activation
 recomputation settings on their default splits, and the exact optimum without recomputation.
 
-Each method takes the problem's S and instance, builds a :class:`~pipeopt.plan.Plan` whose
+Each method takes the problem's S and instance (and chooses its recomputation by its framework's
+rule, whatever the problem's ``recompute`` option: :func:`pipeopt.solve` gives these methods
+``recompute="none"`` only), builds a :class:`~pipeopt.plan.Plan` whose
 stages carry ``Stage.recompute`` (every recomputed block's layers ``"full"``: the frameworks
 checkpoint a whole transformer layer, :func:`pipeopt.cost.rules.recompute_terms` says what
 that keeps and costs) and is scored by :func:`pipeopt.evaluate` like every plan: status
@@ -61,8 +63,6 @@ selective mode").
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-
 import networkx as nx
 
 from ...backends.deadline import Deadline
@@ -247,9 +247,9 @@ def block_plan(problem: PartitionProblem, counts: list[int], recompute: list[lis
     if any(b < a for a, b in zip(seq, seq[1:])) or any(len({stage_of[str(x)] for x in u}) > 1 for u in units):
         raise InvalidProblemError(f"{rule}: its stages are not contiguous in pipeopt's layer order")
     starts = [i for i in range(1, len(seq)) if seq[i] != seq[i - 1]]
-    plan = problem.plan(starts)
-    return Plan(tuple(replace(st, recompute={n: "full" for n in st.layers if str(n) in flagged[s]} or None)
-                      for s, st in enumerate(plan.stages)), schedule=plan.schedule)
+    layer_sets = problem.instance.chain.stages_from_cuts(starts)
+    return problem.plan(starts, recompute=[{n: "full" for n in layers if str(n) in flagged[s]}
+                                           for s, layers in enumerate(layer_sets)])
 
 
 def _fits(problem: PartitionProblem, plan: Plan) -> bool:
