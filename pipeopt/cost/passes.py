@@ -49,7 +49,7 @@ DEFAULT_W_SHARE = 0.5
 not give it (module docstring: torch's automatic partitioning assumes the same)."""
 
 
-def weight_gradient_time(attrs: dict, kind: str) -> float:
+def weight_gradient_time(attrs: dict, kind: str, shift: int = 0) -> float:
     """Seconds of W of one layer on one unit of ``kind``.
 
     Parameters
@@ -58,6 +58,9 @@ def weight_gradient_time(attrs: dict, kind: str) -> float:
         The layer's node attributes (``bwd``, optional ``bwd_w``).
     kind
         A resource kind.
+    shift
+        Scale the times by ``2 ** shift`` first (exactly, :func:`math.ldexp`): a ratio of
+        subnormal times keeps its precision (default 0: seconds).
 
     Returns
     -------
@@ -69,19 +72,21 @@ def weight_gradient_time(attrs: dict, kind: str) -> float:
     if not math.isfinite(b):
         return math.inf
     given = attrs.get("bwd_w") or {}
-    return float(given[kind]) if kind in given else DEFAULT_W_SHARE * b
+    return math.ldexp(float(given[kind]), shift) if kind in given else DEFAULT_W_SHARE * math.ldexp(float(b), shift)
 
 
-def backward_split(graph, layers) -> tuple[dict, dict]:
+def backward_split(graph, layers, shift: int = 0) -> tuple[dict, dict]:
     """The I and W loads of a set of layers: ``(I, W)``, each ``dict[kind, seconds]`` on one
-    unit of the kind, ``I_k + W_k = B_k`` (``inf`` on kinds some layer cannot run on)."""
+    unit of the kind, ``I_k + W_k = B_k`` (``inf`` on kinds some layer cannot run on); times
+    scaled by ``2 ** shift`` (:func:`weight_gradient_time`)."""
     kinds = {k for n in layers for k in graph.nodes[n]["bwd"]}
     i_load, w_load = {}, {}
     for k in kinds:
         w = i = 0.0
         for n in layers:
             b = graph.nodes[n]["bwd"].get(k, math.inf)
-            wn = weight_gradient_time(graph.nodes[n], k)
+            b = math.ldexp(float(b), shift) if math.isfinite(b) else b
+            wn = weight_gradient_time(graph.nodes[n], k, shift)
             w += wn
             i += b - wn if math.isfinite(b) else math.inf
         i_load[k], w_load[k] = i, w
@@ -244,9 +249,13 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
     i_ops, w_ops = [], []
     for st, b_op, b_plain in zip(plan.stages, ev.backward_op, plain.backward_op, strict=True):
         res, _ = rules.pool((cluster.device(d) for d in st.devices), 1)
-        i_load, w_load = backward_split(graph, st.layers)
+        # the ratio of I to W is scale-free: take it on times scaled to about 1 (exactly, by a
+        # power of two), so that subnormal times keep their shares
+        top = max((t for n in st.layers for t in graph.nodes[n]["bwd"].values() if math.isfinite(t) and t > 0),
+                  default=1.0)
+        i_load, w_load = backward_split(graph, st.layers, -math.frexp(top)[1])
         ti, tw = rules.load_time(res, i_load), rules.load_time(res, w_load)
-        w_op = b_plain * tw / (ti + tw) if ti + tw > 0 else 0.0
+        w_op = b_plain * (tw / (ti + tw) if ti + tw > 0 else DEFAULT_W_SHARE)  # no load: the overhead by the default
         w_ops.append(float(w_op))
         i_ops.append(float(b_op - w_op))
     note = weight_split_assumption(graph)
