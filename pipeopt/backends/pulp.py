@@ -81,14 +81,14 @@ CBC_DEFAULT_ABS_GAP = 1e-10
 HIGHS_DEFAULT_ABS_GAP = 1e-6
 _HUGE = 1e30  # a printed bound beyond this is CBC's "infinity", not a bound
 CBC_TINY = 1e-6
-"""A MILP with a nonzero constraint coefficient below this (in absolute value) gets a note in the
-outcome: CBC 2.10 is unreliable on such models. Its integer preprocessing cut off the optimum of a
-4-binary partition model whose window row carried a coefficient of 7.8e-8 (148.65 claimed optimal
-against 132.49; 1e-7 still failed, 3e-7 did not); with preprocessing off for such models, a free-W
-schedule test that had always passed failed in two CI runs of two (not reproduced alone), so it
-stays on. HiGHS solves the partition model right
-(tests/backends/test_pulp_door.py keeps the partition model). The claim checks of the callers
-(a bound above the plan's objective is a ClaimError) catch what they can."""
+"""A MILP with a nonzero constraint coefficient below this (in absolute value) asked of CBC is
+solved by HiGHS instead, said in the outcome's notes: CBC 2.10 is unreliable on such models. Its
+integer preprocessing cut off the optimum of a 4-binary partition model whose window row carried
+a coefficient of 7.8e-8 (148.65 claimed optimal against 132.49; 1e-7 still failed, 3e-7 did
+not), and it claimed false optima of the event-time MILP on tied chains with backward times of
+1e-12 s and below (0.4768 against 0.4736, 4 chains in 600 drawn); with preprocessing off a free-W
+schedule test failed. HiGHS solves all of them right (tests/backends/test_pulp_door.py keeps the
+partition model, tests/problems/partition/test_ties.py the chains)."""
 
 
 def kill_grace(limit: float) -> float:
@@ -226,7 +226,9 @@ def solve_pulp(
         A PuLP problem (MILP or LP; minimisation or maximisation; it is only read, and its
         variables receive the solution's values when ``assign`` is set).
     solver
-        ``"cbc"`` (PuLP's bundled CBC) or ``"highs"`` (highspy).
+        ``"cbc"`` (PuLP's bundled CBC) or ``"highs"`` (highspy). A MILP asked of CBC whose
+        smallest nonzero constraint coefficient is below :data:`CBC_TINY` is solved by HiGHS
+        (the outcome's ``solver`` and notes say so).
     deadline
         The solve's clock (:class:`~pipeopt.backends.deadline.Deadline`); the solver gets
         what is left and is ended :func:`kill_grace` seconds after it. ``None``: no limit.
@@ -305,8 +307,10 @@ def solve_pulp(
             return PulpOutcome("no_solution", runtime=time.perf_counter() - entry, solver=solver,
                                solver_status="not run",
                                notes=["the deadline passed while the model was written"])
+        rerouted = solver == "cbc" and mip and _smallest_coefficient(prob) < CBC_TINY
+        if rerouted:
+            solver = "highs"
         if solver == "cbc":
-            tiny = mip and _smallest_coefficient(prob) < CBC_TINY
             cbc = (workdir, mps, mip, deadline, grace, rel_gap, abs_gap, threads, seed, start, node_limit)
             try:
                 raw = _run_cbc(*cbc)
@@ -318,12 +322,12 @@ def solve_pulp(
                                               "with no time left to run it again: nothing proven"])
                 raw = _run_cbc(*cbc)
                 raw.notes.append(f"CBC crashed once ({crash.signal_name}) and was run again on the same model")
-            if tiny:
-                raw.notes.append(f"a constraint coefficient is below {CBC_TINY:g} (CBC_TINY): CBC is unreliable "
-                                 "on such models (solver='highs' is not)")
         else:
             raw = _run_highs(workdir, mps, columns, mip, deadline, grace, rel_gap, abs_gap, threads,
-                             seed, start, isolate, node_limit)
+                             seed, start, isolate or rerouted, node_limit)
+            if rerouted:
+                raw.notes.append(f"solved by HiGHS instead of CBC: a constraint coefficient is below {CBC_TINY:g} "
+                                 "(CBC_TINY), and CBC 2.10 is unreliable on such models")
         if log_path is not None and os.path.exists(os.path.join(workdir, "solver.log")):
             shutil.copyfile(os.path.join(workdir, "solver.log"), log_path)
     finally:

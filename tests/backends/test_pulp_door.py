@@ -286,18 +286,13 @@ def tiny_coefficient_model():
     return prob
 
 
-def test_tiny_coefficients_highs_keeps_the_optimum_and_cbc_says_so():
+def test_tiny_coefficients_go_to_highs_and_keep_the_optimum():
     """The optimum (y = 0, 1, 0, 1: T = 186.340... - 53.846..., found by hand from the rows) is
-    HiGHS's; CBC's outcome carries the CBC_TINY note."""
-    out = solve_pulp(tiny_coefficient_model(), solver="highs", rel_gap=1e-9)
-    assert out.status == "optimal"
-    assert out.objective == pytest.approx(186.34014831 - 53.8459268928, rel=1e-7)
-    cbc = solve_pulp(tiny_coefficient_model(), solver="cbc", rel_gap=1e-9)
-    assert any("CBC_TINY" in note for note in cbc.notes)
-
-
-@pytest.mark.xfail(strict=True, reason="CBC 2.10's integer preprocessing cuts off the optimum of this model "
-                   "(claims 148.649 optimal): a known CBC defect, noted by solve_pulp (CBC_TINY)")
-def test_cbc_preprocessing_defect_on_tiny_coefficients():
-    out = solve_pulp(tiny_coefficient_model(), solver="cbc", rel_gap=1e-9)
-    assert out.objective == pytest.approx(186.34014831 - 53.8459268928, rel=1e-7)
+    HiGHS's; asked of CBC (whose integer preprocessing claimed 148.649 optimal), the door solves
+    the model with HiGHS and says so (CBC_TINY)."""
+    for solver in ("highs", "cbc"):
+        out = solve_pulp(tiny_coefficient_model(), solver=solver, rel_gap=1e-9)
+        assert out.status == "optimal"
+        assert out.objective == pytest.approx(186.34014831 - 53.8459268928, rel=1e-7)
+        assert any("CBC_TINY" in note for note in out.notes) == (solver == "cbc")
+        assert out.solver == "highs"

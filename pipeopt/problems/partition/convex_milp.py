@@ -86,6 +86,7 @@ import math
 import numpy as np
 
 from ...lazy import lazy_module
+from ...backends.scaling import model_unit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate, rules
@@ -557,7 +558,7 @@ def solve_convex_milp(
                 start = model.stages_of_plan(plan)  # None only if it splits a unit
             if math.isfinite(value) and value > 0:
                 scale = value
-        unit = scale / 100.0 if scale > 0 else 1.0
+        unit = model_unit(scale, 100.0)
         model.build(unit, deadline)
         info.update(time_unit=unit, binaries=len(model.p), constraints=model.lp.numConstraints())
         rounds = 0

@@ -80,6 +80,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...lazy import lazy_module
+from ...backends.scaling import model_unit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.lazy import Verdict, resolve
 from ...backends.pulp import SOLVERS
@@ -521,7 +522,7 @@ def solve_events(
             incumbent, inc_value = list(cand), value
     info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
     ref = inc_value if incumbent is not None else run_time(problem, candidates[0], schedule)[0]
-    unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else model.time_unit
+    unit = model_unit(ref, _TIME_SCALE) if ref > 0 and math.isfinite(ref) else model.time_unit
     info["time_unit"] = unit
 
     info["bound_source"] = "none (0)"

@@ -70,6 +70,7 @@ import numpy as np
 
 from ...lazy import lazy_module
 from ...backends.bisection import bisect_limit
+from ...backends.scaling import model_unit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
 from ...cost.transient import refuse_transient
@@ -313,7 +314,7 @@ class StraightModel:
         """Seconds per unit of the MILP's time values: 1/100 of the simple lower bound (or of
         :attr:`top` if that bound is zero), so the solver's T lies around 100..10^4."""
         base = self.lower_bound if self.lower_bound > 0 else self.top
-        return base / 100.0 if base > 0 else 1.0
+        return model_unit(base, 100.0)
 
     @cached_property
     def tick(self) -> float:

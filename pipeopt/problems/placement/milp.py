@@ -65,6 +65,7 @@ import math
 import numpy as np
 
 from ...lazy import lazy_module
+from ...backends.scaling import model_unit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import evaluate, rules
@@ -193,7 +194,7 @@ class PlacementMilp:
             vals = [float(v) for v in self.time[np.isfinite(self.time)] if v > 0]
             vals += [sec for _, _, sec in self.tensors]
             scale = max(vals) if vals else 1.0
-        return scale / 100.0
+        return model_unit(scale, 100.0)
 
     def build(self, deadline: Deadline | None = None, unit: float | None = None):
         """The PuLP model.

@@ -80,6 +80,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...backends.cpsat import solve_cpsat
+from ...backends.scaling import model_unit
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import rules
 from ...cost.tolerance import FLOAT_NOISE, SOLVER_CLAIM
@@ -558,9 +559,7 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
     if best is not None:
         info["warm_start"] = {"order": best[1], "time": best[0]}
     ref = best[0] if best is not None else problem.memory_free_bound() * 4
-    if not (ref > 0 and math.isfinite(ref)):
-        ref = 1.0
-    unit = ref / TICKS
+    unit = model_unit(ref, TICKS)
     info["time_unit"] = unit
     fm = FreeOrderModel(problem, unit, best[0] if best is not None else None)
     hint = fm.hint(best[2], best[3]) if best is not None else None

@@ -46,6 +46,7 @@ import time
 
 import numpy as np
 
+from ...backends.scaling import model_unit
 from ...backends.deadline import Deadline
 from ...backends.lazy import Verdict, resolve
 from ...backends.pulp import SOLVERS
@@ -242,7 +243,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     if incumbent is not None:  # a better warm start: cuts moved while the executor's time drops
         incumbent, inc_value = local_search(problem, incumbent, inc_value, deadline.sub(fraction=HEURISTIC_SHARE))
     ref = inc_value if incumbent is not None else problem.execute(candidates[0]).time
-    unit = ref / _TIME_SCALE if ref > 0 and math.isfinite(ref) else 1.0
+    unit = model_unit(ref, _TIME_SCALE)
     if free:  # the best W places for the warm start's split (or the first candidate if none fits): placement only
         split_ = incumbent if incumbent is not None else candidates[0]
         order, value = place_for_split(problem, split_, None, unit, deadline.sub(fraction=HEURISTIC_SHARE),
