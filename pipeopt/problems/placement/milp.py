@@ -440,6 +440,7 @@ def solve_milp(problem: PlacementProblem, *, time_limit: float | Deadline = 60.0
     info["constraints"] = lp.numConstraints()
     cuts = 0
     bound = None
+    rescaled = False
     while True:
         start = model.start(incumbent[1], x, y, z) if incumbent is not None else None
         if start is not None:
@@ -481,6 +482,19 @@ def solve_milp(problem: PlacementProblem, *, time_limit: float | Deadline = 60.0
             obj = incumbent[0].objective
             lb = min(bound if bound is not None else lower, obj)
             if obj - lb > MILP_TOLERANCE * obj:  # relative: a tiny optimum gets no absolute slack
+                if not rescaled and 0 < obj < 100 * unit * (1 - 1e-9):
+                    # the optimum is far below the scale the unit was chosen for (a poor warm
+                    # start), so the solver's absolute gap is a large share of it: measure the
+                    # model against the optimum found and solve again (one time)
+                    rescaled = True
+                    unit = model.time_unit(obj)
+                    info["time_unit"] = unit
+                    try:
+                        lp, T, x, y, z = model.build(deadline, unit)
+                    except DeadlineReached as stop:
+                        info["stopped"] = str(stop)
+                        return finish(Status.TIME_LIMIT, bound)
+                    continue
                 info["note"] = "the solver's optimum is not within the tolerance of its bound"
                 return finish(Status.FEASIBLE, bound)
             return finish(Status.OPTIMAL, bound)
