@@ -7,7 +7,9 @@ rule, whatever the problem's ``recompute`` option: :func:`pipeopt.solve` gives t
 stages carry ``Stage.recompute`` (every recomputed block's layers ``"full"``: the frameworks
 checkpoint a whole transformer layer, :func:`pipeopt.cost.rules.recompute_terms` says what
 that keeps and costs) and is scored by :func:`pipeopt.evaluate` like every plan: status
-``FEASIBLE``, ``INFEASIBLE`` if the plan breaks memory; no lower bound.
+``FEASIBLE``, ``INFEASIBLE`` if the plan breaks memory; no lower bound; the result's space is
+:data:`RECOMPUTE_SPACE` when the plan recomputes (a bound proven without recomputation does
+not bound it), ``"one-order"`` otherwise.
 
 The frameworks count **blocks** (transformer layers) of a model built as "modules before, a
 sequence of blocks, modules after" (:func:`transformer_parts`): a graph of
@@ -262,8 +264,17 @@ def _blocks(problem: PartitionProblem) -> int:
     return len(transformer_parts(problem.instance.graph)[1])
 
 
+RECOMPUTE_SPACE = "one-order+recompute"
+"""The search space a baseline's result states when its plan recomputes something: contiguous
+splits of one layer order with any per-layer recompute set. It is not ``"one-order"``: a bound
+an exact method proves without recomputation does not bound these plans (a recomputing plan
+can be faster than the no-recompute optimum), so no gap is taken against one. A plan that
+recomputes nothing states ``"one-order"``."""
+
+
 def _result(problem, name, plan, started, info) -> Result:
-    return problem.result(name, plan, Status.FEASIBLE, started=started, space=spaces.ONE_ORDER, info=info)
+    space = RECOMPUTE_SPACE if any(st.recompute for st in plan.stages) else spaces.ONE_ORDER
+    return problem.result(name, plan, Status.FEASIBLE, started=started, space=space, info=info)
 
 
 # ---------------------------------------------------------------------------------------
@@ -289,7 +300,7 @@ def megatron_full_uniform(
     -------
     Result
         ``FEASIBLE`` (``INFEASIBLE`` if the plan breaks memory), no bound, space
-        ``"one-order"``; ``info``: ``blocks_per_stage``, ``megatron_args``.
+        :data:`RECOMPUTE_SPACE`; ``info``: ``blocks_per_stage``, ``megatron_args``.
 
     Raises
     ------

@@ -76,6 +76,9 @@ def assert_scored(result, prob):
     assert result.objective == ev.objective
     assert result.status == (Status.FEASIBLE if ev.feasible else Status.INFEASIBLE)
     assert result.lower_bound is None
+    # a recomputing plan is not in the one-order (no-recompute) space a DP's bound covers
+    recomputes = any(st.recompute for st in result.plan.stages)
+    assert result.space == (rb.RECOMPUTE_SPACE if recomputes else "one-order")
 
 
 # ---- the rules ---------------------------------------------------------------------------------
