@@ -40,6 +40,14 @@ the position of one cut into "before c" / "after c", which is what proves bottle
 optimality quickly. Times are expressed in units of 1/100 of the simple lower bound (so T is
 about 100-1000 in the solver, away from its absolute tolerances).
 
+**Recomputation** (the problem's ``recompute`` option ``"full"`` or ``"auto"``,
+:func:`recompute_rows`): a binary per layer and mode, its product with the layer's stage
+linearised, in each stage's time row, the window rows and a linear memory row per stage (its
+kept bytes, parameters, tied parameters and the backward's excess of re-created activations);
+the reach rows then say where *some* recompute choice fits
+(:meth:`PartitionProblem.memory_reach`). The returned plan takes each stage's least-time choice
+that fits (:meth:`PartitionProblem.plan`), which the model's optimum equals.
+
 Solving goes through the one PuLP door, :func:`pipeopt.backends.pulp.solve_pulp`: **CBC runs
 in a child process that is ended at the deadline** (plus a short grace) if it has not stopped
 itself, so a limit holds even inside CBC's preprocessing; HiGHS runs in a child process too.
@@ -54,6 +62,7 @@ import numpy as np
 from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...backends.pulp import SOLVERS, solve_pulp
+from ...cost import rules
 from ...errors import InvalidProblemError
 from ...result import Result, Status
 from .events import solve_events
@@ -119,11 +128,13 @@ def build_milp(
         deadline.check("building the MILP")
         split.structure_rows(t)
     u = 1.0 / time_unit
+    q = recompute_rows(lp, split, model, u, deadline)  # per stage: its recompute seconds (in time units)
     for t in range(S):
         deadline.check("building the MILP")
         e_terms, e_const = at_start(model.end, t + 1, u)
         b_terms, b_const = at_start(model.begin, t, u)
-        add(e_terms + [(v, -c) for v, c in b_terms] + [(T, -1.0)], e_const - b_const, f"stage_time_{t}")
+        add(e_terms + [(v, -c) for v, c in b_terms] + [(T, -1.0)] + [(v, 1.0) for v in q[t:t + 1]],
+            e_const - b_const, f"stage_time_{t}")
     for t in range(1, S):
         if model.cut[model.window(t)].max(initial=0.0) > 0:
             terms, const = at_start(model.cut, t, u)
@@ -151,10 +162,12 @@ def build_milp(
             else:
                 add([(v, 1.0), (low, -1.0)], 0.0, f"window_min_{l}_running")
             b_terms, b_const = at_start(model.begin, l, u)
-            add([(v, 1.0), *((x, -c) for x, c in b_terms), (M[l], -1.0), (T, float(l))], -b_const,
-                f"window_min_{l}_stage")
+            # with recomputation B_l and A_l also carry the recompute seconds of stages 0..l-1 and 0..l
+            add([(v, 1.0), *((x, -c) for x, c in b_terms), (M[l], -1.0), (T, float(l)),
+                 *((x, -1.0) for x in q[:l])], -b_const, f"window_min_{l}_stage")
             e_terms, e_const = at_start(model.end, l + 1, u)
-            add([*e_terms, (M[l], 1.0), (T, -float(l + 1)), (v, -1.0)], e_const, f"window_{l}")
+            add([*e_terms, (M[l], 1.0), (T, -float(l + 1)), (v, -1.0), *((x, 1.0) for x in q[:l + 1])], e_const,
+                f"window_{l}")
             low = v
     time_reach = model.time_reach(upper) if upper is not None else None
     for t in range(S):
@@ -163,6 +176,148 @@ def build_milp(
         if not split.reach_rows(t, R):
             return None, T, y
     return lp, T, y
+
+
+def recompute_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, deadline: Deadline) -> list:
+    """The recompute choice of every layer as MILP rows (nothing with ``recompute="none"``).
+
+    With ``x[t, c] = started(t, c) - started(t+1, c)`` (unit c in stage t, linear in the
+    cumulative binaries) and, per layer l and mode o, a binary ``r[l, o]`` (``auto``: at most
+    one mode per layer; ``full``: ``r = 1``), the product ``z[t, l, o] = r[l, o] x[t, c(l)]``
+    is linearised (``z <= r``, ``z <= x``, ``z >= r + x - 1``; ``full``: ``z = x``). Then per
+    stage t, keeping ``k_t`` microbatches with ``v_t`` weight versions:
+
+    * its recompute seconds ``q_t = sum_{l,o} z[t,l,o] extra_{l,o}`` (a continuous variable, in
+      the model's time unit), added to its stage row and to the window rows;
+    * its memory, in units of the worker's memory: ``sum_c x[t,c] (k_t act_c + v_t param_c) -
+      k_t sum z[t,l,o] (act_l - kept_{l,o}) + v_t sum_ties state h[t, tie] + E_t <=
+      memory_limit`` with ``h >= x`` on the tie's units and the backward's excess ``E_t >= 0``,
+      ``E_t >= sum_o z[t,L,o] (act_L - kept_{L,o}) - sum_{l after L} (act_l x[t,c(l)] - sum_o
+      z[t,l,o] (act_l - kept_{l,o}))`` for every layer L (exact where L is recomputed in stage t:
+      :func:`pipeopt.cost.rules.backward_peak`; implied elsewhere, the kept bytes being >= 0).
+
+    Returns
+    -------
+    list
+        ``q_t`` per stage (PuLP variables; empty without recomputation).
+    """
+    problem = model.problem
+    rc = problem.recomputation
+    if rc is None:
+        return []
+    n, S = model.n, model.S
+
+    def add(terms, constant: float, name: str, sense=None) -> None:  # PuLP keeps one term per variable: sum them
+        merged: dict = {}
+        for v, a in terms:
+            merged[v] = merged.get(v, 0.0) + a
+        split.add(list(merged.items()), constant, name, sense)
+
+    def x(t: int, c: int) -> tuple[list, float]:
+        terms, const = [], 0.0
+        for s_, sign in ((t, 1.0), (t + 1, -1.0)):
+            v = 1 if s_ == 0 else (0 if s_ == S else split.started(s_, c))
+            if isinstance(v, int):
+                const += sign * v
+            else:
+                terms.append((v, sign))
+        return terms, const
+
+    layers = [(c, layer) for c in range(n) for layer in rc.units[c]]
+    r = {}
+    if rc.mode == "auto":
+        for i, (c, layer) in enumerate(layers):
+            for o in range(1, len(layer.modes)):
+                r[i, o] = lp.add_variable(f"recompute_{i}_{o}", lowBound=0, upBound=1, cat=pulp.LpBinary)
+            if len(layer.modes) > 2:
+                add([(r[i, o], 1.0) for o in range(1, len(layer.modes))], -1.0, f"one_mode_{i}")
+    first = 1 if rc.mode == "auto" else 0  # option 0 is "keep" under auto
+    q = []
+    cap = problem.memory
+    finite = math.isfinite(cap)
+    ties = problem.table.ties
+    for t in range(S):
+        deadline.check("building the MILP's recompute rows")
+        lo, hi = t, n - S + t  # the units stage t can hold
+        z = {}
+        for i, (c, layer) in enumerate(layers):
+            if not lo <= c <= hi:
+                continue
+            xt, xc = x(t, c)
+            for o in range(first, len(layer.modes)):
+                if rc.mode == "full":
+                    z[i, o] = (xt, xc)
+                    continue
+                v = lp.add_variable(f"redo_{t}_{i}_{o}", lowBound=0, upBound=1)
+                add([(v, 1.0), (r[i, o], -1.0)], 0.0, f"redo_le_r_{t}_{i}_{o}")
+                add([(v, 1.0), *((w, -a) for w, a in xt)], -xc, f"redo_le_x_{t}_{i}_{o}")
+                add([(r[i, o], 1.0), *xt, (v, -1.0)], xc - 1.0, f"redo_ge_{t}_{i}_{o}")
+                z[i, o] = ([(v, 1.0)], 0.0)
+        qt = lp.add_variable(f"recompute_time_{t}", lowBound=0)
+        terms, const = [(qt, -1.0)], 0.0
+        for (i, o), (zt, zc) in z.items():
+            sec = layers[i][1].seconds[o] * u
+            if sec:
+                terms += [(w, a * sec) for w, a in zt]
+                const += zc * sec
+        add(terms, const, f"recompute_time_{t}", pulp.LpConstraintEQ)
+        q.append(qt)
+        if not finite:
+            continue
+        k = problem.in_flight(t)
+        ver = rules.weight_versions(k, problem.instance.settings.weight_stashing)
+        scale = 1.0 / cap
+        excess = lp.add_variable(f"backward_excess_{t}", lowBound=0)
+        mem, mconst = [(excess, 1.0)], 0.0
+        for c in range(lo, hi + 1):
+            xt, xc = x(t, c)
+            w = (k * float(problem.instance.chain.act[c]) + ver * float(problem.instance.chain.param[c])) * scale
+            mem += [(v, a * w) for v, a in xt]
+            mconst += xc * w
+        saved = {}
+        for (i, o), (zt, zc) in z.items():
+            layer = layers[i][1]
+            sv = (layer.act - layer.kept[o]) * scale
+            saved[i, o] = sv
+            mem += [(v, -a * k * sv) for v, a in zt]
+            mconst -= zc * k * sv
+        if ties:
+            for j, (units, state) in enumerate(zip(ties.units, ties.state, strict=True)):
+                inside = [int(c) for c in units if lo <= c <= hi]
+                if not inside:
+                    continue
+                h = lp.add_variable(f"tie_{t}_{j}", lowBound=0, upBound=1)
+                for c in inside:
+                    xt, xc = x(t, c)
+                    add([*((v, a) for v, a in xt), (h, -1.0)], xc, f"tie_{t}_{j}_{c}")
+                mem.append((h, ver * state * scale))
+        add(mem, mconst - rules.memory_limit(cap) * scale, f"memory_{t}")
+        # the backward's excess: one row per layer that some mode recomputes, in the stage's order
+        idx = [i for i, (c, _) in enumerate(layers) if lo <= c <= hi]
+        by_layer: dict = {}
+        for key in z:
+            by_layer.setdefault(key[0], []).append(key)
+        for pos, L in enumerate(idx):
+            own = [key for key in by_layer.get(L, ()) if saved[key] > 0]
+            if not own:
+                continue
+            row, rconst = [(excess, -1.0)], 0.0
+            for key in own:
+                zt, zc = z[key]
+                row += [(v, a * saved[key]) for v, a in zt]
+                rconst += zc * saved[key]
+            for i in idx[pos + 1:]:  # minus the kept bytes of the layers after L in stage t
+                c = layers[i][0]
+                xt, xc = x(t, c)
+                act = layers[i][1].act * scale
+                row += [(v, -a * act) for v, a in xt]
+                rconst -= xc * act
+                for key in by_layer.get(i, ()):
+                    zt, zc = z[key]
+                    row += [(v, a * saved[key]) for v, a in zt]
+                    rconst += zc * saved[key]
+            add(row, rconst, f"backward_excess_{t}_{L}")
+    return q
 
 
 def _start_values(model: StraightModel, starts: list[int], value: float, time_unit: float) -> dict:
@@ -287,9 +442,12 @@ def solve_milp(
             status = "infeasible"  # T >= simple_lower_bound: the model cannot be unbounded
         return Attempt(status, starts, bound, info)
 
+    # the tie-break's event-time model does not model recomputation: not run with it
+    phase2 = None if problem.recompute != "none" else \
+        {"run": break_ties, "solver": solver, "threads": int(threads), "seed": int(seed)}
     return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
-                       warm_start=warm_start, info={"solver": solver},
-                       phase2={"run": break_ties, "solver": solver, "threads": int(threads), "seed": int(seed)})
+                       warm_start=warm_start, info={"solver": solver, "recompute": problem.recompute},
+                       phase2=phase2)
 
 
 def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: str = "cbc", threads: int = 1,
@@ -308,6 +466,11 @@ def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: st
         If no split fits the memory (proven by the model).
     """
     schedule = "gpipe" if problem.instance.settings.objective == "gpipe" else "1f1b"
+    if problem.recompute != "none":
+        raise InvalidProblemError(
+            f"milp: the event-time model of objective {problem.instance.settings.objective!r} does not model "
+            f"recomputation yet (recompute={problem.recompute!r}); use the bottleneck objective or recompute='none'"
+        )
     out = solve_events(problem, schedule, deadline=deadline, solver=solver, threads=int(threads), seed=int(seed))
     if out.status == "infeasible":
         raise infeasible_memory(problem, "milp", "proven infeasible by the event-time model")

@@ -234,7 +234,9 @@ class PartitionProblem:
         Found by bisection on ``b`` for every ``a`` at once (a stage's memory does not
         decrease as it gains units), and made non-decreasing in ``a``, so that ``p_t <= a``
         implies ``p_{t+1} <= reach[p_t]`` for a stage that fits. Exact: every stage is judged
-        by the cost model's own rule, no byte is rounded. Cached per ``in_flight``.
+        by the cost model's own rule, no byte is rounded. Cached per ``in_flight``. With
+        ``recompute`` set: the last end at which some recompute choice fits
+        (:meth:`pipeopt.problems.partition.recompute.RecomputeModel.extra` finite).
 
         Returns
         -------
@@ -244,6 +246,15 @@ class PartitionProblem:
         if key not in self._reach:
             n = self.n
             a = np.arange(n + 1)
+            if self.recomputation is not None and math.isfinite(self.memory):
+                # with recomputation: the last end at which some recompute choice fits (a stage's least
+                # memory over the choices grows with its units: recompute.RecomputeModel.extra)
+                ok = np.isfinite(self.recomputation.extra(key))  # [end, start]
+                ends = np.where(ok, a[:, None], a[None, :])
+                out = np.maximum.accumulate(np.maximum(ends.max(axis=0), a))
+                out.setflags(write=False)
+                self._reach[key] = out
+                return out
             if not math.isfinite(self.memory):
                 out = np.full(n + 1, n, dtype=np.int64)
             else:
@@ -368,7 +379,8 @@ class PartitionProblem:
         :func:`pipeopt.cost.rules.steady_period` on the table's numbers, the window rows
         included. Equal to :func:`pipeopt.evaluate`'s bottleneck of :meth:`plan`. ``extra``:
         seconds each stage's backward adds by recomputation (default none; with
-        ``recompute`` set, :meth:`stage_recompute` of the split).
+        ``recompute`` set, :meth:`stage_recompute` of the split, and ``inf`` if a stage fits
+        with no recompute choice).
 
         Returns
         -------
@@ -382,7 +394,10 @@ class PartitionProblem:
         if extra is None and self.recompute != "none":
             extra = [sec for sec, _ in self.stage_recompute(list(starts))]
         if extra is not None:
-            work = work + np.asarray(extra, dtype=float) / reps
+            extra = np.asarray(extra, dtype=float)
+            if not np.isfinite(extra).all():  # a stage no recompute choice fits
+                return math.inf
+            work = work + extra / reps
         after = np.cumsum(reps[::-1])[::-1]
         window = rules.in_flight(np.arange(S), S, workers_after=after, replicas=reps)
         cuts = p[1:-1]
