@@ -227,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 
     r = sub.add_parser("run", help="run a plan on torch.distributed.pipelining (one CPU process per stage) and time it")
-    r.add_argument("plan", help="a plan JSON (solve --save-plan) or a solve --json result")
+    r.add_argument("plan", help="a plan JSON (solve --save-plan) or a solve --json result; its stages' recompute "
+                                "layers (full) run under torch.utils.checkpoint and are reported")
     r.add_argument("--model", required=True,
                    help="the PyTorch model the plan splits, as for profile (gpt, cnn, ..., or package.module:factory)")
     r.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
