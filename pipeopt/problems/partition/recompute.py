@@ -141,8 +141,9 @@ def _pareto(kept, excess, time, tol: float) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
-def extend(front: Frontier, layer: LayerChoices, tol: float, limit: int = FRONTIER_LIMIT) -> tuple[Frontier, bool]:
-    """The frontier of the choices with ``layer`` added in front of the layers of ``front``.
+def extend(front: Frontier, layer: LayerChoices, tol: float, limit: int | None = None) -> tuple[Frontier, bool]:
+    """The frontier of the choices with ``layer`` added in front of the layers of ``front``
+    (at most ``limit`` points, default :data:`FRONTIER_LIMIT`).
 
     Returns
     -------
@@ -159,6 +160,7 @@ def extend(front: Frontier, layer: LayerChoices, tol: float, limit: int = FRONTI
         os.append(np.full(len(front), o, dtype=np.int64))
     K, X, T, P, O = (np.concatenate(v) for v in (ks, xs, ts, ps, os))
     idx = _pareto(K, X, T, tol)
+    limit = FRONTIER_LIMIT if limit is None else int(limit)
     thinned = False
     if len(idx) > limit:  # keep the least-time, least-kept and least-peak points and an even spread
         thinned = True
