@@ -54,18 +54,41 @@ class Settings:
         the largest stage load, compute plus the transfers the stage sends and receives, each
         tensor once per stage, nothing on a ``host`` device; each layer's memory counted
         once; the *placement* problem's objective).
+    zero
+        ZeRO stage of the data-parallel training state (Rajbhandari et al., SC 2020), 0..3:
+        0 replicates everything, 1 shards the optimizer state over the ``dp`` replicas, 2 also
+        the gradients, 3 also the weights (FSDP's full sharding). Default 0.
+    dp
+        d >= 1, data-parallel replicas of the whole pipeline (each stage's worker has d - 1
+        twins holding the same layers, on links of the cluster's bandwidth and latency).
+        Default 1: no data parallelism, nothing to shard or synchronise.
+    gradient_ratio, optimizer_ratio
+        Bytes of gradients and of optimizer state per byte of ``param_bytes``, held beside the
+        weights (e.g. 1 and 2 for Adam in fp32 when ``param_bytes`` are the weights alone, as
+        in the model zoo). Default 0 and 0: the memory holds ``param_bytes`` only (today's
+        model; a torch profile folds the whole training state into ``param_bytes``, where these
+        stay 0 and ZeRO cannot tell the parts apart). The rules:
+        :func:`pipeopt.cost.rules.sharded_state`, :func:`pipeopt.cost.rules.zero_op_times`,
+        :func:`pipeopt.cost.rules.zero_sync_time` (docs/cost-model.md, "Data parallelism and
+        ZeRO").
 
     Raises
     ------
     InvalidProblemError
-        If a flag is not a bool, the objective is unknown or ``microbatches`` is not an
-        integer in range.
+        If a flag is not a bool, the objective is unknown, ``microbatches`` is not an
+        integer in range, ``zero`` is not 0..3, ``dp`` not a positive integer, a ratio not a
+        finite number >= 0, or ZeRO-3 is asked with weight stashing (sharded weights have no
+        stashed versions).
     """
 
     overlap: bool = True
     weight_stashing: bool = False
     microbatches: int = DEFAULT_MICROBATCHES
     objective: str = "bottleneck"
+    zero: int = 0
+    dp: int = 1
+    gradient_ratio: float = 0.0
+    optimizer_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("overlap", "weight_stashing"):
@@ -81,6 +104,27 @@ class Settings:
                 f"microbatches must be an integer in 1..{MAX_MICROBATCHES}, got {self.microbatches!r}"
             )
         object.__setattr__(self, "microbatches", int(m))
+        z = self.zero
+        if isinstance(z, (bool, np.bool_)) or not isinstance(z, numbers.Integral) or not 0 <= z <= 3:
+            raise InvalidProblemError(f"zero must be a ZeRO stage 0, 1, 2 or 3, got {z!r}")
+        object.__setattr__(self, "zero", int(z))
+        d = self.dp
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, numbers.Integral) or d < 1:
+            raise InvalidProblemError(f"dp (data-parallel replicas) must be a positive integer, got {d!r}")
+        object.__setattr__(self, "dp", int(d))
+        for name in ("gradient_ratio", "optimizer_ratio"):
+            r = getattr(self, name)
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, numbers.Real) or not (math.isfinite(r) and r >= 0):
+                raise InvalidProblemError(f"{name} must be a finite number >= 0 (bytes per parameter byte), got {r!r}")
+            object.__setattr__(self, name, float(r))
+        if self.zero == 3 and self.weight_stashing:
+            raise InvalidProblemError("ZeRO-3 shards the weights: weight stashing (a version per microbatch) does not apply")
+
+    @property
+    def data_parallel(self) -> bool:
+        """True if the settings add data parallelism or training state to today's model (``dp > 1``,
+        a ZeRO stage, or gradient / optimizer bytes)."""
+        return self.dp > 1 or self.zero > 0 or self.gradient_ratio > 0 or self.optimizer_ratio > 0
 
 
 @dataclass(frozen=True)
@@ -254,8 +298,9 @@ class Instance:
     def cost_terms(self) -> tuple:
         """The optional cost terms this instance carries, as assumption lines (``()`` when both are
         0, as for every paper profile): the cluster's per-message latency
-        (:attr:`Cluster.latency`) and the graph's ``stage_overhead``
-        (:func:`pipeopt.cost.rules.stage_overhead`). Printed with every result, after
+        (:attr:`Cluster.latency`), the graph's ``stage_overhead``
+        (:func:`pipeopt.cost.rules.stage_overhead`) and the settings' data parallelism
+        (:attr:`Settings.data_parallel`). Printed with every result, after
         :attr:`assumptions`."""
         out = []
         if self.cluster.latency:
@@ -266,6 +311,11 @@ class Instance:
             out.append(f"each stage's runtime adds {float(over.get('forward', 0.0)) * 1e3:.4g} ms to its forward and "
                        f"{float(over.get('backward', 0.0)) * 1e3:.4g} ms to its backward per microbatch "
                        "(stage_overhead)")
+        st = self.settings
+        if st.data_parallel:
+            out.append(f"data parallelism: {st.dp} replica{'s' if st.dp != 1 else ''} of the pipeline, ZeRO-{st.zero}; "
+                       f"training state beside the weights: gradients {st.gradient_ratio:g}x and optimizer state "
+                       f"{st.optimizer_ratio:g}x param_bytes (ring collectives, not overlapped with compute)")
         return tuple(out)
 
     def replace(self, **changes) -> Instance:

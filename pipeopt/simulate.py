@@ -37,7 +37,11 @@ disagree with the cost model through *scheduling*, never through different numbe
   instead, ``Evaluation.activations``), plus the stage's parameters (one version, or one per
   microbatch in flight under ``"async"``); while it holds a microbatch a stage that recomputes
   also holds its backward's excess (``Evaluation.recompute_excess``: a recomputed layer's
-  re-created activations).
+  re-created activations); with data parallelism the training state beyond the weights
+  (``Evaluation.state``: gradients, optimizer state, ZeRO's shards) is held throughout;
+* data parallelism (``Settings.dp``, ``zero``): the ZeRO collectives per microbatch are in the
+  ops (from ``evaluate``); the synchronisation after the flush (``Evaluation.dp_sync``) is added
+  to the iteration time of a finite run (1F1B, GPipe, split), as the cost model adds it.
 
 Bi-Partition plans (different forward and backward cuts) play like any other: a stage's
 forward op covers its forward layers and its backward op its backward layers, and each link
@@ -343,6 +347,7 @@ class _Pipeline:
     fwd_share: list  # split execution: forward share of the worker's resources
     half_duplex: bool = False  # one channel per link for both directions, first come first served
     excess: list | None = None  # per stage: the backward's excess while a microbatch is held (recomputation)
+    state: list | None = None  # per stage: training state beyond the weights (data parallelism), always held
 
     @property
     def S(self) -> int:
@@ -389,6 +394,7 @@ def _pipeline(instance, plan: Plan, split: bool, notes: list, half_duplex: bool)
         fwd_share=share,
         half_duplex=half_duplex,
         excess=list(ev.recompute_excess) or None,
+        state=list(ev.state) or None,
     )
     return pipe, ev
 
@@ -592,9 +598,10 @@ def _memory(run: _Run, p: _Pipeline, stash: bool) -> tuple[list, list, list]:
     peak_k = [0] * S
     trace = []
     excess = p.excess or [0.0] * S
+    state = p.state or [0.0] * S
 
     def held(i: int, k: int, versions) -> float:  # a stage holding k > 0 microbatches also holds its excess
-        return rules.stage_memory(p.act[i], p.params[i], k, versions) + (excess[i] if k > 0 else 0.0)
+        return rules.stage_memory(p.act[i], p.params[i], k, versions) + state[i] + (excess[i] if k > 0 else 0.0)
 
     for i in range(S):
         m = p.replicas[i]
@@ -719,9 +726,9 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     stash = schedule == "async"
     if kind == "gpipe":  # a fill-drain run has no periodic regime: the slope of the iteration time in M
         run = _run(pipe, kind, M)
-        iteration = run.makespan
+        iteration = run.makespan + analytic.dp_sync  # data parallelism's synchronisation after the flush
         tpm = (_run(pipe, kind, 2 * N).makespan - _run(pipe, kind, N).makespan) / N
-        lo, hi = 0.0, iteration
+        lo, hi = 0.0, run.makespan
     else:  # the spacing of backward completions in the middle of a long run
         long = _run(pipe, kind, 2 * N)
         a, b = N // 2, N // 2 + N
@@ -737,8 +744,8 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
             notes.append(f"steady state measured over microbatches {a}..{b} of a {2 * N}-microbatch run")
         else:
             run = _run(pipe, kind, M)
-            iteration = run.makespan
-            lo, hi = 0.0, iteration
+            iteration = run.makespan + analytic.dp_sync  # data parallelism's synchronisation after the flush
+            lo, hi = 0.0, run.makespan
     busy = _busy(run, pipe, split, lo, hi)
     span = hi - lo
     reps = pipe.replicas

@@ -146,7 +146,8 @@ def solve(
             f"the exact method {problem}/{method} does not model {' or '.join(missing)}: it would claim an optimum "
             "of another cost model; set them to 0 or "
             + (f"use a method that models them ({', '.join(able)})" if able
-               else f"use the partition problem (no exact {problem} method models them yet)")
+               else f"use the partition problem (no exact {problem} method models them yet)" if problem != "partition"
+               else "use a heuristic, scored by evaluate (no exact partition method models them yet)")
         )
     recompute = options.get("recompute", "none")
     if recompute != "none" and "recompute" not in spec.terms:  # never a plan that ignores what was asked

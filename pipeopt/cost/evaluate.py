@@ -44,6 +44,12 @@ layer set Q_i (= P_i unless Bi-Partition):
   excess (:func:`rules.backward_excess`), in memory whenever a stage recomputes or the profile
   measured the transients. A recomputed layer's ``saved_twice_bytes`` no longer apply
   (either end of the edge recomputed: counted twice, never under-counted).
+* data parallelism and ZeRO (``Settings.dp``, ``zero``, ``gradient_ratio``, ``optimizer_ratio``;
+  defaults: none): memory adds the gradients and optimizer state, sharded over the d replicas of
+  the pipeline by the ZeRO stage (:func:`rules.sharded_state`); ZeRO-2/3's per-microbatch
+  collectives join the ops (:func:`rules.zero_op_times`), and the synchronisation after the flush
+  (:func:`rules.zero_sync_time`, the stages in parallel: the largest) is added to ``iteration``
+  and ``gpipe`` (:attr:`Evaluation.dp_sync`), not to ``bottleneck``.
 * tied parameters (:mod:`.ties`): params of a stage include the ``state_bytes`` of every tie one
   of whose layers it holds (in either pass); each tie's gradient is all-reduced between the
   workers of the stages holding it once per iteration, after the flush
@@ -120,6 +126,14 @@ class Evaluation:
     tie_sync
         Seconds per iteration of every tie's all-reduce, one after the other after the flush
         (in :attr:`iteration_time` and :attr:`gpipe_time`; 0 without ties).
+    dp_sync
+        Seconds per iteration of the data-parallel synchronisation after the flush
+        (:func:`rules.zero_sync_time`, the slowest stage's; in :attr:`iteration_time` and
+        :attr:`gpipe_time`; 0 with ``Settings.dp = 1``).
+    state
+        ``list[float]`` per stage, bytes (in :attr:`memory`): the training state beyond one copy
+        of the weights (:func:`rules.sharded_state`: gradients, optimizer state, ZeRO-3's
+        shards); empty unless the settings ask for it (``Settings.data_parallel``).
     transient
         ``list[float]`` per stage, bytes (in :attr:`memory`): the outputs it keeps and its
         backward's excess, when the profile measured them (:mod:`.transient`; empty otherwise).
@@ -172,6 +186,8 @@ class Evaluation:
     load: list = field(default_factory=list)
     tied: list = field(default_factory=list)
     tie_sync: float = 0.0
+    dp_sync: float = 0.0
+    state: list = field(default_factory=list)
     transient: list = field(default_factory=list)
     activations: list = field(default_factory=list)
     recompute_excess: list = field(default_factory=list)
@@ -187,7 +203,8 @@ class Evaluation:
     def run_time(self, schedule: str) -> float:
         """Seconds of M microbatches under ``"1f1b"`` (with a flush) or ``"gpipe"``: the longest
         path through the run's operations (:func:`pipeopt.cost.schedule.makespan`), plus the
-        tied parameters' all-reduce after the flush (:attr:`tie_sync`)."""
+        tied parameters' all-reduce after the flush (:attr:`tie_sync`) and the data-parallel
+        synchronisation (:attr:`dp_sync`)."""
         key = "time_" + schedule
         p = self.pipeline
         if key not in p:
@@ -199,7 +216,7 @@ class Evaluation:
                 graph = run_graph(schedule, p["replicas"], p["window"], p["split"], p["links"],
                                   p["microbatches"], p["overlap"])
                 p[key] = makespan(graph, graph.durations(self.forward_op, self.backward_op, p["x"], p["y"]))[0]
-            p[key] = p[key] + self.tie_sync  # the tied gradients' all-reduce, after the flush
+            p[key] = p[key] + self.tie_sync + self.dp_sync  # after the flush: ties, then data parallelism
         return p[key]
 
     @property
@@ -508,11 +525,13 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             if nb and bpos[arr.index[u]] == bpos[arr.index[v]] and u not in redone and v not in redone:
                 twice[bpos[arr.index[u]]] += nb
     tie_state = np.zeros(S)  # each tie's state_bytes on every stage that holds one of its layers
+    tie_bytes = np.zeros(S)  # and its weight bytes (what data parallelism synchronises)
     tied, tie_sync = [], 0.0
     if ties:
         idx = arr.index
         for t, held in zip(ties, stage_ties(ties, lambda x: {int(fpos[idx[x]]), int(bpos[idx[x]])}), strict=True):
             tie_state[held] += t.state_bytes
+            tie_bytes[held] += t.bytes
             sync = float(rules.tie_sync_time(t.bytes, sum(reps[s] for s in held), bw, alpha))
             tied.append({"name": t.name, "stages": held, "sync_s": sync})
             tie_sync += sync
@@ -524,6 +543,9 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         sent = rules.stage_transfer_times(rules.tensors_of(graph), stage_of, S, bw, alpha)
     stage_time, f_time, b_time, f_ops, b_ops, memory, capacity, flight = [], [], [], [], [], [], [], []
     transients: list[float] = []
+    data_parallel = settings.data_parallel
+    zero = {"zero": settings.zero, "dp": settings.dp}
+    states, dp_sync = [], 0.0
     loads = []
     windows, splits = [], []
     violations: list[str] = []
@@ -540,6 +562,12 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             f_op = b_op = math.inf
         else:
             f_op, b_op = rules.replica_ops(tau, f, b, ar, split=split)
+            if data_parallel:  # ZeRO-2/3's collectives per microbatch, on the ops
+                zf, zb = rules.zero_op_times(params + float(tie_bytes[i]), bandwidth=bw, latency=alpha, **zero)
+                f_op, b_op = f_op + zf, b_op + zb
+        if data_parallel:
+            dp_sync = max(dp_sync, float(rules.zero_sync_time(params + float(tie_bytes[i]), bandwidth=bw,
+                                                              latency=alpha, **zero)))
         f_op, b_op = rules.carried(i, S, f_op, b_op, x, y, settings.overlap)  # without overlap: the sends
         window = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m)
         kept = 1 if max_load else rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m,
@@ -550,6 +578,13 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         acts = float(acts_all[i])
         versions = rules.weight_versions(kept, settings.weight_stashing)
         mem = rules.stage_memory(acts, params + float(tie_state[i]), kept, versions)
+        if data_parallel:  # gradients and optimizer state, sharded by the ZeRO stage
+            largest = max(float(graph.nodes[n]["param_bytes"]) for n in {*st.layers, *st.backward_layers})
+            state = float(rules.sharded_state(params + float(tie_state[i]), largest,
+                                              gradient_ratio=settings.gradient_ratio,
+                                              optimizer_ratio=settings.optimizer_ratio, **zero))
+            states.append(state)
+            mem += state
         if transient:
             extra = float(rules.transient_memory(sent[i], rules.outputs_kept(kept, i == S - 1, M),
                                                  rules.backward_excess(peaks[i], acts))
@@ -602,6 +637,8 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         load=loads,
         tied=tied,
         tie_sync=float(tie_sync),
+        dp_sync=float(dp_sync),
+        state=states,
         transient=transients,
         activations=[float(v) for v in acts_all],
         recompute_excess=rc_excess,

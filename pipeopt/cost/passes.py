@@ -206,6 +206,9 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
 
     Raises
     ------
+    InvalidProblemError
+        If the settings ask for data parallelism or training state (``Settings.dp``, ``zero``,
+        the gradient and optimizer ratios): the schedules' chunks do not model them yet.
     InvalidPlanError
         If the chunks are not a valid split (:func:`pipeopt.cost.check_plan`: a dropped or
         repeated layer, an empty chunk, an edge going backwards, a recompute it cannot
@@ -217,6 +220,13 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
         raise InvalidProblemError(f"pass_times needs a pipeopt.Instance, got {type(instance).__name__}")
     if not isinstance(plan, Plan) or plan.num_stages == 0:
         raise InvalidPlanError("a schedule's plan needs at least one chunk")
+    if instance.settings.data_parallel:
+        s = instance.settings
+        raise InvalidProblemError(
+            f"the schedules' chunk times do not model data parallelism or training state yet (dp={s.dp}, zero={s.zero}, "
+            f"gradient_ratio={s.gradient_ratio:g}, optimizer_ratio={s.optimizer_ratio:g}); score the plan with "
+            "pipeopt.evaluate or pipeopt.simulate (GPipe, 1F1B), or use the defaults"
+        )
     _check_chunks(plan)
     cluster = instance.cluster
     known = {d.name for d in cluster.devices}

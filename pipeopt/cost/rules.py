@@ -842,3 +842,76 @@ def backward_peak(kept, act, temp=0.0):
         return 0.0
     # cumsum(kept) + (act - kept): exactly the activations through L when nothing is recomputed
     return float(np.max(np.cumsum(kept) + (act - kept) + temp))
+
+
+# ---- data parallelism and ZeRO (Settings.zero, dp, gradient_ratio, optimizer_ratio) ----------
+def ring_collective_time(nbytes, dp: int, bandwidth: float, latency: float = 0.0):
+    """Seconds of one ring reduce-scatter or all-gather of ``nbytes`` over ``dp`` workers: its
+    ``dp - 1`` steps each send one message of ``nbytes / dp`` (:func:`transfer_time`), so
+    ``(d - 1) / d * nbytes / bandwidth + (d - 1) * latency``; 0 for one worker or no bytes. A
+    ring all-reduce is a reduce-scatter then an all-gather (:func:`allreduce_time`)."""
+    if dp <= 1:
+        return 0.0 * np.asarray(nbytes, dtype=float) if np.ndim(nbytes) else 0.0
+    return (dp - 1) * transfer_time(np.asarray(nbytes, dtype=float) / dp if np.ndim(nbytes) else nbytes / dp,
+                                    bandwidth, 1, latency)
+
+
+def sharded_state(param_bytes, largest_layer, *, gradient_ratio: float, optimizer_ratio: float, zero: int, dp: int):
+    """Bytes a stage's training state needs beyond one copy of its weights (``param_bytes``,
+    which :func:`stage_memory` charges): its gradients and optimizer state, and under ZeRO-3 the
+    difference between the weights it keeps and a whole copy (Rajbhandari et al., *ZeRO*, SC
+    2020; FSDP's full sharding).
+
+    * gradients ``gradient_ratio * P``, divided by d from ZeRO-2 on;
+    * optimizer state ``optimizer_ratio * P``, divided by d from ZeRO-1 on;
+    * ZeRO-3: the weights are kept as 1/d shards, and each layer's are gathered in full while it
+      runs, one layer at a time: ``P / d + (d - 1) / d * largest_layer - P``.
+
+    With the defaults (ratios 0, ZeRO-0 or d = 1) it is 0: today's model. Arrays broadcast.
+
+    Parameters
+    ----------
+    param_bytes
+        P, the stage's weight bytes (its layers' ``param_bytes`` and its tied weights' state).
+    largest_layer
+        The largest ``param_bytes`` of one of its layers (what ZeRO-3 gathers at once).
+    gradient_ratio, optimizer_ratio, zero, dp
+        :class:`pipeopt.Settings` fields.
+    """
+    d = max(int(dp), 1)
+    opt = optimizer_ratio * param_bytes / (d if zero >= 1 else 1)
+    grad = gradient_ratio * param_bytes / (d if zero >= 2 else 1)
+    if zero >= 3 and d > 1:
+        return opt + grad + (param_bytes / d + (d - 1) / d * largest_layer - param_bytes)
+    return opt + grad
+
+
+def zero_op_times(param_bytes, *, zero: int, dp: int, bandwidth: float, latency: float = 0.0) -> tuple:
+    """Seconds the ZeRO stage adds to one replica's forward op and backward op per microbatch:
+    ``(forward, backward)``, the data-parallel collectives of a stage of ``param_bytes`` weight
+    bytes (:func:`ring_collective_time` over the ``dp`` replicas, not overlapped with compute).
+
+    * ZeRO-0 and ZeRO-1: none (the gradients accumulate in full over the M microbatches);
+    * ZeRO-2: the backward reduce-scatters the microbatch's gradients (only a shard is kept);
+    * ZeRO-3: the forward all-gathers the weights, the backward all-gathers them again and
+      reduce-scatters the gradients.
+    """
+    c = ring_collective_time(param_bytes, dp, bandwidth, latency)
+    if zero >= 3:
+        return c, 2 * c
+    if zero == 2:
+        return 0.0 * c, c
+    return 0.0 * c, 0.0 * c
+
+
+def zero_sync_time(param_bytes, *, zero: int, dp: int, bandwidth: float, latency: float = 0.0):
+    """Seconds of a stage's data-parallel synchronisation once per iteration, after the flush
+    (the ``dp`` replicas' stages in parallel): ZeRO-0 all-reduces the gradients, ZeRO-1
+    reduce-scatters them and all-gathers the updated weights (the same bytes:
+    ``2 (d - 1) / d * P / bandwidth``, :func:`allreduce_time`); ZeRO-2 only all-gathers the
+    updated weights (its gradients were reduce-scattered per microbatch, :func:`zero_op_times`);
+    ZeRO-3 nothing (its weights stay shards; each microbatch gathers them). 0 for d = 1."""
+    c = ring_collective_time(param_bytes, dp, bandwidth, latency)
+    if zero >= 3:
+        return 0.0 * c
+    return c if zero == 2 else 2 * c

@@ -19,7 +19,10 @@ A JSON object with these fields (units as in docs/cost-model.md: seconds, bytes,
         "overlap": true,                   #   communication overlaps compute
         "weight_stashing": false,          #   S - i weight versions on stage i
         "microbatches": 8,                 #   M, microbatches per iteration
-        "objective": "bottleneck"          #   "bottleneck" | "iteration" | "gpipe" | "max_load"
+        "objective": "bottleneck",         #   "bottleneck" | "iteration" | "gpipe" | "max_load"
+        "zero": 2, "dp": 4,                #   written only when not the default (0, 1, 0.0, 0.0):
+        "gradient_ratio": 1.0,             #   ZeRO stage, data-parallel replicas, gradient and
+        "optimizer_ratio": 2.0             #   optimizer bytes per parameter byte
       },
       "cluster": {                         # required
         "bandwidth": 2.5e10,               # required: bytes/s between consecutive workers,
@@ -94,6 +97,10 @@ FORMAT = "pipeopt-instance"
 
 VERSION = 1
 """Schema version this module writes (and the newest it reads)."""
+
+_ALWAYS_WRITTEN = ("overlap", "weight_stashing", "microbatches", "objective")
+"""Settings fields every file carries; the others (data parallelism and ZeRO) only when they
+differ from their defaults, so that a file of today's model reads as it always did."""
 
 _FLOAT_TAG = "__float__"
 _TUPLE_TAG = "__tuple__"
@@ -209,7 +216,8 @@ def to_dict(instance: Instance) -> dict:
         "name": instance.name,
         "assumptions": list(instance.assumptions),
         **({"default_stages": list(instance.default_stages)} if instance.default_stages else {}),
-        "settings": {f.name: getattr(instance.settings, f.name) for f in dataclasses.fields(Settings)},
+        "settings": {f.name: getattr(instance.settings, f.name) for f in dataclasses.fields(Settings)
+                     if f.name in _ALWAYS_WRITTEN or getattr(instance.settings, f.name) != f.default},
         "cluster": {
             "bandwidth": _encode(instance.cluster.bandwidth, "cluster bandwidth"),
             **({"latency": _encode(instance.cluster.latency, "cluster latency")} if instance.cluster.latency else {}),

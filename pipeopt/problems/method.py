@@ -57,6 +57,8 @@ class Method:
         an instance whose terms it does not model (a non-zero latency or overhead), with
         :class:`~pipeopt.errors.InvalidProblemError`, rather than claim an optimum of another
         cost model; a heuristic's plan is scored by :func:`pipeopt.evaluate` whatever the terms.
+        ``"zero"``: the settings' data parallelism and training state (``Settings.dp``, ``zero``,
+        ``gradient_ratio``, ``optimizer_ratio``; no exact method models them yet).
         ``"recompute"``: the method chooses the recomputed layers the problem's ``recompute``
         option asks for (:data:`RECOMPUTE`); :func:`pipeopt.solve` refuses any other method
         (exact or not) a ``recompute`` other than ``"none"``.
@@ -84,6 +86,10 @@ class Method:
             out.append(f"a message latency ({instance.cluster.latency:g} s)")
         if any(stage_overhead(instance.graph)) and "overhead" not in self.terms:
             out.append("a stage overhead (graph attribute stage_overhead)")
+        s = instance.settings
+        if s.data_parallel and "zero" not in self.terms:
+            out.append(f"data parallelism or training state (dp={s.dp}, zero={s.zero}, gradient_ratio="
+                       f"{s.gradient_ratio:g}, optimizer_ratio={s.optimizer_ratio:g})")
         return out
 
     def __call__(self, problem, **kw):
