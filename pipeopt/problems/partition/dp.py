@@ -99,26 +99,34 @@ def check_dense_size(p: PartitionProblem, limit: float = DENSE_LIMIT) -> None:
 
 def _infeasible(p: PartitionProblem) -> InfeasibleError:
     cap = p.memory
-    miss = ""
-    if not p.replication:  # the least, over every split, of its worst stage's overshoot (proven: all priced)
-        over, starts = _least_overshoot(p)
-        if math.isfinite(over) and over > 0:
-            miss = (f"; the best split (stages starting at units {[0, *starts]}) misses the limit by "
-                    f"{over / 2**30:.3f} GiB ({over:,.0f} bytes) on its worst stage"
-                    + (" with every recompute choice tried" if p.recompute == "auto"
-                       else " with every layer recomputed" if p.recompute == "full" else
-                       " (no recomputation: try recompute='auto')"))
     return InfeasibleError(
         f"no split of {p.instance.name} into {p.stages} stages fits in {cap / 2**30:.3f} GiB per worker"
-        + (" (with replication)" if p.replication else "") + miss
+        + (" (with replication)" if p.replication else "") + overshoot_note(p)
     )
 
 
-def _least_overshoot(p: PartitionProblem) -> tuple[float, list[int]]:
+def overshoot_note(p: PartitionProblem) -> str:
+    """``"; the best split ... misses the limit by X GiB (B bytes) on its worst stage ..."``: the
+    least, over every straight split (with recomputation: and every recompute choice of each
+    stage), of its worst stage's memory beyond the worker's (:func:`least_overshoot`), for an
+    :class:`InfeasibleError` that says by how much; ``""`` with replication, a split that fits or
+    dense matrices beyond :data:`DENSE_LIMIT`."""
+    if p.replication or dense_bytes(p) > DENSE_LIMIT:
+        return ""
+    over, starts = least_overshoot(p)
+    if not (math.isfinite(over) and over > 0):
+        return ""
+    how = {"auto": " with every recompute choice tried", "full": " with every layer recomputed"}.get(
+        p.recompute, " (no recomputation: try recompute='auto')")
+    return (f"; the best split (stages starting at units {[0, *starts]}) misses the limit by "
+            f"{over / 2**30:.3f} GiB ({over:,.0f} bytes) on its worst stage{how}")
+
+
+def least_overshoot(p: PartitionProblem) -> tuple[float, list[int]]:
     """The smallest worst-stage memory overshoot over every straight split, in bytes beyond
     the worker's memory (with recomputation: each stage's least over its
     recompute choices), and the split attaining it."""
-    from .recompute import least_overshoot
+    from .recompute import min_max_overshoot as min_max
 
     n, S = p.n, p.stages
     if p.recomputation is not None:
@@ -128,7 +136,7 @@ def _least_overshoot(p: PartitionProblem) -> tuple[float, list[int]]:
         i = np.arange(n + 1)[None, :]
         mats = [np.where(j > i, p.stage_memory(np.minimum(i, j), j, p.in_flight(s)) - p.memory, np.inf)
                 for s in range(S)]
-    return least_overshoot(mats, S)
+    return min_max(mats, S)
 
 
 class _Stages:

@@ -63,7 +63,7 @@ from ...lazy import lazy_module
 from ...backends.deadline import Deadline
 from ...backends.pulp import SOLVERS, solve_pulp
 from ...cost import rules
-from ...errors import InvalidProblemError
+from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .events import solve_events
 from .model import (
@@ -445,9 +445,14 @@ def solve_milp(
     # the tie-break's event-time model does not model recomputation: not run with it
     phase2 = None if problem.recompute != "none" else \
         {"run": break_ties, "solver": solver, "threads": int(threads), "seed": int(seed)}
-    return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
-                       warm_start=warm_start, info={"solver": solver, "recompute": problem.recompute},
-                       phase2=phase2)
+    try:
+        return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
+                           warm_start=warm_start, info={"solver": solver, "recompute": problem.recompute},
+                           phase2=phase2)
+    except InfeasibleError as err:  # say by how much the best split misses the limit
+        from .dp import overshoot_note
+
+        raise InfeasibleError(f"{err}{overshoot_note(problem)}") from None
 
 
 def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: str = "cbc", threads: int = 1,

@@ -329,7 +329,7 @@ class RecomputeModel:
         return seconds, chosen
 
 
-def least_overshoot(matrices, S: int) -> tuple[float, list[int]]:
+def min_max_overshoot(matrices, S: int) -> tuple[float, list[int]]:
     """The smallest, over every straight split into ``S`` stages, of the largest overshoot of
     its stages: a min-max DP over ``matrices[s]`` (``ndarray (n+1, n+1)`` end-major, the
     overshoot in bytes of stage s of units ``i..j-1``, ``inf`` where ``j <= i``).

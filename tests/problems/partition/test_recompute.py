@@ -166,9 +166,9 @@ def test_infeasible_says_by_how_much(rc):
     least = min(max(evaluate(inst, p).memory) for p in plans) - 3e9
     assert least > 0
     assert _overshoot(str(err.value)) == pytest.approx(least, abs=1.0)
-    if rc != "none":
-        with pytest.raises(InfeasibleError):
-            solve_milp(PartitionProblem(inst, 2, recompute=rc), solver="highs")
+    with pytest.raises(InfeasibleError, match="misses the limit by") as err:
+        solve_milp(PartitionProblem(inst, 2, recompute=rc), solver="highs")
+    assert _overshoot(str(err.value)) == pytest.approx(least, abs=1.0)
 
 
 def test_thinned_frontier_claims_no_optimum(monkeypatch):
