@@ -116,6 +116,18 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 60.0) -> None:
     p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
 
 
+def _data_parallel(p) -> None:
+    """``--zero``, ``--dp`` and the training state's ratios (:class:`pipeopt.Settings`), for solve and simulate."""
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
+                   help="ZeRO stage over the --dp replicas: 0 replicate, 1 shard the optimizer state, 2 also the "
+                        "gradients, 3 also the weights (FSDP); overrides the file (default the file's, 0)")
+    p.add_argument("--dp", type=COUNT, help="data-parallel replicas of the whole pipeline (default the file's, 1)")
+    p.add_argument("--gradient-ratio", type=float,
+                   help="gradient bytes per parameter byte held beside the weights (e.g. 1; default the file's, 0)")
+    p.add_argument("--optimizer-ratio", type=float,
+                   help="optimizer-state bytes per parameter byte (e.g. 2 for Adam in fp32; default the file's, 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``pipeopt`` command."""
     ap = argparse.ArgumentParser(prog="pipeopt", description="Exact pipeline-parallel planning and heuristic gaps.")
@@ -177,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--w-placement", choices=["schedule", "free"], default="schedule",
                    help="with a zero-bubble --schedule: keep the schedule's W (weight-gradient) places, or place each W "
                         "anywhere after its I, exactly with the split (free; refused for a schedule without W)")
+    _data_parallel(s)
     _common(s)
 
     m = sub.add_parser("simulate", help="simulate one training iteration of a plan")
@@ -191,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--microbatches", type=MICROBATCHES, help="M (default: the instance's)")
     m.add_argument("--json", action="store_true")
     m.add_argument("--gantt", help="also write a Gantt chart PNG here")
+    _data_parallel(m)
     _common(m)
 
     w = sub.add_parser("show", help="draw a plan (per-stage loads) or its schedule to a PNG")
@@ -280,8 +294,11 @@ def _instance(args):
     from .io import load
 
     devices = max(getattr(args, "stages", None) or 0, getattr(args, "workers", None) or 0, 16)
-    return load(args.path, devices=devices, bandwidth=args.bandwidth, memory=args.memory,
+    inst = load(args.path, devices=devices, bandwidth=args.bandwidth, memory=args.memory,
                 latency=getattr(args, "latency", None))
+    given = {k: getattr(args, k, None) for k in ("zero", "dp", "gradient_ratio", "optimizer_ratio")}
+    given = {k: v for k, v in given.items() if v is not None}  # --zero, --dp, ... (solve, simulate)
+    return inst.with_settings(**given) if given else inst
 
 
 def _solve(args, inst):

@@ -143,3 +143,23 @@ def test_typed_refusals():
         pass_times(inst(zero=1, **STATE), PLAN)
     with pytest.raises(InvalidPlanError):
         evaluate(inst(zero=1, **STATE), Plan((Stage(("l0",), ("gpu0",)),)))  # still a plan check first
+
+
+def test_cli_zero_and_dp(tmp_path, capsys):
+    import json
+
+    from pipeopt import io
+    from pipeopt.cli import main
+
+    path = io.write(inst(), tmp_path / "three.json")
+    assert main(["solve", str(path), "--stages", "2", "--method", "dp", "--zero", "1", "--dp", "4"]) == 2
+    assert "does not model data parallelism" in capsys.readouterr().err
+    args = ["--stages", "2", "--method", "uniform", "--zero", "2", "--dp", "4", "--gradient-ratio", "1",
+            "--optimizer-ratio", "2"]
+    assert main(["solve", str(path), *args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("ZeRO-2" in a for a in out["info"]["assumptions"])
+    assert main(["simulate", str(path), *args, "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["peak_memory"] == [775.0, 475.0]  # uniform's split is PLAN's: test_memory_per_zero_stage
+    assert sim["peak_memory"] == evaluate(inst(zero=2, **STATE), PLAN).memory
