@@ -354,3 +354,4 @@ def min_max_overshoot(matrices, S: int) -> tuple[float, list[int]]:
         j = int(args[s][j])
         starts.append(j)
     return float(best[n]), starts[::-1]
+

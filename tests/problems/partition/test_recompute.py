@@ -21,6 +21,7 @@ from pipeopt.cli import main
 from pipeopt.io import write
 from pipeopt.errors import InfeasibleError, InvalidProblemError
 from pipeopt.problems.partition import recompute as rcmod
+from pipeopt.problems.partition.recompute_compare import compare
 from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.problems.partition.milp import solve_milp
 from pipeopt.problems.partition.problem import PartitionProblem
@@ -206,3 +207,25 @@ def test_cli_recompute(tmp_path, capsys):
     assert "does not model activation recomputation" in capsys.readouterr().err
     assert main(["solve", str(path), "--stages", "2", "--recompute", "full", "--schedule", "1f1b"]) == 2
     assert "does not use recompute" in capsys.readouterr().err
+
+
+def test_selective_where_every_layer_has_it():
+    """With every layer's selective profile, auto may pick selective (half the bytes, a third of
+    the forward): here it is the cheapest way to fit, and the result is the brute force's."""
+    inst = _instance([3, 3, 3, 3], [1e9] * 4, 1e7, 0, 2, 1.6e9, selective=True)
+    res = solve_dp(PartitionProblem(inst, 2, recompute="auto"))
+    assert res.info["recompute"]["modes"] == ["full", "selective"]
+    assert "selective" in {m for st in res.plan.stages for m in (st.recompute or {}).values()}
+    _check(inst, res, recompute_optimum(inst, 2, modes=("full", "selective")).value)
+    full_only = _instance([3, 3, 3, 3], [1e9] * 4, 1e7, 0, 2, 1.6e9)
+    assert solve_dp(PartitionProblem(full_only, 2, recompute="auto")).objective > res.objective
+
+
+def test_compare_rows():
+    inst = _instance([1, 1, 1, 1], [1e9] * 4, 1e7, 0, 2, 1.5e9)
+    rows = {r["recompute"]: r for r in compare(inst)}
+    assert rows["none"]["status"] == "infeasible" and "misses the limit by" in rows["none"]["error"]
+    assert rows["auto"]["status"] == "optimal" and rows["full"]["status"] == "optimal"
+    assert rows["auto"]["objective"] <= rows["full"]["objective"]
+    assert rows["full"]["recomputed"] == 4
+    assert all(s["memory"] <= 1.5e9 * (1 + 1e-9) for s in rows["auto"]["stages"])
