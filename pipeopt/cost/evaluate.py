@@ -130,6 +130,12 @@ class Evaluation:
         Seconds per iteration of the data-parallel synchronisation after the flush
         (:func:`rules.zero_sync_time`, the slowest stage's; in :attr:`iteration_time` and
         :attr:`gpipe_time`; 0 with ``Settings.dp = 1``).
+    stage_sync
+        ``list[float]`` per stage: its own synchronisation after the flush (seconds; the largest
+        is :attr:`dp_sync`); empty unless ``Settings.data_parallel``.
+    synced_bytes
+        ``list[float]`` per stage: the weight bytes its data-parallel collectives move (its
+        layers' ``param_bytes`` and its tied weights); empty unless ``Settings.data_parallel``.
     state
         ``list[float]`` per stage, bytes (in :attr:`memory`): the training state beyond one copy
         of the weights (:func:`rules.sharded_state`: gradients, optimizer state, ZeRO-3's
@@ -187,6 +193,8 @@ class Evaluation:
     tied: list = field(default_factory=list)
     tie_sync: float = 0.0
     dp_sync: float = 0.0
+    stage_sync: list = field(default_factory=list)
+    synced_bytes: list = field(default_factory=list)
     state: list = field(default_factory=list)
     transient: list = field(default_factory=list)
     activations: list = field(default_factory=list)
@@ -545,7 +553,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     transients: list[float] = []
     data_parallel = settings.data_parallel
     zero = {"zero": settings.zero, "dp": settings.dp}
-    states, dp_sync = [], 0.0
+    states, syncs, synced, dp_sync = [], [], [], 0.0
     loads = []
     windows, splits = [], []
     violations: list[str] = []
@@ -566,8 +574,9 @@ def evaluate(instance, plan: Plan) -> Evaluation:
                 zf, zb = rules.zero_op_times(params + float(tie_bytes[i]), bandwidth=bw, latency=alpha, **zero)
                 f_op, b_op = f_op + zf, b_op + zb
         if data_parallel:
-            dp_sync = max(dp_sync, float(rules.zero_sync_time(params + float(tie_bytes[i]), bandwidth=bw,
-                                                              latency=alpha, **zero)))
+            synced.append(params + float(tie_bytes[i]))
+            syncs.append(float(rules.zero_sync_time(synced[-1], bandwidth=bw, latency=alpha, **zero)))
+            dp_sync = max(dp_sync, syncs[-1])
         f_op, b_op = rules.carried(i, S, f_op, b_op, x, y, settings.overlap)  # without overlap: the sends
         window = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m)
         kept = 1 if max_load else rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m,
@@ -638,6 +647,8 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         tied=tied,
         tie_sync=float(tie_sync),
         dp_sync=float(dp_sync),
+        stage_sync=syncs,
+        synced_bytes=synced,
         state=states,
         transient=transients,
         activations=[float(v) for v in acts_all],

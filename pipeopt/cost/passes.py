@@ -25,6 +25,12 @@ times on the chunk's resources (:func:`pipeopt.cost.rules.load_time`) - with one
 kind exactly the layers' I and W sums, as :func:`pipeopt.cost.rules.replica_ops` shares a
 stage time between F and B.
 
+**Data parallelism** (``Settings.dp``, ``zero``): ZeRO-3's all-gather of the weights adds to F
+and (before I) to I; ZeRO-2/3's reduce-scatter of each microbatch's gradients adds to W (it
+follows the weight gradient, :func:`pipeopt.cost.rules.zero_backward_scatter`). A chunk holds
+its training state beyond the weights (``Evaluation.state``), and after the flush each rank
+synchronises its chunks one after the other (``Evaluation.stage_sync``).
+
 **Recomputation** (``Stage.recompute``, :func:`pipeopt.cost.rules.recompute_terms`): a chunk's
 recomputed forward runs right before its input gradient, so it adds to B and to I, never to W:
 W is the chunk's W without recomputation, I the rest of B. A chunk holds its kept bytes per
@@ -34,6 +40,7 @@ recomputed layer's re-created activations (``Evaluation.recompute_excess``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -146,6 +153,12 @@ class PassTimes:
         ``tuple[float, ...]`` per chunk: bytes its backward holds beyond one microbatch's
         ``act_bytes`` while a recomputed layer's activations are re-created
         (``Evaluation.recompute_excess``); ``()``: none.
+    state_bytes
+        ``tuple[float, ...]`` per chunk: training state beyond its weights, held throughout
+        (``Evaluation.state``: gradients, optimizer state, ZeRO's shards); ``()``: none.
+    sync
+        ``tuple[float, ...]`` per chunk: seconds of its data-parallel synchronisation after the
+        flush (``Evaluation.stage_sync``); ``()``: none.
     """
 
     forward: tuple
@@ -160,6 +173,8 @@ class PassTimes:
     overlap: bool = True
     assumptions: tuple = ()
     act_excess: tuple = ()
+    state_bytes: tuple = ()
+    sync: tuple = ()
 
     @property
     def chunks(self) -> int:
@@ -206,9 +221,6 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
 
     Raises
     ------
-    InvalidProblemError
-        If the settings ask for data parallelism or training state (``Settings.dp``, ``zero``,
-        the gradient and optimizer ratios): the schedules' chunks do not model them yet.
     InvalidPlanError
         If the chunks are not a valid split (:func:`pipeopt.cost.check_plan`: a dropped or
         repeated layer, an empty chunk, an edge going backwards, a recompute it cannot
@@ -220,13 +232,6 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
         raise InvalidProblemError(f"pass_times needs a pipeopt.Instance, got {type(instance).__name__}")
     if not isinstance(plan, Plan) or plan.num_stages == 0:
         raise InvalidPlanError("a schedule's plan needs at least one chunk")
-    if instance.settings.data_parallel:
-        s = instance.settings
-        raise InvalidProblemError(
-            f"the schedules' chunk times do not model data parallelism or training state yet (dp={s.dp}, zero={s.zero}, "
-            f"gradient_ratio={s.gradient_ratio:g}, optimizer_ratio={s.optimizer_ratio:g}); score the plan with "
-            "pipeopt.evaluate or pipeopt.simulate (GPipe, 1F1B), or use the defaults"
-        )
     _check_chunks(plan)
     cluster = instance.cluster
     known = {d.name for d in cluster.devices}
@@ -246,18 +251,20 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
         stages.append(Stage(st.layers, tuple(names), recompute=st.recompute))
     taken = {c.name for c in copies}  # the unused devices stay (the instance checks the kinds it has)
     copies += [d for d in cluster.devices if d.name not in taken]
-    settings = Settings(overlap=True, microbatches=instance.settings.microbatches)
+    settings = dataclasses.replace(instance.settings, overlap=True, weight_stashing=False, objective="bottleneck")
     virtual = instance.replace(cluster=Cluster(tuple(copies), cluster.bandwidth, cluster.latency), settings=settings)
     ev = evaluate(virtual, Plan(tuple(stages)))
     bad = [v for v in ev.violations if "can run" in v]
     if bad:
         raise InvalidPlanError(bad[0].replace("stage", "chunk", 1))
-    plain = ev  # the chunks without recomputation: W is theirs, recomputation adds to I only
-    if any(st.recompute for st in stages):
-        plain = evaluate(virtual, Plan(tuple(Stage(st.layers, st.devices) for st in stages)))
+    plain = ev  # the chunks without recomputation nor ZeRO: W is theirs, recomputation adds to I only
+    data_parallel = settings.data_parallel
+    if data_parallel or any(st.recompute for st in stages):
+        alone = virtual.replace(settings=Settings(overlap=True, microbatches=settings.microbatches))
+        plain = evaluate(alone, Plan(tuple(Stage(st.layers, st.devices) for st in stages)))
     graph = instance.graph
     i_ops, w_ops = [], []
-    for st, b_op, b_plain in zip(plan.stages, ev.backward_op, plain.backward_op, strict=True):
+    for s, (st, b_op, b_plain) in enumerate(zip(plan.stages, ev.backward_op, plain.backward_op, strict=True)):
         res, _ = rules.pool((cluster.device(d) for d in st.devices), 1)
         # the ratio of I to W is scale-free: take it on times scaled to about 1 (exactly, by a
         # power of two), so that subnormal times keep their shares
@@ -266,6 +273,9 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
         i_load, w_load = backward_split(graph, st.layers, -math.frexp(top)[1])
         ti, tw = rules.load_time(res, i_load), rules.load_time(res, w_load)
         w_op = b_plain * (tw / (ti + tw) if ti + tw > 0 else DEFAULT_W_SHARE)  # no load: the overhead by the default
+        if data_parallel:  # ZeRO-2/3's reduce-scatter of the gradients follows W (evaluate's bytes of the chunk)
+            w_op += float(rules.zero_backward_scatter(ev.synced_bytes[s], zero=settings.zero, dp=settings.dp,
+                                                      bandwidth=cluster.bandwidth, latency=cluster.latency))
         w_ops.append(float(w_op))
         i_ops.append(float(b_op - w_op))
     note = weight_split_assumption(graph)
@@ -282,4 +292,6 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
         overlap=instance.settings.overlap,
         assumptions=tuple(instance.assumptions) + ((note,) if note else ()) + tuple(ev.notes),
         act_excess=tuple(ev.recompute_excess),
+        state_bytes=tuple(ev.state),
+        sync=tuple(ev.stage_sync),
     )

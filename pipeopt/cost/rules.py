@@ -897,11 +897,18 @@ def zero_op_times(param_bytes, *, zero: int, dp: int, bandwidth: float, latency:
       reduce-scatters the gradients.
     """
     c = ring_collective_time(param_bytes, dp, bandwidth, latency)
+    scatter = zero_backward_scatter(param_bytes, zero=zero, dp=dp, bandwidth=bandwidth, latency=latency)
     if zero >= 3:
-        return c, 2 * c
-    if zero == 2:
-        return 0.0 * c, c
-    return 0.0 * c, 0.0 * c
+        return c, c + scatter
+    return 0.0 * c, scatter
+
+
+def zero_backward_scatter(param_bytes, *, zero: int, dp: int, bandwidth: float, latency: float = 0.0):
+    """The part of :func:`zero_op_times`' backward that follows the weight gradient: ZeRO-2 and
+    ZeRO-3 reduce-scatter each microbatch's gradients (in the split-backward schedules after W;
+    ZeRO-3's all-gather of the weights comes before I). 0 below ZeRO-2."""
+    c = ring_collective_time(param_bytes, dp, bandwidth, latency)
+    return c if zero >= 2 else 0.0 * c
 
 
 def zero_sync_time(param_bytes, *, zero: int, dp: int, bandwidth: float, latency: float = 0.0):

@@ -37,7 +37,8 @@ class Execution:
     schedule
         The :class:`Schedule`.
     time
-        The iteration time: from the first action's start to the last one's end.
+        The iteration time: from the first action's start to the last one's end, plus the
+        data-parallel synchronisation after the flush (``PassTimes.sync``; 0 without).
     ops
         ``list`` of operations (:mod:`.dag`): actions ``(kind, stage, microbatch)`` and
         transfers ``("X" | "Y", boundary, microbatch)``.
@@ -165,8 +166,10 @@ def rank_memory(schedule: Schedule, times: PassTimes) -> tuple:
     ``parameter_copies`` times; :func:`pipeopt.cost.rules.stage_memory` per stage), plus, at
     each point, the largest backward excess (``times.act_excess``: a recomputed layer's
     re-created activations) of the rank's chunks holding a microbatch (a rank runs one backward
-    at a time)."""
+    at a time), plus its chunks' training state beyond the weights (``times.state_bytes``, data
+    parallelism; ZeRO-3's one gathered layer counted per chunk)."""
     excess = times.act_excess or (0.0,) * times.chunks
+    state = times.state_bytes or (0.0,) * times.chunks
     out = []
     for r in range(schedule.ranks):
         mine = schedule.stages_on(r)
@@ -175,6 +178,7 @@ def rank_memory(schedule: Schedule, times: PassTimes) -> tuple:
             total = sum(rules.stage_memory(times.act_bytes[s], times.param_bytes[s], k, schedule.parameter_copies)
                         for s, k in zip(mine, counts, strict=True))
             total += max((excess[s] for s, k in zip(mine, counts, strict=True) if k > 0), default=0.0)
+            total += sum(state[s] for s in mine)
             peak = max(peak, float(total))
         out.append(peak)
     return tuple(out)
@@ -205,6 +209,8 @@ def execute(schedule: Schedule, times: PassTimes) -> Execution:
     sg = schedule_graph(schedule, overlap=times.overlap)
     d = durations(sg, times)
     total, start = makespan(sg.graph, d)
+    if times.sync:  # data parallelism after the flush: each rank its chunks one after the other, in parallel
+        total += max(sum(times.sync[s] for s in schedule.stages_on(r)) for r in range(schedule.ranks))
     capacity = []
     for r in range(schedule.ranks):
         mine = schedule.stages_on(r)

@@ -17,6 +17,7 @@ from pipeopt import Cluster, Instance, InvalidPlanError, Plan, Settings, Stage, 
 from pipeopt.cost import rules
 from pipeopt.cost.passes import pass_times
 from pipeopt.errors import InvalidProblemError
+from pipeopt.schedules import make_schedule, run_schedule
 from pipeopt.simulate import simulate
 
 REL = 1e-9
@@ -107,8 +108,12 @@ def test_evaluate_equals_simulate(case):
     assert close(sim.time_per_microbatch, ev.bottleneck)
     assert close(sim.iteration_time, ev.iteration_time)
     assert close(simulate(instance, plan, schedule="gpipe", microbatches=M).iteration_time, ev.gpipe_time)
+    for name, analytic in (("GPipe", ev.gpipe_time), ("1F1B", ev.iteration_time)):  # the schedule executor
+        assert close(run_schedule(instance, make_schedule(name, plan.num_stages, M), plan).time, analytic), name
     if M >= plan.num_stages:
         assert sim.peak_memory == pytest.approx(ev.memory, rel=REL)
+        ex = run_schedule(instance, make_schedule("1F1B", plan.num_stages, M), plan)
+        assert list(ex.memory) == pytest.approx(ev.memory, rel=REL)
     # memory: one weight copy and the activations, plus the sharded state
     g = instance.graph
     s = instance.settings
@@ -139,8 +144,6 @@ def test_typed_refusals():
             Settings(**bad)
     with pytest.raises(InvalidProblemError, match="does not model data parallelism"):
         pipeopt.solve(inst(zero=1, **STATE), stages=2)
-    with pytest.raises(InvalidProblemError, match="chunk times do not model data parallelism"):
-        pass_times(inst(zero=1, **STATE), PLAN)
     with pytest.raises(InvalidPlanError):
         evaluate(inst(zero=1, **STATE), Plan((Stage(("l0",), ("gpu0",)),)))  # still a plan check first
 
@@ -163,3 +166,22 @@ def test_cli_zero_and_dp(tmp_path, capsys):
     sim = json.loads(capsys.readouterr().out)
     assert sim["peak_memory"] == [775.0, 475.0]  # uniform's split is PLAN's: test_memory_per_zero_stage
     assert sim["peak_memory"] == evaluate(inst(zero=2, **STATE), PLAN).memory
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_split_backward_zero_collectives(zero):
+    """ZeRO-3's all-gathers join F and I, ZeRO-2/3's reduce-scatter joins W (it follows the
+    weight gradient); a rank's synchronisation after the flush is in the executor's time."""
+    plain = pass_times(inst(), PLAN)
+    t = pass_times(inst(zero=zero, **STATE), PLAN)
+    c = 7.5
+    gather, scatter = (c if zero == 3 else 0.0), (c if zero >= 2 else 0.0)
+    assert t.forward == tuple(f + gather for f in plain.forward)
+    assert t.weight_grad == pytest.approx([w + scatter for w in plain.weight_grad], rel=1e-12)
+    assert t.input_grad == pytest.approx([i + gather for i in plain.input_grad], rel=1e-12)
+    assert t.sync == ((2 * c, 2 * c) if zero < 2 else (c, c) if zero == 2 else (0.0, 0.0))
+    s = make_schedule("ZBVZeroBubble", 1, 4)  # both chunks on one rank: it synchronises them one after the other
+    one_rank = Plan(tuple(Stage(st.layers, ("gpu0",)) for st in PLAN.stages))
+    ex = run_schedule(inst(zero=zero, **STATE), s, one_rank)
+    base = run_schedule(inst(zero=zero, **STATE).with_settings(dp=1), s, one_rank)
+    assert ex.time >= base.time + sum(pass_times(inst(zero=zero, **STATE), one_rank).sync) * (1 - REL)
