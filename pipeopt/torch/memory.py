@@ -144,8 +144,8 @@ def _stage_memory_run(rank: int, world: int, job: dict) -> dict:
     stage_mod = pipe.get_stage_module(rank)
     info = pipe.info()
     names = stage_membership(stage_mod, job["names"])
-    modes = job.get("recompute") or {}
-    calls = apply_recompute(stage_mod, job["names"], modes) if modes else {}
+    modes = job["recompute"][rank]
+    calls = apply_recompute(stage_mod, job["names"], modes) if any(job["recompute"]) else {}
     del module, pipe
     mt = tracker()
     mt.track_external(stage_mod)
@@ -209,11 +209,11 @@ def measure_stages(plan, model, *, model_kwargs=None, instance=None, microbatche
     PipelineRunError
         If a process fails.
     """
-    from .runtime import _export_for_run, _spawn, recompute_modes
+    from .runtime import _export_for_run, _spawn, recompute_modes, stage_modes
 
     modes = recompute_modes(plan)
     exported, names = _export_for_run(plan, model, model_kwargs, instance)
     job = {"model": model, "model_kwargs": dict(model_kwargs or {}), "exported": exported, "names": names,
            "microbatches": int(microbatches), "iterations": max(int(iterations), 2), "timeout": timeout,
-           "run": _stage_memory_run, "recompute": modes}
+           "run": _stage_memory_run, "recompute": stage_modes(modes, exported["stages"])}
     return _spawn(exported["num_stages"], job, timeout)

@@ -148,6 +148,13 @@ def recompute_modes(plan: Plan) -> dict:
     return modes
 
 
+def stage_modes(modes: dict, stages) -> list[dict]:
+    """:func:`recompute_modes` split by stage: for each stage of ``stages`` (lists of layer
+    FQNs, the export's ``stages``), the modes of its own layers. A stage process applies only
+    its stage's: a module another stage also holds (a tied weight's) is not recomputed there."""
+    return [{n: modes[n] for n in st if n in modes} for st in stages]
+
+
 def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
     """Make the layers of ``modes`` that ``stage_module`` holds recompute their activations, and
     count every layer's forward runs.
@@ -169,7 +176,8 @@ def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
     names
         Layer FQNs (the plan's layers).
     modes
-        ``{layer: mode}`` (:func:`recompute_modes`); layers the stage does not hold are ignored.
+        ``{layer: mode}``: the stage's own (:func:`stage_modes`); layers the stage does not hold
+        are ignored.
 
     Returns
     -------
@@ -253,7 +261,7 @@ class RunReport:
     recomputed: list | None = None
     """``list[list[str]]``: per stage, the layers run under ``torch.utils.checkpoint``
     (:func:`apply_recompute`); ``None``: the plan recomputes nothing. ``info["forward_runs"]``
-    and ``info["recomputations"]`` hold every layer's forward runs and recomputations per
+    and ``info["recomputations"]`` hold, per stage, every layer's forward runs and reruns per
     microbatch (:func:`recompute_report`)."""
 
     @property
@@ -316,15 +324,15 @@ class RunReport:
         for i, st in enumerate(self.stages):
             lines.append(f"  stage {i} built: {_span(st)}")
         if self.recomputed is not None:
-            again = self.info.get("recomputations", {})
+            again = self.info.get("recomputations") or [{} for _ in self.recomputed]
             for i, rc in enumerate(self.recomputed):
-                told = ", ".join(f"{n} ({again.get(n, 0):.2f})" for n in rc) if rc else "nothing"
+                told = ", ".join(f"{n} ({again[i].get(n, 0):.2f})" for n in rc) if rc else "nothing"
                 lines.append(f"  stage {i} recomputed (torch.utils.checkpoint; forward reruns per microbatch): {told}")
-            idle = [n for rc in self.recomputed for n in rc if again.get(n, 0) == 0]
+            idle = [n for i, rc in enumerate(self.recomputed) for n in rc if again[i].get(n, 0) == 0]
             if idle:
                 lines.append(f"  WARNING: recomputed layer(s) {_span(idle)} never reran their forward: the stage does "
                              "not call them as modules, their recomputation did not apply")
-            more = [n for rc in self.recomputed for n in rc if again.get(n, 0) > 1 + 1e-9]
+            more = [n for i, rc in enumerate(self.recomputed) for n in rc if again[i].get(n, 0) > 1 + 1e-9]
             if more:
                 lines.append(f"  NOTE: layer(s) {_span(more)} reran their forward more than once per microbatch: "
                              "torch's split backward computes the weight gradients (W) one parameter group at a "
@@ -540,7 +548,7 @@ def run_plan(
         "iterations": iterations,
         "warmup": warmup,
         "timeout": timeout,
-        "recompute": modes,
+        "recompute": stage_modes(modes, exported["stages"]),
     }
     cores = free_cores(world)
     started = time.perf_counter()
@@ -558,11 +566,11 @@ def run_plan(
         barrier=statistics.median(max(r["barrier"][k] for r in results) for k in range(len(results[0]["barrier"]))),
         predicted=predicted,
         wall=wall,
-        recomputed=[r["recomputed"] for r in results] if modes else None,
+        recomputed=[r["recompute"]["recomputed"] for r in results] if modes else None,
         info={"cores": {**cores, "load_after": _load()},
               "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
-              **_forward_runs(results)},
+              **_counts([r["recompute"] for r in results] if modes else [])},
     )
 
 
@@ -630,7 +638,7 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         "timeout": timeout,
         "csv": csv_path,
         "stages_on": [list(order.stages_on(r)) for r in range(order.ranks)],
-        "recompute": modes,
+        "recompute": stage_modes(modes, exported["stages"]),
     }
     cores = free_cores(order.ranks)
     started = time.perf_counter()
@@ -641,10 +649,11 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
     wall = time.perf_counter() - started
     times = [max(r["times"][k] for r in results) for k in range(iterations)]
     built: dict = {}
-    recomputed: dict = {}
+    counted: dict = {}
     for r in results:
         built.update(zip(r["stage_ids"], r["stages"]))
-        recomputed.update(zip(r["stage_ids"], r["recomputed"]))
+        counted.update(zip(r["stage_ids"], r["recompute"]))
+    counted_list = [counted[s] for s in range(order.stages)] if modes else []
     return RunReport(
         schedule=order.name,
         microbatches=order.microbatches,
@@ -657,11 +666,11 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         predicted=predicted,
         wall=wall,
         ranks=order.ranks,
-        recomputed=[recomputed[s] for s in range(order.stages)] if modes else None,
+        recomputed=[c["recomputed"] for c in counted_list] if modes else None,
         info={"cores": {**cores, "load_after": _load()},
               "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
-              **_forward_runs(results),
+              **_counts(counted_list),
               "order": order.to_dict(), "placement": list(order.placement),
               "runtime": "torch.distributed.pipelining._PipelineScheduleRuntime (_load_csv, compute_only)",
               "predictor": "pipeopt.schedules.run_schedule, the executor, on the same order"},
@@ -752,8 +761,9 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
     trace_s = time.perf_counter() - t0
     mine = job["stages_on"][rank]
     mods = [pipe.get_stage_module(s) for s in mine]
-    modes = job.get("recompute") or {}
-    calls = [apply_recompute(mod, job["names"], modes) if modes else {} for mod in mods]
+    modes = [job["recompute"][s] for s in mine]
+    counting = any(job["recompute"])  # every stage counts when the plan recomputes anything
+    calls = [apply_recompute(mod, job["names"], md) if counting else {} for mod, md in zip(mods, modes, strict=True)]
     stages = [PipelineStage(mod, s, pipe.num_stages, torch.device("cpu")) for s, mod in zip(mine, mods, strict=True)]
     sched = _PipelineScheduleRuntime(stages, m, loss_fn=_sum_loss)
     sched._load_csv(job["csv"])
@@ -774,12 +784,9 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
 
     times, barrier = _timed(step, zero, job)
     steps = job["warmup"] + job["iterations"]
-    rec = [recompute_report(c, modes, steps, m) for c in calls]
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s, "stage_ids": mine,
             "stages": [stage_membership(mod, job["names"]) for mod in mods],
-            "recomputed": [r["recomputed"] for r in rec],
-            "forward_runs": {k: v for r in rec for k, v in r["forward_runs"].items()},
-            "recomputations": {k: v for r in rec for k, v in r["recomputations"].items()}}
+            "recompute": [recompute_report(c, md, steps, m) for c, md in zip(calls, modes, strict=True)]}
 
 
 def _timed(step, zero, job: dict) -> tuple[list, list]:
@@ -816,8 +823,8 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
     pipe = build_pipe(module, example, job["exported"])
     trace_s = time.perf_counter() - t0
     stage_mod = pipe.get_stage_module(rank)
-    modes = job.get("recompute") or {}
-    calls = apply_recompute(stage_mod, job["names"], modes) if modes else {}
+    modes = job["recompute"][rank]
+    calls = apply_recompute(stage_mod, job["names"], modes) if any(job["recompute"]) else {}
     stage = build_stage(stage_mod, rank, pipe.info(), torch.device("cpu"))
     cls = Schedule1F1B if job["schedule"] == "1f1b" else ScheduleGPipe
     sched = cls(stage, m, loss_fn=_sum_loss)
@@ -830,18 +837,16 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
     times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job)
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
             "stage": stage_membership(stage_mod, job["names"]),
-            **recompute_report(calls, modes, job["warmup"] + job["iterations"], m)}
+            "recompute": recompute_report(calls, modes, job["warmup"] + job["iterations"], m)}
 
 
-def _forward_runs(results: list) -> dict:
-    """The stage processes' counts (:func:`recompute_report`), merged (``{}`` when nothing was
-    recomputed)."""
-    out = {}
-    for key in ("forward_runs", "recomputations"):
-        merged = {k: v for r in results for k, v in (r.get(key) or {}).items()}
-        if merged:
-            out[key] = merged
-    return out
+def _counts(reports: list) -> dict:
+    """The stages' counts (:func:`recompute_report`, in stage order) as the report's ``info``
+    holds them: ``forward_runs`` and ``recomputations``, one dict per stage (``{}`` when nothing
+    was recomputed)."""
+    if not reports:
+        return {}
+    return {key: [r[key] for r in reports] for key in ("forward_runs", "recomputations")}
 
 
 def stage_step(sched, rank: int, world: int, batch: tuple, target) -> None:
@@ -868,7 +873,7 @@ def _sum_loss(output, target):
 
 __all__ = ["RECOMPUTE_RUNS", "RunReport", "SCHEDULES", "apply_recompute", "build_pipe", "free_cores",
            "order_prediction", "pipe_stages", "prediction", "recompute_modes", "recompute_report", "run_plan",
-           "stage_membership", "stage_step"]
+           "stage_membership", "stage_modes", "stage_step"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:

@@ -24,7 +24,14 @@ from pipeopt.export import export  # noqa: E402
 from pipeopt.io import write  # noqa: E402
 from pipeopt.plan import Plan, Stage  # noqa: E402
 from pipeopt.torch import models  # noqa: E402
-from pipeopt.torch.runtime import apply_recompute, build_pipe, recompute_modes, recompute_report, run_plan  # noqa: E402
+from pipeopt.torch.runtime import (  # noqa: E402
+    apply_recompute,
+    build_pipe,
+    recompute_modes,
+    recompute_report,
+    run_plan,
+    stage_modes,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning")
 
@@ -40,6 +47,9 @@ def _plan(recompute=RECOMPUTE) -> Plan:
 def test_recompute_modes_are_read_and_refused_before_any_process():
     assert recompute_modes(_plan()) == RECOMPUTE
     assert recompute_modes(_plan(None)) == {}
+    # each stage process applies its own layers' modes (by the plan's stages, not by the modules
+    # the stage holds: a tied head's module is built into the first stage too, never called there)
+    assert stage_modes(RECOMPUTE | {"head": "full"}, [list(st) for st in SPLIT]) == [RECOMPUTE, {"head": "full"}]
     with pytest.raises(UnsupportedPlanError, match=r"layers\.1.*'selective'.*per-operator"):
         recompute_modes(_plan({"layers.0": "full", "layers.1": "selective"}))
     with pytest.raises(InvalidPlanError, match=r"stage 0 recomputes layer 'head', which it does not run"):
@@ -102,9 +112,8 @@ def test_two_rank_run_recomputes_and_measures_less_activation_memory(tmp_path, c
                  "--iterations", "1", "--warmup", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["membership_matches"] and out["recomputed"] == [["layers.0", "layers.1"], []]
-    again = out["info"]["recomputations"]
-    assert again == {n: (1.0 if n in RECOMPUTE else 0.0) for n in NAMES}
-    assert out["info"]["forward_runs"] == {n: (2.0 if n in RECOMPUTE else 1.0) for n in NAMES}
+    assert out["info"]["recomputations"] == [{n: (1.0 if n in RECOMPUTE else 0.0) for n in st} for st in SPLIT]
+    assert out["info"]["forward_runs"] == [{n: (2.0 if n in RECOMPUTE else 1.0) for n in st} for st in SPLIT]
 
     def act(parts: dict) -> int:
         return next(v for k, v in parts.items() if getattr(k, "value", k) == "Activation")
