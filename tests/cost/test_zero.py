@@ -185,3 +185,15 @@ def test_split_backward_zero_collectives(zero):
     ex = run_schedule(inst(zero=zero, **STATE), s, one_rank)
     base = run_schedule(inst(zero=zero, **STATE).with_settings(dp=1), s, one_rank)
     assert ex.time >= base.time + sum(pass_times(inst(zero=zero, **STATE), one_rank).sync) * (1 - REL)
+
+
+def test_zero_with_recomputation():
+    """The two add up: stage 0 keeps 2 x 110 B (l1 recomputed) + 190 B of re-created activations
+    while l1's backward runs + 100 B of weights + ZeRO-3's state 25 + 25 + 50 + 45 - 100 = 45 B."""
+    plan = Plan((Stage(("l0", "l1"), ("gpu0",), recompute={"l1": "full"}), Stage(("l2",), ("gpu1",))))
+    instance = inst(zero=3, microbatches=4, **STATE)
+    ev = evaluate(instance, plan)
+    assert ev.memory[0] == 2 * 110.0 + 190.0 + 100.0 + 45.0
+    assert simulate(instance, plan, microbatches=4).peak_memory == pytest.approx(ev.memory, rel=REL)
+    assert list(run_schedule(instance, make_schedule("1F1B", 2, 4), plan).memory) == pytest.approx(ev.memory, rel=REL)
+    assert close(run_schedule(instance, make_schedule("1F1B", 2, 4), plan).time, ev.iteration_time)
