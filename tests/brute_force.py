@@ -8,7 +8,7 @@ The search spaces (docs/problems.md, "Search spaces"):
 
 * **partition, straight** -- every contiguous split of the layer order into exactly S
   non-empty stages, stage s on device s (the devices are identical);
-* **partition with recomputation** -- every straight split times every choice per layer:
+* **partition with recomputation** -- every plan (straight or replicated) times every choice per layer:
   keep its activations or recompute it in one of the modes (``recompute="full"``: every layer
   recomputed);
 * **partition, replicated** -- every contiguous split into k <= S stages with replica counts
@@ -237,12 +237,12 @@ def partition_plans(instance, stages: int, replication: bool = False):
                 yield Plan(tuple(st))
 
 
-def recompute_plans(instance, stages: int, modes=("full",), forced: bool = False):
-    """Every straight split of the partition problem times every recompute choice: each layer
-    of each stage keeps its activations or takes one of ``modes`` (``forced``: every layer takes
-    ``modes[0]``, Megatron's uniform full recomputation)."""
+def recompute_plans(instance, stages: int, modes=("full",), forced: bool = False, replication: bool = False):
+    """Every plan of the partition problem (straight, or replicated) times every recompute
+    choice: each layer of each stage keeps its activations or takes one of ``modes``
+    (``forced``: every layer takes ``modes[0]``, Megatron's uniform full recomputation)."""
     options = [modes[0]] if forced else [None, *modes]
-    for plan in partition_plans(instance, stages):
+    for plan in partition_plans(instance, stages, replication):
         layers = [x for st in plan.stages for x in st.layers]
         for pick in itertools.product(options, repeat=len(layers)):
             chosen = dict(zip(layers, pick))
@@ -393,10 +393,11 @@ def partition_optimum(instance, stages: int, replication: bool = False) -> Optim
     return optimum(instance, partition_plans(instance, stages, replication))
 
 
-def recompute_optimum(instance, stages: int, modes=("full",), forced: bool = False) -> Optimum:
+def recompute_optimum(instance, stages: int, modes=("full",), forced: bool = False,
+                      replication: bool = False) -> Optimum:
     """Brute-force optimum of the partition problem with activation recomputation: every
-    straight split times every per-layer choice (:func:`recompute_plans`)."""
-    return optimum(instance, recompute_plans(instance, stages, modes, forced))
+    plan times every per-layer choice (:func:`recompute_plans`)."""
+    return optimum(instance, recompute_plans(instance, stages, modes, forced, replication))
 
 
 def joint_optimum(instance, stages: int) -> Optimum:

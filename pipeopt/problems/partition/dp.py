@@ -162,14 +162,14 @@ class _Stages:
         return self._work["fits", k]
 
     def cost(self, m: int, k: int) -> np.ndarray:
-        """:meth:`work` of m replicas, plus with recomputation (straight only) the least seconds a
-        stage keeping k microbatches adds with its memory fitting (``inf`` where none fits:
-        :meth:`pipeopt.problems.partition.recompute.RecomputeModel.extra`)."""
+        """:meth:`work` of m replicas, plus with recomputation the least seconds a stage keeping k
+        microbatches per replica adds to a replica's busy time with its memory fitting (``inf`` where
+        none fits: :meth:`pipeopt.problems.partition.recompute.RecomputeModel.extra`)."""
         if self.p.recomputation is None:
             return self.work(m)
-        if ("cost", k) not in self._work:
-            self._work["cost", k] = self.work(m) + self.p.recomputation.extra(k)
-        return self._work["cost", k]
+        if ("cost", m, k) not in self._work:
+            self._work["cost", m, k] = self.work(m) + self.p.recomputation.extra(k)
+        return self._work["cost", m, k]
 
     def work(self, m: int) -> np.ndarray:
         if m not in self._work:
@@ -309,7 +309,7 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     rc = problem.recomputation
     try:
         if rc is not None:  # every stage's least recompute seconds, per in-flight count (the frontiers)
-            rc.prepare([problem.in_flight(s) for s in range(problem.stages)], deadline)
+            rc.prepare(sorted({k for _, _, _, k in _transitions(problem, stages, problem.stages)}), deadline)
         first = _dp(problem, stages, None, deadline)
     except DeadlineReached as stop:
         return problem.result("dp", None, Status.TIME_LIMIT, lower_bound=problem.simple_lower_bound(),
@@ -321,8 +321,10 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         if rc is None:
             return problem.period(*split)
         bounds = [0, *split[0], problem.n]
-        extra = [rc.extra(problem.in_flight(t))[bounds[t + 1], bounds[t]] for t in range(problem.stages)]
-        return problem.period(split[0], None, extra)
+        reps = split[1] if problem.replication else None
+        flight = problem.stage_flight(len(bounds) - 1, reps)
+        extra = [rc.extra(k)[bounds[t + 1], bounds[t]] for t, k in enumerate(flight)]
+        return problem.period(split[0], reps, extra)
 
     value, arg_i, arg_m = first
     lower = float(value[problem.stages, problem.n])

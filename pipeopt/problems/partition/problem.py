@@ -70,8 +70,8 @@ class PartitionProblem:
     InvalidProblemError
         If S < 1, S exceeds the number of layers (units) or of devices, the devices differ,
         or a device has several usable resource kinds; ``recompute`` unknown, or not
-        ``"none"`` with replication or with the measured transient memory terms (not modelled
-        with recomputation yet).
+        ``"none"`` with the measured transient memory terms (not modelled with recomputation
+        yet).
     """
 
     instance: Instance
@@ -90,10 +90,6 @@ class PartitionProblem:
         self._check_times()
         check_recompute(self.recompute)
         if self.recompute != "none":
-            if self.replication:
-                raise InvalidProblemError(
-                    f"recompute={self.recompute!r} with replication is not modelled yet; drop one of them"
-                )
             if self.table.transient:
                 raise InvalidProblemError(
                     f"{inst.name}: recompute={self.recompute!r} is not modelled with the measured transient memory "
@@ -392,12 +388,12 @@ class PartitionProblem:
         reps = np.ones(S, dtype=int) if replicas is None else np.asarray(replicas, dtype=int)
         work = np.asarray(self.stage_work(p[:-1], p[1:], reps), dtype=float)
         if extra is None and self.recompute != "none":
-            extra = [sec for sec, _ in self.stage_recompute(list(starts))]
+            extra = [sec for sec, _ in self.stage_recompute(list(starts), replicas)]
         if extra is not None:
             extra = np.asarray(extra, dtype=float)
             if not np.isfinite(extra).all():  # a stage no recompute choice fits
                 return math.inf
-            work = work + extra / reps
+            work = work + extra  # a replica's busy time per microbatch: its backward reruns the forwards
         after = np.cumsum(reps[::-1])[::-1]
         window = rules.in_flight(np.arange(S), S, workers_after=after, replicas=reps)
         cuts = p[1:-1]
@@ -405,16 +401,28 @@ class PartitionProblem:
         links = np.minimum(reps[:-1], reps[1:])
         return rules.steady_period(work, np.zeros(S), reps, window, np.zeros(S, dtype=bool), half, half, links)
 
-    def stage_recompute(self, starts: list[int]) -> list[tuple[float, dict]]:
-        """Per stage of the straight split starting at ``[0, *starts]``: the least seconds its
-        recomputation adds with its memory fitting and the layers it recomputes
+    def stage_flight(self, stages: int, replicas=None) -> list[int]:
+        """Microbatches each stage of a split into ``stages`` stages on ``replicas`` (default one
+        each) keeps per replica: :meth:`in_flight` without replication, else
+        :func:`pipeopt.cost.rules.in_flight` of the workers from the stage on."""
+        if replicas is None:
+            return [self.in_flight(t) for t in range(stages)]
+        after = np.cumsum(np.asarray(replicas, dtype=int)[::-1])[::-1]
+        return [int(rules.in_flight(t, stages, workers_after=int(after[t]), replicas=int(m)))
+                for t, m in enumerate(replicas)]
+
+    def stage_recompute(self, starts: list[int], replicas=None) -> list[tuple[float, dict]]:
+        """Per stage of the split starting at ``[0, *starts]`` on ``replicas`` (default one each):
+        the least seconds its recomputation adds to a replica's busy time per microbatch with its
+        memory fitting and the layers it recomputes
         (:meth:`pipeopt.problems.partition.recompute.RecomputeModel.choose`; ``inf`` and the
         choice of least memory for a stage no choice fits). ``(0.0, {})`` each with ``recompute="none"``."""
         bounds = [0, *[int(c) for c in starts], self.n]
         S = len(bounds) - 1
         if self.recomputation is None:
             return [(0.0, {})] * S
-        return [self.recomputation.choose(bounds[t], bounds[t + 1], self.in_flight(t)) for t in range(S)]
+        flight = self.stage_flight(S, replicas)
+        return [self.recomputation.choose(bounds[t], bounds[t + 1], flight[t]) for t in range(S)]
 
     # ---- plans and results -------------------------------------------------------------
     def plan(self, starts: list[int], replicas: list[int] | None = None, recompute: list | None = None) -> Plan:
@@ -437,7 +445,7 @@ class PartitionProblem:
         if len(replicas) != len(layer_sets):
             raise InvalidProblemError(f"{len(layer_sets)} stages but {len(replicas)} replica counts")
         if recompute is None:
-            recompute = [rc for _, rc in self.stage_recompute(starts)] if self.recompute != "none" \
+            recompute = [rc for _, rc in self.stage_recompute(starts, replicas)] if self.recompute != "none" \
                 else [None] * len(layer_sets)
         names = [d.name for d in self.instance.cluster.devices]
         if sum(replicas) > len(names):

@@ -85,6 +85,24 @@ def test_dp_and_milp_equal_brute_force(case):
             _check(inst, res, bf.value)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains(max_layers=4))
+def test_replicated_dp_equals_brute_force(case):
+    """With PipeDream replication a stage on m replicas keeps ceil(W / m) microbatches per replica
+    and its recompute seconds join each replica's busy time."""
+    inst, S = case
+    inst = Instance(inst.graph, Cluster.homogeneous(S, kind="gpu", memory=inst.cluster.devices[0].memory,
+                                                    bandwidth=1e9), Settings(), name="rc")
+    modes = ("full", "selective") if all("selective" in inst.graph.nodes[v] for v in inst.graph.nodes) else ("full",)
+    bf = recompute_optimum(inst, S, modes=modes, replication=True)
+    try:
+        res = solve_dp(PartitionProblem(inst, S, replication=True, recompute="auto"))
+    except InfeasibleError:
+        assert not bf.exists
+        return
+    _check(inst, res, bf.value)
+
+
 @settings(max_examples=6, deadline=None)
 @given(chains(max_layers=4))
 def test_milp_cbc_equals_dp(case):
@@ -192,8 +210,8 @@ def test_methods_that_do_not_model_recompute_refuse_it():
     assert solve(inst, stages=2, recompute="auto").method == "dp"  # auto runs the dp
     with pytest.raises(InvalidProblemError, match="recompute must be one of"):
         PartitionProblem(inst, 2, recompute="selective")
-    with pytest.raises(InvalidProblemError, match="replication"):
-        PartitionProblem(inst, 2, replication=True, recompute="full")
+    with pytest.raises(InvalidProblemError, match="replicat"):  # the MILP is straight only
+        solve_milp(PartitionProblem(inst, 2, replication=True, recompute="full"))
 
 
 def test_cli_recompute(tmp_path, capsys):
