@@ -11,6 +11,12 @@ backward alone. A method that chooses recomputation (``Stage.recompute``) prices
 through :func:`pipeopt.cost.rules.recompute_terms` and :func:`pipeopt.cost.rules.backward_peak`;
 code that turns a plan into cuts to score it on the table calls :func:`refuse_recompute` first,
 so that a plan's recomputation is never silently dropped.
+
+Data parallelism and ZeRO (``Settings.dp``, ``zero``, the training-state ratios) are not in
+:attr:`CostTable.mem_prefix`, :meth:`CostTable.memory` or the work prefixes (no exact method
+models them yet, ``Method.unmodelled``); :meth:`CostTable.sharded_state`,
+:meth:`CostTable.zero_ops` and :meth:`CostTable.zero_sync` give a stage's terms by the rules
+:func:`pipeopt.evaluate` applies, for a method that adds them.
 """
 
 from __future__ import annotations
@@ -256,6 +262,83 @@ class CostTable:
         start = self.act_prefix[a]
         excess = rules.backward_excess(self.transient.peak(a, b) - start, self.act_prefix[b] - start)
         return rules.transient_memory(out, kept, excess) + rules.saved_once(in_flight, self.transient.twice[a, b])
+
+    # ---- data parallelism and ZeRO ---------------------------------------------------------
+    @cached_property
+    def _largest(self) -> list:
+        """Sparse table of the largest layer's ``param_bytes`` per unit (range maxima)."""
+        g = self.instance.graph
+        if is_array_chain(g):  # one layer per unit
+            unit = np.asarray(self.chain.param, dtype=float)
+        else:
+            unit = np.array([max(float(g.nodes[x]["param_bytes"]) for x in layers) for layers in self.chain.units])
+        levels, width = [unit], 1
+        while 2 * width <= self.n:
+            levels.append(np.maximum(levels[-1][:-width], levels[-1][width:]))
+            width *= 2
+        return levels
+
+    def largest_layer(self, a, b):
+        """The largest ``param_bytes`` of one layer in units ``a..b-1`` (0 if empty; arrays
+        broadcast): what ZeRO-3 gathers at once (:func:`rules.sharded_state`)."""
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        k = np.floor(np.log2(np.maximum(b - a, 1))).astype(np.int64)
+        out = np.zeros(np.broadcast(a, b).shape)
+        levels = self._largest
+        for lvl in np.unique(k):
+            sel = np.broadcast_to(k == lvl, out.shape)
+            arr = levels[int(lvl)]
+            lo = np.clip(np.broadcast_to(a, out.shape)[sel], 0, arr.size - 1)
+            hi = np.clip(np.broadcast_to(b, out.shape)[sel] - (1 << int(lvl)), 0, arr.size - 1)
+            out[sel] = np.maximum(arr[lo], arr[hi])
+        return np.where(b > a, out, 0.0)
+
+    def _tie_weights(self, a, b):
+        """Tie weight ``bytes`` units ``a..b-1`` hold (what data parallelism synchronises)."""
+        if not self.ties:
+            return 0.0
+        total = np.zeros(np.broadcast(np.asarray(a), np.asarray(b)).shape)
+        for h, t in zip(self.ties.held(a, b), self.ties.ties, strict=True):
+            total = total + np.where(h, t.bytes, 0.0)
+        return total
+
+    def sharded_state(self, a, b):
+        """Bytes a stage of units ``a..b-1`` keeps beyond one copy of its weights under the
+        settings' data parallelism (:func:`rules.sharded_state` of its ``param_bytes`` and tied
+        state; :attr:`pipeopt.cost.Evaluation.state`); 0 with the default settings."""
+        s = self.settings
+        params = self.param_prefix[b] - self.param_prefix[a]
+        if self.ties:
+            params = params + self.ties.state_bytes(a, b)
+        return rules.sharded_state(params, self.largest_layer(a, b), gradient_ratio=s.gradient_ratio,
+                                   optimizer_ratio=s.optimizer_ratio, zero=s.zero, dp=s.dp)
+
+    @cached_property
+    def _weighted_prefix(self) -> np.ndarray:
+        """Prefix counts of the units with weights (``param_bytes > 0``)."""
+        return _prefix((np.asarray(self.chain.param, dtype=float) > 0).astype(float))
+
+    def _synced(self, a, b):
+        """Weight bytes a stage's collectives move: its ``param_bytes`` and tied weights; a stage
+        with some weights moves > 0 bytes whatever the prefix sums' rounding (its messages'
+        latency counts exactly when evaluate's does)."""
+        synced = self.param_prefix[b] - self.param_prefix[a] + self._tie_weights(a, b)
+        some = (self._weighted_prefix[b] - self._weighted_prefix[a] > 0) | (np.asarray(self._tie_weights(a, b)) > 0)
+        return np.where(some, np.maximum(synced, np.finfo(float).tiny), 0.0)
+
+    def zero_ops(self, a, b):
+        """``(forward, backward)`` seconds ZeRO adds per microbatch to the ops of a stage of
+        units ``a..b-1`` (:func:`rules.zero_op_times`)."""
+        s = self.settings
+        return rules.zero_op_times(self._synced(a, b), zero=s.zero, dp=s.dp, bandwidth=self.bandwidth,
+                                   latency=self.latency)
+
+    def zero_sync(self, a, b):
+        """Seconds of a stage's data-parallel synchronisation after the flush
+        (:func:`rules.zero_sync_time`; :attr:`pipeopt.cost.Evaluation.stage_sync`)."""
+        s = self.settings
+        return rules.zero_sync_time(self._synced(a, b), zero=s.zero, dp=s.dp, bandwidth=self.bandwidth,
+                                    latency=self.latency)
 
     @staticmethod
     def fits(memory, capacity):

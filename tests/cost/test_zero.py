@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -197,3 +199,35 @@ def test_zero_with_recomputation():
     assert simulate(instance, plan, microbatches=4).peak_memory == pytest.approx(ev.memory, rel=REL)
     assert list(run_schedule(instance, make_schedule("1F1B", 2, 4), plan).memory) == pytest.approx(ev.memory, rel=REL)
     assert close(run_schedule(instance, make_schedule("1F1B", 2, 4), plan).time, ev.iteration_time)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=zero_cases(), tie=st.booleans())
+def test_cost_table_terms_are_evaluates(case, tie):
+    """CostTable.sharded_state, zero_ops and zero_sync of each stage are evaluate's."""
+    from pipeopt.cost.table import CostTable
+
+    instance, plan, M = case
+    g = instance.graph.copy()
+    if tie:  # the first and the last layer share a weight (GPT-2's embedding and head)
+        first, last = plan.stages[0].layers[0], plan.stages[-1].layers[-1]
+        g.graph["tied"] = [{"name": "wte", "bytes": 3e7, "state_bytes": 5e7, "layers": [first, last]}]
+    instance = instance.replace(graph=g)
+    S = plan.num_stages
+    table = CostTable(instance, S)
+    ev = evaluate(instance, plan)
+    plain = evaluate(instance.with_settings(zero=0, dp=1, gradient_ratio=0.0, optimizer_ratio=0.0), plan)
+    unit_of = instance.chain.unit_of
+    starts = [unit_of[st.layers[0]] for st in plan.stages] + [instance.chain.n]
+    for i in range(S):
+        a, b = starts[i], starts[i + 1]
+        assert table.sharded_state(a, b) == pytest.approx(ev.state[i] if ev.state else 0.0, rel=REL, abs=1e-6)
+        zf, zb = table.zero_ops(a, b)
+        assert ev.forward_op[i] == pytest.approx(plain.forward_op[i] + zf, rel=REL, abs=1e-12)
+        assert ev.backward_op[i] == pytest.approx(plain.backward_op[i] + zb, rel=REL, abs=1e-12)
+        assert table.zero_sync(a, b) == pytest.approx(ev.stage_sync[i] if ev.stage_sync else 0.0, rel=REL, abs=1e-12)
+    # vectorised over every stage at once
+    a, b = np.array(starts[:-1]), np.array(starts[1:])
+    assert np.allclose(table.largest_layer(a, b),
+                       [max(instance.graph.nodes[x]["param_bytes"] for x in st.layers) for st in plan.stages])
