@@ -291,3 +291,25 @@ def test_a_result_says_its_plan_recomputes():
     assert any(a.startswith("recomputed: 1 layer (1 full)") for a in res.info["assumptions"])
     assert "recomputing 1" in res.summary()
     assert not any("recomputed" in a for a in Result.scored(inst, "hand", two(), "feasible").info["assumptions"])
+
+
+@pytest.mark.parametrize("kind", ["replicated", "split"])
+def test_replicated_and_split_stages_recompute(kind):
+    """A replicated stage and split execution (forward share beta) recompute like any other:
+    the simulator plays evaluate's ops and holds its kept bytes."""
+    inst = three(devices=3, microbatches=6)
+    if kind == "replicated":
+        plan = Plan((Stage(("l0", "l1"), ("gpu0", "gpu1"), replicas=2, recompute={"l1": "full"}),
+                     Stage(("l2",), ("gpu2",), recompute={"l2": "full"})))
+        schedule = "1f1b"
+    else:
+        plan = Plan((Stage(("l0", "l1"), ("gpu0",), beta={"gpu": 0.4}, recompute={"l1": "full"}),
+                     Stage(("l2",), ("gpu1",), beta={"gpu": 0.3}, recompute={"l2": "full"})))
+        schedule = "split"
+    ev = evaluate(inst, plan)
+    plain = evaluate(inst, Plan(tuple(Stage(st.layers, st.devices, st.replicas, st.beta) for st in plan.stages)))
+    assert ev.backward_time[0] > plain.backward_time[0] and ev.activations == [110.0, 20.0]
+    sim = simulate(inst, plan, schedule=schedule, microbatches=6)
+    assert close(sim.time_per_microbatch, ev.bottleneck)
+    assert close(sim.iteration_time, ev.iteration_time)
+    assert sim.peak_memory == pytest.approx(ev.memory, rel=REL)
