@@ -166,8 +166,9 @@ def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
     layer's inputs, and the backward reruns the forward (a second count) before it needs the
     layer's saved tensors. torch's ``pipeline()`` keeps each module as a submodule the stage's
     graph calls (``call_module``), so the layer is wrapped where the stage calls it, its FQN
-    unchanged (torchtitan's ``apply_ac`` wraps each transformer block the same way, as a
-    module wrapper, before it pipelines). Wrapping the model's modules before ``pipeline()``
+    unchanged (torchtitan likewise applies its ``apply_ac`` to each transformer block of each
+    stage's model part, after the pipeline split: its ``parallelize_fn`` runs on every one of
+    ``model_parts``). Wrapping the model's modules before ``pipeline()``
     does not work: its ``torch.export`` trace runs through the checkpoint, and the stage
     module holds plain ATen operators again (torch 2.13: nothing is recomputed).
 
