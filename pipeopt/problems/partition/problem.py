@@ -69,9 +69,7 @@ class PartitionProblem:
     ------
     InvalidProblemError
         If S < 1, S exceeds the number of layers (units) or of devices, the devices differ,
-        or a device has several usable resource kinds; ``recompute`` unknown, or not
-        ``"none"`` with the measured transient memory terms (not modelled with recomputation
-        yet).
+        or a device has several usable resource kinds; ``recompute`` unknown.
     """
 
     instance: Instance
@@ -89,12 +87,6 @@ class PartitionProblem:
         _ = self.kind
         self._check_times()
         check_recompute(self.recompute)
-        if self.recompute != "none":
-            if self.table.transient:
-                raise InvalidProblemError(
-                    f"{inst.name}: recompute={self.recompute!r} is not modelled with the measured transient memory "
-                    "terms (graph attribute transient_memory) yet; use recompute='none'"
-                )
 
     @cached_property
     def recomputation(self):

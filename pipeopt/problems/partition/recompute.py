@@ -24,7 +24,16 @@ Pareto frontier: walking the stage's layers from its last to its first, each par
 is a point ``(K, X, seconds)`` of the layers seen (adding a layer L in front adds its
 ``kept`` to K, its seconds to the time, and makes ``X = max(X, act_L + temp_L - kept_L -
 K)``); a point that another beats or equals in all three is dropped (it can never lead to a
-better full choice: every later step is monotone in the three). Identical blocks give equal
+better full choice: a smaller K can raise a later peak term by at most the difference, which
+the ``k >= 1`` microbatches in flight pay for).
+
+With the **measured transients** (graph attribute ``transient_memory``) ``temp_L`` is the
+layer's backward temporaries, the stage also keeps its outputs (a constant of the stage) and a
+tensor two consecutive layers both save (``saved_twice_bytes``) is held once while neither is
+recomputed: each point then also carries the bytes in flight ``W`` (K less those tensors) and
+whether the suffix's first layer is recomputed, the memory is ``k W + ... + max(X, 0)``, and
+points are compared pairwise (:func:`_pareto_held`). A ``saved_twice_bytes`` edge between
+layers that are not consecutive is refused. Identical blocks give equal
 points, which are kept once (points within :data:`SAME_POINT` relative of each other count
 as equal: far below :data:`pipeopt.cost.rules.MEMORY_SLACK`). Walking backwards, one pass
 over the layers from each end ``b`` gives the frontiers of every stage ``a..b-1``.
@@ -51,6 +60,7 @@ from functools import cached_property
 import numpy as np
 
 from ...cost import rules
+from ...cost.transient import bwd_temp
 from ...errors import InvalidProblemError
 
 RECOMPUTE = ("none", "full", "auto")
@@ -79,7 +89,9 @@ def check_recompute(value) -> str:
 class LayerChoices:
     """One layer's options: ``modes[o]`` keeps ``kept[o]`` bytes per microbatch and adds
     ``seconds[o]`` to its stage's backward; option 0 is ``None`` (nothing recomputed) unless the
-    choice is forced (``"full"``)."""
+    choice is forced (``"full"``). ``temp``: its backward's temporaries (measured transients, else
+    0); ``twice``: the ``saved_twice_bytes`` of its edge to the next layer (held once while
+    neither end is recomputed; measured transients, else 0)."""
 
     name: object
     act: float
@@ -87,6 +99,7 @@ class LayerChoices:
     modes: tuple
     kept: tuple
     seconds: tuple
+    twice: float = 0.0
 
 
 @dataclass
@@ -98,9 +111,13 @@ class Frontier:
     kept, excess, time
         ``ndarray (N,)``: K (bytes kept per microbatch), X (bytes the backward's peak exceeds K
         by, ``-inf`` for no layer) and the seconds added, per point.
+    held, first
+        ``ndarray (N,)``: the bytes per microbatch in flight, K less the tensors held once
+        (measured transients' ``saved_twice_bytes``; else K), and whether the suffix's first layer
+        is recomputed (True for no layer).
     parent, option
         ``ndarray (N,)`` of int: the point of the previous frontier each point extends and the
-        option it took (only when tracked).
+        option it took.
     """
 
     kept: np.ndarray
@@ -108,11 +125,13 @@ class Frontier:
     time: np.ndarray
     parent: np.ndarray | None = None
     option: np.ndarray | None = None
+    held: np.ndarray | None = None
+    first: np.ndarray | None = None
 
     @classmethod
     def empty(cls) -> Frontier:
         return cls(np.zeros(1), np.full(1, -np.inf), np.zeros(1), np.zeros(1, dtype=np.int64),
-                   np.zeros(1, dtype=np.int64))
+                   np.zeros(1, dtype=np.int64), np.zeros(1), np.ones(1, dtype=bool))
 
     def __len__(self) -> int:
         return len(self.time)
@@ -141,25 +160,52 @@ def _pareto(kept, excess, time, tol: float) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
-def extend(front: Frontier, layer: LayerChoices, tol: float, limit: int | None = None) -> tuple[Frontier, bool]:
+def _pareto_held(kept, held, excess, time, first, tol: float) -> np.ndarray:
+    """:func:`_pareto` where the bytes in flight (``held``) differ from the bytes kept (tensors held
+    once): point p replaces point q if both have the same ``first``, p takes no more time, peaks
+    no higher and ``held_p + max(0, kept_q - kept_p) <= held_q`` (for every in-flight count k >= 1
+    a smaller K can raise a later peak term by at most the difference, which k held bytes pay for).
+    Pairwise: O(N^2)."""
+    order = np.lexsort((excess, held, time))
+    keep: list = []
+    for idx in order.tolist():
+        if keep:
+            j = np.asarray(keep)
+            beat = ((first[j] == first[idx]) & (excess[j] <= excess[idx] + tol)
+                    & (held[j] + np.maximum(kept[idx] - kept[j], 0.0) <= held[idx] + tol))
+            if beat.any():
+                continue
+        keep.append(idx)
+    return np.asarray(keep, dtype=np.int64)
+
+
+def extend(front: Frontier, layer: LayerChoices, tol: float, limit: int | None = None,
+           pairwise: bool = False) -> tuple[Frontier, bool]:
     """The frontier of the choices with ``layer`` added in front of the layers of ``front``
-    (at most ``limit`` points, default :data:`FRONTIER_LIMIT`).
+    (at most ``limit`` points, default :data:`FRONTIER_LIMIT`); ``pairwise``: prune with
+    :func:`_pareto_held` (the chain has tensors held once, ``saved_twice_bytes``), else
+    :func:`_pareto`.
 
     Returns
     -------
     (Frontier, thinned)
         ``thinned``: the frontier exceeded ``limit`` and was thinned (not exact any more).
     """
-    ks, xs, ts, ps, os = [], [], [], [], []
+    ks, ws, xs, ts, ps, os, fs = [], [], [], [], [], [], []
     base = np.arange(len(front), dtype=np.int64)
     for o, (kept, sec) in enumerate(zip(layer.kept, layer.seconds, strict=True)):
         ks.append(front.kept + kept)
+        redone = layer.modes[o] is not None
+        # the tensor this layer and the next (the suffix's first) both save is held once while neither recomputes
+        once = 0.0 if redone or not layer.twice else np.where(front.first, 0.0, layer.twice)
+        ws.append(front.held + kept - once)
         xs.append(np.maximum(front.excess, layer.act + layer.temp - kept - front.kept))
         ts.append(front.time + sec)
         ps.append(base)
         os.append(np.full(len(front), o, dtype=np.int64))
-    K, X, T, P, O = (np.concatenate(v) for v in (ks, xs, ts, ps, os))
-    idx = _pareto(K, X, T, tol)
+        fs.append(np.full(len(front), redone))
+    K, W, X, T, P, O, F = (np.concatenate(v) for v in (ks, ws, xs, ts, ps, os, fs))
+    idx = _pareto_held(K, W, X, T, F, tol) if pairwise else _pareto(K, X, T, tol)
     limit = FRONTIER_LIMIT if limit is None else int(limit)
     thinned = False
     if len(idx) > limit:  # keep the least-time, least-kept and least-peak points and an even spread
@@ -167,7 +213,7 @@ def extend(front: Frontier, layer: LayerChoices, tol: float, limit: int | None =
         extra = {int(idx[np.argmin(K[idx])]), int(idx[np.argmin(X[idx])])}
         pick = idx[np.linspace(0, len(idx) - 1, limit - 2).astype(np.int64)]
         idx = np.asarray(sorted(set(pick.tolist()) | extra, key=lambda i: (T[i], K[i])), dtype=np.int64)
-    return Frontier(K[idx], X[idx], T[idx], P[idx], O[idx]), thinned
+    return Frontier(K[idx], X[idx], T[idx], P[idx], O[idx], W[idx], F[idx]), thinned
 
 
 class RecomputeModel:
@@ -177,7 +223,13 @@ class RecomputeModel:
     ----------
     problem
         :class:`~pipeopt.problems.partition.problem.PartitionProblem` with ``recompute`` ``"full"``
-        or ``"auto"`` (straight, no transient memory terms: the problem refuses the rest).
+        or ``"auto"``.
+
+    Raises
+    ------
+    InvalidProblemError
+        (when :attr:`units` is first read) if a ``saved_twice_bytes`` edge joins layers that are not
+        consecutive in the layer order.
 
     Attributes
     ----------
@@ -188,6 +240,9 @@ class RecomputeModel:
         "selective")`` when every layer has the ``selective`` attribute.
     exact
         False once a frontier was thinned (:data:`FRONTIER_LIMIT`); then no optimum is claimed.
+    pairwise
+        True if the chain has tensors two consecutive layers both save (measured transients'
+        ``saved_twice_bytes``): the frontiers are pruned pairwise (:func:`_pareto_held`).
     largest
         The most points a frontier held.
     """
@@ -201,6 +256,7 @@ class RecomputeModel:
             self.modes = ("full", "selective")
         self.exact = True
         self.largest = 1
+        self.pairwise = any(layer.twice for unit in self.units for layer in unit)
         self._extra: dict = {}
         self._over: dict = {}
 
@@ -211,6 +267,20 @@ class RecomputeModel:
         graph = p.instance.graph
         kind = p.kind
         units = p.instance.cluster.devices[0].resources[kind]
+        transient = bool(p.table.transient)
+        order = [x for unit in p.instance.chain.units for x in unit]
+        nxt = dict(zip(order[:-1], order[1:]))
+        twice = {}
+        if transient:
+            for u, v, nb in graph.edges(data="saved_twice_bytes"):
+                if not nb:
+                    continue
+                if nxt.get(u) != v:
+                    raise InvalidProblemError(
+                        f"{p.instance.name}: recompute={self.mode!r} models a tensor saved by two layers "
+                        f"(saved_twice_bytes) only on an edge between consecutive layers; {u!r} -> {v!r} is not one"
+                    )
+                twice[u] = float(nb)
         out = []
         for unit in p.instance.chain.units:
             layers = []
@@ -224,7 +294,9 @@ class RecomputeModel:
                     modes.append(mode)
                     kept.append(float(k))
                     sec.append(float(extra.get(kind, math.inf)) / units)
-                layers.append(LayerChoices(name, act, 0.0, tuple(modes), tuple(kept), tuple(sec)))
+                temp = bwd_temp(graph, name) if transient else 0.0
+                layers.append(LayerChoices(name, act, temp, tuple(modes), tuple(kept), tuple(sec),
+                                           twice.get(name, 0.0)))
             out.append(layers)
         return out
 
@@ -235,16 +307,24 @@ class RecomputeModel:
 
     def fixed(self, a: int, b: int, k: float) -> float:
         """Bytes of a stage of units ``a..b-1`` keeping ``k`` microbatches that no choice changes:
-        ``versions * (parameters + tied parameters)``."""
+        ``versions * (parameters + tied parameters)``, and with measured transients the outputs it
+        keeps (:func:`pipeopt.cost.rules.outputs_kept` times what it sends, the last stage the
+        model's output)."""
         p = self.problem
+        tab = p.table
         params = p.param_prefix[b] - p.param_prefix[a]
-        if p.table.ties:
-            params = params + float(p.table.ties.state_bytes(a, b))
-        return float(rules.stage_memory(0.0, params, k, rules.weight_versions(k, p.instance.settings.weight_stashing)))
+        if tab.ties:
+            params = params + float(tab.ties.state_bytes(a, b))
+        out = float(rules.stage_memory(0.0, params, k, rules.weight_versions(k, p.instance.settings.weight_stashing)))
+        if tab.transient:
+            last = b == p.n
+            sent = tab.transient.final_out if last else float(tab.boundary_bytes[b])
+            out += float(rules.transient_memory(sent, rules.outputs_kept(k, last, p.instance.settings.microbatches), 0.0))
+        return out
 
     def _least(self, front: Frontier, a: int, b: int, k: float) -> int | None:
         """Index of the point of least time whose stage memory fits (``None`` if none)."""
-        mem = k * front.kept + self.fixed(a, b, k) + np.maximum(front.excess, 0.0)
+        mem = k * front.held + self.fixed(a, b, k) + np.maximum(front.excess, 0.0)
         ok = np.flatnonzero(self.problem.fits(mem))
         if not ok.size:
             return None
@@ -274,12 +354,12 @@ class RecomputeModel:
             front = Frontier.empty()
             for a in range(b - 1, -1, -1):
                 for layer in reversed(self.units[a]):
-                    front, thinned = extend(front, layer, self.tol)
+                    front, thinned = extend(front, layer, self.tol, pairwise=self.pairwise)
                     self.exact &= not thinned
                 self.largest = max(self.largest, len(front))
                 peak = np.maximum(front.excess, 0.0)
                 for k in ks:
-                    mem = k * front.kept + self.fixed(a, b, k) + peak
+                    mem = k * front.held + self.fixed(a, b, k) + peak
                     ok = np.flatnonzero(self.problem.fits(mem))
                     if ok.size:
                         out[k][b, a] = front.time[ok].min()
@@ -309,13 +389,13 @@ class RecomputeModel:
         fronts = [Frontier.empty()]
         layers = [layer for u in range(a, b) for layer in self.units[u]][::-1]
         for layer in layers:
-            front, _ = extend(fronts[-1], layer, self.tol)
+            front, _ = extend(fronts[-1], layer, self.tol, pairwise=self.pairwise)
             fronts.append(front)
         last = fronts[-1]
         i = self._least(last, a, b, k)
         seconds = math.inf
         if i is None:  # none fits: the choice of least memory (a plan that says what it misses by)
-            i = int(np.argmin(k * last.kept + np.maximum(last.excess, 0.0)))
+            i = int(np.argmin(k * last.held + np.maximum(last.excess, 0.0)))
         else:
             seconds = float(last.time[i])
         chosen = {}

@@ -112,6 +112,47 @@ def test_replicated_dp_equals_brute_force(case):
     _check(inst, res, bf.value)
 
 
+@st.composite
+def transient_chains(draw):
+    """A small chain with measured transients (graph attribute transient_memory): backward
+    temporaries per layer, tensors two consecutive layers both save (saved_twice_bytes), the
+    outputs a stage keeps (M microbatches on the last stage)."""
+    inst, S = draw(chains())
+    g = inst.graph.copy()
+    g.graph["transient_memory"] = True
+    names = list(g.nodes)
+    for v in names:
+        g.nodes[v]["bwd_temp_bytes"] = draw(st.integers(0, 4)) * 1e8
+    for u, v in zip(names, names[1:]):
+        if draw(st.booleans()):
+            share = draw(st.floats(0.0, 1.0))
+            g.edges[u, v]["saved_twice_bytes"] = share * min(g.nodes[u]["act_bytes"], g.nodes[v]["act_bytes"])
+    free = Instance(g, Cluster.homogeneous(S, kind="gpu", memory=math.inf, bandwidth=1e9),
+                    Settings(microbatches=draw(st.integers(1, 6))), name="rc-transient")
+    mems = [max(evaluate(free, p).memory) for p in recompute_plans(free, S)]
+    memory = min(mems) + draw(st.floats(-0.05, 0.6)) * (max(mems) - min(mems))
+    return Instance(g, Cluster.homogeneous(S, kind="gpu", memory=max(memory, 1e6), bandwidth=1e9), free.settings,
+                    name="rc-transient"), S
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(transient_chains())
+def test_dp_with_measured_transients_equals_brute_force(case):
+    """The backward's temporaries join the peak of re-created activations, a tensor two
+    consecutive layers save is held once only while neither is recomputed (evaluate's rule): the
+    DP's frontiers (pruned pairwise then) still give the brute force's optimum."""
+    inst, S = case
+    modes = ("full", "selective") if all("selective" in inst.graph.nodes[v] for v in inst.graph.nodes) else ("full",)
+    for rc in ("full", "auto"):
+        bf = recompute_optimum(inst, S, modes=modes, forced=rc == "full")
+        try:
+            res = solve_dp(PartitionProblem(inst, S, recompute=rc))
+        except InfeasibleError:
+            assert not bf.exists
+            continue
+        _check(inst, res, bf.value)
+
+
 @settings(max_examples=6, deadline=None)
 @given(chains(max_layers=4))
 def test_milp_cbc_equals_dp(case):
