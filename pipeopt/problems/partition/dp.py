@@ -46,7 +46,7 @@ from ...cost.tolerance import BISECTION_WIDTH
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
-from .recompute import FRONTIER_LIMIT
+from .recompute import FRONTIER_LIMIT, PAIRWISE_LIMIT
 from .tiebreak import SECONDARY, break_ties
 
 REL_TOL = BISECTION_WIDTH
@@ -355,7 +355,8 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         if not rc.exact and status == Status.OPTIMAL:  # a thinned frontier: the plan fits, no optimum is claimed
             status = Status.FEASIBLE
             lower = problem.simple_lower_bound()
-            info["note"] = (f"a stage's recompute frontier exceeded {FRONTIER_LIMIT:,} points and was thinned: "
+            limit = PAIRWISE_LIMIT if rc.pairwise else FRONTIER_LIMIT
+            info["note"] = (f"a stage's recompute frontier exceeded {limit:,} points and was thinned: "
                             "the plan fits but is not proven optimal; the bound is the simple one")
     elif status == Status.OPTIMAL:  # the secondary objective (tie-break), in the one-order space
         try:

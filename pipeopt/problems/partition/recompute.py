@@ -72,6 +72,10 @@ FRONTIER_LIMIT = 200_000
 """Points a stage's frontier may hold; beyond it the frontier is thinned (evenly in time, the
 least-memory points kept) and the result is no longer proven."""
 
+PAIRWISE_LIMIT = 2_000
+""":data:`FRONTIER_LIMIT` when the frontiers are pruned pairwise (measured transients with tensors
+held once, :func:`_pareto_held`: quadratic in the points)."""
+
 SAME_POINT = 1e-12
 """Two frontier points whose bytes differ by at most this times the chain's activation bytes
 (and whose times are in order) count as one: the same choice of identical blocks summed in
@@ -206,7 +210,7 @@ def extend(front: Frontier, layer: LayerChoices, tol: float, limit: int | None =
         fs.append(np.full(len(front), redone))
     K, W, X, T, P, O, F = (np.concatenate(v) for v in (ks, ws, xs, ts, ps, os, fs))
     idx = _pareto_held(K, W, X, T, F, tol) if pairwise else _pareto(K, X, T, tol)
-    limit = FRONTIER_LIMIT if limit is None else int(limit)
+    limit = (PAIRWISE_LIMIT if pairwise else FRONTIER_LIMIT) if limit is None else int(limit)
     thinned = False
     if len(idx) > limit:  # keep the least-time, least-kept and least-peak points and an even spread
         thinned = True
@@ -353,6 +357,8 @@ class RecomputeModel:
                 deadline.check("recompute frontiers")
             front = Frontier.empty()
             for a in range(b - 1, -1, -1):
+                if deadline is not None and self.pairwise:
+                    deadline.check("recompute frontiers")
                 for layer in reversed(self.units[a]):
                     front, thinned = extend(front, layer, self.tol, pairwise=self.pairwise)
                     self.exact &= not thinned
