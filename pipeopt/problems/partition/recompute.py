@@ -142,8 +142,12 @@ class Frontier:
 
 
 def _pareto(kept, excess, time, tol: float) -> np.ndarray:
-    """Indices of the points no other point beats or equals in (kept, excess, time), in order of
-    time; points within ``tol`` bytes count as equal (the one of least time is kept)."""
+    """Indices of the points no other point beats or equals in (kept, peak, time), in order of
+    time, the peak being ``excess + kept`` (the backward's peak, which a layer added in front
+    raises to ``max(peak + kept_L, act_L + temp_L)`` whatever K: the memory ``k K + max(peak -
+    K, 0)`` of every completion is monotone in K and the peak for k >= 1); points within ``tol``
+    bytes count as equal (the one of least time is kept)."""
+    excess = excess + kept  # the peak
     order = np.lexsort((excess, kept, time))
     keep = []
     stair_k: list = []  # kept ascending, excess strictly descending: the (K, X) staircase so far
@@ -165,18 +169,20 @@ def _pareto(kept, excess, time, tol: float) -> np.ndarray:
 
 
 def _pareto_held(kept, held, excess, time, first, tol: float) -> np.ndarray:
-    """:func:`_pareto` where the bytes in flight (``held``) differ from the bytes kept (tensors held
-    once): point p replaces point q if both have the same ``first``, p takes no more time, peaks
-    no higher and ``held_p + max(0, kept_q - kept_p) <= held_q`` (for every in-flight count k >= 1
-    a smaller K can raise a later peak term by at most the difference, which k held bytes pay for).
+    """:func:`_pareto` where the bytes in flight (``held``, W) differ from the bytes kept (K:
+    tensors held once): with the peak ``P = excess + kept``, point p replaces point q if both have
+    the same ``first``, p takes no more time and ``W_p + max(0, max(P_p - P_q, 0) + K_q - K_p) <=
+    W_q`` (every completion's memory ``k W + max(P - K, 0)`` is then no larger for every k >= 1:
+    the peak difference never grows, the K difference stays, and k >= 1 held bytes pay for them).
     Pairwise: O(N^2)."""
-    order = np.lexsort((excess, held, time))
+    peak = excess + kept
+    order = np.lexsort((peak, held, time))
     keep: list = []
     for idx in order.tolist():
         if keep:
             j = np.asarray(keep)
-            beat = ((first[j] == first[idx]) & (excess[j] <= excess[idx] + tol)
-                    & (held[j] + np.maximum(kept[idx] - kept[j], 0.0) <= held[idx] + tol))
+            gap = np.maximum(np.maximum(peak[j] - peak[idx], 0.0) + kept[idx] - kept[j], 0.0)
+            beat = (first[j] == first[idx]) & (held[j] + gap <= held[idx] + tol)
             if beat.any():
                 continue
         keep.append(idx)
