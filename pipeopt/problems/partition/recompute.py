@@ -23,9 +23,10 @@ sum over layers (a 0/1 knapsack with one extra term), so the choice is made **ex
 Pareto frontier: walking the stage's layers from its last to its first, each partial choice
 is a point ``(K, X, seconds)`` of the layers seen (adding a layer L in front adds its
 ``kept`` to K, its seconds to the time, and makes ``X = max(X, act_L + temp_L - kept_L -
-K)``); a point that another beats or equals in all three is dropped (it can never lead to a
-better full choice: a smaller K can raise a later peak term by at most the difference, which
-the ``k >= 1`` microbatches in flight pay for).
+K)``). With the peak ``P = X + K`` (the adding of L makes it ``max(P + kept_L, act_L +
+temp_L)``, whatever K) the memory of every completion, ``k K + max(P - K, 0)``, does not
+decrease in K or P for ``k >= 1``: a point that another beats or equals in (K, P, seconds) is
+dropped (it can never lead to a better full choice).
 
 With the **measured transients** (graph attribute ``transient_memory``) ``temp_L`` is the
 layer's backward temporaries, the stage also keeps its outputs (a constant of the stage) and a
