@@ -241,3 +241,19 @@ def test_a_schedule_order_lies_in_its_free_w_space_and_not_the_other_way():
     assert not spaces.contains("schedule:ZBVZeroBubble", "schedule:ZBVZeroBubble+free-w")
     assert not spaces.contains("schedule:InterleavedZeroBubble+free-w", "schedule:ZBVZeroBubble")
     assert not spaces.contains("schedule:1F1B+free-w", spaces.ONE_ORDER)
+
+
+def test_recompute_spaces():
+    """A split without recomputation lies in the per-layer recompute space; every layer
+    recomputed is one choice of it and is disjoint from the splits without recomputation."""
+    assert spaces.contains(spaces.ONE_ORDER_RECOMPUTE, ONE_ORDER)
+    assert spaces.contains(spaces.ONE_ORDER_RECOMPUTE, spaces.ONE_ORDER_FULL_RECOMPUTE)
+    assert spaces.contains(spaces.REPLICATED_ONE_ORDER_RECOMPUTE, REPLICATED_ONE_ORDER)
+    assert not spaces.contains(ONE_ORDER, spaces.ONE_ORDER_RECOMPUTE)
+    assert not spaces.contains(spaces.ONE_ORDER_FULL_RECOMPUTE, ONE_ORDER)
+    assert not spaces.contains(ONE_ORDER, spaces.ONE_ORDER_FULL_RECOMPUTE)
+    assert not spaces.contains(CONVEX, spaces.ONE_ORDER_RECOMPUTE)
+    assert spaces.with_recompute(ONE_ORDER, "none") == ONE_ORDER
+    assert spaces.with_recompute(ONE_ORDER, "auto") == spaces.ONE_ORDER_RECOMPUTE
+    assert spaces.with_recompute(REPLICATED_ONE_ORDER, "full") == spaces.REPLICATED_ONE_ORDER_FULL_RECOMPUTE
+    assert all(s in spaces.SPACES for s in spaces.RECOMPUTE_SPACES)

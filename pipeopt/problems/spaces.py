@@ -34,6 +34,17 @@ worker or, replicated, on several):
 Containment (:func:`contains`): one-order ⊂ convex ⊂ replicated-convex and one-order ⊂
 replicated-one-order ⊂ replicated-convex; convex and replicated-one-order are not comparable.
 
+With activation recomputation (the partition problem's ``recompute`` option; the plans'
+``Stage.recompute``), the contiguous spaces grow by a per-layer choice:
+
+``"one-order+recompute"``, ``"replicated-one-order+recompute"`` (:data:`ONE_ORDER_RECOMPUTE`, :data:`REPLICATED_ONE_ORDER_RECOMPUTE`)
+    The same splits, each layer recomputed (full, or selective where the profile measures it) or
+    not (``recompute="auto"``; the frameworks' recomputation baselines). A split without
+    recomputation is the case of no layer recomputed: ``one-order`` lies in it.
+``"one-order+full-recompute"``, ``"replicated-one-order+full-recompute"`` (:data:`ONE_ORDER_FULL_RECOMPUTE`, :data:`REPLICATED_ONE_ORDER_FULL_RECOMPUTE`)
+    The same splits with every layer recomputed (``recompute="full"``): one choice of the
+    per-layer space, disjoint from ``one-order``.
+
 Spaces of the other problems, each compared only with itself (their containment with any other
 space is not claimed):
 
@@ -61,20 +72,36 @@ SPLIT = "split"
 SEQUENTIAL = "sequential"
 BIPARTITION = "bipartition"
 
+ONE_ORDER_RECOMPUTE = "one-order+recompute"
+REPLICATED_ONE_ORDER_RECOMPUTE = "replicated-one-order+recompute"
+ONE_ORDER_FULL_RECOMPUTE = "one-order+full-recompute"
+REPLICATED_ONE_ORDER_FULL_RECOMPUTE = "replicated-one-order+full-recompute"
+
 AUTO = "auto"
 """Not a space: the method follows its problem's options (:class:`~pipeopt.problems.method.Method`)."""
 
 SPLIT_SPACES = (ONE_ORDER, REPLICATED_ONE_ORDER, CONVEX, REPLICATED_CONVEX)
 """The spaces of layer splits, smallest first."""
 
-SPACES = (*SPLIT_SPACES, SPLIT, SEQUENTIAL, BIPARTITION)
+RECOMPUTE_SPACES = (ONE_ORDER_RECOMPUTE, REPLICATED_ONE_ORDER_RECOMPUTE, ONE_ORDER_FULL_RECOMPUTE,
+                    REPLICATED_ONE_ORDER_FULL_RECOMPUTE)
+"""The contiguous spaces with recomputation (module docstring)."""
+
+SPACES = (*SPLIT_SPACES, *RECOMPUTE_SPACES, SPLIT, SEQUENTIAL, BIPARTITION)
 """Every space name pipeopt's methods state."""
 
 _LARGER: dict[str, frozenset[str]] = {
-    ONE_ORDER: frozenset({ONE_ORDER, REPLICATED_ONE_ORDER, CONVEX, REPLICATED_CONVEX}),
-    REPLICATED_ONE_ORDER: frozenset({REPLICATED_ONE_ORDER, REPLICATED_CONVEX}),
+    ONE_ORDER: frozenset({ONE_ORDER, REPLICATED_ONE_ORDER, CONVEX, REPLICATED_CONVEX,
+                          ONE_ORDER_RECOMPUTE, REPLICATED_ONE_ORDER_RECOMPUTE}),
+    REPLICATED_ONE_ORDER: frozenset({REPLICATED_ONE_ORDER, REPLICATED_CONVEX, REPLICATED_ONE_ORDER_RECOMPUTE}),
     CONVEX: frozenset({CONVEX, REPLICATED_CONVEX}),
     REPLICATED_CONVEX: frozenset({REPLICATED_CONVEX}),
+    ONE_ORDER_RECOMPUTE: frozenset({ONE_ORDER_RECOMPUTE, REPLICATED_ONE_ORDER_RECOMPUTE}),
+    REPLICATED_ONE_ORDER_RECOMPUTE: frozenset({REPLICATED_ONE_ORDER_RECOMPUTE}),
+    ONE_ORDER_FULL_RECOMPUTE: frozenset({ONE_ORDER_FULL_RECOMPUTE, REPLICATED_ONE_ORDER_FULL_RECOMPUTE,
+                                         ONE_ORDER_RECOMPUTE, REPLICATED_ONE_ORDER_RECOMPUTE}),
+    REPLICATED_ONE_ORDER_FULL_RECOMPUTE: frozenset({REPLICATED_ONE_ORDER_FULL_RECOMPUTE,
+                                                    REPLICATED_ONE_ORDER_RECOMPUTE}),
 }
 """Each split space -> the spaces that contain it (itself included)."""
 
@@ -126,4 +153,14 @@ def canonical(name: str) -> str:
 
 def replicated(space: str) -> bool:
     """True for a space whose stages may run on several workers (PipeDream's replication)."""
-    return space in (REPLICATED_ONE_ORDER, REPLICATED_CONVEX)
+    return space in (REPLICATED_ONE_ORDER, REPLICATED_CONVEX, REPLICATED_ONE_ORDER_RECOMPUTE,
+                     REPLICATED_ONE_ORDER_FULL_RECOMPUTE)
+
+
+def with_recompute(space: str, recompute: str) -> str:
+    """The space of a contiguous split space (``one-order`` or ``replicated-one-order``) under a
+    partition problem's ``recompute`` option: itself for ``"none"``, its ``+recompute`` space for
+    ``"auto"``, its ``+full-recompute`` space for ``"full"``."""
+    if recompute == "none":
+        return space
+    return f"{space}+{'full-recompute' if recompute == 'full' else 'recompute'}"

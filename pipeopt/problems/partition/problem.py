@@ -192,8 +192,10 @@ class PartitionProblem:
 
     @property
     def space(self) -> str:
-        """``"replicated-one-order"`` or ``"one-order"`` (:mod:`pipeopt.problems.spaces`)."""
-        return spaces.REPLICATED_ONE_ORDER if self.replication else spaces.ONE_ORDER
+        """``"replicated-one-order"`` or ``"one-order"``, with ``+recompute`` or ``+full-recompute``
+        under the ``recompute`` option (:mod:`pipeopt.problems.spaces`)."""
+        base = spaces.REPLICATED_ONE_ORDER if self.replication else spaces.ONE_ORDER
+        return spaces.with_recompute(base, self.recompute)
 
     # ---- the cost of one stage, as the exact methods see it ----------------------------
     def in_flight(self, stage: int) -> int:

@@ -264,7 +264,7 @@ def _blocks(problem: PartitionProblem) -> int:
     return len(transformer_parts(problem.instance.graph)[1])
 
 
-RECOMPUTE_SPACE = "one-order+recompute"
+RECOMPUTE_SPACE = spaces.ONE_ORDER_RECOMPUTE
 """The search space a baseline's result states when its plan recomputes something: contiguous
 splits of one layer order with any per-layer recompute set. It is not ``"one-order"``: a bound
 an exact method proves without recomputation does not bound these plans (a recomputing plan
