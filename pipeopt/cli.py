@@ -183,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "placement on ranks (default looped, one stage per rank unless --stages-per-rank; v: 2 per "
                         "rank in a V)")
     s.add_argument("--recompute", choices=["none", "full", "auto"],
-                   help="activation recomputation (partition: dp, auto): none (every layer keeps its activations), "
+                   help="activation recomputation (partition: dp, auto; --schedule NAME: exhaustive, auto): none (every "
+                        "layer keeps its activations), "
                         "full (every layer recomputed), auto (the exact choice per layer with the split); "
                         "default: not modelled")
     s.add_argument("--w-placement", choices=["schedule", "free"], default="schedule",
@@ -423,9 +424,15 @@ def _solve_schedule(args, inst) -> int:
                                   " drop --workers, --replication")
     if args.problem not in ("auto", "schedule"):
         raise InvalidProblemError(f"--schedule poses the schedule problem; drop --problem {args.problem}")
-    registry.refuse_unused("schedule", recompute=getattr(args, "recompute", None))  # never silently ignored
+    recompute = getattr(args, "recompute", None)
+    registry.refuse_unused("schedule", recompute=recompute)  # never silently ignored
     which = schedule_name_or_auto(args.schedule or "1F1B")
     options = {"stages_per_rank": args.stages_per_rank, "w_placement": args.w_placement}
+    if recompute is not None:  # one named schedule: its methods exhaustive / auto choose the recompute sets
+        if which == "auto":
+            raise InvalidProblemError("--recompute needs one named --schedule (--schedule auto compares schedules by"
+                                      " their MILPs, which do not model recomputation)")
+        options["recompute"] = recompute
     if args.placement is not None:
         if which != "free":
             raise InvalidProblemError(f"--placement is for --schedule free; {which} has its own placement")

@@ -595,3 +595,37 @@ def free_order_optimum(instance, placement: tuple, microbatches: int, copies: in
 
         dfs([[] for _ in range(p)], [0.0] * p, work, {}, {}, {}, [0] * S)
     return tuple(best)
+
+
+def schedule_recompute_plans(instance, schedule, modes=("full",), forced: bool = False):
+    """Every chunk plan of ``schedule`` (a :class:`pipeopt.schedules.Schedule`: its ``p v``
+    contiguous chunks of the chain's units, chunk s on rank ``placement[s]``) times every
+    recompute choice: each layer keeps its activations or takes one of ``modes`` (``forced``:
+    every layer takes ``modes[0]``)."""
+    from pipeopt.schedules import chunk_plan
+
+    options = [modes[0]] if forced else [None, *modes]
+    us = units(instance)
+    for b in splits(len(us), schedule.stages):
+        chunks = stage_layers(us, b)
+        plan = chunk_plan(instance, schedule, chunks)
+        layers = [x for c in chunks for x in c]
+        for pick in itertools.product(options, repeat=len(layers)):
+            chosen = dict(zip(layers, pick))
+            yield Plan(tuple(Stage(st.layers, st.devices, st.replicas,
+                                   recompute={x: chosen[x] for x in st.layers if chosen[x] is not None} or None)
+                             for st in plan.stages))
+
+
+def schedule_recompute_optimum(instance, schedule, modes=("full",), forced: bool = False) -> tuple:
+    """``(seconds, plan)``: the least iteration time of the executor
+    (:func:`pipeopt.schedules.run_schedule`) over the plans of :func:`schedule_recompute_plans`
+    that fit in memory (``(inf, None)`` if none fits)."""
+    from pipeopt.schedules import run_schedule
+
+    best, arg = math.inf, None
+    for plan in schedule_recompute_plans(instance, schedule, modes, forced):
+        ex = run_schedule(instance, schedule, plan)
+        if ex.feasible and ex.time < best:
+            best, arg = ex.time, plan
+    return best, arg

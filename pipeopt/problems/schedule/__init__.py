@@ -15,7 +15,8 @@ executor, the single evaluation) and whose space is ``"schedule:<name>"``
 * ``milp`` -- exact: the event-time MILP (:mod:`.milp`); with the problem option
   ``w_placement="free"`` the split and every W's place together (:mod:`.w_placement`);
 * ``exhaustive`` -- exact on small chains: every split scored by the executor (refuses more
-  than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`);
+  than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`); the one method that models the
+  problem's ``recompute`` option (each split's exact recompute sets, :mod:`.recompute`);
 * ``uniform``, ``torchtitan``, ``best_1f1b`` -- the splits users get without a planner, run
   under the schedule (:mod:`.baselines`; no bound, their gap is to the exact bound);
 * ``zb_greedy`` -- the zero-bubble repository's greedy order on the uniform split (one chunk
@@ -28,7 +29,7 @@ Also: :mod:`.choose` (every schedule's optimum side by side under one deadline,
 
 from __future__ import annotations
 
-from ..method import LATENCY, Method
+from ..method import LATENCY, RECOMPUTE, Method
 from .baselines import best_1f1b, torchtitan_split, uniform
 from .baselines import zb_greedy as zb_greedy_baseline  # zb_greedy: the module
 from .auto import solve_auto as solve_auto
@@ -44,13 +45,15 @@ PROBLEM = ScheduleProblem
 
 METHODS = (
     Method("schedule", "auto", solve_auto, True, "auto", True,
-           "the default exact method: cpsat for the free order, milp for a fixed order", terms=LATENCY),
+           "the default exact method: cpsat for the free order, milp for a fixed order, exhaustive with recompute",
+           terms=LATENCY | RECOMPUTE),
     Method("schedule", "cpsat", solve_free_order, True, "auto", False,
            "free order: CP-SAT over the split and every rank's order of F, I, W (schedule='free' only)", terms=LATENCY),
     Method("schedule", "milp", solve_milp, True, "auto", True,
            "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W", terms=LATENCY),
     Method("schedule", "exhaustive", exhaustive, True, "auto", False,
-           "every split scored by the schedule executor (small chains only)", terms=LATENCY),
+           "every split scored by the schedule executor (small chains only); recompute: each split's exact"
+           " recompute sets (.recompute)", terms=LATENCY | RECOMPUTE),
     Method("schedule", "uniform", uniform, False, "auto", True,
            "equal layer counts per chunk (torch.distributed.pipelining's even split_spec)"),
     Method("schedule", "torchtitan", torchtitan_split, False, "auto", True,

@@ -1,6 +1,7 @@
 """``auto``: the schedule problem's default exact method - ``cpsat`` (:mod:`.free_order`) for
 the free order (``schedule="free"``), ``milp`` (:mod:`.milp`, with free W placement
-:mod:`.w_placement`) for a fixed order. ``result.method`` names the method that ran and
+:mod:`.w_placement`) for a fixed order, ``exhaustive`` (:mod:`.exhaustive`) for a fixed order
+with ``recompute`` other than ``"none"`` (the MILP does not model it). ``result.method`` names the method that ran and
 ``info["chosen"]`` says ``{"by": "auto", "method": ..., "rule": ...}``."""
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ def choose(problem: ScheduleProblem) -> tuple[str, str]:
     """``(method name, why)`` of the exact method ``auto`` runs on ``problem``."""
     if problem.is_free:
         return "cpsat", "free order: the CP-SAT model chooses the split and every rank's order"
+    if problem.recompute != "none":
+        return "exhaustive", (f"recompute={problem.recompute!r}: every split with its exact recompute sets"
+                              " (small chains; the MILP does not model recomputation)")
     return "milp", f"fixed order ({problem.schedule.name}): the event-time MILP chooses the split"
 
 
@@ -32,6 +36,8 @@ def solve_auto(problem: ScheduleProblem, **kw) -> Result:
     name, why = choose(problem)
     if name == "cpsat":
         from .free_order import solve_free_order as run
+    elif name == "exhaustive":
+        from .exhaustive import exhaustive as run
     else:
         from .milp import solve_milp as run
     res = run(problem, **kw)

@@ -1,6 +1,7 @@
 """Every split, scored by the executor: the exact answer on small chains (the tests' check of
 the MILP), and nothing else. With free W placement, every split times every placement of the
-W's (:func:`w_assignments`)."""
+W's (:func:`w_assignments`); with ``recompute="auto"``, every split with its exact recompute
+sets (:mod:`.recompute`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ...schedules import execute
 from ...schedules.w_gaps import place_w, rank_gaps
 from ...result import Result
 from .problem import ScheduleProblem
+from .recompute import best_recompute
 
 __all__ = ["MAX_SPLITS", "exhaustive", "w_assignments"]
 
@@ -50,6 +52,13 @@ def exhaustive(problem: ScheduleProblem, *, chunk_order: bool = True, **_) -> Re
     every method takes (``time_limit``, ``solver``, ...) are accepted and ignored: the count
     of splits is bounded by :data:`MAX_SPLITS` instead.
 
+    With ``problem.recompute``: ``"full"`` runs every split with every layer recomputed;
+    ``"auto"`` gives each split (in each W placement) its exact recompute sets
+    (:func:`.recompute.best_recompute`: per chunk the least rerun seconds that fit with v = 1,
+    the ranks' combined choices with v > 1), so the result is the optimum over splits x
+    recompute sets (status ``"feasible"`` without a bound if a recompute frontier had to be
+    thinned, ``info["recompute_exact"]``).
+
     Returns
     -------
     Result
@@ -78,16 +87,26 @@ def exhaustive(problem: ScheduleProblem, *, chunk_order: bool = True, **_) -> Re
     if count * len(orders) > MAX_SPLITS:
         raise InvalidProblemError(f"exhaustive: {count} splits of {n} units into {S} chunks times {len(orders)}+"
                                   f" W placements (at most {MAX_SPLITS})")
-    best, best_order, best_value = None, None, math.inf
+    best, best_order, best_value, best_rc = None, None, math.inf, None
+    auto = problem.recompute == "auto"
     for starts in itertools.combinations(range(1, n), S - 1):
-        times = pass_times(problem.instance, problem.plan(starts))  # what run_schedule does, once per split
+        if not auto:  # what run_schedule does, once per split (recompute none or full: one plan per split)
+            times = pass_times(problem.instance, problem.plan(starts))
         for order in orders:
-            ex = execute(problem.schedule if order is None else order, times)
-            value = ex.time if ex.feasible else math.inf
+            if auto:  # the exact recompute sets of this split in this order (.recompute)
+                value, rc, _ = best_recompute(problem, starts, problem.schedule if order is None else order)
+            else:
+                ex = execute(problem.schedule if order is None else order, times)
+                value, rc = (ex.time if ex.feasible else math.inf), None
             if value < best_value:
-                best, best_order, best_value = list(starts), order, value
+                best, best_order, best_value, best_rc = list(starts), order, value, rc
     info = {"splits": count, "placements": len(orders)}
+    if auto:
+        info["recompute_exact"] = bool(problem.recomputation.exact)
     if best is None:
         return problem.result("exhaustive", None, "infeasible", lower_bound=math.inf, started=started, info=info)
+    if auto and not problem.recomputation.exact:  # a frontier was thinned: the choice is real, not proven
+        return problem.result("exhaustive", best, "feasible", started=started, info=info, order=best_order,
+                              recompute=best_rc)
     return problem.result("exhaustive", best, "optimal", lower_bound=best_value, started=started, info=info,
-                          order=best_order)
+                          order=best_order, recompute=best_rc)

@@ -209,11 +209,16 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     Raises
     ------
     InvalidProblemError
-        Unknown solver, bad threads / seed / hint, bad time limit.
+        Unknown solver, bad threads / seed / hint, bad time limit; ``problem.recompute`` other
+        than ``"none"`` (not modelled here: :func:`.exhaustive.exhaustive` chooses it).
     """
     if problem.is_free:
         raise InvalidProblemError(f"method 'milp' splits a fixed order; the free order (schedule='free') is"
                                   " solved by 'cpsat' (or 'auto')")
+    if problem.recompute != "none":
+        raise InvalidProblemError(f"method 'milp' does not model activation recomputation (recompute="
+                                  f"{problem.recompute!r}); use 'exhaustive' (small chains; 'auto' runs it), or"
+                                  " recompute='none'")
     started = time.perf_counter()
     deadline = Deadline.of(time_limit)
     if solver not in SOLVERS:

@@ -28,7 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ...cost import CostTable
+from ...cost import CostTable, rules
 from ...cost.ties import refuse_ties
 from ...cost.transient import refuse_transient
 from ...cost.passes import weight_gradient_time
@@ -93,6 +93,11 @@ class ScheduleProblem:
         (:mod:`pipeopt.schedules.w_gaps`); the split and the W placement are chosen together
         (:mod:`.w_placement`), a deferred W keeping its microbatch's activations until it runs
         (the schedule's memory rule, :mod:`pipeopt.schedules.actions`).
+    recompute
+        Activation recomputation (:mod:`.recompute`): ``"none"`` (default: every layer keeps
+        its activations), ``"full"`` (every layer of every chunk recomputed, full mode) or
+        ``"auto"`` (per chunk, the recomputed layers chosen with the split:
+        :func:`.recompute.best_recompute`; only :func:`.exhaustive.exhaustive` models it).
     placement
         Only with ``schedule="free"`` (the free order, :mod:`pipeopt.schedules.free`: the
         split and every rank's order of F, I, W chosen together, :mod:`.free_order`):
@@ -106,7 +111,8 @@ class ScheduleProblem:
         :data:`~pipeopt.schedules.MAX_OPERATIONS` operations: checked before the schedule is
         built); fewer than p devices, devices that differ, several usable kinds; more chunks
         than splittable units; an unknown ``w_placement``, or ``"free"`` with a schedule
-        without W actions; a Schedule with a p, m or v that differs from the one given.
+        without W actions; a Schedule with a p, m or v that differs from the one given;
+        ``recompute`` unknown, or other than ``"none"`` with the free order.
     InfeasibleError
         A layer cannot run on the workers' kind.
     """
@@ -118,9 +124,13 @@ class ScheduleProblem:
     stages_per_rank: int | None = None
     w_placement: str = "schedule"
     placement: str | None = None
+    recompute: str = "none"
 
     def __post_init__(self) -> None:
+        from ..partition.recompute import check_recompute
+
         inst = self.instance
+        check_recompute(self.recompute)
         if not isinstance(inst, Instance):
             raise InvalidProblemError(f"the schedule problem needs a pipeopt.Instance, got {type(inst).__name__}")
         refuse_ties(inst, "the schedule problem (its chunk memory rows and its MILPs)")
@@ -154,6 +164,9 @@ class ScheduleProblem:
             raise InvalidProblemError("w_placement='free' is part of the free order (schedule='free' places every action)")
         if self.w_placement == "free":
             rank_gaps(sched)  # raises if the schedule has no W to place
+        if self.recompute != "none" and sched.name == FREE:
+            raise InvalidProblemError(f"recompute={self.recompute!r} is not modelled for the free order"
+                                      " (schedule='free'); use a fixed schedule with method 'exhaustive'")
         devices = inst.cluster.devices
         if len(devices) < sched.ranks:
             raise InvalidProblemError(f"{sched.name} on {sched.ranks} ranks needs {sched.ranks} devices;"
@@ -217,6 +230,36 @@ class ScheduleProblem:
         """Bytes of memory of one rank (its device)."""
         return float(self.instance.cluster.devices[0].memory)
 
+    @property
+    def memory(self) -> float:
+        """Bytes of memory of one rank (:attr:`capacity`; the name the recompute frontiers of
+        :mod:`pipeopt.problems.partition.recompute` read)."""
+        return self.capacity
+
+    def fits(self, memory):
+        """True where ``memory`` bytes fit one rank (:func:`pipeopt.cost.rules.fits`; arrays broadcast)."""
+        return rules.fits(memory, self.capacity)
+
+    @property
+    def act_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of activation bytes (:attr:`pipeopt.cost.CostTable.act_prefix`)."""
+        return self.table.act_prefix
+
+    @property
+    def param_prefix(self) -> np.ndarray:
+        """``ndarray (n+1,)``: prefix sums of parameter bytes (:attr:`pipeopt.cost.CostTable.param_prefix`)."""
+        return self.table.param_prefix
+
+    @cached_property
+    def recomputation(self):
+        """:class:`.recompute.ChunkRecompute` of this problem (``None`` with ``recompute="none"``):
+        each chunk's recompute choices as the partition problem's Pareto frontiers."""
+        if self.recompute == "none":
+            return None
+        from .recompute import ChunkRecompute
+
+        return ChunkRecompute(self)
+
     @cached_property
     def table(self) -> CostTable:
         """The cost table of the chain (:class:`pipeopt.cost.CostTable`)."""
@@ -254,27 +297,60 @@ class ScheduleProblem:
         """The layer tuples of the chunks whose 2nd..S-th start at units ``starts``."""
         return self.instance.chain.stages_from_cuts(self.check_starts(starts))
 
-    def plan(self, starts) -> Plan:
+    def plan(self, starts, recompute=None, order: Schedule | None = None) -> Plan:
         """The :class:`pipeopt.Plan` of the split: chunk s on the device of rank
-        ``placement[s]`` (:func:`pipeopt.schedules.chunk_plan`)."""
-        return chunk_plan(self.instance, self.schedule, self.chunks(starts))
+        ``placement[s]`` (:func:`pipeopt.schedules.chunk_plan`), chunk s recomputing the layers
+        ``recompute[s]`` (``dict[layer, mode]`` or ``None``; default: the problem's
+        ``recompute`` option for the split run in ``order``, :meth:`chunk_recompute`)."""
+        plan = chunk_plan(self.instance, self.schedule, self.chunks(starts))
+        if recompute is None:
+            recompute = self.chunk_recompute(starts, order)
+        if any(recompute):
+            plan = dataclasses.replace(plan, stages=tuple(dataclasses.replace(st, recompute=rc or None)
+                                                          for st, rc in zip(plan.stages, recompute, strict=True)))
+        return plan
 
-    def execute(self, starts, order: Schedule | None = None) -> Execution:
+    def chunk_recompute(self, starts, order: Schedule | None = None) -> list:
+        """Per chunk of the split ``starts`` run in ``order`` (default: the schedule's), the
+        layers it recomputes (``dict[layer, mode]`` or ``None``) under the problem's ``recompute``
+        option: ``None`` each for ``"none"``, every layer ``"full"`` for ``"full"``, and for
+        ``"auto"`` the exact choice of :func:`.recompute.best_recompute` (cached per split and order)."""
+        starts = self.check_starts(starts)
+        if self.recompute == "none":
+            return [None] * self.S
+        if self.recompute == "full":
+            return [dict.fromkeys(layers, "full") for layers in self.chunks(starts)]
+        key = (tuple(starts), id(order))
+        cache = self._recompute_cache
+        if key not in cache:
+            from .recompute import best_recompute
+
+            cache[key] = best_recompute(self, starts, self.schedule if order is None else order)[1]
+        return cache[key]
+
+    @cached_property
+    def _recompute_cache(self) -> dict:
+        return {}
+
+    def execute(self, starts, order: Schedule | None = None, recompute=None) -> Execution:
         """The split run by the schedule (or by ``order``, the same schedule with its W's
-        placed elsewhere, :func:`pipeopt.schedules.w_gaps.place_w`):
+        placed elsewhere, :func:`pipeopt.schedules.w_gaps.place_w`), each chunk recomputing
+        ``recompute`` (default: :meth:`chunk_recompute`):
         :func:`pipeopt.schedules.run_schedule` (the single evaluation of every method here)."""
-        return run_schedule(self.instance, self.schedule if order is None else order, self.plan(starts))
+        return run_schedule(self.instance, self.schedule if order is None else order,
+                            self.plan(starts, recompute, order))
 
-    def value(self, starts, order: Schedule | None = None) -> float:
+    def value(self, starts, order: Schedule | None = None, recompute=None) -> float:
         """The execution's iteration time if the split fits in memory, else ``inf``."""
-        ex = self.execute(starts, order)
+        ex = self.execute(starts, order, recompute)
         return ex.time if ex.feasible else math.inf
 
     def result(self, method: str, starts, status: str, *, lower_bound: float | None = None,
                started: float | None = None, info: dict | None = None,
-               order: Schedule | None = None) -> Result:
+               order: Schedule | None = None, recompute=None) -> Result:
         """The :class:`pipeopt.Result` of the split ``starts`` (or ``None``) run in ``order``
-        (default: the schedule's).
+        (default: the schedule's), chunk s recomputing ``recompute[s]`` (default:
+        :meth:`chunk_recompute`).
 
         The plan is the chunk plan (:meth:`plan`); the evaluation is its
         :class:`~pipeopt.schedules.Execution` (:meth:`execute`, the single evaluation: the
@@ -288,7 +364,7 @@ class ScheduleProblem:
         schedule's: free W placement, the zero-bubble greedy), ``objective`` and
         ``assumptions``.
         """
-        ex = self.execute(starts, order) if starts is not None else None
+        ex = self.execute(starts, order, recompute) if starts is not None else None
         if ex is not None and not ex.feasible and status == "feasible":
             status = "infeasible"
         info = dict(info or {})
@@ -296,10 +372,10 @@ class ScheduleProblem:
         info.setdefault("assumptions", list(ex.assumptions) if ex is not None else list(self.instance.assumptions))
         info.update(schedule=self.schedule.name, starts=None if starts is None else [int(c) for c in starts],
                     ranks=self.ranks, stages_per_rank=self.stages_per_rank, microbatches=self.microbatches,
-                    chunks=self.S, w_placement=self.w_placement,
+                    chunks=self.S, w_placement=self.w_placement, recompute=self.recompute,
                     objective=f"iteration: {self.microbatches} microbatches under {run.name}"
                               f" ({self.ranks} ranks x {self.stages_per_rank} stages), by the schedule executor")
-        plan = self.plan(starts) if starts is not None else None
+        plan = self.plan(starts, recompute, order) if starts is not None else None
         if order is not None and (order is not self.schedule or self.is_free):
             info["order"] = [[str(a) for a in order.actions(r)] for r in range(order.ranks)]
             if plan is not None:  # the plan carries the order it runs (export, run, simulate read it)

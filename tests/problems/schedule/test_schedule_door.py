@@ -38,7 +38,7 @@ def test_schedule_is_a_problem_of_the_registry():
     assert [m.exact for m in registry.methods("schedule")][:5] == [True, True, True, True, False]
     assert not any(m.exact for m in registry.methods("schedule")[4:])
     assert registry.options_of("schedule") == ("schedule", "stages", "microbatches", "stages_per_rank",
-                                               "w_placement", "placement")
+                                               "w_placement", "placement", "recompute")
 
 
 def test_solve_poses_it_and_returns_a_result_scored_by_the_executor():
