@@ -356,6 +356,7 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     InfeasibleError
         If no split fits the workers' memory.
     """
+    problem.refuse_recompute("method 'convex'")
     deadline = Deadline.of(time_limit)
     refuse_ties(problem.instance, "method 'convex'")
     refuse_transient(problem.instance, "method 'convex'")

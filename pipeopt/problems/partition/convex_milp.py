@@ -512,6 +512,7 @@ def solve_convex_milp(
     Tarnawski et al., NeurIPS 2020 (the convex space; ``throughput-ip/ip.py``); Narayanan et
     al., PipeDream, SOSP 2019 (1F1B memory, weight stashing).
     """
+    problem.refuse_recompute("method 'convex_milp'")
     refuse_ties(problem.instance, f"method {METHOD!r}")
     refuse_transient(problem.instance, f"method {METHOD!r}")
     deadline = Deadline.of(time_limit)

@@ -244,6 +244,7 @@ def solve_cpsat(
     Perron & Didier, CP-SAT, OR-Tools (Google); Pinar & Aykanat, JPDC 2004 (chains-on-chains
     partitioning); Narayanan et al., PipeDream, SOSP 2019 (1F1B memory).
     """
+    problem.refuse_recompute("method 'cpsat'")
     deadline = Deadline.of(time_limit)
     if problem.instance.settings.objective != "bottleneck":
         raise InvalidProblemError(

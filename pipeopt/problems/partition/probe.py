@@ -287,6 +287,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
     InfeasibleError
         If no split fits the workers' memory (proven).
     """
+    problem.refuse_recompute("method 'probe'")
     deadline = Deadline.of(time_limit)
     refuse_transient(problem.instance, "method 'probe'")  # its memory search: the ends that fit, an interval
     problem.refuse_replicated_latency("probe")

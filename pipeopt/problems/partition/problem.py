@@ -185,6 +185,18 @@ class PartitionProblem:
                 "once per replicated stage, not per unit); use the dp method, latency 0 or no replication"
             )
 
+    def refuse_recompute(self, method: str) -> None:
+        """Raise :class:`InvalidProblemError` if this problem asks for recomputation
+        (``recompute != "none"``) and ``method`` does not choose it (only ``dp``, ``auto`` and
+        ``milp`` do): such a method would prove its optimum over the splits without
+        recomputation and state it for the larger space. ``pipeopt.solve`` refuses first; this
+        guards the methods' functions called directly."""
+        if self.recompute != "none":
+            raise InvalidProblemError(
+                f"{method} does not choose activation recomputation (recompute={self.recompute!r}); "
+                "use the dp, auto or milp method, or recompute='none'"
+            )
+
     @property
     def memory(self) -> float:
         """Bytes of memory per worker."""

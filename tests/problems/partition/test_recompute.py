@@ -302,3 +302,17 @@ def test_compare_rows():
     assert rows["auto"]["objective"] <= rows["full"]["objective"]
     assert rows["full"]["recomputed"] == 4
     assert all(s["memory"] <= 1.5e9 * (1 + 1e-9) for s in rows["auto"]["stages"])
+
+
+@pytest.mark.parametrize("module,function", [("probe", "solve_probe"), ("cpsat", "solve_cpsat"),
+                                             ("convex", "solve_convex"), ("convex_milp", "solve_convex_milp")])
+@pytest.mark.parametrize("recompute", ["full", "auto"])
+def test_exact_methods_without_recompute_refuse_it_when_called_directly(module, function, recompute):
+    """pipeopt.solve refuses them first; called directly they must not prove an optimum over the
+    splits without recomputation and state it for the recompute space."""
+    import importlib
+
+    fn = getattr(importlib.import_module(f"pipeopt.problems.partition.{module}"), function)
+    problem = PartitionProblem(chain_instance([1e-3, 2e-3, 1e-3], act=1e6, memory=1e9), 2, recompute=recompute)
+    with pytest.raises(InvalidProblemError, match="does not choose activation recomputation"):
+        fn(problem, time_limit=None)
