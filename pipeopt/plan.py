@@ -20,6 +20,19 @@ def _names(value, what: str) -> tuple:
     return tuple(value)
 
 
+def _json_keys(recompute, layers):
+    """``recompute`` read from JSON, whose object keys are strings: a key naming a layer of the
+    stage by its ``str`` (an integer layer name) becomes that layer's name again."""
+    if not isinstance(recompute, dict) or isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        return recompute
+    try:
+        names = set(layers)
+        by_str = {str(x): x for x in layers}
+    except TypeError:  # unhashable names: Stage refuses them
+        return recompute
+    return {(k if k in names else by_str.get(k, k)): v for k, v in recompute.items()}
+
+
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage.
@@ -130,7 +143,7 @@ class Stage:
             replicas=d.get("replicas", 1),
             beta=d.get("beta"),
             bwd_layers=d.get("bwd_layers"),
-            recompute=d.get("recompute"),
+            recompute=_json_keys(d.get("recompute"), d["layers"]),
         )
         for kind, share in (stage.beta or {}).items():
             if not 0.0 <= share <= 1.0:  # NaN too

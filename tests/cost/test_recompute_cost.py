@@ -253,6 +253,9 @@ def test_json_round_trip(tmp_path):
     assert again == plan and again.stages[0].recompute == {"l0": "full", "l1": "selective"}
     assert evaluate(back, again).memory == evaluate(inst, plan).memory
     assert evaluate(back, again).bottleneck == evaluate(inst, plan).bottleneck
+    # JSON object keys are strings: integer layer names come back as the stage's own names
+    ints = Plan((Stage((0, 1), ("gpu0",), recompute={1: "full"}), Stage((2,), ("gpu1",))))
+    assert Plan.from_dict(json.loads(json.dumps(ints.to_dict()))) == ints
 
 
 def test_typed_errors():
