@@ -147,6 +147,14 @@ PAGES = (
          "GPT-2 and ResNet-50 at S = 2 (docs/cost-model.md, \"Measured transients\").",
          ("python benchmarks/memory.py",),
          ("memory.md",)),
+    Page("recompute", "Memory that decides: the split with per-layer recomputation, against the frameworks' settings",
+         "On the shipped instances where memory binds (GPT-3 6.7B, GPT-2 XL and LLaMA-7B on A100s of 40 and "
+         "80 GB), the exact split with each stage's recomputed layers chosen with it (`--recompute auto`) "
+         "against no recomputation, every layer recomputed, Megatron-LM's uniform and block recomputation and "
+         "torchtitan's every-k-th block, each on its framework's split (1F1B bottleneck per microbatch, "
+         "`pipeopt.evaluate`).",
+         ("python benchmarks/recompute.py --out benchmarks/results/recompute.md",),
+         ("recompute.md",)),
 )
 
 INDEX_INTRO = (
