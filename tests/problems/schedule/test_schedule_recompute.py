@@ -148,3 +148,25 @@ def test_cli_recompute(tmp_path, capsys):
     assert '"recompute"' in plan.read_text()
     assert main(["solve", str(path), "--schedule", "auto", "--stages", "2", "--recompute", "auto"]) == 2
     assert "named --schedule" in capsys.readouterr().err
+
+
+def test_free_w_placement_equals_brute_force():
+    """With every W placed freely (a deferred W keeps its microbatch's activations longer, so
+    the counts in flight differ per placement), exhaustive = the brute force over every W
+    placement x every split x every recompute set."""
+    from pipeopt.problems.schedule.exhaustive import w_assignments
+    from pipeopt.schedules.w_gaps import place_w, rank_gaps
+
+    fwd, act = [1.0, 2.0, 1.0, 1.5], [6e8, 8e8, 3e8, 7e8]
+    out, param = [1e8, 2e8, 1e8, 1e8], [5e7] * 4
+    free = ScheduleProblem(_instance(fwd, act, out, param, math.inf), "InterleavedZeroBubble", 2, 2, 1)
+    nothing = _least_memory(free.instance, free.schedule, (p for p in schedule_recompute_plans(
+        free.instance, free.schedule) if not any(s.recompute for s in p.stages)))
+    inst = _instance(fwd, act, out, param, 0.7 * nothing)
+    prob = ScheduleProblem(inst, "InterleavedZeroBubble", 2, 2, 1, w_placement="free", recompute="auto")
+    res = exhaustive(prob)
+    gaps = rank_gaps(prob.schedule)
+    best = min(schedule_recompute_optimum(inst, place_w(prob.schedule, a, gaps))[0] for a in w_assignments(gaps))
+    assert math.isfinite(best) and res.status == "optimal" and any(st.recompute for st in res.plan.stages)
+    assert math.isclose(res.objective, best, rel_tol=REL)
+    assert res.objective == run_schedule(inst, res.evaluation.schedule, res.plan).time
