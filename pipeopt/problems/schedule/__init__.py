@@ -50,7 +50,8 @@ METHODS = (
     Method("schedule", "cpsat", solve_free_order, True, "auto", False,
            "free order: CP-SAT over the split and every rank's order of F, I, W (schedule='free' only)", terms=LATENCY),
     Method("schedule", "milp", solve_milp, True, "auto", True,
-           "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W", terms=LATENCY),
+           "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W;"
+           " recompute with v = 1", terms=LATENCY | RECOMPUTE),
     Method("schedule", "exhaustive", exhaustive, True, "auto", False,
            "every split scored by the schedule executor (small chains only); recompute: each split's exact"
            " recompute sets (.recompute)", terms=LATENCY | RECOMPUTE),

@@ -24,7 +24,12 @@ measures). This is the partition problem's event-time model
   ``sum_s c_s act_s + parameter_copies * sum_s param_s <= capacity`` (bytes scaled by the
   capacity, right-hand side :func:`pipeopt.cost.rules.memory_limit` widened by
   :data:`MEMORY_WIDEN` so the row never cuts off a split that fits). A split the model admits
-  but the executor finds over memory is cut off by a no-good row and the model solved again.
+  but the executor finds over memory is cut off by a no-good row and the model solved again;
+* **recomputation** (``recompute`` ``"full"`` / ``"auto"``, one chunk per rank, the schedule's
+  W places): one continuous ``q_s`` per chunk in its B / I duration, bounded below by the least
+  rerun seconds of every interval the chunk covers (:func:`.model.recompute_rows`: the partition
+  problem's per-stage Pareto frontiers at the chunk's in-flight count), whose ``inf`` rows replace
+  the memory rows.
 
 minimise Z. For integral y the least Z is the exact iteration time of the split, so the MILP
 optimum is the least iteration time over the splits that fit; its dual bound (less
@@ -76,7 +81,7 @@ from .problem import ScheduleProblem, uniform_starts
 from .w_placement import build_free_milp, free_start_values, place_for_split, read_order
 
 __all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "local_search", "memory_scale", "memory_terms",
-           "solve_milp", "split_and_durations", "split_values", "work_balanced_starts"]
+           "recompute_supported", "solve_milp", "split_and_durations", "split_values", "work_balanced_starts"]
 
 _TIME_SCALE = 1000.0
 """The solver's time unit is a reference iteration time / this."""
@@ -109,8 +114,8 @@ def build_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadline: D
     v["graph"] = sg.graph
     deadline.check("building the schedule MILP")
     v["t"] = add_run_rows(lp, sg.graph, v["d"], v["Z"], deadline)
-    # memory: one row per rank and count vector
-    if math.isfinite(problem.capacity):
+    # memory: one row per rank and count vector (with recomputation: recompute_rows' rows instead)
+    if math.isfinite(problem.capacity) and v["rc"] is None:
         sched = problem.schedule
         for r in range(sched.ranks):
             mine = sched.stages_on(r)
@@ -133,6 +138,13 @@ def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> dic
     arr = np.array([dur[k][i] for k, i, _ in graph.ops])
     vals.update(run_start_values(graph, v["t"], v["Z"], arr, unit)[1])
     return vals
+
+
+def recompute_supported(problem: ScheduleProblem) -> bool:
+    """True if :func:`solve_milp` models ``problem.recompute``: one chunk per rank and the
+    schedule's W places (each chunk's memory is then its own rank's, :func:`.model.recompute_rows`)."""
+    sched = problem.schedule
+    return problem.w_placement == "schedule" and all(len(sched.stages_on(r)) == 1 for r in range(sched.ranks))
 
 
 def work_balanced_starts(problem: ScheduleProblem) -> list[int]:
@@ -210,15 +222,23 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     ------
     InvalidProblemError
         Unknown solver, bad threads / seed / hint, bad time limit; ``problem.recompute`` other
-        than ``"none"`` (not modelled here: :func:`.exhaustive.exhaustive` chooses it).
+        than ``"none"`` where :func:`recompute_supported` is False (v > 1 or free W placement:
+        :func:`.exhaustive.exhaustive` chooses it on small chains).
+
+    With ``problem.recompute`` ``"full"`` or ``"auto"`` (one chunk per rank, the schedule's W
+    places) each chunk's least rerun seconds join its B / I durations
+    (:func:`.model.recompute_rows`, module docstring) and the returned plan carries each chunk's
+    exact recompute set (:meth:`ScheduleProblem.chunk_recompute`).
     """
     if problem.is_free:
         raise InvalidProblemError(f"method 'milp' splits a fixed order; the free order (schedule='free') is"
                                   " solved by 'cpsat' (or 'auto')")
-    if problem.recompute != "none":
-        raise InvalidProblemError(f"method 'milp' does not model activation recomputation (recompute="
-                                  f"{problem.recompute!r}); use 'exhaustive' (small chains; 'auto' runs it), or"
-                                  " recompute='none'")
+    if problem.recompute != "none" and not recompute_supported(problem):
+        raise InvalidProblemError(f"method 'milp' models activation recomputation (recompute={problem.recompute!r})"
+                                  " with one chunk per rank and the schedule's W places only; "
+                                  f"{problem.schedule.name} here has {problem.stages_per_rank} chunks per rank and"
+                                  f" w_placement={problem.w_placement!r}: use 'exhaustive' (small chains; 'auto'"
+                                  " runs it), or recompute='none'")
     started = time.perf_counter()
     deadline = Deadline.of(time_limit)
     if solver not in SOLVERS:

@@ -1,9 +1,12 @@
 """The pieces every schedule MILP shares (:mod:`.milp`, the schedule's own W placement;
 :mod:`.w_placement`, free W placement): the split's cumulative binaries and one duration per
-chunk and action kind tied to the prefix sums, the memory rows, the MIP start of a split.
+chunk and action kind tied to the prefix sums, the memory rows, the MIP start of a split, and
+with recomputation each chunk's least rerun seconds (:func:`recompute_rows`).
 The formulations are described in :mod:`.milp`'s docstring."""
 
 from __future__ import annotations
+
+import math
 
 from ...lazy import lazy_module
 from ...cost import rules
@@ -12,8 +15,8 @@ from .problem import ScheduleProblem
 
 pulp = lazy_module("pulp")
 
-__all__ = ["MEMORY_WIDEN", "chunk_durations", "memory_scale", "memory_terms", "merged", "split_and_durations",
-           "split_values"]
+__all__ = ["MEMORY_WIDEN", "chunk_durations", "chunk_extra", "memory_scale", "memory_terms", "merged",
+           "recompute_rows", "split_and_durations", "split_values"]
 
 
 MEMORY_WIDEN = 1e-7
@@ -66,7 +69,9 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
     (lp, split, between, v)
         The PuLP problem, the :class:`~pipeopt.problems.partition.model.CumulativeSplit`,
         ``between(arr, s, scale)`` (``(arr[p_{s+1}] - arr[p_s]) * scale`` as (terms, constant))
-        and ``v = {"Z": ..., "y": ..., "d": kind -> list of variables or None}``.
+        and ``v = {"Z": ..., "y": ..., "d": kind -> list of variables or None, "rc": per chunk its
+    recompute seconds (:func:`recompute_rows`; ``None`` without recomputation)}``; with
+    recomputation the B and I durations include ``rc``.
     """
     S, P = problem.S, problem.prefixes
     sched = problem.schedule
@@ -80,6 +85,7 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
     for t in range(1, S):
         split.structure_rows(t)
     u = 1.0 / unit
+    v["rc"] = recompute_rows(problem, lp, split, u)
 
     def between(arr, s, scale):
         """``(arr[p_{s+1}] - arr[p_s]) * scale`` as (terms, constant)."""
@@ -101,6 +107,8 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
             for c in sends:
                 x_terms, x_const = split.at(P["send"], c, u)
                 terms, const = terms + x_terms, const + x_const
+            if v["rc"] is not None and k in ("B", "I"):  # the rerun forward before the backward (I), never W
+                terms = terms + [(v["rc"][s], 1.0)]
             var = lp.add_variable(f"dur_{k}_{s}", lowBound=0.0)
             add(merged(terms + [(var, -1.0)]), const, f"dur_{k}_{s}_def", pulp.LpConstraintEQ)
             d[k][s] = var
@@ -152,8 +160,96 @@ def split_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> tupl
         for c, var in row.items():
             vals[var.name] = float(c >= starts[t - 1])
     dur = chunk_durations(problem, starts)
+    if v.get("rc") is not None:  # each chunk's least rerun seconds, in its B and I
+        extra = chunk_extra(problem, starts)
+        for s, var in enumerate(v["rc"]):
+            if math.isfinite(extra[s]):
+                vals[var.name] = extra[s] / unit
+                for k in ("B", "I"):
+                    dur[k][s] += extra[s]
     for k, row in v["d"].items():
         for i, var in enumerate(row):
             if var is not None:
                 vals[var.name] = dur[k][i] / unit
     return vals, dur
+
+
+def chunk_extra(problem: ScheduleProblem, starts) -> list[float]:
+    """Seconds per chunk of the split that its recompute set adds to its B (or I) - the least
+    that fits its memory with the schedule's in-flight count (``problem.recomputation.extra``;
+    ``inf`` where none fits) - as :func:`recompute_rows` states them; zeros without recomputation."""
+    bounds = [0, *problem.check_starts(starts), problem.n]
+    rc = problem.recomputation
+    if rc is None:
+        return [0.0] * problem.S
+    flight = problem.schedule.in_flight()
+    return [float(rc.extra(flight[s])[bounds[s + 1], bounds[s]]) for s in range(problem.S)]
+
+
+def recompute_rows(problem: ScheduleProblem, lp, split, u: float) -> list | None:
+    """Each chunk's recompute seconds ``q_s`` (in the model's time unit, ``u`` per second) as rows
+    over the split's cumulative binaries; ``None`` with ``recompute="none"``.
+
+    With one chunk per rank and the schedule's W places (what :func:`.milp.solve_milp` accepts with
+    recomputation), chunk s keeps ``k_s`` microbatches in flight
+    (:meth:`pipeopt.schedules.Schedule.in_flight`) and its own memory is its rank's, so the least
+    seconds its recompute set adds with its memory fitting is ``e_s(a, b)`` = ``problem.recomputation
+    .extra(k_s)[b, a]`` for units ``a..b-1`` (the partition problem's per-stage Pareto frontiers,
+    :class:`.recompute.ChunkRecompute`; ``inf`` where no choice fits). ``e_s`` grows with the chunk
+    (a choice for a chunk, cut to a smaller one inside it, adds no more seconds and keeps no more
+    bytes: the bytes kept after a layer that the smaller chunk drops were paid ``k_s >= 1`` times).
+    The chunk covers ``[a, b)`` exactly when ``started(s, a) - started(s + 1, b - 1) = 1`` (else the
+    difference is <= 0), so
+
+    ``q_s >= e_s(a, b) (started(s, a) - started(s + 1, b - 1))`` for every ``[a, b)`` inside its
+    reach (from its earliest start to its latest end; constants where the binaries are),
+    and ``started(s, a) - started(s + 1, b - 1) <= 0`` where ``e_s(a, b) = inf``,
+
+    make ``q_s >= e_s`` of the chunk (by monotonicity the largest row is the chunk's own), and the
+    memory rows are these ``inf`` rows (the per-rank rows of :func:`memory_terms` are not used). Only
+    the rows a smaller interval does not imply are added (``e_s(a, b)`` above both ``e_s(a + 1, b)``
+    and ``e_s(a, b - 1)``; an ``inf`` row only where both are finite). No binary per layer: the
+    chosen sets are read back per chunk (:meth:`ScheduleProblem.chunk_recompute`)."""
+    rc = problem.recomputation
+    if rc is None:
+        return None
+    S, n = problem.S, problem.n
+    flight = problem.schedule.in_flight()
+    rc.prepare(sorted(set(flight)))
+
+    def started(t: int, c: int):
+        if t == 0:
+            return 1 if c >= 0 else 0
+        if t == S:
+            return 1 if c >= n else 0
+        return split.started(t, c)
+
+    def term(val, sign):
+        return ([], float(val) * sign) if isinstance(val, int) else ([(val, sign)], 0.0)
+
+    q = []
+    for s in range(S):
+        e = rc.extra(flight[s])
+        qs = lp.add_variable(f"recompute_time_{s}", lowBound=0)
+        q.append(qs)
+        # every interval inside the chunk's reach (its earliest start .. its latest end): the rows of
+        # the smaller intervals are what lets a row implied by them be left out
+        a_lo = 0 if s == 0 else split.model.window(s)[0]
+        b_hi = n if s == S - 1 else split.model.window(s + 1)[-1]
+        for a in range(a_lo, b_hi):
+            for b in range(a + 1, b_hi + 1):
+                val = float(e[b, a])
+                inner = max(float(e[b, a + 1]) if b > a + 1 else 0.0, float(e[b - 1, a]) if b - 1 > a else 0.0)
+                if val <= inner or val <= 0:
+                    continue
+                t1, c1 = term(started(s, a), 1.0)
+                t2, c2 = term(started(s + 1, b - 1), -1.0)
+                if math.isinf(val):
+                    if math.isinf(inner):
+                        continue
+                    split.add(merged(t1 + t2), c1 + c2, f"recompute_fits_{s}_{a}_{b}")
+                else:
+                    sec = val * u
+                    split.add(merged([(x, a_ * sec) for x, a_ in t1 + t2] + [(qs, -1.0)]), (c1 + c2) * sec,
+                              f"recompute_{s}_{a}_{b}")
+    return q

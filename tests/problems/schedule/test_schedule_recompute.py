@@ -6,8 +6,11 @@
   (InterleavedZeroBubble, v = 1: I and W split) and ZBVZeroBubble (v = 2: a rank's two chunks
   share its memory); ``"full"`` equals the brute force over the splits with every layer recomputed;
 * the claimed objective is the executor's time of the returned plan, which carries the chosen sets;
-* a chain that fits only with recomputation; the MILP refuses recomputation with a typed error
-  naming ``exhaustive``, ``solve`` and the CLI route ``--recompute auto`` to it.
+* the MILP (one chunk per rank: each chunk's least rerun seconds over the split's binaries) equals
+  the same brute force, its bound valid;
+* a chain that fits only with recomputation; the MILP refuses v > 1 and free W places with a typed
+  error naming ``exhaustive``; ``solve`` and the CLI route ``--recompute auto`` to the MILP or to
+  ``exhaustive``.
 """
 
 from __future__ import annotations
@@ -82,6 +85,12 @@ def _check(problem, rc: str):
     assert res.info["recompute"] == rc
     if rc == "full":
         assert all(st.recompute == dict.fromkeys(st.layers, "full") for st in res.plan.stages)
+    if prob.stages_per_rank == 1:  # the MILP models it with one chunk per rank: the same optimum, a valid bound
+        mi = solve_milp(prob, time_limit=None)
+        assert mi.status == "optimal", mi.info
+        assert math.isclose(mi.objective, best, rel_tol=1e-6, abs_tol=1e-12), (mi.objective, best)
+        assert mi.lower_bound <= mi.objective * (1 + 1e-9)
+        assert mi.objective == run_schedule(prob.instance, prob.schedule, mi.plan).time
 
 
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
@@ -121,14 +130,19 @@ def test_fits_only_with_recompute():
     assert res.status == "optimal" and any(st.recompute for st in res.plan.stages)
     best, _ = schedule_recompute_optimum(inst, res.evaluation.schedule)
     assert math.isclose(res.objective, best, rel_tol=REL)
-    # the default exact method routes recomputation to exhaustive; milp and the baselines refuse it
+    # the default exact method: the MILP with one chunk per rank, exhaustive with two (the MILP refuses
+    # those); the baselines refuse recomputation
     auto = solve(inst, problem="schedule", schedule="1F1B", stages=2, microbatches=4, recompute="auto")
-    assert auto.method == "exhaustive" and auto.info["chosen"]["method"] == "exhaustive"
-    assert auto.objective == res.objective
+    assert auto.method == "milp" and auto.info["chosen"]["method"] == "milp"
+    assert math.isclose(auto.objective, res.objective, rel_tol=1e-6)
+    zbv = dict(problem="schedule", schedule="ZBV", stages=2, microbatches=4, recompute="auto")
+    assert solve(inst, **zbv).info["chosen"]["method"] == "exhaustive"
     with pytest.raises(InvalidProblemError, match="exhaustive"):
-        solve(inst, problem="schedule", method="milp", schedule="1F1B", stages=2, microbatches=4, recompute="auto")
+        solve(inst, method="milp", **zbv)
     with pytest.raises(InvalidProblemError, match="exhaustive"):
-        solve_milp(ScheduleProblem(inst, "1F1B", 2, 4, recompute="full"))
+        solve_milp(ScheduleProblem(inst, "InterleavedZeroBubble", 2, 4, 1, recompute="full", w_placement="free"))
+    with pytest.raises(InvalidProblemError, match="does not model activation recomputation"):
+        solve(inst, problem="schedule", method="uniform", schedule="1F1B", stages=2, microbatches=4, recompute="auto")
     with pytest.raises(InvalidProblemError, match="recompute"):
         ScheduleProblem(inst, "1F1B", 2, 4, recompute="some")
     with pytest.raises(InvalidProblemError, match="free order"):
