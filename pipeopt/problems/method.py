@@ -12,6 +12,11 @@ RECOMPUTE = frozenset({"recompute"})
 """:attr:`Method.terms` of a method that models activation recomputation (the partition problem's
 ``recompute`` option other than ``"none"``)."""
 
+ZERO = frozenset({"zero"})
+""":attr:`Method.terms` of a method that models data parallelism and ZeRO (``Settings.dp``, ``zero``,
+``gradient_ratio``, ``optimizer_ratio``): the partition problem's ``dp`` and ``auto`` (bottleneck
+objective)."""
+
 LATENCY = frozenset({"latency"})
 """:attr:`Method.terms` of a method that models the per-message latency only."""
 
@@ -58,7 +63,8 @@ class Method:
         :class:`~pipeopt.errors.InvalidProblemError`, rather than claim an optimum of another
         cost model; a heuristic's plan is scored by :func:`pipeopt.evaluate` whatever the terms.
         ``"zero"``: the settings' data parallelism and training state (``Settings.dp``, ``zero``,
-        ``gradient_ratio``, ``optimizer_ratio``; no exact method models them yet).
+        ``gradient_ratio``, ``optimizer_ratio``; :data:`ZERO`: the partition problem's ``dp`` and
+        ``auto``, which runs it).
         ``"recompute"``: the method chooses the recomputed layers the problem's ``recompute``
         option asks for (:data:`RECOMPUTE`); :func:`pipeopt.solve` refuses any other method
         (exact or not) a ``recompute`` other than ``"none"``.

@@ -144,8 +144,8 @@ def test_typed_refusals():
                        (dict(zero=3, weight_stashing=True), "weight stashing")):
         with pytest.raises(InvalidProblemError, match=match):
             Settings(**bad)
-    with pytest.raises(InvalidProblemError, match="does not model data parallelism"):
-        pipeopt.solve(inst(zero=1, **STATE), stages=2)
+    with pytest.raises(InvalidProblemError, match=r"does not model data parallelism.*\(auto, dp\)"):
+        pipeopt.solve(inst(zero=1, **STATE), stages=2, method="probe")  # dp and auto model it
     with pytest.raises(InvalidPlanError):
         evaluate(inst(zero=1, **STATE), Plan((Stage(("l0",), ("gpu0",)),)))  # still a plan check first
 
@@ -157,7 +157,7 @@ def test_cli_zero_and_dp(tmp_path, capsys):
     from pipeopt.cli import main
 
     path = io.write(inst(), tmp_path / "three.json")
-    assert main(["solve", str(path), "--stages", "2", "--method", "dp", "--zero", "1", "--dp", "4"]) == 2
+    assert main(["solve", str(path), "--stages", "2", "--method", "probe", "--zero", "1", "--dp", "4"]) == 2
     assert "does not model data parallelism" in capsys.readouterr().err
     args = ["--stages", "2", "--method", "uniform", "--zero", "2", "--dp", "4", "--gradient-ratio", "1",
             "--optimizer-ratio", "2"]

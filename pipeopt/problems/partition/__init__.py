@@ -37,7 +37,7 @@ lower bound.
   five chains (seeds ``seed .. seed + 4``) share the time limit; the median chain's plan.
 """
 
-from ..method import ALPHA_OVERHEAD, RECOMPUTE, Method
+from ..method import ALPHA_OVERHEAD, RECOMPUTE, ZERO, Method
 from .auto import solve_auto
 from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
 from .convex import solve_convex
@@ -67,10 +67,11 @@ METHODS = (
     Method("partition", "auto", solve_auto, True, "auto", False,
            "the exact method that proves fastest at the instance's size: dp on short chains, probe beyond, "
            "milp for the iteration and gpipe objectives (pipeopt.problems.partition.auto)",
-           terms=ALPHA_OVERHEAD | RECOMPUTE),
+           terms=ALPHA_OVERHEAD | RECOMPUTE | ZERO),
     Method("partition", "dp", solve_dp, True, "auto", True,
            "dynamic program; replicated-one-order space after Narayanan et al., PipeDream, SOSP 2019; with recompute, "
-           "each stage's recomputed layers chosen exactly (Pareto frontier, .recompute)", terms=ALPHA_OVERHEAD | RECOMPUTE),
+           "each stage's recomputed layers chosen exactly (Pareto frontier, .recompute); ZeRO's sharded state and "
+           "collectives as stage terms", terms=ALPHA_OVERHEAD | RECOMPUTE | ZERO),
     Method("partition", "probe", solve_probe, True, "auto", True,
            "search on the period over exact frontier probes (chains-on-chains: Nicol 1994; Pinar & Aykanat 2004)", terms=ALPHA_OVERHEAD),
     Method("partition", "convex", solve_convex, True, "convex", True,

@@ -21,7 +21,9 @@ PipeDream profiles, S = 4 .. 1,024, both spaces):
      seconds (``benchmarks/partition_scale.py``).
 
    * ``dp`` whenever the problem's ``recompute`` is not ``"none"``: the method that chooses the
-     recomputed layers exactly (:mod:`.recompute`; ``probe`` does not model them).
+     recomputed layers exactly (:mod:`.recompute`; ``probe`` does not model them), and whenever
+     the settings ask for data parallelism or ZeRO (``Settings.data_parallel``: the DP's stage
+     terms hold them, :mod:`.dp`).
 2. objective ``"iteration"`` or ``"gpipe"`` (M microbatches with a flush): ``milp``, the
    event-time MILP, the one exact method of these objectives (one-order space).
 
@@ -60,6 +62,8 @@ def choose(problem: PartitionProblem) -> tuple[str, str]:
         dense DP work 1.02e+13 > 1e+05")``.
     """
     objective = problem.instance.settings.objective
+    if problem.data_parallel:  # dp raises for another objective: no exact method models ZeRO there yet
+        return "dp", "data parallelism / ZeRO (Settings.dp, zero, ratios): only the dense DP models them"
     if objective != "bottleneck":
         return "milp", f"objective {objective!r}: the event-time MILP is its exact method"
     n, S = problem.n, problem.stages

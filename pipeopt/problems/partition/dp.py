@@ -28,6 +28,18 @@ Costs are read from the problem (:meth:`PartitionProblem.stage_work`, :attr:`Par
 :attr:`PartitionProblem.cut_terms`, :meth:`PartitionProblem.memory_reach`), which reads the
 cost table; the returned plan is scored by :func:`pipeopt.evaluate`.
 
+**Data parallelism and ZeRO** (``Settings.dp``, ``zero``, ``gradient_ratio``, ``optimizer_ratio``)
+are stage terms, so the DP is exact with them: a stage's memory adds its training state as the
+ZeRO stage shards it (:meth:`pipeopt.cost.CostTable.sharded_state`) and its busy time per
+microbatch ZeRO-2/3's collectives (:meth:`pipeopt.cost.CostTable.zero_ops`), both through
+:meth:`PartitionProblem.stage_memory` and :meth:`PartitionProblem.stage_work`. Both grow with
+the stage's units (ZeRO-3 keeps ``P / d`` plus the largest layer gathered, weight stashing being
+refused with it), so :meth:`PartitionProblem.memory_reach` stays exact; with ``recompute`` the
+state is part of each stage's fixed bytes (:meth:`.recompute.RecomputeModel.fixed`). The
+synchronisation after the flush (:func:`pipeopt.cost.rules.zero_sync_time`) is not in the
+``bottleneck`` objective, the only one the DP solves. The tie-break (its event-time MILP does not
+model them) is then not run.
+
 References
 ----------
 Narayanan et al., PipeDream, SOSP 2019; Narayanan et al., PipeDream-2BW / Flush, ICML 2021
@@ -303,6 +315,8 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         raise InvalidProblemError(
             f"dp minimises the steady-state bottleneck; objective {objective!r} is solved by the "
             "event-time model of 'milp'"
+            + (" (which does not model data parallelism or ZeRO: no exact method solves this objective with "
+               "them yet)" if problem.data_parallel else "")
         )
     check_dense_size(problem)
     stages = _Stages(problem)
@@ -348,6 +362,10 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     except DeadlineReached as stop:
         status, info = Status.TIME_LIMIT, {"stopped": str(stop)}
     info.update({"min_max": float(value[problem.stages, problem.n]), "probes": probes})
+    if problem.data_parallel:
+        s = problem.instance.settings
+        info["zero"] = {"zero": s.zero, "dp": s.dp, "gradient_ratio": s.gradient_ratio,
+                        "optimizer_ratio": s.optimizer_ratio}
     if rc is not None:  # the tie-break's event-time MILP does not model recomputation: not run
         info["secondary"] = {"objective": SECONDARY, "proven": False, "skipped": "recompute"}
         info["recompute"] = {"mode": rc.mode, "modes": list(rc.modes), "exact": rc.exact,
@@ -358,6 +376,8 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
             limit = PAIRWISE_LIMIT if rc.pairwise else FRONTIER_LIMIT
             info["note"] = (f"a stage's recompute frontier exceeded {limit:,} points and was thinned: "
                             "the plan fits but is not proven optimal; the bound is the simple one")
+    elif problem.data_parallel:  # the tie-break's event-time MILP does not model ZeRO: not run
+        info["secondary"] = {"objective": SECONDARY, "proven": False, "skipped": "zero"}
     elif status == Status.OPTIMAL:  # the secondary objective (tie-break), in the one-order space
         try:
             best = (break_ties(problem, best[0], deadline, info, solver=solver, threads=threads, seed=seed), best[1])

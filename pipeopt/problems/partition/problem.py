@@ -215,10 +215,33 @@ class PartitionProblem:
         (:attr:`CostTable.in_flight`: S - stage)."""
         return int(self.table.in_flight[stage])
 
+    @property
+    def data_parallel(self) -> bool:
+        """True if the settings ask for data parallelism or training state
+        (:attr:`pipeopt.Settings.data_parallel`: ``dp > 1``, a ZeRO stage or the ratios): then
+        :meth:`stage_memory` adds the sharded training state and :meth:`stage_work` /
+        :meth:`stage_time` the ZeRO collectives per microbatch."""
+        return self.instance.settings.data_parallel
+
     def stage_memory(self, a, b, in_flight):
         """Bytes a stage of units ``a..b-1`` needs with ``in_flight`` microbatches
-        (:meth:`CostTable.memory`; arrays broadcast)."""
-        return self.table.memory(a, b, in_flight)
+        (:meth:`CostTable.memory`; arrays broadcast), with data parallelism its gradients and
+        optimizer state as the ZeRO stage shards them (:meth:`CostTable.sharded_state`,
+        :func:`pipeopt.cost.rules.sharded_state`: what :func:`pipeopt.evaluate` adds)."""
+        out = self.table.memory(a, b, in_flight)
+        if self.data_parallel:
+            out = out + self.table.sharded_state(a, b)
+        return out
+
+    def zero_work(self, a, b):
+        """Seconds ZeRO's per-microbatch collectives add to one replica's forward and backward ops
+        of a stage of units ``a..b-1`` together (:meth:`CostTable.zero_ops`,
+        :func:`pipeopt.cost.rules.zero_op_times`: ZeRO-2's reduce-scatter on the backward,
+        ZeRO-3's all-gathers too); 0 without data parallelism (arrays broadcast)."""
+        if not self.data_parallel:
+            return 0.0
+        zf, zb = self.table.zero_ops(np.asarray(a), np.asarray(b))
+        return zf + zb
 
     def fits(self, memory):
         """True where ``memory`` bytes fit in a worker (:func:`pipeopt.cost.rules.fits`)."""
@@ -351,7 +374,7 @@ class PartitionProblem:
         comp = rules.replicated_time(self.work_prefix[b] - self.work_prefix[a],
                                      self.param_prefix[b] - self.param_prefix[a], m, self.bandwidth, self.latency)
         added, bound = self.cut_terms
-        t = np.maximum(comp + (added[a] + added[b]) / m, np.maximum(bound[a], bound[b]) / m)
+        t = np.maximum(comp + (added[a] + added[b] + self.zero_work(a, b)) / m, np.maximum(bound[a], bound[b]) / m)
         if memory and math.isfinite(self.memory):
             t = np.where(self.fits(self.stage_memory(a, b, in_flight)), t, np.inf)
         return t
@@ -359,8 +382,9 @@ class PartitionProblem:
     def stage_work(self, a, b, replicas=1):
         """Seconds one replica of a stage of units ``a..b-1`` is busy per microbatch: its
         compute, the all-reduce share of m replicas, and without overlap the transfers it
-        sends (:func:`pipeopt.cost.rules.replica_ops` summed; arrays broadcast, ``replicas``
-        an int or one count per element). The w_s of the window rows."""
+        sends (:func:`pipeopt.cost.rules.replica_ops` summed), and with data parallelism ZeRO's
+        collectives per microbatch (:meth:`zero_work`); arrays broadcast, ``replicas`` an int or
+        one count per element. The w_s of the window rows."""
         a, b, m = np.asarray(a), np.asarray(b), np.asarray(replicas)
         added, _ = self.cut_terms
         comp = self.work_prefix[b] - self.work_prefix[a]
@@ -373,7 +397,7 @@ class PartitionProblem:
         elif replicas > 1:
             comp = comp + rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], replicas, self.bandwidth,
                                                self.latency)
-        return comp + added[a] + added[b]
+        return comp + added[a] + added[b] + self.zero_work(a, b)
 
     def period(self, starts, replicas=None, extra=None) -> float:
         """Steady-state time per microbatch (the ``bottleneck`` objective) of the split whose

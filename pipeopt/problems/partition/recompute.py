@@ -320,13 +320,16 @@ class RecomputeModel:
         """Bytes of a stage of units ``a..b-1`` keeping ``k`` microbatches that no choice changes:
         ``versions * (parameters + tied parameters)``, and with measured transients the outputs it
         keeps (:func:`pipeopt.cost.rules.outputs_kept` times what it sends, the last stage the
-        model's output)."""
+        model's output), and with data parallelism the training state the ZeRO stage leaves it
+        (:meth:`pipeopt.cost.CostTable.sharded_state`)."""
         p = self.problem
         tab = p.table
         params = p.param_prefix[b] - p.param_prefix[a]
         if tab.ties:
             params = params + float(tab.ties.state_bytes(a, b))
         out = float(rules.stage_memory(0.0, params, k, rules.weight_versions(k, p.instance.settings.weight_stashing)))
+        if p.data_parallel:  # gradients and optimizer state, sharded by the ZeRO stage
+            out += float(tab.sharded_state(a, b))
         if tab.transient:
             last = b == p.n
             sent = tab.transient.final_out if last else float(tab.boundary_bytes[b])
