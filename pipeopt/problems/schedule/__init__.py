@@ -15,8 +15,9 @@ executor, the single evaluation) and whose space is ``"schedule:<name>"``
 * ``milp`` -- exact: the event-time MILP (:mod:`.milp`); with the problem option
   ``w_placement="free"`` the split and every W's place together (:mod:`.w_placement`);
 * ``exhaustive`` -- exact on small chains: every split scored by the executor (refuses more
-  than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`); the one method that models the
-  problem's ``recompute`` option (each split's exact recompute sets, :mod:`.recompute`);
+  than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`); with the problem's ``recompute``
+  option, each split's exact recompute sets (:mod:`.recompute`; ``milp`` models the option too
+  with one chunk per rank and the schedule's W places, :func:`.model.recompute_rows`);
 * ``uniform``, ``torchtitan``, ``best_1f1b`` -- the splits users get without a planner, run
   under the schedule (:mod:`.baselines`; no bound, their gap is to the exact bound);
 * ``zb_greedy`` -- the zero-bubble repository's greedy order on the uniform split (one chunk

@@ -26,6 +26,10 @@ point dominated in (K, peak, seconds) is never needed either: replacing it by th
 lowers ``c K`` by at least what it may raise the rank's largest excess (``c >= 1`` microbatches in
 flight while its excess counts).
 
+:func:`.exhaustive.exhaustive` runs :func:`best_recompute` on every split; the MILP
+(:func:`.model.recompute_rows`, v = 1) reads the same frontiers through
+:meth:`ChunkRecompute.extra`.
+
 **Split backward (ZB schedules).** The cost model charges a recomputed layer's forward once, on
 I. torch's split backward (``stage_backward_weight``) was measured rerunning a checkpointed
 layer's forward once for I and again per parameter group in W; that second rerun is not in the
