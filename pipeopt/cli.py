@@ -452,6 +452,7 @@ def _solve_schedule(args, inst) -> int:
                  "iteration_time": r.objective if r.plan is not None else None, "lower_bound": r.lower_bound,
                  "starts": r.info["starts"], "runtime": r.runtime, "w_placement": r.info.get("w_placement"),
                  "space": r.space,
+                 "recompute": None if r.plan is None else [st.recompute for st in r.plan.stages],
                  "order": None if r.evaluation is None else [[str(a) for a in r.evaluation.schedule.actions(k)]
                                                              for k in range(r.evaluation.schedule.ranks)]}
                 if not isinstance(r, tuple) else {"schedule": r[0], "refused": r[1]}

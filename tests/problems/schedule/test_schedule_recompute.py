@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -160,6 +161,10 @@ def test_cli_recompute(tmp_path, capsys):
                  "--recompute", "auto", "--save-plan", str(plan)]) == 0
     assert "recomputed: " in capsys.readouterr().out  # the execution's assumptions name the recomputed layers
     assert '"recompute"' in plan.read_text()
+    assert main(["solve", str(path), "--schedule", "1f1b", "--stages", "2", "--microbatches", "4",
+                 "--recompute", "full", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["schedules"][0]
+    assert row["recompute"] == [{"l0": "full", "l1": "full"}, {"l2": "full", "l3": "full"}] and row["method"] == "milp"
     assert main(["solve", str(path), "--schedule", "auto", "--stages", "2", "--recompute", "auto"]) == 2
     assert "named --schedule" in capsys.readouterr().err
 
