@@ -13,10 +13,11 @@ code that turns a plan into cuts to score it on the table calls :func:`refuse_re
 so that a plan's recomputation is never silently dropped.
 
 Data parallelism and ZeRO (``Settings.dp``, ``zero``, the training-state ratios) are not in
-:attr:`CostTable.mem_prefix`, :meth:`CostTable.memory` or the work prefixes (no exact method
-models them yet, ``Method.unmodelled``); :meth:`CostTable.sharded_state`,
+:attr:`CostTable.mem_prefix`, :meth:`CostTable.memory` or the work prefixes (the methods built on
+them refuse these settings, ``Method.unmodelled``); :meth:`CostTable.sharded_state`,
 :meth:`CostTable.zero_ops` and :meth:`CostTable.zero_sync` give a stage's terms by the rules
-:func:`pipeopt.evaluate` applies, for a method that adds them.
+:func:`pipeopt.evaluate` applies, for a method that adds them (the partition problem's
+``stage_memory`` and ``stage_work``, which its DP reads).
 """
 
 from __future__ import annotations
