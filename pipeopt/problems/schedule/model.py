@@ -209,7 +209,9 @@ def recompute_rows(problem: ScheduleProblem, lp, split, u: float) -> list | None
     memory rows are these ``inf`` rows (the per-rank rows of :func:`memory_terms` are not used). Only
     the rows a smaller interval does not imply are added (``e_s(a, b)`` above both ``e_s(a + 1, b)``
     and ``e_s(a, b - 1)``; an ``inf`` row only where both are finite). No binary per layer: the
-    chosen sets are read back per chunk (:meth:`ScheduleProblem.chunk_recompute`)."""
+    chosen sets are read back per chunk (:meth:`ScheduleProblem.chunk_recompute`). With
+    ``recompute="full"`` the seconds are linear in the split (``q_s`` = the chunk's difference of
+    the prefix sums of every layer's rerun seconds) and only the ``inf`` rows are added."""
     rc = problem.recomputation
     if rc is None:
         return None
@@ -227,11 +229,22 @@ def recompute_rows(problem: ScheduleProblem, lp, split, u: float) -> list | None
     def term(val, sign):
         return ([], float(val) * sign) if isinstance(val, int) else ([(val, sign)], 0.0)
 
+    full = rc.mode == "full"
+    if full:  # every layer recomputed: the seconds are a prefix sum (one option per layer, the forced one)
+        per_unit = [sum(layer.seconds[0] for layer in rc.units[c]) for c in range(n)]
+        prefix = [0.0]
+        for x in per_unit:
+            prefix.append(prefix[-1] + x)
     q = []
     for s in range(S):
         e = rc.extra(flight[s])
         qs = lp.add_variable(f"recompute_time_{s}", lowBound=0)
         q.append(qs)
+        if full:
+            e_terms, e_const = split.at(prefix, s + 1, u)
+            b_terms, b_const = split.at(prefix, s, u)
+            split.add(merged(e_terms + [(x, -a_) for x, a_ in b_terms] + [(qs, -1.0)]), e_const - b_const,
+                      f"recompute_full_{s}", pulp.LpConstraintEQ)
         # every interval inside the chunk's reach (its earliest start .. its latest end): the rows of
         # the smaller intervals are what lets a row implied by them be left out
         a_lo = 0 if s == 0 else split.model.window(s)[0]
@@ -240,7 +253,7 @@ def recompute_rows(problem: ScheduleProblem, lp, split, u: float) -> list | None
             for b in range(a + 1, b_hi + 1):
                 val = float(e[b, a])
                 inner = max(float(e[b, a + 1]) if b > a + 1 else 0.0, float(e[b - 1, a]) if b - 1 > a else 0.0)
-                if val <= inner or val <= 0:
+                if val <= inner or val <= 0 or (full and not math.isinf(val)):
                     continue
                 t1, c1 = term(started(s, a), 1.0)
                 t2, c2 = term(started(s + 1, b - 1), -1.0)
