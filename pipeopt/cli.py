@@ -118,9 +118,10 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 60.0) -> None:
 
 def _data_parallel(p) -> None:
     """``--zero``, ``--dp`` and the training state's ratios (:class:`pipeopt.Settings`), for solve and simulate."""
-    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
+    p.add_argument("--zero", type=lambda v: v if v == "auto" else int(v), choices=[0, 1, 2, 3, "auto"],
                    help="ZeRO stage over the --dp replicas: 0 replicate, 1 shard the optimizer state, 2 also the "
-                        "gradients, 3 also the weights (FSDP); overrides the file (default the file's, 0)")
+                        "gradients, 3 also the weights (FSDP); auto (solve, partition dp/auto): the best of the "
+                        "four, each solved exactly; overrides the file (default the file's, 0)")
     p.add_argument("--dp", type=COUNT, help="data-parallel replicas of the whole pipeline (default the file's, 1)")
     p.add_argument("--gradient-ratio", type=float,
                    help="gradient bytes per parameter byte held beside the weights (e.g. 1; default the file's, 0)")
@@ -299,6 +300,10 @@ def _instance(args):
                 latency=getattr(args, "latency", None))
     given = {k: getattr(args, k, None) for k in ("zero", "dp", "gradient_ratio", "optimizer_ratio")}
     given = {k: v for k, v in given.items() if v is not None}  # --zero, --dp, ... (solve, simulate)
+    if given.get("zero") == "auto":  # chosen by _solve (partition dp / auto), one exact solve per stage
+        if args.command != "solve":
+            raise InvalidProblemError("--zero auto chooses the ZeRO stage with the split (pipeopt solve); give 0..3")
+        del given["zero"]
     return inst.with_settings(**given) if given else inst
 
 
@@ -327,6 +332,13 @@ def _solve(args, inst):
         size["recompute"] = recompute
     method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
     args.method = method
+    if getattr(args, "zero", None) == "auto":  # the ZeRO stage chosen too: the best of four exact solves
+        if problem != "partition":
+            raise InvalidProblemError(f"--zero auto is chosen by the partition problem's dp / auto, not the {problem} problem")
+        from .problems.partition.dp import solve_zero_auto
+
+        return solve_zero_auto(inst, method=method, time_limit=args.time_limit, solver=args.solver, seed=args.seed,
+                               **size)
     return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver,
                  seed=args.seed, **size)
 
@@ -486,6 +498,9 @@ def cmd_solve(args) -> int:
     if getattr(args, "schedule", None) or args.problem == "schedule":
         return _solve_schedule(args, inst)
     res = _solve(args, inst)
+    zero_auto = res.info.get("zero_auto")
+    if zero_auto:  # --zero auto: the plan is the chosen stage's
+        inst = inst.with_settings(zero=zero_auto["chosen"])
     if args.save_plan and res.plan is not None:
         _write(args.save_plan, lambda path: path.write_text(json.dumps(res.plan.to_dict(), indent=1)))
     if args.json:
@@ -509,6 +524,10 @@ def cmd_solve(args) -> int:
     else:
         print(f"{inst.name}: {inst.num_layers} layers, {args.problem}")
         print(res.summary())
+        if zero_auto:
+            tried = ", ".join(f"ZeRO-{z} {v * 1e3:.4f} ms" if isinstance(v, float) else f"ZeRO-{z} {v}"
+                              for z, v in zero_auto["stages"].items())
+            print(f"  ZeRO stage chosen: {zero_auto['chosen']} (each solved exactly: {tried})")
         for a in inst.assumptions + inst.cost_terms:
             print(f"  assumed: {a}")
     return 0

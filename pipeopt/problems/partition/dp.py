@@ -390,3 +390,77 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     final = evaluate(problem.instance, plan).objective
     # a tied split, or evaluate's own summation order, may undercut the proven lower end by float rounding only
     return problem.result("dp", plan, status, lower_bound=min(lower, upper, final), started=deadline.started, info=info)
+
+
+ZERO_STAGES = (0, 1, 2, 3)
+"""The ZeRO stages :func:`solve_zero_auto` tries (``Settings.zero``)."""
+
+
+def solve_zero_auto(instance, *, method: str = "dp", time_limit: float | None = 60.0, **kw) -> Result:
+    """The partition problem with the ZeRO stage chosen too: one exact solve per stage of
+    :data:`ZERO_STAGES` (the instance's ``dp`` and ratios kept), the least objective kept (ties: the
+    lower stage, fewer collectives). Each solve is a proven optimum over its stage's plans, so the
+    least of them is one over the union; the CLI's ``--zero auto``.
+
+    Parameters
+    ----------
+    instance
+        :class:`pipeopt.Instance`; its ``Settings.zero`` is replaced by each stage in turn.
+    method
+        ``"dp"`` or ``"auto"`` (the partition methods that model ZeRO).
+    time_limit
+        Seconds for all four solves together (``None``: until proven), shared under one clock.
+    **kw
+        Passed to :func:`pipeopt.solve` (``stages``, ``replication``, ``recompute``, ``solver``, ...).
+
+    Returns
+    -------
+    Result
+        The best stage's result (scored on the instance with that ``zero``); ``info["zero_auto"]``:
+        ``{stage: objective or "infeasible" or "time_limit"}`` and the stage chosen. Status
+        ``OPTIMAL`` only if every stage was solved to optimality or proven infeasible; else
+        ``TIME_LIMIT`` with the least of the stages' lower bounds.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``method`` is not ``dp`` or ``auto``, or a solve refuses the instance.
+    InfeasibleError
+        If no stage has a plan that fits (the messages of each).
+    """
+    import dataclasses
+
+    from ...solve import solve
+
+    if method not in ("dp", "auto"):
+        raise InvalidProblemError(f"the ZeRO stage is chosen by the partition methods dp and auto, not {method!r}")
+    deadline = Deadline(time_limit)
+    seen: dict = {}
+    best, chosen, proven, bounds, missed = None, None, True, [], []
+    for z in ZERO_STAGES:
+        inst = instance.with_settings(zero=z)
+        left = deadline.remaining()
+        try:
+            res = solve(inst, problem="partition", method=method,
+                        time_limit=None if math.isinf(left) else max(left, 1e-3), **kw)
+        except InfeasibleError as exc:
+            seen[z] = "infeasible"
+            missed.append(f"ZeRO-{z}: {exc}")
+            continue
+        if res.status != Status.OPTIMAL:
+            proven = False
+        if res.lower_bound is not None:
+            bounds.append(res.lower_bound)
+        seen[z] = res.objective if res.plan is not None else res.status.value
+        if res.plan is not None and (best is None or res.objective < best.objective):
+            best, chosen = res, z
+    if best is None:
+        if proven and not bounds:
+            raise InfeasibleError("no ZeRO stage gives a plan that fits: " + "; ".join(missed))
+        raise InfeasibleError("no plan found under the time limit for any ZeRO stage: " + "; ".join(missed))
+    info = dict(best.info)
+    info["zero_auto"] = {"stages": seen, "chosen": chosen}
+    if proven:
+        return dataclasses.replace(best, info=info, runtime=deadline.elapsed())
+    return dataclasses.replace(best, status=Status.TIME_LIMIT, lower_bound=min(bounds), info=info,
+                               runtime=deadline.elapsed())

@@ -142,3 +142,45 @@ def test_iteration_objective_refused_with_zero():
     inst = _instance(FWD, ACT, PARAM, 3, math.inf, {"zero": 1, "dp": 2, "objective": "iteration", **ADAM})
     with pytest.raises(InvalidProblemError, match="does not model data parallelism or ZeRO"):
         solve(inst, stages=3)
+
+
+@pytest.mark.parametrize("rc", ["none", "auto"])
+def test_zero_auto_is_the_best_stage(rc):
+    """solve_zero_auto: one exact solve per ZeRO stage, the least kept (ties: the lower stage); it
+    equals the brute force over stages x splits (x recompute sets)."""
+    from pipeopt.problems.partition.dp import solve_zero_auto
+
+    base = _instance(FWD, ACT, PARAM, 3, 2.6e9, {"dp": 4, **ADAM}, latency=0.01)
+    res = solve_zero_auto(base, stages=3, recompute=rc)
+    per = {}
+    for z in range(4):
+        inst = base.with_settings(zero=z)
+        per[z] = (recompute_optimum(inst, 3) if rc == "auto" else partition_optimum(inst, 3)).value
+    best = min(per.values())
+    chosen = res.info["zero_auto"]["chosen"]
+    assert chosen == min(z for z in per if per[z] == best)
+    assert res.status == Status.OPTIMAL
+    assert res.objective == pytest.approx(best, rel=REL)
+    assert res.objective == pytest.approx(evaluate(base.with_settings(zero=chosen), res.plan).objective, rel=REL)
+    for z, v in res.info["zero_auto"]["stages"].items():
+        assert (v == "infeasible") if not math.isfinite(per[z]) else v == pytest.approx(per[z], rel=REL)
+    with pytest.raises(InvalidProblemError, match="dp and auto"):
+        solve_zero_auto(base, method="probe", stages=3)
+
+
+def test_cli_zero_auto(tmp_path, capsys):
+    import json
+
+    from pipeopt.cli import main
+    from pipeopt.io import write
+
+    path = write(_instance(FWD, ACT, PARAM, 3, 2.6e9, {}), tmp_path / "z.json")
+    args = ["--stages", "3", "--zero", "auto", "--dp", "4", "--gradient-ratio", "1", "--optimizer-ratio", "6"]
+    assert main(["solve", str(path), *args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    chosen = out["info"]["zero_auto"]["chosen"]
+    assert any(f"ZeRO-{chosen}" in a for a in out["info"]["assumptions"])
+    assert main(["solve", str(path), *args]) == 0
+    assert f"ZeRO stage chosen: {chosen}" in capsys.readouterr().out
+    assert main(["simulate", str(path), *args]) == 2
+    assert "--zero auto" in capsys.readouterr().err
