@@ -396,7 +396,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 """The ZeRO stages :func:`solve_zero_auto` tries (``Settings.zero``)."""
 
 
-def solve_zero_auto(instance, *, method: str = "dp", time_limit: float | None = 60.0, **kw) -> Result:
+def solve_zero_auto(instance, *, method: str = "dp", time_limit: float | None = 60.0, solver: str = "cbc",
+                    seed: int = 0, threads: int = 2, **kw) -> Result:
     """The partition problem with the ZeRO stage chosen too: one exact solve per stage of
     :data:`ZERO_STAGES` (the instance's ``dp`` and ratios kept), the least objective kept (ties: the
     lower stage, fewer collectives). Each solve is a proven optimum over its stage's plans, so the
@@ -407,11 +408,15 @@ def solve_zero_auto(instance, *, method: str = "dp", time_limit: float | None = 
     instance
         :class:`pipeopt.Instance`; its ``Settings.zero`` is replaced by each stage in turn.
     method
-        ``"dp"`` or ``"auto"`` (the partition methods that model ZeRO).
+        ``"dp"`` or ``"auto"`` (the partition methods that model ZeRO; ``auto`` runs ``dp`` under
+        these settings, :func:`pipeopt.problems.partition.auto.choose`): :func:`solve_dp` runs.
     time_limit
-        Seconds for all four solves together (``None``: until proven), shared under one clock.
+        Seconds for all four solves together (``None``: until proven), one clock.
+    solver, seed, threads
+        As :func:`solve_dp` takes them.
     **kw
-        Passed to :func:`pipeopt.solve` (``stages``, ``replication``, ``recompute``, ``solver``, ...).
+        The partition problem's options (``stages``, ``replication``, ``recompute``:
+        :class:`PartitionProblem`).
 
     Returns
     -------
@@ -430,19 +435,16 @@ def solve_zero_auto(instance, *, method: str = "dp", time_limit: float | None = 
     """
     import dataclasses
 
-    from ...solve import solve
-
     if method not in ("dp", "auto"):
         raise InvalidProblemError(f"the ZeRO stage is chosen by the partition methods dp and auto, not {method!r}")
     deadline = Deadline(time_limit)
+    solver_kw = {"solver": solver, "seed": seed, "threads": threads}
     seen: dict = {}
     best, chosen, proven, bounds, missed = None, None, True, [], []
     for z in ZERO_STAGES:
         inst = instance.with_settings(zero=z)
-        left = deadline.remaining()
-        try:
-            res = solve(inst, problem="partition", method=method,
-                        time_limit=None if math.isinf(left) else max(left, 1e-3), **kw)
+        try:  # auto runs dp whenever the settings ask for data parallelism (.auto.choose)
+            res = solve_dp(PartitionProblem(inst, **kw), time_limit=deadline, **solver_kw)
         except InfeasibleError as exc:
             seen[z] = "infeasible"
             missed.append(f"ZeRO-{z}: {exc}")
