@@ -84,13 +84,14 @@ def test_replicated_dp_equals_brute_force(case):
     """PipeDream replication beside the pipeline's data parallelism: a stage on m replicas keeps
     ceil(W / m) microbatches, its ZeRO collectives join each replica's ops."""
     inst, S = case
-    bf = partition_optimum(inst, S, replication=True)
-    try:
-        res = solve_dp(PartitionProblem(inst, S, replication=True))
-    except InfeasibleError:
-        assert not bf.exists
-        return
-    _check(inst, res, bf.value)
+    for rc in ("none", "auto"):
+        bf = recompute_optimum(inst, S, replication=True) if rc == "auto" else partition_optimum(inst, S, replication=True)
+        try:
+            res = solve_dp(PartitionProblem(inst, S, replication=True, recompute=rc))
+        except InfeasibleError:
+            assert not bf.exists
+            continue
+        _check(inst, res, bf.value)
 
 
 FWD, ACT, PARAM = [1.0, 2.0, 3.0, 1.0, 2.0], [5e8, 4e8, 6e8, 3e8, 2e8], [1e8, 1.5e8, 5e7, 1e8, 1e8]
