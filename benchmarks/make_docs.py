@@ -152,8 +152,10 @@ PAGES = (
          "80 GB), the exact split with each stage's recomputed layers chosen with it (`--recompute auto`) "
          "against no recomputation, every layer recomputed, Megatron-LM's uniform and block recomputation and "
          "torchtitan's every-k-th block, each on its framework's split (1F1B bottleneck per microbatch, "
-         "`pipeopt.evaluate`).",
-         ("python benchmarks/recompute.py --out benchmarks/results/recompute.md",),
+         "`pipeopt.evaluate`); with 8 data-parallel replicas, each ZeRO stage with and without recomputation "
+         "and the stage `--zero auto` picks; and torch's schedules (1F1B, zero bubble) with each chunk's "
+         "recompute set chosen with the split (iteration time by the executor).",
+         ("python benchmarks/recompute.py --schedules --time-limit 150 --out benchmarks/results/recompute.md",),
          ("recompute.md",)),
 )
 
