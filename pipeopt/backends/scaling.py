@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
-UNIT_FLOOR = 1e-200
-"""The smallest time unit (seconds) a model uses: below it the unit's reciprocal (the factor a
-model multiplies its seconds by) would overflow, as with subnormal layer times (2.2e-309 s)."""
+UNIT_FLOOR = 1e-290
+"""The smallest time unit (seconds) a model uses: far below it the unit's reciprocal (the factor
+a model multiplies its seconds by) would overflow, as with subnormal layer times (2.2e-309 s).
+Times of 1e-205 s keep their own scale (a unit of 1 s there left the solver's tolerance larger
+than every time, and its bound above the plan's evaluated 0)."""
 
 
 def model_unit(reference: float, values: float) -> float:
@@ -25,11 +27,9 @@ def model_unit(reference: float, values: float) -> float:
     Returns
     -------
     float
-        ``reference / values``; ``1.0`` if ``reference`` is not a positive finite number or the
-        unit would fall below :data:`UNIT_FLOOR` (every time is then about 0 in the model; the
-        plan it returns is scored by ``evaluate`` as every plan is).
+        ``reference / values``, at least :data:`UNIT_FLOOR`; ``1.0`` if ``reference`` is not a
+        positive finite number.
     """
     if not (isinstance(reference, (int, float)) and math.isfinite(reference) and reference > 0):
         return 1.0
-    unit = float(reference) / values
-    return unit if unit >= UNIT_FLOOR else 1.0
+    return max(float(reference) / values, UNIT_FLOOR)

@@ -555,7 +555,8 @@ def replica_ops(tau, forward, backward, allreduce=0.0, *, split: bool = False) -
     total = forward + backward
     if total <= 0:
         return 0.0, busy
-    return busy * forward / total, busy * backward / total
+    # the shares first: busy * forward underflows to 0 for times of 1e-203 s and below
+    return busy * (forward / total), busy * (backward / total)
 
 
 def window_tokens(window, replicas, split) -> tuple[np.ndarray, np.ndarray]:

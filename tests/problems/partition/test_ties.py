@@ -200,3 +200,21 @@ def test_unknown_cluster_still_fine():
     ev = evaluate(inst, PartitionProblem(inst, 2).plan([1]))
     assert ev.tie_sync == 0.0 and ev.tied == []
     assert isinstance(Cluster, type) and isinstance(Settings(), Settings)
+
+
+def test_times_of_1e_203_seconds():
+    """A stage's ops split its time by the shares F / (F + B) (``busy * forward`` underflowed to 0
+    at 1e-203 s, so evaluate scored such stages 0 and the MILP's bound exceeded the plan's
+    objective: a ClaimError the stress run drew), and the models keep their time unit at that
+    scale (pipeopt.backends.scaling.UNIT_FLOOR)."""
+    inst = chain_instance([3e-203, 1e-203, 2e-203, 5e-203, 1e-203], [1e-203, 4e-203, 1e-203, 2e-203, 3e-203],
+                          out=1e-194, bandwidth=1e9)
+    p = PartitionProblem(inst, 2)
+    ev = evaluate(inst, p.plan([2]))
+    for f, b in zip(ev.forward_op, ev.backward_op, strict=True):
+        assert f > 0 and b > 0
+    assert ev.bottleneck == pytest.approx(1.4e-202, rel=1e-9)
+    for S in (2, 3):
+        for method in EXACT:
+            res = solve(inst, method=method, stages=S, time_limit=None)
+            _assert_optimal(inst, res, _brute(inst, S), (method, S))
