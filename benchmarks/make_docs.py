@@ -52,7 +52,7 @@ class Page:
 
 PAGES = (
     Page("bench", "The main job: `pipeopt bench` on the shipped instances",
-         "Every default method of every problem on the 29 instances of `instances/` (the model zoo on "
+         "Every default method of every problem on the 33 instances of `instances/` (the model zoo on "
          "A100 clusters, memory-bound clusters, heterogeneous multi-resource clusters), 5 s per solve: "
          "the exact methods' proven optima and bounds, and each baseline's gap to the best bound of the "
          "same or a larger search space. The first set-up command of the README runs it.",
