@@ -414,15 +414,22 @@ class RecomputeModel:
             i = int(np.argmin(k * last.held + np.maximum(last.excess, 0.0)))
         else:
             seconds = float(last.time[i])
-        chosen = {}
-        for step in range(len(layers), 0, -1):
-            f = fronts[step]
-            layer = layers[step - 1]
-            mode = layer.modes[int(f.option[i])]
-            if mode is not None:
-                chosen[layer.name] = mode
-            i = int(f.parent[i])
-        return seconds, chosen
+        return seconds, backtrack(fronts, layers, i)
+
+
+def backtrack(fronts: list, layers: list, i: int) -> dict:
+    """``dict[layer name, mode]``: the layers point ``i`` of the last frontier recomputes, read
+    back through the frontiers a walk built (``fronts[s]`` after the first ``s`` of ``layers``,
+    each point's ``option`` its layer's mode and ``parent`` its point in the frontier before)."""
+    chosen = {}
+    for step in range(len(layers), 0, -1):
+        f = fronts[step]
+        layer = layers[step - 1]
+        mode = layer.modes[int(f.option[i])]
+        if mode is not None:
+            chosen[layer.name] = mode
+        i = int(f.parent[i])
+    return chosen
 
 
 def min_max_overshoot(matrices, S: int) -> tuple[float, list[int]]:

@@ -46,7 +46,7 @@ from ...cost import rules
 from ...errors import InvalidProblemError
 from ...schedules import run_schedule
 from ...schedules.execute import rank_memory
-from ..partition.recompute import Frontier, RecomputeModel, extend
+from ..partition.recompute import Frontier, RecomputeModel, backtrack, extend
 
 __all__ = ["MAX_COMBINATIONS", "ChunkRecompute", "best_recompute"]
 
@@ -86,15 +86,7 @@ class ChunkRecompute(RecomputeModel):
     def choice(self, a: int, b: int, i: int) -> dict:
         """``dict[layer, mode]``: the layers point ``i`` of the chunk's frontier recomputes."""
         fronts, layers = self.frontier(a, b)
-        chosen = {}
-        for step in range(len(layers), 0, -1):
-            f = fronts[step]
-            layer = layers[step - 1]
-            mode = layer.modes[int(f.option[i])]
-            if mode is not None:
-                chosen[layer.name] = mode
-            i = int(f.parent[i])
-        return chosen
+        return backtrack(fronts, layers, i)
 
 
 def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds) -> list:
