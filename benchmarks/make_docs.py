@@ -138,7 +138,7 @@ PAGES = (
          "The shipped GPT and CNN profiled on this CPU, the certified plan and the frameworks' default "
          "splits run on torch.distributed.pipelining (`pipeopt run`), pipeopt's prediction beside the "
          "measured time per iteration.",
-         ("python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed",),
+         ("python benchmarks/torch_pipeline.py --rounds 3", "python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed   # also S = 4 on 2 cores"),
          ("torch_pipeline.md",)),
     Page("memory", "Memory: predicted against MemTracker",
          "pipeopt's memory per stage (saved activations, training state, tied weights, the outputs a stage "
