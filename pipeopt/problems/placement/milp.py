@@ -429,13 +429,20 @@ def solve_milp(problem: PlacementProblem, *, time_limit: float | Deadline = 60.0
                 keep(stages)
     except DeadlineReached:
         info["warm_start"] = "stopped at its share of the time limit"
+    def build(scale: float):
+        """The model in units of ``scale`` seconds, or ``None`` if the deadline passed."""
+        info["time_unit"] = scale
+        try:
+            return model.build(deadline, scale)
+        except DeadlineReached as stop:
+            info["stopped"] = str(stop)
+            return None
+
     unit = model.time_unit(incumbent[0].objective if incumbent is not None else None)
-    info["time_unit"] = unit
-    try:
-        lp, T, x, y, z = model.build(deadline, unit)
-    except DeadlineReached as stop:
-        info["stopped"] = str(stop)
+    built = build(unit)
+    if built is None:
         return finish(Status.TIME_LIMIT, None)
+    lp, T, x, y, z = built
     info["binaries"] = model.n * model.D + sum(len(r) for r in y.values())
     info["constraints"] = lp.numConstraints()
     cuts = 0
@@ -488,12 +495,10 @@ def solve_milp(problem: PlacementProblem, *, time_limit: float | Deadline = 60.0
                     # model against the optimum found and solve again (one time)
                     rescaled = True
                     unit = model.time_unit(obj)
-                    info["time_unit"] = unit
-                    try:
-                        lp, T, x, y, z = model.build(deadline, unit)
-                    except DeadlineReached as stop:
-                        info["stopped"] = str(stop)
+                    built = build(unit)
+                    if built is None:
                         return finish(Status.TIME_LIMIT, bound)
+                    lp, T, x, y, z = built
                     continue
                 info["note"] = "the solver's optimum is not within the tolerance of its bound"
                 return finish(Status.FEASIBLE, bound)
