@@ -86,7 +86,7 @@ def test_milp_agrees_with_brute_force_and_cpsat(layers, devices, q, seed, bandwi
 def test_exact_no_worse_than_baselines_on_a_larger_instance():
     devices = soc_devices(8, seed=11)
     p = _problem(24, devices, 3, seed=5, bandwidth=5e7)
-    r = group.solve_cpsat(p, time_limit=30, threads=1)
+    r = group.solve_cpsat(p, time_limit=None, threads=1)  # (a proof, not a race with the clock)
     _check_result(p, r)
     for base in (algorithm2(p), round_robin(p)):
         _check_result(p, base)

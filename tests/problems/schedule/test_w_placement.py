@@ -115,7 +115,8 @@ def test_time_limit_reports_bound():
     inst = Instance(g, Cluster.homogeneous(4, bandwidth=1e9), Settings())
     problem = ScheduleProblem(inst, "ZBVZeroBubble", 4, 8, w_placement="free")
     res = solve_milp(problem, time_limit=1.0)
-    assert res.status == "time_limit" and res.info["starts"] is not None
+    # (stopped by the clock on any machine we know; a much faster one may prove it: both are honest)
+    assert res.status in ("time_limit", "optimal") and res.info["starts"] is not None
     assert res.lower_bound is not None and res.lower_bound <= res.objective
     check_claim(problem, res)
 
