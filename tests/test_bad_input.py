@@ -458,7 +458,7 @@ def test_infinite_bandwidth_is_free_communication(files, capsys):
     """``--bandwidth inf`` (no communication cost, as many papers assume) is accepted and every
     transfer costs 0 s: no inf * 0 = NaN anywhere (the cost table, every exact partition method,
     evaluate, the simulator, the group problem)."""
-    assert main(["solve", str(files["part"]), "--stages", "2", "--bandwidth", "inf", "--json"]) == 0
+    assert main(["solve", str(files["part"]), "--stages", "2", "--bandwidth", "inf", "--time-limit", "none", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "optimal" and math.isfinite(out["objective"])
     assert Cluster.homogeneous(2, bandwidth="inf").bandwidth == math.inf
