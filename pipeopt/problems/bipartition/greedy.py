@@ -80,7 +80,7 @@ def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False,
         return None
     if res.plan is None:
         raise DeadlineReached("the same-cut DP", dl.elapsed())
-    return base.starts_of(res.plan)
+    return base.starts_of(res.plan)  # the same-cut problem has no recomputation: starts_of refuses a plan with one
 
 
 def same_cut(problem: BipartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",

@@ -441,8 +441,13 @@ class BipartitionProblem:
         Raises
         ------
         InvalidPlanError
-            If the plan has the wrong number of stages or a stage is not a contiguous run of units.
+            If the plan has the wrong number of stages or a stage is not a contiguous run of units,
+            or a stage recomputes a layer (the Bi-Partition problem scores cuts without
+            recomputation: :func:`pipeopt.cost.table.refuse_recompute`).
         """
+        from ...cost.table import refuse_recompute
+
+        refuse_recompute(plan, "BipartitionProblem.cuts_of (Bi-Partition has no recomputation)")
         if plan.num_stages != self.stages:
             raise InvalidPlanError(f"plan has {plan.num_stages} stages, the problem {self.stages}")
         unit_of = self.instance.chain.unit_of

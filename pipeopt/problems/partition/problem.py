@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from ...cost import CostTable, rules
+from ...cost.table import refuse_recompute
 from ...errors import InfeasibleError, InvalidProblemError
 from ...instance import Instance
 from ...plan import Plan, Stage
@@ -487,9 +488,33 @@ class PartitionProblem:
         return Plan(tuple(stages))
 
     def starts_of(self, plan: Plan) -> list[int]:
-        """Inverse of :meth:`plan`: the unit index where each stage after the first begins."""
+        """Inverse of :meth:`plan` for a plan that recomputes nothing: the unit index where
+        each stage after the first begins.
+
+        Raises
+        ------
+        InvalidPlanError
+            If a stage of ``plan`` recomputes a layer (the cuts alone would drop its recompute
+            set: :func:`pipeopt.cost.table.refuse_recompute`); use :meth:`split_of`, which
+            returns the recompute sets with the cuts.
+        """
+        refuse_recompute(plan, "PartitionProblem.starts_of (the cuts alone; split_of carries the recompute sets)")
+        return self.split_of(plan)[0]
+
+    def split_of(self, plan: Plan) -> tuple[list[int], list]:
+        """Inverse of :meth:`plan`, recomputation included.
+
+        Returns
+        -------
+        (starts, recompute)
+            ``starts``: the unit index where each stage after the first begins;
+            ``recompute``: per stage its ``dict[layer, mode]`` (``{}`` when it recomputes nothing),
+            as :meth:`plan`'s ``recompute`` and
+            :meth:`pipeopt.problems.schedule.ScheduleProblem.result`'s take it.
+        """
         unit_of = self.instance.chain.unit_of
-        return [unit_of[st.layers[0]] for st in plan.stages[1:]]
+        return ([unit_of[st.layers[0]] for st in plan.stages[1:]],
+                [dict(st.recompute or {}) for st in plan.stages])
 
     def result(
         self,

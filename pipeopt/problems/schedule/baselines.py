@@ -16,7 +16,9 @@ method's bound (:func:`pipeopt.problems.schedule.milp.solve_milp`).
   (least steady-state period under 1F1B on ``p v`` workers of the rank's device, ties broken
   by the 1F1B iteration time: :func:`pipeopt.problems.partition.dp.solve_dp`), run under the
   schedule - what a user gets from a 1F1B planner asked for as many stages as the schedule
-  has chunks.
+  has chunks. Under the problem's ``recompute`` option the DP chooses each stage's
+  recomputed layers for 1F1B's in-flight counts and the plan carries them unchanged (under
+  another schedule they may not fit: the result is then ``infeasible``).
 * :func:`zb_greedy` -- the zero-bubble repository's greedy scheduler
   (:mod:`.zb_greedy`) on a fixed split (default: the uniform split into p chunks), its order
   executed by pipeopt's executor; p ranks, one chunk each. By default the best of its 8 flag
@@ -119,12 +121,15 @@ def best_1f1b(problem: ScheduleProblem, time_limit: float = 60.0, **_) -> Result
     workers = Cluster(tuple(Device(f"{dev.name}#{s}", dict(dev.resources), dev.memory) for s in range(S)),
                       inst.cluster.bandwidth, inst.cluster.latency)
     virtual = inst.replace(cluster=workers).with_settings(objective="bottleneck", microbatches=problem.microbatches)
-    part = PartitionProblem(virtual, S)
+    part = PartitionProblem(virtual, S, recompute=problem.recompute)
     res = solve_dp(part, time_limit=time_limit)
     if res.plan is None:
         raise InfeasibleError(f"best 1F1B plan: the DP found no split into {S} stages ({res.status})")
-    return problem.result("best_1f1b", part.starts_of(res.plan), "feasible", started=started,
-                          info={"dp_status": str(res.status), "dp_period": res.objective})
+    starts, recompute = part.split_of(res.plan)  # the planner's recompute sets go with its split
+    return problem.result("best_1f1b", starts, "feasible", started=started, recompute=recompute,
+                          info={"dp_status": str(res.status), "dp_period": res.objective,
+                                "recompute_from": "the 1F1B DP's choice per stage (recompute="
+                                                  f"{problem.recompute!r}), run unchanged under the schedule"})
 
 
 def zb_greedy(problem: ScheduleProblem, starts=None, median: bool = False, variant=None, **_) -> Result:
