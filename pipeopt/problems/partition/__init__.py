@@ -33,6 +33,9 @@ lower bound.
   :func:`no_recompute` -- what Megatron-LM and torchtitan users set when a model does not fit
   (activation recomputation on the frameworks' default splits) and the exact optimum without
   recomputation (:mod:`.recompute_baselines`; transformer graphs only, ``requires="transformer"``).
+* :func:`no_recompute_more_stages` -- no recomputation on the fewest stages that fit (more
+  devices, compared per device), and :func:`adapipe` -- AdaPipe's per-stage recompute knapsack
+  and computation-balancing split (Sun et al., ASPLOS 2024); any graph (:mod:`.recompute_baselines`).
 * :func:`mcmc` -- FlexFlow's Metropolis-Hastings search (Jia, Zaharia & Aiken, SysML 2019):
   five chains (seeds ``seed .. seed + 4``) share the time limit; the median chain's plan.
 """
@@ -49,7 +52,14 @@ from .mcmc import mcmc
 from .milp import solve_milp
 from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
 from .probe import solve_probe
-from .recompute_baselines import megatron_block, megatron_full_uniform, no_recompute, torchtitan_every_k
+from .recompute_baselines import (
+    adapipe,
+    megatron_block,
+    megatron_full_uniform,
+    no_recompute,
+    no_recompute_more_stages,
+    torchtitan_every_k,
+)
 from .problem import PartitionProblem
 from .simple import (
     block_partition,
@@ -111,6 +121,12 @@ METHODS = (
            "fits, on its default split", "transformer"),
     Method("partition", "no-recompute", no_recompute, False, "auto", False,
            "the exact optimum without recomputation at the same S (solve_auto)", "transformer"),
+    Method("partition", "no-recompute-more-stages", no_recompute_more_stages, False, "auto", False,
+           "the exact plan without recomputation on the fewest stages S' >= S that fit (more devices; compare per "
+           "device)"),
+    Method("partition", "adapipe", adapipe, False, "one-order", False,
+           "Sun et al., AdaPipe, ASPLOS 2024: each stage's recompute knapsack at its in-flight count, then the split "
+           "balancing computation (min-max DP)"),
 )
 
 __all__ = [
@@ -123,6 +139,8 @@ __all__ = [
     "megatron_block",
     "megatron_full_uniform",
     "no_recompute",
+    "no_recompute_more_stages",
+    "adapipe",
     "pippy",
     "solve_auto",
     "solve_convex",

@@ -35,6 +35,11 @@ it recomputes, and the cost model prices exactly that.
 * :func:`no_recompute` -- the exact optimum without recomputation at the same S (the partition
   problem's exact method, :func:`~pipeopt.problems.partition.auto.solve_auto`); its result's
   ``info["note"]`` says when no split fits.
+* :func:`no_recompute_more_stages` -- "no recompute, more stages": the exact no-recompute plan
+  on the fewest stages ``S' >= S`` that fit, on ``S'`` devices (:func:`with_devices`), compared
+  per device (``info["per_device"]``). Any graph.
+* :func:`adapipe` -- AdaPipe (Sun et al., ASPLOS 2024): each stage's recompute knapsack at its
+  in-flight count, then the split that balances computation. Any graph.
 
 The rules (:func:`megatron_uniform_rule`, :func:`megatron_block_rule`,
 :func:`torchtitan_layer_rule`) are pure functions of the blocks per stage, read also by the
@@ -65,7 +70,9 @@ selective mode").
 from __future__ import annotations
 
 import re
+
 import networkx as nx
+import numpy as np
 
 from ...backends.deadline import Deadline
 from ...errors import InfeasibleError, InvalidProblemError
@@ -446,5 +453,193 @@ def no_recompute(
                          space=res.space, info=info)
 
 
-RECOMPUTE_BASELINES = ("megatron-full-uniform", "megatron-block", "torchtitan-every-k", "no-recompute")
+def with_devices(instance, count: int):
+    """``instance`` with at least ``count`` devices: the cluster's own first, then copies of its
+    first device named ``<name>+<i>`` (same resources, memory, bandwidth and latency): the
+    instance :func:`no_recompute_more_stages` scores its plan on.
+
+    Parameters
+    ----------
+    instance
+        :class:`pipeopt.Instance`.
+    count
+        Devices wanted.
+
+    Returns
+    -------
+    Instance
+        ``instance`` itself if it has ``count`` devices or more."""
+    from ...cluster import Cluster, Device
+
+    devices = tuple(instance.cluster.devices)
+    if len(devices) >= count:
+        return instance
+    dev = devices[0]
+    extra = tuple(Device(f"{dev.name}+{i}", dict(dev.resources), dev.memory) for i in range(len(devices), count))
+    return instance.replace(cluster=Cluster(devices + extra, instance.cluster.bandwidth, instance.cluster.latency))
+
+
+def no_recompute_more_stages(
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    threads: int = 2, max_stages: int | None = None,
+) -> Result:
+    """"No recompute, more stages": the exact plan without recomputation on the fewest stages
+    ``S' >= S`` (one more device per added stage, the same device) for which some split fits.
+
+    **The comparison.** The user who will not recompute buys devices: the plan runs on ``S'``
+    devices, ``S' - S`` more than the problem's. Its objective is :func:`pipeopt.evaluate`'s on
+    the grown cluster (the 1F1B bottleneck, seconds per microbatch, stage i keeping ``S' - i``
+    microbatches in flight); a faster pipeline bought with more devices is not a fair win, so
+    the comparison with a plan on ``S`` devices is **per device**: ``info["per_device"] = T' S'
+    / S``, the seconds per microbatch the ``S'`` devices deliver, scaled to ``S`` devices'
+    worth (equal throughput per device gives equal values; this assumes the extra devices
+    could otherwise run a proportional share of the work, e.g. as data-parallel replicas). At
+    ``S' = S`` it is the plan of :func:`no_recompute`.
+
+    More stages need not help: under 1F1B the first stage keeps ``S'`` microbatches of its
+    layers in flight, so with ``S'`` stages of ``~L / S'`` layers it holds about one microbatch's
+    activations of the whole model whatever ``S'`` is; only the parameters per stage shrink.
+    Where the activations alone break memory no ``S'`` fits (the result says so).
+
+    Parameters
+    ----------
+    problem
+        The partition problem (its instance, S, replication; its ``recompute`` is ignored).
+    time_limit, solver, seed, threads
+        As for the exact methods; one clock for every ``S'`` tried.
+    max_stages
+        The largest ``S'`` tried (default: the chain's units).
+
+    Returns
+    -------
+    Result
+        ``FEASIBLE`` with the exact plan at ``S'`` (scored on the grown instance,
+        :func:`with_devices` of (instance, S'): ``result.evaluation`` is its), ``info``: ``stages`` (S'), ``devices`` (the devices it uses),
+        ``added_devices``, ``per_device`` (s per microbatch, as above), ``exact`` (the exact
+        method's status and bound at S'), ``tried`` (the S' values proven to have no fitting
+        split); ``INFEASIBLE`` without a plan if no ``S'`` up to ``max_stages`` fits or the clock
+        ran out first (``info["note"]`` says which).
+    """
+    from .auto import solve_auto
+    from ...backends.deadline import DeadlineReached
+
+    deadline = Deadline.of(time_limit)
+    S, top = problem.stages, problem.n if max_stages is None else min(int(max_stages), problem.n)
+    tried: list[int] = []
+    first = ""
+    for count in range(S, top + 1):
+        inst = with_devices(problem.instance, count)
+        try:
+            deadline.check("no recompute, more stages")
+            res = solve_auto(PartitionProblem(inst, count, problem.replication), time_limit=deadline, solver=solver,
+                             seed=seed, threads=threads)
+        except InfeasibleError as exc:
+            tried.append(count)
+            first = first or f"S' = {count}: {str(exc).splitlines()[0]}"
+            continue
+        except DeadlineReached as stop:
+            return Result.scored(problem.instance, "no-recompute-more-stages", None, Status.INFEASIBLE,
+                                 started=deadline.started, space=problem.space,
+                                 info={"tried": tried, "note": f"stopped before a fitting S' was found: {stop}"})
+        if res.plan is None:
+            return Result.scored(problem.instance, "no-recompute-more-stages", None, Status.INFEASIBLE,
+                                 started=deadline.started, space=problem.space,
+                                 info={"tried": tried, "note": f"the exact method at S' = {count} ended {res.status}"})
+        used = sum(len(st.devices) for st in res.plan.stages)
+        info = {"stages": count, "devices": used, "added_devices": used - S,
+                "per_device": res.objective * used / S, "tried": tried,
+                "exact": {"method": res.method, "status": str(res.status), "lower_bound": res.lower_bound},
+                "note": f"the exact plan without recomputation on {count} stages ({used} devices, {used - S} added); "
+                        "compare per device: info['per_device']"}
+        return Result.scored(inst, "no-recompute-more-stages", res.plan, Status.FEASIBLE, started=deadline.started,
+                             space=res.space, info=info)
+    return Result.scored(problem.instance, "no-recompute-more-stages", None, Status.INFEASIBLE,
+                         started=deadline.started, space=problem.space,
+                         info={"tried": tried, "note": f"no split fits without recomputation on {S}..{top} stages "
+                                                        f"({first})"})
+
+
+def adapipe(
+    problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc", seed: int = 0,
+    threads: int = 2,
+) -> Result:
+    """AdaPipe's two steps (Sun et al., ASPLOS 2024): each stage's recomputation chosen to fit its
+    memory ("adaptive recomputation"), then the split that balances the stages' computation
+    ("flexible stage partitioning"), by a dynamic program over stages.
+
+    1. **Per stage, a knapsack.** For a stage of units ``a..b-1`` at position s, keeping
+       ``S - s`` microbatches in flight under 1F1B, the recomputed layers that add the fewest
+       seconds with its memory fitting the device: the exact per-stage choice of
+       :class:`~pipeopt.problems.partition.recompute.RecomputeModel` (``extra``; none, full and,
+       where profiled, selective per layer).
+    2. **Partition DP.** The split minimising the largest stage **computation**: forward +
+       backward seconds on one device plus the recomputation of step 1 (a min-max DP over
+       stages, :func:`~pipeopt.problems.partition.recompute.min_max_overshoot`), each stage's
+       recompute set then read back (:meth:`PartitionProblem.stage_recompute`).
+
+    Relative to pipeopt's exact DP (``dp`` with ``recompute="auto"``) this restricts one thing:
+    the partition step balances computation only, as AdaPipe's stated goal is ("balance the
+    computation between different stages"); the transfers between stages, the 1F1B window
+    rows, the message latency and stage overhead and ZeRO's collectives, which the exact DP
+    puts in each stage's time, are not in its objective (the plan is scored with all of them by
+    :func:`pipeopt.evaluate`). Where those terms are zero the two are the same DP and reach the
+    same optimum (the tests check it): pipeopt's exact method *is* AdaPipe's decomposition, with
+    the per-stage knapsack solved exactly on Pareto frontiers instead of a knapsack over a
+    discretised memory budget. Replication is not modelled (one device per stage).
+
+    Parameters
+    ----------
+    problem
+        The partition problem (its ``recompute`` is ignored: the method chooses).
+    time_limit
+        Seconds or a :class:`~pipeopt.backends.deadline.Deadline` (the frontiers check it).
+    solver, seed, threads
+        Unused (the common method signature).
+
+    Returns
+    -------
+    Result
+        ``FEASIBLE`` (space :data:`RECOMPUTE_SPACE` if the plan recomputes), no bound; ``info``:
+        ``computation`` (the largest stage's seconds in its own objective); ``INFEASIBLE``
+        without a plan and ``info["note"]`` if no split fits with any recomputation.
+
+    Raises
+    ------
+    InvalidProblemError
+        With ``replication``.
+
+    References
+    ----------
+    Z. Sun, H. Cao, Y. Wang, G. Feng, S. Chen, H. Wang, W. Chen, "AdaPipe: Optimizing Pipeline
+    Parallelism with Adaptive Recomputation and Partitioning", ASPLOS 2024,
+    doi:10.1145/3620666.3651359 (its abstract: adaptive recomputation to maximise memory
+    utilisation and reduce each stage's computation cost; a flexible stage partitioning to
+    balance the computation between stages).
+    """
+    from .recompute import min_max_overshoot
+
+    deadline = Deadline.of(time_limit)
+    if problem.replication:
+        raise InvalidProblemError("adapipe: one device per stage (AdaPipe does not replicate stages)")
+    S = problem.stages
+    auto = PartitionProblem(problem.instance, S, recompute="auto")
+    rc = auto.recomputation
+    flight = [auto.in_flight(s) for s in range(S)]
+    rc.prepare(sorted(set(flight)), deadline)
+    wp = np.asarray(auto.work_prefix, dtype=float)
+    n = auto.n
+    j, i = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    work = np.where(j > i, wp[j] - wp[np.minimum(i, j)], np.inf)  # end-major: work[j, i] of units i..j-1
+    value, starts = min_max_overshoot([work + rc.extra(k) for k in flight], S)
+    if not np.isfinite(value):
+        return Result.scored(problem.instance, "adapipe", None, Status.INFEASIBLE, started=deadline.started,
+                             space=RECOMPUTE_SPACE, info={"note": "no split fits with any recomputation"})
+    plan = auto.plan(starts)
+    info = {"computation": float(value), "starts": [int(c) for c in starts],
+            "source": "Sun et al., AdaPipe, ASPLOS 2024: per-stage recompute knapsack, min-max computation DP"}
+    return _result(problem, "adapipe", plan, deadline.started, info)
+
+
+RECOMPUTE_BASELINES = ("megatron-full-uniform", "megatron-block", "torchtitan-every-k", "no-recompute",
+                       "no-recompute-more-stages", "adapipe")
 """The method names this module registers for the partition problem."""
