@@ -212,12 +212,30 @@ class LayerProbe:
             self.bwd_w_s = min(max(self.bwd_s - self.bwd_i_s, 0.0), self.bwd_s)
 
 
-def _prepare(args: tuple, sources: list) -> tuple:
-    """Fresh leaves: floating tensors that come from another layer require grad."""
-    def leaf(t, grad):
+class _Inputs(tuple):
+    """A layer's prepared arguments (:func:`_prepare`) and ``leaves``, the fresh leaf tensors
+    their gradients go to."""
+
+    leaves: list
+
+
+def _prepare(args: tuple, sources: list) -> _Inputs:
+    """Fresh inputs: a floating tensor that comes from another layer is a copy of a fresh leaf
+    that requires grad (``.leaves``), so that a layer which starts in place (torchvision's
+    ``ReLU(inplace=True)`` after a stage's first cut) changes the copy, as it changes the
+    previous layer's output in the whole model, and the leaf gets the input gradient. The copy
+    is made here, outside any timed or tracked region."""
+    leaves: list = []
+
+    def fresh(t, grad):
         t = t.detach()
-        return t.requires_grad_(True) if grad and t.is_floating_point() else t
-    return tuple(_map(a, lambda t, g=src is not None: leaf(t, g)) for a, src in zip(args, sources, strict=True))
+        if not (grad and t.is_floating_point()):
+            return t
+        leaves.append(t.requires_grad_(True))
+        return t.clone()
+    out = _Inputs(_map(a, lambda t, g=src is not None: fresh(t, g)) for a, src in zip(args, sources, strict=True))
+    out.leaves = leaves
+    return out
 
 
 def _grad_outputs(out) -> list[torch.Tensor]:
@@ -225,9 +243,10 @@ def _grad_outputs(out) -> list[torch.Tensor]:
     return [t for t in tensors(out) if t.requires_grad and t.is_floating_point()]
 
 
-def _grad_inputs(args) -> list[torch.Tensor]:
-    """The layer's inputs that require grad (:func:`_prepare`: floating, from another layer)."""
-    return [t for t in tensors(args) if t.requires_grad]
+def _grad_inputs(args: _Inputs) -> list[torch.Tensor]:
+    """The leaves of the layer's inputs that require grad (:func:`_prepare`: floating, from
+    another layer)."""
+    return list(args.leaves)
 
 
 def _backward(out) -> None:
