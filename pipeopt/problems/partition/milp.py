@@ -41,8 +41,8 @@ optimality quickly. Times are expressed in units of 1/100 of the simple lower bo
 about 100-1000 in the solver, away from its absolute tolerances).
 
 **Recomputation** (the problem's ``recompute`` option ``"full"`` or ``"auto"``,
-:func:`recompute_rows`): a binary per layer and mode, its product with the layer's stage
-linearised, in each stage's time row, the window rows and a linear memory row per stage (its
+:func:`recompute_rows` over :class:`RecomputeChoice`, which the schedule MILP reuses per chunk):
+a binary per layer and mode, its product with the layer's stage linearised, in each stage's time row, the window rows and a linear memory row per stage (its
 kept bytes, parameters, tied parameters and the backward's excess of re-created activations);
 the reach rows then say where *some* recompute choice fits
 (:meth:`PartitionProblem.memory_reach`). The returned plan takes each stage's least-time choice
@@ -84,7 +84,8 @@ from .problem import PartitionProblem
 
 pulp = lazy_module("pulp")
 
-__all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "build_milp", "solve_iteration", "solve_milp"]
+__all__ = ["BOUND_SLACK", "MILP_REL_GAP", "MILP_TOLERANCE", "RecomputeChoice", "build_milp", "recompute_rows",
+           "solve_iteration", "solve_milp"]
 
 
 
@@ -178,23 +179,185 @@ def build_milp(
     return lp, T, y
 
 
+class RecomputeChoice:
+    """The per-layer part of the recompute rows, shared by the partition MILP (:func:`recompute_rows`)
+    and the schedule MILP with several chunks per rank
+    (:func:`pipeopt.problems.schedule.model.recompute_rows`).
+
+    With ``x[t, c] = started(t, c) - started(t+1, c)`` (unit c in stage t, linear in the cumulative
+    binaries of ``split``) and, per layer l and mode o, a binary ``r[l, o]`` (``auto``: at most one
+    mode per layer; ``full``: ``r = 1``), the product ``z[t, l, o] = r[l, o] x[t, c(l)]`` is
+    linearised (``z <= r``, ``z <= x``, ``z >= r + x - 1``; ``full``: ``z = x``). A layer sits in one
+    stage, so one ``r`` per layer serves every stage. Per stage t (of units ``t .. n-S+t``, its reach):
+
+    * :attr:`q` ``[t]``, its recompute seconds ``sum_{l,o} z[t,l,o] extra_{l,o}`` (a continuous
+      variable, in the model's time unit: ``u`` per second);
+    * :meth:`kept_terms`: the activation bytes it keeps per microbatch times ``k``, ``k (sum_c
+      x[t,c] act_c - sum z[t,l,o] (act_l - kept_{l,o}))`` (:func:`pipeopt.cost.rules.recompute_terms`
+      through ``rc.units``);
+    * :meth:`excess`: a variable ``E_t >= 0`` with ``E_t >= sum_o z[t,L,o] (act_L - kept_{L,o}) -
+      sum_{l after L} (act_l x[t,c(l)] - sum_o z[t,l,o] (act_l - kept_{l,o}))`` for every layer L
+      some mode recomputes (the backward's excess over the kept bytes,
+      :func:`pipeopt.cost.rules.backward_peak` less them: exact where L is recomputed; implied
+      elsewhere, kept bytes being >= 0).
+
+    The memory rows themselves are the caller's (a partition stage's with its ``k_t``; a schedule
+    rank's per count vector of its chunks).
+
+    Parameters
+    ----------
+    lp
+        The PuLP problem.
+    split
+        :class:`~pipeopt.problems.partition.model.CumulativeSplit` (its ``model`` gives ``n``, ``S``).
+    rc
+        :class:`~pipeopt.problems.partition.recompute.RecomputeModel` (``mode``, ``units``: each
+        unit's :class:`~pipeopt.problems.partition.recompute.LayerChoices`).
+    act
+        ``array (n,)``: activation bytes per unit (what a unit keeps per microbatch unrecomputed).
+    u
+        Model time units per second.
+    deadline
+        :class:`~pipeopt.backends.deadline.Deadline`, checked per stage.
+    """
+
+    def __init__(self, lp, split: CumulativeSplit, rc, act, u: float, deadline: Deadline) -> None:
+        self.lp, self.split, self.rc = lp, split, rc
+        self.n, self.S = split.model.n, split.model.S
+        self.act = [float(a) for a in act]
+        n, S = self.n, self.S
+        self.layers = [(c, layer) for c in range(n) for layer in rc.units[c]]
+        layers = self.layers
+        r = {}
+        if rc.mode == "auto":
+            for i, (c, layer) in enumerate(layers):
+                for o in range(1, len(layer.modes)):
+                    r[i, o] = lp.add_variable(f"recompute_{i}_{o}", lowBound=0, upBound=1, cat=pulp.LpBinary)
+                if len(layer.modes) > 2:
+                    self.add([(r[i, o], 1.0) for o in range(1, len(layer.modes))], -1.0, f"one_mode_{i}")
+        self.r = r
+        first = 1 if rc.mode == "auto" else 0  # option 0 is "keep" under auto
+        self.z: list = []  # per stage: (i, o) -> (terms, constant) of z[t, i, o]
+        self.q: list = []
+        self._excess: dict = {}
+        for t in range(S):
+            deadline.check("building the MILP's recompute rows")
+            lo, hi = self.reach(t)
+            z = {}
+            for i, (c, layer) in enumerate(layers):
+                if not lo <= c <= hi:
+                    continue
+                xt, xc = self.x(t, c)
+                for o in range(first, len(layer.modes)):
+                    if rc.mode == "full":
+                        z[i, o] = (xt, xc)
+                        continue
+                    v = lp.add_variable(f"redo_{t}_{i}_{o}", lowBound=0, upBound=1)
+                    self.add([(v, 1.0), (r[i, o], -1.0)], 0.0, f"redo_le_r_{t}_{i}_{o}")
+                    self.add([(v, 1.0), *((w, -a) for w, a in xt)], -xc, f"redo_le_x_{t}_{i}_{o}")
+                    self.add([(r[i, o], 1.0), *xt, (v, -1.0)], xc - 1.0, f"redo_ge_{t}_{i}_{o}")
+                    z[i, o] = ([(v, 1.0)], 0.0)
+            self.z.append(z)
+            qt = lp.add_variable(f"recompute_time_{t}", lowBound=0)
+            terms, const = [(qt, -1.0)], 0.0
+            for (i, o), (zt, zc) in z.items():
+                sec = layers[i][1].seconds[o] * u
+                if sec:
+                    terms += [(w, a * sec) for w, a in zt]
+                    const += zc * sec
+            self.add(terms, const, f"recompute_time_{t}", pulp.LpConstraintEQ)
+            self.q.append(qt)
+
+    def add(self, terms, constant: float, name: str, sense=None) -> None:
+        """:meth:`CumulativeSplit.add` with one term per variable (PuLP keeps one: they are summed)."""
+        merged: dict = {}
+        for v, a in terms:
+            merged[v] = merged.get(v, 0.0) + a
+        self.split.add(list(merged.items()), constant, name, sense)
+
+    def reach(self, t: int) -> tuple[int, int]:
+        """``(lo, hi)``: the units stage t can hold, ``t .. n-S+t``."""
+        return t, self.n - self.S + t
+
+    def x(self, t: int, c: int) -> tuple[list, float]:
+        """``1[unit c in stage t]`` as (terms, constant): ``started(t, c) - started(t+1, c)``."""
+        terms, const = [], 0.0
+        for s_, sign in ((t, 1.0), (t + 1, -1.0)):
+            v = 1 if s_ == 0 else (0 if s_ == self.S else self.split.started(s_, c))
+            if isinstance(v, int):
+                const += sign * v
+            else:
+                terms.append((v, sign))
+        return terms, const
+
+    def saved(self, i: int, o: int) -> float:
+        """Bytes per microbatch that layer ``i`` (of :attr:`layers`) in mode ``o`` does not keep."""
+        layer = self.layers[i][1]
+        return layer.act - layer.kept[o]
+
+    def kept_terms(self, t: int, k: float, scale: float) -> tuple[list, float]:
+        """``k`` times the activation bytes stage t keeps per microbatch, times ``scale``, as (terms,
+        constant) (class docstring)."""
+        lo, hi = self.reach(t)
+        terms, const = [], 0.0
+        if not k:
+            return terms, const
+        for c in range(lo, hi + 1):
+            xt, xc = self.x(t, c)
+            w = k * self.act[c] * scale
+            terms += [(v, a * w) for v, a in xt]
+            const += xc * w
+        for (i, o), (zt, zc) in self.z[t].items():
+            sv = k * self.saved(i, o) * scale
+            terms += [(v, -a * sv) for v, a in zt]
+            const -= zc * sv
+        return terms, const
+
+    def excess(self, t: int, scale: float):
+        """The variable ``E_t`` (bytes times ``scale``) of stage t's backward excess with its rows
+        (class docstring); built once per stage and scale."""
+        key = (t, float(scale))
+        if key in self._excess:
+            return self._excess[key]
+        E = self.lp.add_variable(f"backward_excess_{t}" + (f"_{len(self._excess)}" if self._excess else ""),
+                                 lowBound=0)
+        self._excess[key] = E
+        z = self.z[t]
+        lo, hi = self.reach(t)
+        idx = [i for i, (c, _) in enumerate(self.layers) if lo <= c <= hi]
+        by_layer: dict = {}
+        for key_ in z:
+            by_layer.setdefault(key_[0], []).append(key_)
+        saved = {key_: self.saved(*key_) * scale for key_ in z}
+        for pos, L in enumerate(idx):
+            own = [key_ for key_ in by_layer.get(L, ()) if saved[key_] > 0]
+            if not own:
+                continue
+            row, rconst = [(E, -1.0)], 0.0
+            for key_ in own:
+                zt, zc = z[key_]
+                row += [(v, a * saved[key_]) for v, a in zt]
+                rconst += zc * saved[key_]
+            for i in idx[pos + 1:]:  # minus the kept bytes of the layers after L in stage t
+                c = self.layers[i][0]
+                xt, xc = self.x(t, c)
+                act = self.layers[i][1].act * scale
+                row += [(v, -a * act) for v, a in xt]
+                rconst -= xc * act
+                for key_ in by_layer.get(i, ()):
+                    zt, zc = z[key_]
+                    row += [(v, a * saved[key_]) for v, a in zt]
+                    rconst += zc * saved[key_]
+            self.add(row, rconst, f"{E.name}_{L}")
+        return E
+
+
 def recompute_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, deadline: Deadline) -> list:
-    """The recompute choice of every layer as MILP rows (nothing with ``recompute="none"``).
-
-    With ``x[t, c] = started(t, c) - started(t+1, c)`` (unit c in stage t, linear in the
-    cumulative binaries) and, per layer l and mode o, a binary ``r[l, o]`` (``auto``: at most
-    one mode per layer; ``full``: ``r = 1``), the product ``z[t, l, o] = r[l, o] x[t, c(l)]``
-    is linearised (``z <= r``, ``z <= x``, ``z >= r + x - 1``; ``full``: ``z = x``). Then per
-    stage t, keeping ``k_t`` microbatches with ``v_t`` weight versions:
-
-    * its recompute seconds ``q_t = sum_{l,o} z[t,l,o] extra_{l,o}`` (a continuous variable, in
-      the model's time unit), added to its stage row and to the window rows;
-    * its memory, in units of the worker's memory: ``sum_c x[t,c] (k_t act_c + v_t param_c) -
-      k_t sum z[t,l,o] (act_l - kept_{l,o}) + v_t sum_ties state h[t, tie] + E_t <=
-      memory_limit`` with ``h >= x`` on the tie's units and the backward's excess ``E_t >= 0``,
-      ``E_t >= sum_o z[t,L,o] (act_L - kept_{L,o}) - sum_{l after L} (act_l x[t,c(l)] - sum_o
-      z[t,l,o] (act_l - kept_{l,o}))`` for every layer L (exact where L is recomputed in stage t:
-      :func:`pipeopt.cost.rules.backward_peak`; implied elsewhere, the kept bytes being >= 0).
+    """The recompute choice of every layer as MILP rows (nothing with ``recompute="none"``):
+    :class:`RecomputeChoice`'s binaries and per-stage seconds, and per stage t, keeping ``k_t``
+    microbatches with ``v_t`` weight versions, its memory row in units of the worker's memory:
+    ``kept_terms(t, k_t) + sum_c x[t,c] v_t param_c + v_t sum_ties state h[t, tie] + E_t <=
+    memory_limit`` with ``h >= x`` on the tie's units and ``E_t`` :meth:`RecomputeChoice.excess`.
 
     Returns
     -------
@@ -205,82 +368,25 @@ def recompute_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, d
     rc = problem.recomputation
     if rc is None:
         return []
-    n, S = model.n, model.S
-
-    def add(terms, constant: float, name: str, sense=None) -> None:  # PuLP keeps one term per variable: sum them
-        merged: dict = {}
-        for v, a in terms:
-            merged[v] = merged.get(v, 0.0) + a
-        split.add(list(merged.items()), constant, name, sense)
-
-    def x(t: int, c: int) -> tuple[list, float]:
-        terms, const = [], 0.0
-        for s_, sign in ((t, 1.0), (t + 1, -1.0)):
-            v = 1 if s_ == 0 else (0 if s_ == S else split.started(s_, c))
-            if isinstance(v, int):
-                const += sign * v
-            else:
-                terms.append((v, sign))
-        return terms, const
-
-    layers = [(c, layer) for c in range(n) for layer in rc.units[c]]
-    r = {}
-    if rc.mode == "auto":
-        for i, (c, layer) in enumerate(layers):
-            for o in range(1, len(layer.modes)):
-                r[i, o] = lp.add_variable(f"recompute_{i}_{o}", lowBound=0, upBound=1, cat=pulp.LpBinary)
-            if len(layer.modes) > 2:
-                add([(r[i, o], 1.0) for o in range(1, len(layer.modes))], -1.0, f"one_mode_{i}")
-    first = 1 if rc.mode == "auto" else 0  # option 0 is "keep" under auto
-    q = []
+    S = model.S
+    choice = RecomputeChoice(lp, split, rc, problem.instance.chain.act, u, deadline)
     cap = problem.memory
-    finite = math.isfinite(cap)
+    if not math.isfinite(cap):
+        return choice.q
     ties = problem.table.ties
+    scale = 1.0 / cap
     for t in range(S):
         deadline.check("building the MILP's recompute rows")
-        lo, hi = t, n - S + t  # the units stage t can hold
-        z = {}
-        for i, (c, layer) in enumerate(layers):
-            if not lo <= c <= hi:
-                continue
-            xt, xc = x(t, c)
-            for o in range(first, len(layer.modes)):
-                if rc.mode == "full":
-                    z[i, o] = (xt, xc)
-                    continue
-                v = lp.add_variable(f"redo_{t}_{i}_{o}", lowBound=0, upBound=1)
-                add([(v, 1.0), (r[i, o], -1.0)], 0.0, f"redo_le_r_{t}_{i}_{o}")
-                add([(v, 1.0), *((w, -a) for w, a in xt)], -xc, f"redo_le_x_{t}_{i}_{o}")
-                add([(r[i, o], 1.0), *xt, (v, -1.0)], xc - 1.0, f"redo_ge_{t}_{i}_{o}")
-                z[i, o] = ([(v, 1.0)], 0.0)
-        qt = lp.add_variable(f"recompute_time_{t}", lowBound=0)
-        terms, const = [(qt, -1.0)], 0.0
-        for (i, o), (zt, zc) in z.items():
-            sec = layers[i][1].seconds[o] * u
-            if sec:
-                terms += [(w, a * sec) for w, a in zt]
-                const += zc * sec
-        add(terms, const, f"recompute_time_{t}", pulp.LpConstraintEQ)
-        q.append(qt)
-        if not finite:
-            continue
+        lo, hi = choice.reach(t)
         k = problem.in_flight(t)
         ver = rules.weight_versions(k, problem.instance.settings.weight_stashing)
-        scale = 1.0 / cap
-        excess = lp.add_variable(f"backward_excess_{t}", lowBound=0)
-        mem, mconst = [(excess, 1.0)], 0.0
+        mem, mconst = choice.kept_terms(t, k, scale)
+        mem = mem + [(choice.excess(t, scale), 1.0)]
         for c in range(lo, hi + 1):
-            xt, xc = x(t, c)
-            w = (k * float(problem.instance.chain.act[c]) + ver * float(problem.instance.chain.param[c])) * scale
+            xt, xc = choice.x(t, c)
+            w = ver * float(problem.instance.chain.param[c]) * scale
             mem += [(v, a * w) for v, a in xt]
             mconst += xc * w
-        saved = {}
-        for (i, o), (zt, zc) in z.items():
-            layer = layers[i][1]
-            sv = (layer.act - layer.kept[o]) * scale
-            saved[i, o] = sv
-            mem += [(v, -a * k * sv) for v, a in zt]
-            mconst -= zc * k * sv
         if ties:
             for j, (units, state) in enumerate(zip(ties.units, ties.state, strict=True)):
                 inside = [int(c) for c in units if lo <= c <= hi]
@@ -288,36 +394,11 @@ def recompute_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, d
                     continue
                 h = lp.add_variable(f"tie_{t}_{j}", lowBound=0, upBound=1)
                 for c in inside:
-                    xt, xc = x(t, c)
-                    add([*((v, a) for v, a in xt), (h, -1.0)], xc, f"tie_{t}_{j}_{c}")
+                    xt, xc = choice.x(t, c)
+                    choice.add([*((v, a) for v, a in xt), (h, -1.0)], xc, f"tie_{t}_{j}_{c}")
                 mem.append((h, ver * state * scale))
-        add(mem, mconst - rules.memory_limit(cap) * scale, f"memory_{t}")
-        # the backward's excess: one row per layer that some mode recomputes, in the stage's order
-        idx = [i for i, (c, _) in enumerate(layers) if lo <= c <= hi]
-        by_layer: dict = {}
-        for key in z:
-            by_layer.setdefault(key[0], []).append(key)
-        for pos, L in enumerate(idx):
-            own = [key for key in by_layer.get(L, ()) if saved[key] > 0]
-            if not own:
-                continue
-            row, rconst = [(excess, -1.0)], 0.0
-            for key in own:
-                zt, zc = z[key]
-                row += [(v, a * saved[key]) for v, a in zt]
-                rconst += zc * saved[key]
-            for i in idx[pos + 1:]:  # minus the kept bytes of the layers after L in stage t
-                c = layers[i][0]
-                xt, xc = x(t, c)
-                act = layers[i][1].act * scale
-                row += [(v, -a * act) for v, a in xt]
-                rconst -= xc * act
-                for key in by_layer.get(i, ()):
-                    zt, zc = z[key]
-                    row += [(v, a * saved[key]) for v, a in zt]
-                    rconst += zc * saved[key]
-            add(row, rconst, f"backward_excess_{t}_{L}")
-    return q
+        choice.add(mem, mconst - rules.memory_limit(cap) * scale, f"memory_{t}")
+    return choice.q
 
 
 def _start_values(model: StraightModel, starts: list[int], value: float, time_unit: float) -> dict:

@@ -336,10 +336,30 @@ class RecomputeModel:
             out += float(rules.transient_memory(sent, rules.outputs_kept(k, last, p.instance.settings.microbatches), 0.0))
         return out
 
-    def _least(self, front: Frontier, a: int, b: int, k: float) -> int | None:
-        """Index of the point of least time whose stage memory fits (``None`` if none)."""
+    def least(self, front: Frontier, a: int, b: int, k: float, memory: float | None = None) -> int | None:
+        """The point of least time on ``front`` whose stage memory fits.
+
+        Parameters
+        ----------
+        front
+            :class:`Frontier` of the choices of every layer of the stage of units ``a..b-1``
+            (a walk from its last layer to its first, as :meth:`choose` builds it).
+        a, b
+            The stage's first unit and one past its last.
+        k
+            Microbatches the stage keeps in flight (>= 1).
+        memory
+            Bytes the stage may use (:func:`pipeopt.cost.rules.fits`); default: the worker's
+            (``problem.fits``).
+
+        Returns
+        -------
+        int or None
+            Index into ``front`` of the least-time point whose memory, ``k held + fixed(a, b, k)
+            + max(excess, 0)`` bytes (:meth:`fixed`), fits; ``None`` if no point fits.
+        """
         mem = k * front.held + self.fixed(a, b, k) + np.maximum(front.excess, 0.0)
-        ok = np.flatnonzero(self.problem.fits(mem))
+        ok = np.flatnonzero(self.problem.fits(mem) if memory is None else rules.fits(mem, memory))
         if not ok.size:
             return None
         return int(ok[np.argmin(front.time[ok])])
@@ -408,7 +428,7 @@ class RecomputeModel:
             front, _ = extend(fronts[-1], layer, self.tol, pairwise=self.pairwise)
             fronts.append(front)
         last = fronts[-1]
-        i = self._least(last, a, b, k)
+        i = self.least(last, a, b, k)
         seconds = math.inf
         if i is None:  # none fits: the choice of least memory (a plan that says what it misses by)
             i = int(np.argmin(k * last.held + np.maximum(last.excess, 0.0)))

@@ -17,7 +17,8 @@ executor, the single evaluation) and whose space is ``"schedule:<name>"``
 * ``exhaustive`` -- exact on small chains: every split scored by the executor (refuses more
   than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`); with the problem's ``recompute``
   option, each split's exact recompute sets (:mod:`.recompute`; ``milp`` models the option too
-  with one chunk per rank and the schedule's W places, :func:`.model.recompute_rows`);
+  with the schedule's W places: :func:`.model.recompute_rows` with one chunk per rank, a binary per
+  layer with several, :func:`.model.recompute_memory_rows`);
 * ``uniform``, ``torchtitan``, ``best_1f1b`` -- the splits users get without a planner, run
   under the schedule (:mod:`.baselines`; no bound, their gap is to the exact bound);
 * ``zb_greedy`` -- the zero-bubble repository's greedy order on the uniform split (one chunk
@@ -46,13 +47,14 @@ PROBLEM = ScheduleProblem
 
 METHODS = (
     Method("schedule", "auto", solve_auto, True, "auto", True,
-           "the default exact method: cpsat for the free order, milp for a fixed order, exhaustive with recompute",
+           "the default exact method: cpsat for the free order, milp for a fixed order, exhaustive with recompute"
+           " and free W places",
            terms=LATENCY | RECOMPUTE),
     Method("schedule", "cpsat", solve_free_order, True, "auto", False,
            "free order: CP-SAT over the split and every rank's order of F, I, W (schedule='free' only)", terms=LATENCY),
     Method("schedule", "milp", solve_milp, True, "auto", True,
            "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W;"
-           " recompute with v = 1", terms=LATENCY | RECOMPUTE),
+           " recompute with the schedule's W places", terms=LATENCY | RECOMPUTE),
     Method("schedule", "exhaustive", exhaustive, True, "auto", False,
            "every split scored by the schedule executor (small chains only); recompute: each split's exact"
            " recompute sets (.recompute)", terms=LATENCY | RECOMPUTE),

@@ -1,8 +1,8 @@
 """``auto``: the schedule problem's default exact method - ``cpsat`` (:mod:`.free_order`) for
 the free order (``schedule="free"``), ``milp`` (:mod:`.milp`, with free W placement
 :mod:`.w_placement`) for a fixed order, ``exhaustive`` (:mod:`.exhaustive`) for a fixed order
-with ``recompute`` other than ``"none"`` where the MILP does not model it (v > 1, free W places). ``result.method`` names the method that ran and
-``info["chosen"]`` says ``{"by": "auto", "method": ..., "rule": ...}``."""
+with ``recompute`` other than ``"none"`` where the MILP does not model it (free W places).
+``result.method`` names the method that ran and ``info["chosen"]`` says ``{"by": "auto", "method": ..., "rule": ...}``."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ def choose(problem: ScheduleProblem) -> tuple[str, str]:
         from .milp import recompute_supported
 
         if recompute_supported(problem):
-            return "milp", (f"fixed order ({problem.schedule.name}), recompute={problem.recompute!r} with one chunk per"
-                            " rank: the event-time MILP chooses the split, each chunk's least rerun seconds in it")
-        return "exhaustive", (f"recompute={problem.recompute!r} with {problem.stages_per_rank} chunks per rank or free"
-                              " W places: every split with its exact recompute sets (small chains; the MILP models"
-                              " recomputation with one chunk per rank and the schedule's W places only)")
+            return "milp", (f"fixed order ({problem.schedule.name}), recompute={problem.recompute!r}: the event-time"
+                            " MILP chooses the split and each chunk's recompute set (its rerun seconds in its B / I)")
+        return "exhaustive", (f"recompute={problem.recompute!r} with free W places: every split with its exact"
+                              " recompute sets (small chains; the MILP models recomputation with the schedule's W"
+                              " places only)")
     return "milp", f"fixed order ({problem.schedule.name}): the event-time MILP chooses the split"
 
 

@@ -25,11 +25,15 @@ measures). This is the partition problem's event-time model
   capacity, right-hand side :func:`pipeopt.cost.rules.memory_limit` widened by
   :data:`MEMORY_WIDEN` so the row never cuts off a split that fits). A split the model admits
   but the executor finds over memory is cut off by a no-good row and the model solved again;
-* **recomputation** (``recompute`` ``"full"`` / ``"auto"``, one chunk per rank, the schedule's
-  W places): one continuous ``q_s`` per chunk in its B / I duration, bounded below by the least
-  rerun seconds of every interval the chunk covers (:func:`.model.recompute_rows`: the partition
-  problem's per-stage Pareto frontiers at the chunk's in-flight count), whose ``inf`` rows replace
-  the memory rows.
+* **recomputation** (``recompute`` ``"full"`` / ``"auto"``, the schedule's W places): one
+  continuous ``q_s`` per chunk in its B / I duration. One chunk per rank: ``q_s`` bounded below by
+  the least rerun seconds of every interval the chunk covers (:func:`.model.recompute_rows`: the
+  partition problem's per-stage Pareto frontiers at the chunk's in-flight count), whose ``inf``
+  rows replace the memory rows. Several chunks per rank (v > 1: ZBV, DualPipeV, the interleaved
+  schedules), whose recompute sets share the rank's memory: the partition MILP's binary per layer
+  (:class:`pipeopt.problems.partition.milp.RecomputeChoice`, ``q_s`` its linear sum) and one memory
+  row per rank, count vector and chunk holding a microbatch (:func:`.model.recompute_memory_rows`:
+  each chunk's kept bytes times its count, the parameters, the largest backward excess).
 
 minimise Z. For integral y the least Z is the exact iteration time of the split, so the MILP
 optimum is the least iteration time over the splits that fit; its dual bound (less
@@ -73,11 +77,14 @@ from .model import (
     memory_scale,
     memory_terms,
     merged,
+    per_layer_recompute,
+    recompute_memory_rows,
     split_and_durations,
     split_values,
 )
 from ...result import Result
 from .problem import ScheduleProblem, uniform_starts
+from .recompute import budget_recompute
 from .w_placement import build_free_milp, free_start_values, place_for_split, read_order
 
 __all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "local_search", "memory_scale", "memory_terms",
@@ -114,8 +121,12 @@ def build_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadline: D
     v["graph"] = sg.graph
     deadline.check("building the schedule MILP")
     v["t"] = add_run_rows(lp, sg.graph, v["d"], v["Z"], deadline)
-    # memory: one row per rank and count vector (with recomputation: recompute_rows' rows instead)
-    if math.isfinite(problem.capacity) and v["rc"] is None:
+    # memory: one row per rank and count vector (with recomputation: recompute_rows' rows instead,
+    # or with several chunks per rank recompute_memory_rows over the per-layer choice)
+    if math.isfinite(problem.capacity) and v["rc_choice"] is not None:
+        if not recompute_memory_rows(problem, split, between, v["rc_choice"]):
+            return None, v
+    elif math.isfinite(problem.capacity) and v["rc"] is None:
         sched = problem.schedule
         for r in range(sched.ranks):
             mine = sched.stages_on(r)
@@ -131,9 +142,10 @@ def build_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadline: D
     return lp, v
 
 
-def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> dict:
-    """A full MIP start: binaries, durations and earliest start times of ``starts``."""
-    vals, dur = split_values(problem, v, starts, unit)
+def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float, recompute=None) -> dict:
+    """A full MIP start: binaries, durations and earliest start times of ``starts`` (each chunk
+    recomputing ``recompute[s]`` with a binary per layer, :func:`split_values`)."""
+    vals, dur = split_values(problem, v, starts, unit, recompute)
     graph = v["graph"]
     arr = np.array([dur[k][i] for k, i, _ in graph.ops])
     vals.update(run_start_values(graph, v["t"], v["Z"], arr, unit)[1])
@@ -141,10 +153,11 @@ def _start_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> dic
 
 
 def recompute_supported(problem: ScheduleProblem) -> bool:
-    """True if :func:`solve_milp` models ``problem.recompute``: one chunk per rank and the
-    schedule's W places (each chunk's memory is then its own rank's, :func:`.model.recompute_rows`)."""
-    sched = problem.schedule
-    return problem.w_placement == "schedule" and all(len(sched.stages_on(r)) == 1 for r in range(sched.ranks))
+    """True if :func:`solve_milp` models ``problem.recompute``: the schedule's W places (a freely
+    placed W changes the counts in flight). One chunk per rank: each chunk's memory is its rank's
+    (:func:`.model.recompute_rows`); several: a binary per layer and the rank's memory rows
+    (:func:`.model.recompute_memory_rows`)."""
+    return problem.w_placement == "schedule"
 
 
 def work_balanced_starts(problem: ScheduleProblem) -> list[int]:
@@ -161,9 +174,12 @@ def work_balanced_starts(problem: ScheduleProblem) -> list[int]:
     return starts
 
 
-def local_search(problem: ScheduleProblem, starts, value: float, deadline: Deadline, steps=(1, 2)) -> tuple:
+def local_search(problem: ScheduleProblem, starts, value: float, deadline: Deadline, steps=(1, 2),
+                 score=None) -> tuple:
     """Move one cut at a time by ``steps`` units either way while the executor's time drops
-    (best move first); stops at a local optimum or at ``deadline``. Returns ``(starts, value)``."""
+    (best move first); stops at a local optimum or at ``deadline``. ``score(starts) -> seconds``
+    (default :meth:`ScheduleProblem.value`). Returns ``(starts, value)``."""
+    score = problem.value if score is None else score
     starts, n = list(starts), problem.n
     while not deadline.expired():
         best = None
@@ -175,7 +191,7 @@ def local_search(problem: ScheduleProblem, starts, value: float, deadline: Deadl
                 if not lo <= c <= hi:
                     continue
                 cand = starts[:t] + [c] + starts[t + 1:]
-                v = problem.value(cand)
+                v = score(cand)
                 if v < value * (1 - 1e-12) and (best is None or v < best[1]):
                     best = (cand, v)
             if deadline.expired():
@@ -225,20 +241,24 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         than ``"none"`` where :func:`recompute_supported` is False (v > 1 or free W placement:
         :func:`.exhaustive.exhaustive` chooses it on small chains).
 
-    With ``problem.recompute`` ``"full"`` or ``"auto"`` (one chunk per rank, the schedule's W
-    places) each chunk's least rerun seconds join its B / I durations
+    With ``problem.recompute`` ``"full"`` or ``"auto"`` (the schedule's W places) each chunk's
+    rerun seconds join its B / I durations. One chunk per rank: its least rerun seconds
     (:func:`.model.recompute_rows`, module docstring) and the returned plan carries each chunk's
-    exact recompute set (:meth:`ScheduleProblem.chunk_recompute`).
+    exact recompute set (:meth:`ScheduleProblem.chunk_recompute`). Several chunks per rank (v > 1):
+    a binary per layer (:class:`~pipeopt.problems.partition.milp.RecomputeChoice`) and the rank's
+    memory rows per count vector (:func:`.model.recompute_memory_rows`); the plan carries the
+    solver's recompute sets, the warm start's are :func:`.recompute.budget_recompute`'s (a
+    heuristic); if the executor finds the solver's sets over memory (the rows' widening), the
+    heuristic's sets for that split are tried and the loop stops there without a proof.
     """
     if problem.is_free:
         raise InvalidProblemError(f"method 'milp' splits a fixed order; the free order (schedule='free') is"
                                   " solved by 'cpsat' (or 'auto')")
     if problem.recompute != "none" and not recompute_supported(problem):
         raise InvalidProblemError(f"method 'milp' models activation recomputation (recompute={problem.recompute!r})"
-                                  " with one chunk per rank and the schedule's W places only; "
-                                  f"{problem.schedule.name} here has {problem.stages_per_rank} chunks per rank and"
-                                  f" w_placement={problem.w_placement!r}: use 'exhaustive' (small chains; 'auto'"
-                                  " runs it), or recompute='none'")
+                                  " with the schedule's W places only; here w_placement="
+                                  f"{problem.w_placement!r}: use 'exhaustive' (small chains; 'auto' runs it), or"
+                                  " recompute='none'")
     started = time.perf_counter()
     deadline = Deadline.of(time_limit)
     if solver not in SOLVERS:
@@ -251,7 +271,25 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     if free:
         build, warm_values = build_free_milp, free_start_values
     else:
-        build, warm_values = build_milp, (lambda pr, v, st, _order, u: _start_values(pr, v, st, u))
+        build, warm_values = build_milp, (lambda pr, v, st, _order, u, rc=None: _start_values(pr, v, st, u, rc))
+    layered = problem.recomputation is not None and per_layer_recompute(problem) and not free
+
+    def sets(starts) -> list | None:
+        """Per chunk the recompute sets the MILP's plans of ``starts`` carry: ``None`` (the
+        problem's own, :meth:`ScheduleProblem.chunk_recompute`) unless ``layered``: the budget
+        heuristic's (auto; ``None`` if it fits none) or every layer (full)."""
+        if not layered:
+            return None
+        if problem.recompute == "full":
+            return problem.chunk_recompute(starts)
+        return budget_recompute(problem, starts)
+
+    def score(starts) -> float:
+        picks = sets(starts)
+        if layered and picks is None:
+            return math.inf
+        return problem.value(starts, None, picks)
+
     if (S == 1 or S == n) and not free:
         only = list(range(1, S))
         ok = problem.value(only) < math.inf
@@ -262,12 +300,14 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     candidates += [uniform_starts(n, S), work_balanced_starts(problem)]
     incumbent, inc_order, inc_value = None, None, math.inf
     for cand in candidates:
-        value = problem.value(cand)
+        value = score(cand)
         if value < inc_value:
             incumbent, inc_value = list(cand), value
     if incumbent is not None:  # a better warm start: cuts moved while the executor's time drops
-        incumbent, inc_value = local_search(problem, incumbent, inc_value, deadline.sub(fraction=HEURISTIC_SHARE))
-    ref = inc_value if incumbent is not None else problem.execute(candidates[0]).time
+        incumbent, inc_value = local_search(problem, incumbent, inc_value, deadline.sub(fraction=HEURISTIC_SHARE),
+                                            score=score)
+    ref = inc_value if incumbent is not None else \
+        problem.execute(candidates[0], recompute=[None] * S if layered else None).time
     unit = model_unit(ref, _TIME_SCALE)
     if free:  # the best W places for the warm start's split (or the first candidate if none fits): placement only
         split_ = incumbent if incumbent is not None else candidates[0]
@@ -284,20 +324,26 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         if free:
             info["gap_binaries"] = sum(len(z) for rank in v["z"] for z in rank)
 
-    def read(v, out):  # a plan is (starts, order): the order only with free W places
+    def read(v, out):  # a plan is (starts, order, recompute): the order only with free W places, the sets if layered
         y = v["y"]
         starts = starts_from_cumulative({t: {c: out.value(y[t][c]) for c in y[t]} for t in y}, problem.space)
-        return starts, (read_order(problem, v, out) if free else None)
+        picks = solver_sets(problem, v["rc_choice"], starts, out.value) if layered else None
+        if layered and problem.value(starts, None, picks) == math.inf:  # over memory by the rows' widening
+            picks = sets(starts) or picks
+        return starts, (read_order(problem, v, out) if free else None), picks
 
     def verdict(plan) -> Verdict:
         value = problem.value(*plan)
-        # free: a no-good row would cut the split with every placement
-        return Verdict(value, value < math.inf, "breaks memory by the executor", final=free)
+        # free: a no-good row would cut the split with every placement; layered: with every recompute set
+        return Verdict(value, value < math.inf, "breaks memory by the executor", final=free or layered)
 
     # the resolve loop shared with the partition problem's event-time MILP (backends/lazy.py)
+    inc_sets = sets(incumbent) if incumbent is not None else None
     lazy = resolve(lambda exclude, clock: build(problem, unit, exclude=[p[0] for p in exclude], deadline=clock),
-                   lambda v, plan: warm_values(problem, v, plan[0], plan[1], unit), read, verdict,
-                   deadline=deadline, unit=unit, incumbent=None if incumbent is None else (incumbent, inc_order),
+                   lambda v, plan: (warm_values(problem, v, plan[0], plan[1], unit, plan[2]) if layered
+                                    else warm_values(problem, v, plan[0], plan[1], unit)), read, verdict,
+                   deadline=deadline, unit=unit,
+                   incumbent=None if incumbent is None else (incumbent, inc_order, inc_sets),
                    value=inc_value, bound=problem.memory_free_bound(), solver=solver, rel_gap=MILP_REL_GAP,
                    abs_gap=MILP_ABS_GAP, tolerance=MILP_TOLERANCE, bound_slack=BOUND_SLACK, threads=int(threads),
                    seed=int(seed), info=info, on_first=first, empty_note="a memory row is false on constants")
@@ -308,4 +354,21 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     if lazy.plan is None:
         return problem.result("milp", None, "time_limit", lower_bound=lazy.bound, started=started, info=info)
     return problem.result("milp", lazy.plan[0], lazy.status, lower_bound=lazy.bound, started=started, info=info,
-                          order=lazy.plan[1])
+                          order=lazy.plan[1], recompute=lazy.plan[2])
+
+
+def solver_sets(problem: ScheduleProblem, choice, starts, value) -> list:
+    """Per chunk of the split ``starts``, ``dict[layer, mode]`` (or ``None``) of the layers the
+    solver's per-layer binaries (``choice``, a :class:`~pipeopt.problems.partition.milp.RecomputeChoice`;
+    ``value(var)`` their values) recompute; every layer with ``recompute="full"``."""
+    if problem.recompute == "full":
+        return problem.chunk_recompute(starts)
+    chunk_of = {}
+    for s, layers in enumerate(problem.chunks(starts)):
+        chunk_of.update(dict.fromkeys(layers, s))
+    out: list = [{} for _ in range(problem.S)]
+    for (i, o), var in choice.r.items():
+        if (value(var) or 0.0) > 0.5:
+            layer = choice.layers[i][1]
+            out[chunk_of[layer.name]][layer.name] = layer.modes[o]
+    return [x or None for x in out]

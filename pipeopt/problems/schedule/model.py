@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ...backends.deadline import Deadline
 from ...lazy import lazy_module
 from ...cost import rules
 from ..partition.model import CumulativeSplit
@@ -16,7 +19,7 @@ from .problem import ScheduleProblem
 pulp = lazy_module("pulp")
 
 __all__ = ["MEMORY_WIDEN", "chunk_durations", "chunk_extra", "memory_scale", "memory_terms", "merged",
-           "recompute_rows", "split_and_durations", "split_values"]
+           "per_layer_recompute", "recompute_memory_rows", "recompute_rows", "split_and_durations", "split_values"]
 
 
 MEMORY_WIDEN = 1e-7
@@ -85,7 +88,15 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
     for t in range(1, S):
         split.structure_rows(t)
     u = 1.0 / unit
-    v["rc"] = recompute_rows(problem, lp, split, u)
+    v["rc_choice"] = None
+    if problem.recomputation is not None and per_layer_recompute(problem):
+        # several chunks per rank share its memory: a binary per layer (the partition MILP's rows)
+        from ..partition.milp import RecomputeChoice
+
+        choice = RecomputeChoice(lp, split, problem.recomputation, np.diff(P["act"]), u, Deadline(None))
+        v["rc"], v["rc_choice"] = choice.q, choice
+    else:
+        v["rc"] = recompute_rows(problem, lp, split, u)
 
     def between(arr, s, scale):
         """``(arr[p_{s+1}] - arr[p_s]) * scale`` as (terms, constant)."""
@@ -151,16 +162,87 @@ def memory_terms(problem: ScheduleProblem, split, between, rank: int, counts) ->
     return terms, const
 
 
-def split_values(problem: ScheduleProblem, v: dict, starts, unit: float) -> tuple[dict, dict]:
+def per_layer_recompute(problem: ScheduleProblem) -> bool:
+    """True if the MILP states recomputation with a binary per layer (:class:`~pipeopt.problems.
+    partition.milp.RecomputeChoice`, :func:`recompute_memory_rows`): some rank holds several chunks,
+    whose recompute sets share its memory; with one chunk per rank :func:`recompute_rows`' frontier
+    rows hold it without binaries."""
+    sched = problem.schedule
+    return any(len(sched.stages_on(r)) > 1 for r in range(sched.ranks))
+
+
+def recompute_memory_rows(problem: ScheduleProblem, split, between, choice) -> bool:
+    """The memory rows of every rank with recomputation chosen per layer (``choice``, a
+    :class:`~pipeopt.problems.partition.milp.RecomputeChoice`): per rank r, count vector ``c`` of
+    :meth:`~pipeopt.schedules.Schedule.activation_profile` and chunk s of the rank with ``c_s > 0``
+    (or none, if every count is 0),
+
+    ``sum_{s' on r} (kept_terms(s', c_{s'}) + parameter_copies * param_{s'}) + E_s <= limit``
+
+    (:func:`memory_scale`), ``E_s`` the chunk's backward excess (:meth:`RecomputeChoice.excess`): the
+    executor's rule (:func:`pipeopt.schedules.execute.rank_memory`: the largest excess of the chunks
+    holding a microbatch) as one row per chunk that may hold the largest.
+
+    Returns
+    -------
+    bool
+        False if a row is false on constants (no split fits).
+    """
+    P, sched = problem.prefixes, problem.schedule
+    scale, limit = memory_scale(problem)
+    for r in range(sched.ranks):
+        mine = sched.stages_on(r)
+        for q, counts in enumerate(sched.activation_profile(r) or ((0,) * len(mine),)):
+            terms, const = [], -limit
+            for s, k in zip(mine, counts, strict=True):
+                t_, c_ = choice.kept_terms(s, k, scale)
+                terms += t_
+                const += c_
+                if sched.parameter_copies:
+                    t_, c_ = between(P["param"], s, scale * sched.parameter_copies)
+                    terms += t_
+                    const += c_
+            holding = [s for s, k in zip(mine, counts, strict=True) if k > 0] or [None]
+            for s in holding:
+                row = terms if s is None else terms + [(choice.excess(s, scale), 1.0)]
+                if not row:
+                    if const > 0:
+                        return False
+                    continue
+                split.add(merged(row), const, f"memory_{r}_{q}" + ("" if s is None else f"_{s}"))
+    return True
+
+
+def split_values(problem: ScheduleProblem, v: dict, starts, unit: float, recompute=None) -> tuple[dict, dict]:
     """MIP start values of the split's binaries and of the duration variables of
-    :func:`split_and_durations` for ``starts``; returns ``(values, durations)``
-    (:func:`chunk_durations`)."""
+    :func:`split_and_durations` for ``starts`` (with a binary per layer, ``v["rc_choice"]``: the
+    recompute sets ``recompute``, per chunk ``dict[layer, mode]`` or ``None``, give the layers'
+    binaries and each chunk's rerun seconds; the continuous products are left to the solver);
+    returns ``(values, durations)`` (:func:`chunk_durations`)."""
     vals = {}
     for t, row in v["y"].items():
         for c, var in row.items():
             vals[var.name] = float(c >= starts[t - 1])
     dur = chunk_durations(problem, starts)
-    if v.get("rc") is not None:  # each chunk's least rerun seconds, in its B and I
+    choice = v.get("rc_choice")
+    if choice is not None and recompute is not None:
+        chunk_of = {}
+        for s, layers in enumerate(problem.chunks(starts)):
+            chunk_of.update(dict.fromkeys(layers, s))
+        extra = [0.0] * problem.S
+        for i, (_c, layer) in enumerate(choice.layers):
+            s = chunk_of[layer.name]
+            mode = (recompute[s] or {}).get(layer.name)
+            for o in range(1, len(layer.modes)):
+                if (i, o) in choice.r:
+                    vals[choice.r[i, o].name] = float(layer.modes[o] == mode)
+            if mode is not None:
+                extra[s] += layer.seconds[layer.modes.index(mode)]
+        for s, var in enumerate(v["rc"]):
+            vals[var.name] = extra[s] / unit
+            for k in ("B", "I"):
+                dur[k][s] += extra[s]
+    elif v.get("rc") is not None and choice is None:  # each chunk's least rerun seconds, in its B and I
         extra = chunk_extra(problem, starts)
         for s, var in enumerate(v["rc"]):
             if math.isfinite(extra[s]):

@@ -98,7 +98,7 @@ class ScheduleProblem:
         its activations), ``"full"`` (every layer of every chunk recomputed, full mode) or
         ``"auto"`` (per chunk, the recomputed layers chosen with the split:
         :func:`.recompute.best_recompute`). :func:`.exhaustive.exhaustive` models it, and
-        :func:`.milp.solve_milp` with one chunk per rank and the schedule's W places.
+        :func:`.milp.solve_milp` with the schedule's W places.
     placement
         Only with ``schedule="free"`` (the free order, :mod:`pipeopt.schedules.free`: the
         split and every rank's order of F, I, W chosen together, :mod:`.free_order`):

@@ -28,7 +28,9 @@ flight while its excess counts).
 
 :func:`.exhaustive.exhaustive` runs :func:`best_recompute` on every split; the MILP
 (:func:`.model.recompute_rows`, v = 1) reads the same frontiers through
-:meth:`ChunkRecompute.extra`.
+:meth:`ChunkRecompute.extra`; with v > 1 it takes a binary per layer instead
+(:func:`.model.recompute_memory_rows`) and :func:`budget_recompute` (a heuristic: each chunk a share
+of its rank's memory) gives its warm start's sets.
 
 **Split backward (ZB schedules).** The cost model charges a recomputed layer's forward once, on
 I. torch's split backward (``stage_backward_weight``) was measured rerunning a checkpointed
@@ -48,11 +50,16 @@ from ...schedules import run_schedule
 from ...schedules.execute import rank_memory
 from ..partition.recompute import Frontier, RecomputeModel, backtrack, extend
 
-__all__ = ["MAX_COMBINATIONS", "ChunkRecompute", "best_recompute"]
+__all__ = ["BUDGET_STEPS", "MAX_COMBINATIONS", "ChunkRecompute", "best_recompute", "budget_recompute"]
 
 MAX_COMBINATIONS = 20_000
 """The most recompute combinations (kept per rank, then their product over the ranks)
 :func:`best_recompute` agrees to check for one split with v > 1."""
+
+
+BUDGET_STEPS = 20
+""":func:`budget_recompute` tries the shares ``0, 1/BUDGET_STEPS, ..., 1`` of a rank's memory for the
+first of its chunks (two chunks per rank; with more, the equal share only)."""
 
 
 class ChunkRecompute(RecomputeModel):
@@ -87,6 +94,66 @@ class ChunkRecompute(RecomputeModel):
         """``dict[layer, mode]``: the layers point ``i`` of the chunk's frontier recomputes."""
         fronts, layers = self.frontier(a, b)
         return backtrack(fronts, layers, i)
+
+
+def budget_recompute(problem, starts, order=None) -> list | None:
+    """Recompute sets per chunk of the split ``starts`` run in ``order`` (default: the schedule's)
+    that fit every rank's memory, for v > 1 where :func:`best_recompute` would check too many
+    combinations: a heuristic (the MILP's warm start and its fallback), never claimed optimal.
+
+    Each chunk s of a rank gets a share ``beta_s`` of the rank's memory and takes its least-time
+    frontier point whose own memory at its largest in-flight count (:meth:`ChunkRecompute.least`
+    with the memory ``beta_s``) fits the share; the chunks' own memories, each at its largest count
+    and with its own excess, add up to at least the rank's peak at every count vector, so a rank
+    whose shares fit fits (checked again by :func:`pipeopt.schedules.execute.rank_memory`, the
+    executor's rule). Shares tried: with two chunks ``f, 1 - f`` for ``f`` on a grid of
+    :data:`BUDGET_STEPS` steps, with more the equal share; per rank the fitting shares of least summed
+    rerun seconds are kept.
+
+    Returns
+    -------
+    list or None
+        Per chunk ``dict[layer, mode]`` or ``None``; ``None`` if some rank fits no tried shares.
+    """
+    model = problem.recomputation
+    order = problem.schedule if order is None else order
+    bounds = [0, *problem.check_starts(starts), problem.n]
+    flight = order.in_flight()
+    S, cap = problem.S, problem.capacity
+    params = [float(problem.param_prefix[bounds[s + 1]] - problem.param_prefix[bounds[s]]) for s in range(S)]
+    picks: list = [None] * S
+    for r in range(order.ranks):
+        mine = order.stages_on(r)
+        fronts = {s: model.frontier(bounds[s], bounds[s + 1])[0][-1] for s in mine}
+        if len(mine) == 2:
+            shares = [(i / BUDGET_STEPS, 1 - i / BUDGET_STEPS) for i in range(BUDGET_STEPS + 1)]
+        else:
+            shares = [tuple(1.0 / len(mine) for _ in mine)]
+        best = None
+        for share in shares:
+            point = {}
+            for s, f in zip(mine, share, strict=True):
+                i = model.least(fronts[s], bounds[s], bounds[s + 1], max(flight[s], 1), memory=f * cap)
+                if i is None:
+                    break
+                point[s] = i
+            else:
+                act, excess = [0.0] * S, [0.0] * S
+                for s, i in point.items():
+                    act[s] = float(fronts[s].held[i])
+                    excess[s] = max(float(fronts[s].excess[i]), 0.0)
+                times = SimpleNamespace(act_bytes=act, param_bytes=params, act_excess=excess, state_bytes=None,
+                                        chunks=S)
+                if not problem.fits(rank_memory(order, times)[r]):
+                    continue
+                cost = sum(float(fronts[s].time[i]) for s, i in point.items())
+                if best is None or cost < best[0]:
+                    best = (cost, point)
+        if best is None:
+            return None
+        for s, i in best[1].items():
+            picks[s] = model.choice(bounds[s], bounds[s + 1], i) or None
+    return picks
 
 
 def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds) -> list:
@@ -147,7 +214,7 @@ def best_recompute(problem, starts, order) -> tuple[float, list, object]:
         picks = []
         for s in range(S):  # the least added seconds that fit (RecomputeModel.choose on the cached frontier)
             a, b = bounds[s], bounds[s + 1]
-            i = model._least(model.frontier(a, b)[0][-1], a, b, flight[s])
+            i = model.least(model.frontier(a, b)[0][-1], a, b, flight[s])
             picks.append(None if i is None else model.choice(a, b, i) or None)
         ex = run_schedule(problem.instance, order, problem.plan(starts, picks))
         return (ex.time if ex.feasible else math.inf), picks, ex

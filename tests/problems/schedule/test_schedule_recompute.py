@@ -6,11 +6,12 @@
   (InterleavedZeroBubble, v = 1: I and W split) and ZBVZeroBubble (v = 2: a rank's two chunks
   share its memory); ``"full"`` equals the brute force over the splits with every layer recomputed;
 * the claimed objective is the executor's time of the returned plan, which carries the chosen sets;
-* the MILP (one chunk per rank: each chunk's least rerun seconds over the split's binaries) equals
-  the same brute force, its bound valid;
-* a chain that fits only with recomputation; the MILP refuses v > 1 and free W places with a typed
-  error naming ``exhaustive``; ``solve`` and the CLI route ``--recompute auto`` to the MILP or to
-  ``exhaustive``.
+* the MILP (one chunk per rank: each chunk's least rerun seconds over the split's binaries; two
+  chunks per rank, ZBV: a binary per layer and the rank's memory rows per count vector) equals the
+  same brute force, its bound valid;
+* a chain that fits only with recomputation; the MILP refuses free W places with a typed error
+  naming ``exhaustive``; ``solve`` and the CLI route ``--recompute auto`` to the MILP (free W
+  places: ``exhaustive``).
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ def _least_memory(inst, schedule, plans) -> float:
 
 
 @st.composite
-def cases(draw, schedule: str):
+def cases(draw, schedule: str, v: int | None = None):
     """A ScheduleProblem (``recompute`` unset) on a random chain of p v + 0..2 layers on 2
     ranks, m in 2..4, whose memory sits from a little below the least memory of the plans that
     recompute every layer to a little above the least of those that recompute none."""
-    v = SCHEDULES[schedule]
+    v = SCHEDULES[schedule] if v is None else v
     n = draw(st.integers(2 * v + (1 if v == 1 else 0), 2 * v + 2))
     fwd = draw(st.lists(st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0]), min_size=n, max_size=n))
     act = draw(st.lists(st.integers(0, 10).map(lambda k: k * 1e8), min_size=n, max_size=n))
@@ -60,7 +61,7 @@ def cases(draw, schedule: str):
     param = draw(st.lists(st.integers(0, 3).map(lambda k: k * 5e7), min_size=n, max_size=n))
     skips = [(0, n - 1)] if n >= 3 and draw(st.booleans()) else []
     overlap = draw(st.booleans())
-    m = draw(st.sampled_from([2, 4]))
+    m = draw(st.sampled_from([4] if schedule == "DualPipeV" else [2, 4]))  # DualPipeV needs m >= 2p
     free = ScheduleProblem(_instance(fwd, act, out, param, math.inf, skips, overlap), schedule, 2, m, v)
     sched = free.schedule
     everything = _least_memory(free.instance, sched, schedule_recompute_plans(free.instance, sched, forced=True))
@@ -86,8 +87,9 @@ def _check(problem, rc: str):
     assert res.info["recompute"] == rc
     if rc == "full":
         assert all(st.recompute == dict.fromkeys(st.layers, "full") for st in res.plan.stages)
-    if prob.stages_per_rank == 1:  # the MILP models it with one chunk per rank: the same optimum, a valid bound
-        mi = solve_milp(prob, time_limit=None)
+    # the MILP: one chunk per rank by the frontier rows, two by a binary per layer; the same optimum, a valid bound
+    mi = solve_milp(prob, time_limit=None)
+    if True:
         assert mi.status == "optimal", mi.info
         assert math.isclose(mi.objective, best, rel_tol=1e-6, abs_tol=1e-12), (mi.objective, best)
         assert mi.lower_bound <= mi.objective * (1 + 1e-9)
@@ -114,6 +116,32 @@ def test_full_equals_brute_force(schedule):
     run()
 
 
+TWO_CHUNKS = ["Interleaved1F1B", "InterleavedZeroBubble", "DualPipeV"]
+"""Further schedules with two chunks per rank (p = 2) whose MILP is checked against exhaustive."""
+
+
+@pytest.mark.parametrize("schedule", TWO_CHUNKS)
+def test_milp_two_chunks_equals_exhaustive(schedule):
+    """With two chunks per rank the MILP (a binary per layer, the rank's memory rows per count
+    vector) equals exhaustive (= the brute force, checked on ZBV above) under auto and full."""
+    @settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(problem=cases(schedule, 2))
+    def run(problem):
+        assert problem.stages_per_rank == 2
+        for rc in ("auto", "full"):
+            prob = ScheduleProblem(problem.instance, problem.schedule, recompute=rc)
+            ex, mi = exhaustive(prob), solve_milp(prob, time_limit=None)
+            if ex.status == "infeasible":
+                assert mi.status == "infeasible"
+                continue
+            assert mi.status == "optimal", mi.info
+            assert math.isclose(mi.objective, ex.objective, rel_tol=1e-6, abs_tol=1e-12), (mi.objective, ex.objective)
+            assert mi.lower_bound <= mi.objective * (1 + 1e-9)
+            assert mi.objective == run_schedule(prob.instance, prob.schedule, mi.plan).time
+
+    run()
+
+
 def _tight():
     """A 4-layer chain on 2 ranks under 1F1B (m = 4) whose memory fits only with recomputation."""
     fwd, act = [1.0, 2.0, 1.0, 2.0], [8e8, 8e8, 8e8, 8e8]
@@ -131,15 +159,15 @@ def test_fits_only_with_recompute():
     assert res.status == "optimal" and any(st.recompute for st in res.plan.stages)
     best, _ = schedule_recompute_optimum(inst, res.evaluation.schedule)
     assert math.isclose(res.objective, best, rel_tol=REL)
-    # the default exact method: the MILP with one chunk per rank, exhaustive with two (the MILP refuses
-    # those); the baselines refuse recomputation
+    # the default exact method: the MILP with one chunk per rank and with two (a binary per layer), the
+    # same optimum as exhaustive; the baselines refuse recomputation
     auto = solve(inst, problem="schedule", schedule="1F1B", stages=2, microbatches=4, recompute="auto")
     assert auto.method == "milp" and auto.info["chosen"]["method"] == "milp"
     assert math.isclose(auto.objective, res.objective, rel_tol=1e-6)
     zbv = dict(problem="schedule", schedule="ZBV", stages=2, microbatches=4, recompute="auto")
-    assert solve(inst, **zbv).info["chosen"]["method"] == "exhaustive"
-    with pytest.raises(InvalidProblemError, match="exhaustive"):
-        solve(inst, method="milp", **zbv)
+    by_milp = solve(inst, **zbv)
+    assert by_milp.info["chosen"]["method"] == "milp" and by_milp.status == "optimal"
+    assert math.isclose(by_milp.objective, solve(inst, method="exhaustive", **zbv).objective, rel_tol=1e-6)
     with pytest.raises(InvalidProblemError, match="exhaustive"):
         solve_milp(ScheduleProblem(inst, "InterleavedZeroBubble", 2, 4, 1, recompute="full", w_placement="free"))
     with pytest.raises(InvalidProblemError, match="does not model activation recomputation"):
