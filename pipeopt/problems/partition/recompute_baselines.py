@@ -518,14 +518,18 @@ def no_recompute_more_stages(
         ``added_devices``, ``per_device`` (s per microbatch, as above), ``exact`` (the exact
         method's status and bound at S'), ``tried`` (the S' values proven to have no fitting
         split); ``INFEASIBLE`` without a plan if no ``S'`` up to ``max_stages`` fits or the clock
-        ran out first (``info["note"]`` says which).
+        ran out first (``info["note"]`` says which; ``info["misses"]``: per S' tried, the bytes
+        by which its best split misses the limit, :func:`~pipeopt.problems.partition.dp.least_overshoot`,
+        where the dense DP's matrices fit and the stages are not replicated).
     """
-    from .auto import solve_auto
     from ...backends.deadline import DeadlineReached
+    from .auto import solve_auto
+    from .dp import DENSE_LIMIT, dense_bytes, least_overshoot
 
     deadline = Deadline.of(time_limit)
     S, top = problem.stages, problem.n if max_stages is None else min(int(max_stages), problem.n)
     tried: list[int] = []
+    misses: dict = {}
     first = ""
     for count in range(S, top + 1):
         inst = with_devices(problem.instance, count)
@@ -536,6 +540,9 @@ def no_recompute_more_stages(
         except InfeasibleError as exc:
             tried.append(count)
             first = first or f"S' = {count}: {str(exc).splitlines()[0]}"
+            grown = PartitionProblem(inst, count, problem.replication)
+            if not grown.replication and dense_bytes(grown) <= DENSE_LIMIT:
+                misses[count] = least_overshoot(grown)[0]
             continue
         except DeadlineReached as stop:
             return Result.scored(problem.instance, "no-recompute-more-stages", None, Status.INFEASIBLE,
@@ -555,8 +562,8 @@ def no_recompute_more_stages(
                              space=res.space, info=info)
     return Result.scored(problem.instance, "no-recompute-more-stages", None, Status.INFEASIBLE,
                          started=deadline.started, space=problem.space,
-                         info={"tried": tried, "note": f"no split fits without recomputation on {S}..{top} stages "
-                                                        f"({first})"})
+                         info={"tried": tried, "misses": misses,
+                               "note": f"no split fits without recomputation on {S}..{top} stages ({first})"})
 
 
 def adapipe(

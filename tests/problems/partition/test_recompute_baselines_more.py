@@ -46,6 +46,10 @@ def test_more_stages_is_the_fewest_stages_that_fit(S, memory):
     if not fits:
         assert r.status == Status.INFEASIBLE and r.plan is None and "no split fits" in r.info["note"]
         assert r.info["tried"] == list(range(S, p.n + 1))
+        from pipeopt.problems.partition.dp import least_overshoot
+
+        assert sorted(r.info["misses"]) == r.info["tried"] and min(r.info["misses"].values()) > 0
+        assert r.info["misses"][S] == least_overshoot(p)[0]
         return
     count = fits[0]
     grown = rb.with_devices(p.instance, count)
