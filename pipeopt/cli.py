@@ -589,12 +589,13 @@ def _add_profile(sub) -> None:
     p = sub.add_parser("profile", help="profile a PyTorch model into an instance file (needs torch)")
     p.add_argument("model", help="a shipped model (gpt, cnn, gpt-tiny, cnn-tiny), hf:ClassName (a Hugging Face "
                                  "transformers model from its config class, random weights: hf:GPT2LMHeadModel), "
+                                 "tv:name (a torchvision model, random weights: tv:resnet50, tv:vit_b_16), "
                                  "or package.module:factory returning (nn.Module, example_inputs); the current "
                                  "folder is searched for package")
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument of the model factory (repeatable), e.g. --model-arg layers=4; for hf: a "
                         "config field (n_layer=12) or an input size: batch (default 2), seq (tokens, default 128), "
-                        "image (pixels)")
+                        "image (pixels); for tv: batch, image (default 224) or a builder argument (num_classes=10)")
     p.add_argument("--granularity", default="auto",
                    help="auto (default: the longest list of repeated blocks, found in the model), container:NAME "
                         "(the children of module NAME plus the modules around it; NAME1,NAME2 for several), "
@@ -668,11 +669,13 @@ def _check_model(spec) -> None:
     Raises
     ------
     InvalidProblemError
-        If ``spec`` is neither a shipped name, ``hf:ClassName`` nor ``package.module:factory``.
+        If ``spec`` is neither a shipped name, ``hf:ClassName``, ``tv:name`` nor
+        ``package.module:factory``.
     """
     if isinstance(spec, str) and ":" not in spec and spec not in SHIPPED_MODELS:
         raise InvalidProblemError(f"unknown shipped model {spec!r}; pipeopt ships {list(SHIPPED_MODELS)} (or give "
-                                  "hf:ClassName, a Hugging Face transformers model, or package.module:factory)")
+                                  "hf:ClassName, a Hugging Face transformers model, tv:name, a torchvision model, or "
+                                  "package.module:factory)")
 
 
 def cmd_profile(args) -> int:

@@ -27,6 +27,7 @@ one microbatch's inputs (seeded, so two calls give equal weights and inputs).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import os
@@ -37,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import InvalidProblemError
+from ..errors import InvalidProblemError, MissingExtraError
 
 
 # ---- GPT ---------------------------------------------------------------------------------------
@@ -346,7 +347,8 @@ def build(name: str, **kwargs) -> tuple[nn.Module, tuple]:
 def load(spec: str, **kwargs) -> tuple[nn.Module, tuple]:
     """A model by name: a shipped one (a key of :data:`MODELS`), ``"hf:ClassName"`` (a Hugging
     Face transformers model from its config class, :func:`pipeopt.torch.hf.build`; ``kwargs``
-    are config fields and the input sizes ``batch``, ``seq``, ``image``) or
+    are config fields and the input sizes ``batch``, ``seq``, ``image``), ``"tv:name"`` (a
+    torchvision model, :func:`torchvision_model`) or
     ``"package.module:factory"``, a function returning ``(module, example_inputs)``; ``kwargs``
     go to the factory. ``package`` is also looked for in the current folder (as
     ``python -m`` does), so a factory beside the user needs no ``PYTHONPATH``.
@@ -357,12 +359,14 @@ def load(spec: str, **kwargs) -> tuple[nn.Module, tuple]:
         If the name is unknown, the module cannot be imported, the factory is missing or not
         callable, or it does not return ``(nn.Module, tuple of inputs)``.
     MissingExtraError
-        ``hf:`` without transformers installed.
+        ``hf:`` without transformers installed, ``tv:`` without torchvision.
     """
     if isinstance(spec, str) and spec.startswith("hf:"):
         from .hf import build as hf_build
 
         return hf_build(spec[3:], **kwargs)
+    if isinstance(spec, str) and spec.startswith("tv:"):
+        return torchvision_model(spec[3:], **kwargs)
     if not isinstance(spec, str) or ":" not in spec:
         return build(spec, **kwargs)
     path, _, attr = spec.partition(":")
@@ -384,6 +388,43 @@ def load(spec: str, **kwargs) -> tuple[nn.Module, tuple]:
         )
     module, inputs = made
     return module, (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+
+
+TORCHVISION_INSTALL = ("pip install torch==2.14.1 torchvision==0.29.1 (a matching pair: PyPI's torchvision does "
+                       "not import beside a torch it was not built for)")
+
+
+def torchvision_model(name: str, *, batch: int = 2, image: int = 224, **config) -> tuple[nn.Module, tuple]:
+    """A torchvision model by its builder name (``"resnet50"``, ``"vit_b_16"``), with random
+    weights (``weights=None``: nothing is downloaded), and one microbatch of ``batch`` RGB
+    images of ``image`` x ``image`` pixels; ``config`` goes to
+    :func:`torchvision.models.get_model` (e.g. ``num_classes``).
+
+    Raises
+    ------
+    MissingExtraError
+        If torchvision is not installed (or does not import beside this torch).
+    InvalidProblemError
+        If torchvision has no model ``name``, or ``batch`` / ``image`` is not a positive
+        integer.
+    """
+    try:
+        import torchvision
+    except (ImportError, RuntimeError) as exc:
+        raise MissingExtraError(f"tv: models need torchvision, which does not import here ({exc}): "
+                                f"{TORCHVISION_INSTALL}") from None
+    known = torchvision.models.list_models()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        raise InvalidProblemError(f"torchvision has no model {name!r}" + (f"; did you mean {close}?" if close else ""))
+    for key, value in (("batch", batch), ("image", image)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidProblemError(f"tv:{name}: {key} must be a positive integer, got {value!r}")
+    try:
+        module = torchvision.models.get_model(name, weights=None, **config)
+    except (TypeError, ValueError) as exc:
+        raise InvalidProblemError(f"tv:{name}: {exc}") from None
+    return module, (torch.randn(batch, 3, image, image),)
 
 
 def _import_from_cwd(path: str):
