@@ -70,6 +70,7 @@ def solve(
     solver: str = "cbc",
     seed: int = 0,
     threads: int = 2,
+    zero: int | str | None = None,
     **options,
 ) -> Result:
     """Pose ``problem`` on ``instance`` and solve it with ``method``, under one clock.
@@ -103,6 +104,14 @@ def solve(
         Seed of randomised methods and solvers (an integer).
     threads
         Search threads of CP-SAT (a positive integer).
+    zero
+        The ZeRO stage (optimizer sharding over the instance's ``Settings.dp`` data-parallel
+        replicas): ``None`` (default) keeps the instance's ``Settings.zero``; ``0``..``3`` solves
+        under that stage; ``"auto"`` chooses it with the plan (the partition problem's ``dp`` /
+        ``auto``, the default method: one exact solve per stage under this call's clock, the least
+        objective kept, :func:`pipeopt.problems.partition.dp.solve_zero_auto`; ``info["zero_auto"]``
+        gives each stage's objective and the chosen one, and the result's evaluation is on the
+        instance with that stage, ``instance.with_settings(zero=chosen)``). The CLI's ``--zero``.
     **options
         Problem options, e.g. ``stages=4, replication=True`` for partition,
         ``workers=3`` for group.
@@ -133,12 +142,25 @@ def solve(
         raise InvalidProblemError(f"solve needs a pipeopt.Instance, got {type(instance).__name__}")
     check_solver_and_seed(solver, seed)
     threads = _positive_int(threads, "threads")
+    if zero is not None and zero != "auto":
+        if isinstance(zero, bool) or not isinstance(zero, numbers.Integral) or zero not in (0, 1, 2, 3):
+            raise InvalidProblemError(f"zero must be 0, 1, 2, 3 or 'auto', got {zero!r}")
+        instance = instance.with_settings(zero=int(zero))
     if problem == "auto":
         problem = registry.auto_problem(instance)
     if method is None:
         method = next(m.name for m in registry.methods(problem) if m.exact)
     spec = registry.method(problem, method)
     check_options(problem, options)
+    if zero == "auto":  # the ZeRO stage chosen with the plan: one exact solve per stage
+        if problem != "partition" or method not in ("dp", "auto"):
+            raise InvalidProblemError(f"zero='auto' is chosen by the partition problem's dp / auto, not "
+                                      f"{problem}/{method}; give zero=0..3")
+        from .problems.partition.dp import solve_zero_auto
+
+        left = max(deadline.remaining(), 1e-3) if deadline.bounded else None
+        return solve_zero_auto(instance, method=method, time_limit=left, solver=solver, seed=int(seed),
+                               threads=threads, **options)
     missing = spec.unmodelled(instance)
     if missing:
         able = [m.name for m in registry.methods(problem) if m.exact and not m.unmodelled(instance)]
