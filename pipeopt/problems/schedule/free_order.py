@@ -51,10 +51,23 @@ Times in integer *ticks* of ``unit`` seconds (``unit`` = the warm start's iterat
   ``Z >=`` the forwards before its first stage plus its whole work, and the start of its first
   F plus its whole work; per stage ``Z >=`` the start of its first I plus m (I + W) (every I
   and W of the stage runs after it, in microbatch order).
+* **The split bound** (:mod:`.split_bound`): per stage s an element constraint on the pair
+  ``(b_s, b_s+1)`` gives ``Z >= g_s(b_s, b_s+1)``, a one-machine bound of the stage's rank with
+  its release times (the pipeline's fill), tails and the memory's in-flight limit, and ``Z >=``
+  its least value over splits (a bottleneck DP) - each floored to ticks less
+  :data:`BOUND_SLACK_TICKS`, so still a relaxation. A pair whose bound exceeds the incumbent
+  leaves the boundaries' domains. GPT-2 XL p = 8, m = 16: 375.99 ms (the optimum), where
+  CP-SAT's own bound stayed at 338-362 ms in 60 s; perturbed by seed 0: 395.83 ms against 354.22.
+  A plan whose executor time meets it is ``optimal`` whatever the solver did (``info["proof"]``).
+* **Order of the bound's split** (with a time limit, :data:`ORDER_SHARE` of what the warm start
+  leaves): the model with the boundaries fixed to the split whose bound is least, hinted with
+  the best starting order on it (:func:`_order_on_bound_split`); its plan, if faster, is the
+  joint model's hint and incumbent (GPT-2 XL p = 8 seed 0: 405.24 -> 400.13 ms in 40 s, where
+  the joint model from the same hint found nothing better).
 * **Warm start** (hint and incumbent): torch's orders of the same placement
   (:func:`pipeopt.schedules.free.as_free` of each) and, with one chunk per rank, the
   zero-bubble greedy (:mod:`.zb_greedy`), each on the splits of the ``uniform`` and
-  ``best_1f1b`` baselines; the best of these with its split improved by a steepest descent of
+  ``best_1f1b`` baselines and the split bound's least split; the best of these with its split improved by a steepest descent of
   one-layer boundary moves (:func:`descend_split`, every order rescored on every move, at most
   :data:`DESCENT_EVALS` executor runs and half the warm start's share; GPT-2 XL p = 8, m = 16
   perturbed by seed 1: 497.13 -> 391.32 ms); and (with a time limit) the zero-bubble schedule's
@@ -92,7 +105,7 @@ from .problem import ScheduleProblem, uniform_starts
 
 cp_model = lazy_module("ortools.sat.python.cp_model")
 
-__all__ = ["DESCENT_EVALS", "MEMORY_TICKS", "TICKS", "FreeOrderModel", "descend_split", "order_from_times", "solve_free_order",
+__all__ = ["BOUND_SLACK_TICKS", "DESCENT_EVALS", "MEMORY_TICKS", "TICKS", "FreeOrderModel", "descend_split", "order_from_times", "solve_free_order",
            "warm_starts"]
 
 TICKS = 2**30
@@ -101,8 +114,16 @@ TICKS = 2**30
 MEMORY_TICKS = 2**20
 """Ticks in a device's memory capacity: the memory resolution of the CP-SAT model."""
 
+BOUND_SLACK_TICKS = 8
+"""Ticks taken off each split-bound row of the model (:meth:`FreeOrderModel._split_bound_rows`):
+more than the rounding of a true schedule to ticks."""
+
 HINT_SHARE = 0.25
 """Most of the time limit the warm start may take (the rest is the solver's)."""
+
+ORDER_SHARE = 0.4
+"""Share of what is left after the warm start for the order of the bound's split
+(:func:`_order_on_bound_split`); the joint model gets the rest."""
 
 _KIND_RANK = {"F": 0, "I": 1, "W": 2}
 
@@ -190,6 +211,11 @@ def warm_starts(problem: ScheduleProblem, deadline: Deadline | None = None) -> l
         except PipeoptError:
             continue
     splits = [uniform_starts(problem.n, problem.S)]
+    from .split_bound import split_lower_bound
+
+    _, bound_split = split_lower_bound(problem)  # the split whose bound is least
+    if bound_split:
+        splits.append(bound_split)
     try:
         res = best_1f1b(problem, time_limit=deadline)
         splits.append(res.info["starts"])
@@ -401,7 +427,36 @@ class FreeOrderModel:
             M.add(Z >= self.start[("F", min(mine), 0)] + work)  # the rank's work all after its first F
         for s in range(S):  # a stage's I's and W's all run after its first I (microbatch order)
             M.add(Z >= self.start[("I", s, 0)] + m * self.dur[("I", s)] + m * self.dur[("W", s)])
+        self._split_bound_rows(Z)
         M.minimize(Z)
+
+    def _split_bound_rows(self, Z) -> None:
+        """The per-stage split bound (:mod:`.split_bound`) in ticks: ``Z >= g_s(b_s, b_s+1)`` by
+        one element constraint per stage on the pair of boundaries (pairs whose bound exceeds the
+        horizon leave the boundaries' domains), and ``Z >=`` its least value over splits. Each
+        value is floored to ticks less :data:`BOUND_SLACK_TICKS` (a true schedule floored to ticks
+        ends at most 3 ticks early), so every true schedule stays a schedule of the model.
+        Sets :attr:`split_bound` (seconds)."""
+        from .split_bound import pair_bounds, split_lower_bound
+
+        problem, M, u, H = self.problem, self.model, self.unit, self.horizon
+        n = problem.n
+        pairs = pair_bounds(problem)
+        self.split_bound, _ = split_lower_bound(problem, pairs)
+
+        def ticks(x):
+            x = np.asarray(x, dtype=float)
+            t = np.floor(np.where(np.isfinite(x), x, (H + 2) * u) / u) - BOUND_SLACK_TICKS
+            return np.clip(t, 0, H + 1).astype(np.int64)
+
+        if math.isfinite(self.split_bound):
+            M.add(Z >= int(ticks(self.split_bound)))
+        for s in range(problem.S):
+            idx = M.new_int_var(0, (n + 1) ** 2 - 1, f"pair{s}")
+            M.add(idx == self.b[s] * (n + 1) + self.b[s + 1])
+            g = M.new_int_var(0, H + 1, f"pairbound{s}")
+            M.add_element(idx, [int(x) for x in ticks(pairs[s]).ravel()], g)
+            M.add(Z >= g)
 
     def _in_flight_rows(self, s: int, act, room, most: int) -> None:
         """Stage s alone on its rank: with k = the most microbatches whose activations fit
@@ -420,6 +475,12 @@ class FreeOrderModel:
             M.add(k != kk).only_enforce_if(~lit)
             for j in range(m - kk):
                 M.add(self.start[("F", s, j + kk)] >= self.ends[("W", s, j)]).only_enforce_if(lit)
+
+    def fix_split(self, starts) -> None:
+        """Fix the boundaries to the split ``starts`` (stage starts after the first): the model
+        then chooses the orders of that split only."""
+        for t in range(1, self.problem.S):
+            self.model.add(self.b[t] == int(starts[t - 1]))
 
     def hint(self, order: Schedule, starts) -> dict:
         """Hint values (ticks) of every variable for the split ``starts`` run in ``order``: the
@@ -506,6 +567,51 @@ def _given_warm_starts(problem: ScheduleProblem, warm: Sequence) -> list:
     return out
 
 
+def _order_on_bound_split(problem: ScheduleProblem, best: tuple, unit: float, deadline: Deadline, threads: int,
+                          seed: int, info: dict) -> tuple | None:
+    """The best order of one split: the split whose bound is least (:func:`.split_bound.split_lower_bound`),
+    where an order that meets the bound would prove the optimum. CP-SAT solves the model with
+    that split fixed (no element constraints to branch on), warm-started from the best of the
+    starting orders on it; returns ``(time, name, order, starts)`` of its best plan by the
+    executor, or ``None``. Records ``info["bound_split"]``."""
+    from .split_bound import split_lower_bound
+
+    lb, starts = split_lower_bound(problem)
+    if not starts:
+        return None
+    cands = [c for c in _scored(problem, [(FREE, problem.schedule)] + _torch_orders(problem), starts)]
+    if best[3] == list(starts):
+        cands.append(best)
+    if not cands:
+        return None
+    start = min(cands, key=lambda c: c[0])
+    fm = FreeOrderModel(problem, unit, start[0])
+    fm.fix_split(starts)
+    out = solve_cpsat(fm.model, deadline=deadline, threads=threads, seed=seed, hint=fm.hint(start[2], start[3]))
+    found = start
+    if out.has_solution:
+        s, order = fm.read(out)
+        ex = problem.execute(s, order)
+        if ex.feasible and ex.time < found[0]:
+            found = (ex.time, "cpsat on the bound's split", order, s)
+    info["bound_split"] = {"starts": list(starts), "bound": lb, "start": start[0], "found": found[0],
+                           "status": out.status}
+    return found
+
+
+def _torch_orders(problem: ScheduleProblem) -> list:
+    """``[(name, order)]``: torch's orders of the problem's placement as free orders (those that build)."""
+    sched = problem.schedule
+    p, m, v = sched.ranks, sched.microbatches, sched.stages_per_rank
+    out = []
+    for name in looped_torch_orders(placement_kind(sched) or "looped", v):
+        try:
+            out.append((name, as_free(make_schedule(name, p, m, v if name not in ("GPipe", "1F1B") else None))))
+        except PipeoptError:
+            continue
+    return out
+
+
 def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = "cbc",
                      seed: int = 0, threads: int = 2, log: bool = False, warm: Sequence = (),
                      **_) -> "Result":  # noqa: F821
@@ -561,6 +667,10 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
     ref = best[0] if best is not None else problem.memory_free_bound() * 4
     unit = model_unit(ref, TICKS)
     info["time_unit"] = unit
+    if best is not None and deadline.bounded and not deadline.expired():
+        better = _order_on_bound_split(problem, best, unit, deadline.sub(fraction=ORDER_SHARE), threads, seed, info)
+        if better is not None and better[0] < best[0]:
+            best = better
     fm = FreeOrderModel(problem, unit, best[0] if best is not None else None)
     hint = fm.hint(best[2], best[3]) if best is not None else None
     out = solve_cpsat(fm.model, deadline=deadline, threads=threads, seed=seed, hint=hint, log=log)
@@ -590,8 +700,14 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
         status = "feasible"
     else:
         status = "time_limit"
+    info["split_bound"] = fm.split_bound  # seconds, valid for every order (.split_bound)
+    if status != "optimal" and incumbent is not None and incumbent[0] <= fm.split_bound * (1 + SOLVER_CLAIM):
+        status = "optimal"  # the plan meets a valid bound: proven, whatever CP-SAT's own search did
+        info["proof"] = "the plan's time equals the split bound (pipeopt.problems.schedule.split_bound)"
     simple = problem.memory_free_bound()  # the busiest rank's work: valid for every order
     lb = simple if bound is None else max(bound, simple)
+    if math.isfinite(fm.split_bound):
+        lb = max(lb, fm.split_bound)
     if incumbent is None:
         return problem.result("cpsat", None, status, lower_bound=lb, started=started, info=info)
     info["source_order"] = incumbent[1]  # "cpsat", or the warm start the solver did not improve on

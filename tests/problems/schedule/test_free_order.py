@@ -104,7 +104,8 @@ def test_a_passed_deadline_never_claims_an_optimum():
     problem = ScheduleProblem(Instance(g, Cluster.homogeneous(2)), "free", 2, 3)
     dl = Deadline(1e-3, clock=time.perf_counter() - 1.0)  # passed before the call: no race with a fast machine
     res = solve_free_order(problem, time_limit=dl)
-    assert res.status != "optimal"
+    if res.status == "optimal":  # only where a starting plan meets the split bound: proven without the solver
+        assert "proof" in res.info and res.objective <= res.info["split_bound"] * (1 + 1e-6)
     if res.plan is not None:
         check_claim(problem, res)
 
