@@ -151,7 +151,9 @@ PAGES = (
          "On the shipped instances where memory binds (GPT-3 6.7B, GPT-2 XL and LLaMA-7B on A100s of 40 and "
          "80 GB), the exact split with each stage's recomputed layers chosen with it (`--recompute auto`) "
          "against no recomputation, every layer recomputed, Megatron-LM's uniform and block recomputation and "
-         "torchtitan's every-k-th block, each on its framework's split (1F1B bottleneck per microbatch, "
+         "torchtitan's every-k-th block, each on its framework's split, AdaPipe's per-stage knapsack with its "
+         "balanced split, and no recomputation on more stages (compared per device); each plan's split, "
+         "recomputed layers and memory per stage (1F1B bottleneck per microbatch, "
          "`pipeopt.evaluate`); with 8 data-parallel replicas, each ZeRO stage with and without recomputation "
          "and the stage `--zero auto` picks; and torch's schedules (1F1B, zero bubble) with each chunk's "
          "recompute set chosen with the split (iteration time by the executor).",

@@ -9,14 +9,17 @@ microbatches in flight) the partition problem is solved
   (every layer recomputed, split exact);
 * by the baselines of :mod:`pipeopt.problems.partition.recompute_baselines`: Megatron-LM's full
   uniform recomputation and its ``block`` method with the fewest layers that fit, both on
-  Megatron's split; torchtitan's every-k-th block on its split; the no-recompute optimum.
+  Megatron's split; torchtitan's every-k-th block on its split; AdaPipe's per-stage knapsack with
+  its computation-balancing split; no recomputation on the fewest stages S' >= S that fit (more
+  devices: its gap is taken per device, its time x S' / S).
 
 Each row gives the objective (the 1F1B bottleneck: seconds per microbatch, shown in ms), the
-gap to the exact ``auto`` optimum ((value - optimum) / value), the recomputed layers per stage,
-the fullest stage's memory against its capacity, and the solve time. Every value is
-``pipeopt.evaluate``'s of the returned plan.
+gap to the exact ``auto`` optimum ((value - optimum) / value), the layers per stage (the
+split), each stage's recomputed layers (compact: the zoo's ``layer{i}_attn`` as ``attn i``,
+numbers as ranges), every stage's memory against the limit, the ZeRO stage and the solve time.
+Every value is ``pipeopt.evaluate``'s of the returned plan.
 
-With ``--schedules``, also the schedule problem (torch's orders, one chunk per rank) on GPT-2 XL
+With ``--schedules``, also the schedule problem (torch's orders, one or two chunks per rank) on GPT-2 XL
 (mb 16, 8 A100-40GB, where no split fits without recomputation): per schedule the exact split
 with each chunk's recompute set (``recompute="auto"``, the event-time MILP, time-limited: a
 stopped solve gives its bound), every layer recomputed on its best split, and torch's uniform
@@ -26,6 +29,7 @@ Usage::
 
     python benchmarks/recompute.py                     # the six shipped instances
     python benchmarks/recompute.py --schedules --out results.md
+    python benchmarks/recompute.py --schedules-from benchmarks/results/recompute.md --out new.md
 """
 
 from __future__ import annotations
@@ -59,8 +63,56 @@ ROWS = (
     ("megatron-full-uniform", "megatron-full-uniform", None),
     ("megatron-block", "megatron-block", None),
     ("torchtitan-every-k", "torchtitan-every-k", None),
+    ("adapipe", "adapipe", None),
+    ("no recompute, more stages", "no-recompute-more-stages", None),
 )
 GIB = 2**30
+_NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
+
+
+def ranges(numbers) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    nums, out = sorted(numbers), []
+    for x in nums:
+        if out and x == out[-1][1] + 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def compact(recompute) -> str:
+    """One stage's recompute set in a compact form: layers named ``<prefix><i><suffix>`` grouped
+    by their name without the number, the numbers as ranges (the zoo's ``layer1_attn``,
+    ``layer2_attn``, ``layer2_mlp`` -> ``attn 1-2, mlp 2``); other names as they are; a mode other
+    than full in brackets. ``-`` for nothing recomputed."""
+    if not recompute:
+        return "-"
+    groups: dict = {}
+    plain = []
+    for name, mode in recompute.items():
+        tag = "" if mode == "full" else f" [{mode}]"
+        m = _NUMBERED.match(str(name))
+        if m:
+            key = (m.group(1), m.group(3).lstrip("_"), tag)
+            groups.setdefault(key, []).append(int(m.group(2)))
+        else:
+            plain.append(f"{name}{tag}")
+    parts = plain + [f"{suffix or prefix} {ranges(nums)}{tag}" for (prefix, suffix, tag), nums in groups.items()]
+    return ", ".join(parts)
+
+
+def per_stage(plan) -> tuple[str, str]:
+    """``(layers per stage "10/8/...", recompute sets per stage "a / b / ...")``."""
+    return ("/".join(str(len(st.layers)) for st in plan.stages),
+            " / ".join(compact(st.recompute) for st in plan.stages))
+
+
+def memory_cell(ev) -> str:
+    """Every stage's memory in GiB, ``a/b/.../z of LIMIT`` (the limit once if all stages share it)."""
+    caps = {round(c / GIB, 1) for c in ev.memory_capacity}
+    limit = f"{caps.pop():.1f}" if len(caps) == 1 else "/".join(f"{c / GIB:.1f}" for c in ev.memory_capacity)
+    return "/".join(f"{m / GIB:.1f}" for m in ev.memory) + f" of {limit}"
 
 
 def run(inst, S: int, method: str, recompute, time_limit: float):
@@ -78,7 +130,7 @@ def run(inst, S: int, method: str, recompute, time_limit: float):
 
 
 def recomputed(plan) -> str:
-    """Recomputed layers per stage, ``a/b/...`` (of the stage's layers)."""
+    """Recomputed layers per stage, ``a:b / ...`` (a of the stage's b layers)."""
     return " / ".join(f"{len(st.recompute or {})}:{len(st.layers)}" for st in plan.stages)
 
 
@@ -94,74 +146,88 @@ def zero_rows(time_limit: float, dp: int = 8) -> list[str]:
     from pipeopt.problems.partition.dp import solve_zero_auto
 
     out = [f"Data parallelism: {dp} replicas of the pipeline, Adam in mixed precision (gradients 1x, optimizer "
-           "state 6x the fp16 weights' bytes); exact DP, ms per microbatch (recomputed layers; the fullest stage's "
-           "GiB, its training state in brackets)",
+           "state 6x the fp16 weights' bytes); exact DP, ms per microbatch; every stage's GiB (the fullest stage's "
+           "training state in brackets)",
            "",
-           "| instance | ZeRO | recompute none | recompute auto |",
-           "| --- | --- | --- | --- |"]
+           "| instance | ZeRO | recompute | status | ms per microbatch | layers per stage | recomputed per stage "
+           "| GiB per stage of the limit [state] |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path in ZERO_INSTANCES:
         base = load(ROOT / path)
         S, name = len(base.cluster.devices), Path(path).stem
         for z in (0, 1, 2, 3):
             inst = base.with_settings(zero=z, dp=dp, **ADAM_MIXED)
-            cells = []
             for rc in ("none", "auto"):
                 res, msg, _ = run(inst, S, "dp", rc, time_limit)
                 if res is None:
                     miss = re.search(r"misses the limit by ([0-9.]+ GiB)", msg)
-                    cells.append(f"no split fits (the best misses by {miss.group(1)})" if miss else msg[:90])
+                    why = f"no split fits (the best misses by {miss.group(1)})" if miss else msg[:90]
+                    out.append(f"| {name} | {z} | {rc} | - | - | - | - | {why} |")
                     continue
                 ev = evaluate(inst, res.plan)
                 f = max(range(S), key=lambda s: ev.memory[s] / ev.memory_capacity[s])
-                n = sum(len(st.recompute or {}) for st in res.plan.stages)
-                cells.append(f"{res.status.value} {res.objective * 1e3:.2f} ({n} recomputed; "
-                             f"{ev.memory[f] / GIB:.2f} GiB [{ev.state[f] / GIB:.2f}])")
-            out.append(f"| {name} | {z} | {cells[0]} | {cells[1]} |")
+                layers, sets = per_stage(res.plan)
+                out.append(f"| {name} | {z} | {rc} | {res.status.value} | {res.objective * 1e3:.2f} | {layers} | "
+                           f"{sets} | {memory_cell(ev)} [{ev.state[f] / GIB:.2f}] |")
         for rc in ("none", "auto"):
             try:
                 best = solve_zero_auto(base.with_settings(dp=dp, **ADAM_MIXED), stages=S, recompute=rc,
                                        time_limit=time_limit)
-                out.append(f"| {name} | auto (recompute {rc}) | picks ZeRO-{best.info['zero_auto']['chosen']}: "
-                           f"{best.status.value} {best.objective * 1e3:.2f} | |")
+                out.append(f"| {name} | auto: ZeRO-{best.info['zero_auto']['chosen']} | {rc} | {best.status.value} | "
+                           f"{best.objective * 1e3:.2f} | | | |")
             except PipeoptError as exc:
-                out.append(f"| {name} | auto (recompute {rc}) | {type(exc).__name__} | |")
+                out.append(f"| {name} | auto | {rc} | {type(exc).__name__} | | | | |")
     return out
 
 
 SCHEDULE_INSTANCE = "instances/memory/gpt2-xl-mb16-a100-40gb-x8.json"
-SCHEDULES = ("1F1B", "InterleavedZeroBubble")
+SCHEDULES = (("1F1B", 1), ("InterleavedZeroBubble", 1), ("ZBVZeroBubble", 2), ("DualPipeV", 2), ("Interleaved1F1B", 2))
+"""(schedule, chunks per rank v) of the schedule rows."""
 
 
-def schedule_rows(time_limit: float, ranks: int = 8, microbatches: int = 32) -> list[str]:
-    """The schedule problem's rows (module docstring)."""
+def schedule_rows(time_limit: float, ranks: int = 8, microbatches: int = 32, schedules=SCHEDULES) -> list[str]:
+    """The schedule problem's rows (module docstring). With two chunks per rank the uniform split's
+    exact sets may need more than the exact check's combinations
+    (:data:`pipeopt.problems.schedule.recompute.MAX_COMBINATIONS`): then its sets are the budget
+    heuristic's (:func:`pipeopt.problems.schedule.recompute.budget_recompute`), and the row says so."""
     from pipeopt.problems.schedule import ScheduleProblem, solve_milp
     from pipeopt.problems.schedule.baselines import uniform
+    from pipeopt.problems.schedule.problem import uniform_starts
+    from pipeopt.problems.schedule.recompute import budget_recompute
 
     inst = load(ROOT / SCHEDULE_INSTANCE)
-    out = [f"Schedule problem: {Path(SCHEDULE_INSTANCE).stem}, p = {ranks} ranks (one chunk each), "
+    out = [f"Schedule problem: {Path(SCHEDULE_INSTANCE).stem}, p = {ranks} ranks (v chunks each), "
            f"m = {microbatches}; seconds per iteration (the executor); gap = (value - exact bound) / value",
            "",
-           "| schedule | plan | status | s per iteration | gap to exact bound | recomputed:layers per chunk | solve s |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
-    for sched in SCHEDULES:
+           "| schedule | v | plan | status | s per iteration | gap to exact bound | recomputed:layers per chunk | solve s |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for sched, v in schedules:
         bound = None
         for label, rc, how in (("exact, recompute auto", "auto", "milp"), ("exact split, every layer recomputed", "full", "milp"),
                                ("uniform split, exact sets", "auto", "uniform"),
                                ("uniform split, every layer recomputed", "full", "uniform")):
             t0 = time.perf_counter()
             try:
-                pr = ScheduleProblem(inst, sched, ranks, microbatches, stages_per_rank=1, recompute=rc)
-                res = solve_milp(pr, time_limit=time_limit) if how == "milp" else uniform(pr)
+                pr = ScheduleProblem(inst, sched, ranks, microbatches, stages_per_rank=v, recompute=rc)
+                try:
+                    res = solve_milp(pr, time_limit=time_limit) if how == "milp" else uniform(pr)
+                except PipeoptError:
+                    if how != "uniform" or v == 1:
+                        raise
+                    starts = uniform_starts(pr.n, pr.S)  # too many combinations to check: the budget heuristic's sets
+                    res = pr.result("uniform", starts, "feasible", recompute=budget_recompute(pr, starts),
+                                    started=t0)
+                    label = "uniform split, budget sets (heuristic)"
             except PipeoptError as exc:
-                out.append(f"| {sched} | {label} | - | - | - | {type(exc).__name__}: {str(exc)[:160]} | "
+                out.append(f"| {sched} | {v} | {label} | - | - | - | {type(exc).__name__}: {str(exc)[:160]} | "
                            f"{time.perf_counter() - t0:.1f} |")
                 continue
             secs = time.perf_counter() - t0
             if label.startswith("exact, recompute auto"):
                 bound = res.lower_bound
             gap = "-" if bound is None else f"{(res.objective - bound) / res.objective * 100:.1f}%"
-            out.append(f"| {sched} | {label} | {res.status.value} | {res.objective:.4f} | {gap} | "
-                       f"{recomputed(res.plan)} | {secs:.1f} |")
+            out.append(f"| {sched} | {v} | {label} | {res.status.value} | {res.objective:.4f} | {gap} | "
+                       f"{recomputed(res.plan) if res.plan is not None else '-'} | {secs:.1f} |")
             print(f"{sched} {label}: {res.status} {res.objective:.4f} s ({secs:.1f} s)", file=sys.stderr)
     return out
 
@@ -171,39 +237,65 @@ def main(argv=None) -> int:
     ap.add_argument("--instances", nargs="+", default=list(INSTANCES))
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per solve")
     ap.add_argument("--schedules", action="store_true", help="also the schedule problem on GPT-2 XL (minutes)")
+    ap.add_argument("--schedules-from", default=None,
+                    help="without --schedules: copy the schedule section of this earlier output unchanged")
     ap.add_argument("--out", default=None, help="write the Markdown table here (default: print)")
     args = ap.parse_args(argv)
-    lines = ["| instance | S | method | status | ms per microbatch | gap to exact | recomputed:layers per stage "
-             "| fullest stage GiB / capacity | solve s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| instance | S | method | status | ms per microbatch | gap to exact | layers per stage "
+             "| recomputed per stage | GiB per stage of the limit | ZeRO | solve s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path in args.instances:
         inst = load(ROOT / path)
         S = len(inst.cluster.devices)
         name = Path(path).stem
+        zero = inst.settings.zero if inst.settings.data_parallel else 0
         best = None
         for label, method, rc in ROWS:
             res, msg, secs = run(inst, S, method, rc, args.time_limit)
-            if res is None:
-                lines.append(f"| {name} | {S} | {label} | - | - | - | {msg} | - | {secs:.1f} |")
+            if res is None or res.plan is None:
+                misses = {} if res is None else res.info.get("misses") or {}
+                if misses:  # no recompute on more stages: no S' fits
+                    close = min(misses, key=misses.get)
+                    msg = (f"no S' in {min(res.info['tried'])}..{max(res.info['tried'])} fits; the closest, S' = "
+                           f"{close}, misses by {misses[close] / GIB:.2f} GiB (at S' = {S}: "
+                           f"{misses.get(S, math.nan) / GIB:.2f} GiB)")
+                msg = msg or str(res.info.get("note", res.status.value))[:200]
+                lines.append(f"| {name} | {S} | {label} | - | - | - | - | {msg} | - | {zero} | {secs:.1f} |")
                 print(f"{name} {label}: {msg}", file=sys.stderr)
                 continue
-            ev = evaluate(inst, res.plan)
-            assert math.isclose(res.objective, ev.objective, rel_tol=1e-9), (label, res.objective, ev.objective)
+            ev = res.evaluation  # pipeopt.evaluate's, on the instance the plan runs on
+            if method != "no-recompute-more-stages":
+                check = evaluate(inst, res.plan)
+                assert math.isclose(res.objective, check.objective, rel_tol=1e-9), (label, res.objective, check.objective)
             if label.startswith("exact, recompute auto") and res.status.value == "optimal":
                 best = res.objective
-            gap = "-" if best is None else f"{(res.objective - best) / res.objective * 100:+.1f}%"
-            fullest = max(range(S), key=lambda s: ev.memory[s] / ev.memory_capacity[s])
-            mem = f"{ev.memory[fullest] / GIB:.1f} / {ev.memory_capacity[fullest] / GIB:.1f}"
+            value, shown = res.objective, f"{res.objective * 1e3:.2f}"
+            if method == "no-recompute-more-stages":  # compared per device: T' S' / S
+                value = res.info["per_device"]
+                shown = (f"{res.objective * 1e3:.2f} on S' = {res.info['stages']} ({res.info['devices']} devices; "
+                         f"per {S} devices {value * 1e3:.2f})")
+            gap = "-" if best is None else f"{(value - best) / value * 100:+.1f}%"
             status = res.status.value + ("" if ev.feasible else " (breaks memory)")
-            lines.append(f"| {name} | {S} | {label} | {status} | {res.objective * 1e3:.2f} | {gap} | "
-                         f"{recomputed(res.plan)} | {mem} | {secs:.1f} |")
-            print(f"{name} {label}: {res.status} {res.objective * 1e3:.2f} ms ({secs:.1f} s)", file=sys.stderr)
+            layers, sets = per_stage(res.plan)
+            lines.append(f"| {name} | {S} | {label} | {status} | {shown} | {gap} | {layers} | {sets} | "
+                         f"{memory_cell(ev)} | {zero} | {secs:.1f} |")
+            print(f"{name} {label}: {res.status} {shown} ms ({secs:.1f} s)", file=sys.stderr)
     lines += ["", *zero_rows(args.time_limit)]
     if args.schedules:
         lines += ["", *schedule_rows(args.time_limit)]
+    elif args.schedules_from:  # the schedule section of an earlier run, copied unchanged
+        old = Path(args.schedules_from).read_text().splitlines()
+        start = next((i for i, x in enumerate(old) if x.startswith("Schedule problem:")), None)
+        if start is not None:
+            end = next((i for i in range(start + 1, len(old)) if old[i].startswith("(")), len(old))
+            lines += ["", *[x for x in old[start:end] if x.strip() or x == ""]]
+            while lines[-1] == "":
+                lines.pop()
     lines.append("")
-    lines.append("(1F1B bottleneck per microbatch, `pipeopt.evaluate`; gap = (value - exact auto optimum) / value; "
-                 "S = the instance's devices, one per stage)")
+    lines.append("(1F1B bottleneck per microbatch, `pipeopt.evaluate`; gap = (value - exact auto optimum) / value, "
+                 "for no recompute on more stages taken per device (its time x S' / S); S = the instance's devices, "
+                 "one per stage; recomputed layers per stage: the zoo's layer{i}_attn / layer{i}_mlp as attn / mlp "
+                 "with the block numbers i, '-' none; GiB per stage: pipeopt.evaluate's memory of each stage)")
     text = "\n".join(lines) + "\n"
     if args.out:
         Path(args.out).write_text(f"# python benchmarks/recompute.py\n\n{text}")
