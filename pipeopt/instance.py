@@ -7,14 +7,17 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from .cluster import Cluster
 from .errors import InvalidClusterError, InvalidProblemError
-from .graph import Chain, ChainGraph, is_array_chain, validate_graph
+from .graph import Chain, is_array_chain, validate_graph
 from .units import DEFAULT_MICROBATCHES, MAX_MICROBATCHES
+
+if TYPE_CHECKING:  # a graph is a networkx.DiGraph, or a LazyDiGraph that becomes one (pipeopt.graph)
+    import networkx as nx
 
 OBJECTIVES = ("bottleneck", "iteration", "gpipe", "max_load")
 OBJECTIVE_TEXT = {
@@ -134,8 +137,10 @@ class Instance:
     Parameters
     ----------
     graph
-        Layer graph (``networkx.DiGraph``, see :mod:`pipeopt.graph`). Not copied: do not
-        mutate it after building the instance.
+        Layer graph (``networkx.DiGraph``, see :mod:`pipeopt.graph`; a reader may give a
+        :class:`pipeopt.graph.LazyDiGraph`, the same storage built without networkx, which
+        becomes a ``networkx.DiGraph`` in place when anything needs networkx). Not copied: do
+        not mutate it after building the instance.
     cluster
         The devices and the network.
     settings
@@ -280,6 +285,8 @@ class Instance:
             fwd = {kind: fwd}
         if not isinstance(bwd, dict):
             bwd = {kind: bwd}
+        from .graph import ChainGraph  # defined (networkx imported) on first use
+
         graph = ChainGraph(fwd, bwd, out_bytes, act_bytes, param_bytes, skips=skips, skip_bytes=skip_bytes,
                            names=names)
         return cls(graph, cluster, Settings() if settings is None else settings, name, assumptions, default_stages)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["LazyModule", "lazy_attributes", "lazy_module"]
+__all__ = ["LazyFunction", "LazyModule", "lazy_attributes", "lazy_function", "lazy_module"]
 
 
 class LazyModule:
@@ -89,3 +89,52 @@ def lazy_attributes(package: str, where: dict[str, str]):
         return sorted(set(vars(sys.modules[package])) | set(where))
 
     return __getattr__, __dir__
+
+
+class LazyFunction:
+    """A module's function imported on first call (or first attribute read, e.g. ``__name__``):
+    what a method table (``METHODS``) holds for a method whose module is not needed until the
+    method runs, so that reading the table imports only the methods that are called.
+
+    Parameters
+    ----------
+    module
+        The module's name, absolute or relative to ``package``.
+    name
+        The function's name in that module.
+    package
+        The package a relative ``module`` is resolved against.
+    """
+
+    def __init__(self, module: str, name: str, package: str | None = None):
+        object.__setattr__(self, "_LazyFunction__where", (module, name, package))
+        object.__setattr__(self, "_LazyFunction__function", None)
+
+    def load(self):
+        """The real function (its module imported now if it was not)."""
+        fn = self.__function
+        if fn is None:
+            module, name, package = self.__where
+            fn = getattr(importlib.import_module(module, package), name)
+            object.__setattr__(self, "_LazyFunction__function", fn)
+        return fn
+
+    def __call__(self, *args, **kwargs):
+        return self.load()(*args, **kwargs)
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("_LazyFunction__"):  # not set yet (a copy being built)
+            raise AttributeError(attr)
+        return getattr(self.load(), attr)
+
+    def __reduce__(self):
+        return (LazyFunction, self.__where)
+
+    def __repr__(self) -> str:
+        module, name, _ = self.__where
+        return f"<lazy function {module}.{name}>"
+
+
+def lazy_function(module: str, name: str, package: str | None = None) -> LazyFunction:
+    """A stand-in for ``module.name`` that imports the module on first call (:class:`LazyFunction`)."""
+    return LazyFunction(module, name, package)

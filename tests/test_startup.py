@@ -105,3 +105,25 @@ def test_lazy_kernel_compiles_and_calls_other_kernels():
     bad = np.zeros((1, 3), dtype=np.int64)
     assert ideals._passes(0, 1, qty, lim, bad)
     assert not ideals._passes(0, 2, qty, lim, bad)
+
+
+PROFILES = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "pipedream-profiles"
+
+
+@pytest.mark.parametrize("name, stages", [("alexnet", 4), ("gnmt", 8), ("resnet50", 4)])
+def test_solving_a_pipedream_profile_imports_no_networkx_and_no_solver(name, stages):
+    """``pipeopt solve PROFILE --stages N`` (dp or probe, the tie-break's enumeration or descent)
+    reads the profile into a LazyDiGraph and never needs networkx, PuLP, OR-Tools or numba, nor
+    the partition methods it does not run."""
+    code = f"""
+import contextlib, io
+from pipeopt.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    assert main(["solve", {str(PROFILES / (name + ".txt"))!r}, "--stages", "{stages}"]) == 0
+assert "optimal" in out.getvalue()
+others = {{"pipeopt.problems.partition." + m for m in ("milp", "cpsat", "convex", "convex_milp", "events", "model",
+                                                     "mcmc", "pipedream", "frameworks", "recompute_baselines")}}
+assert not others & set(sys.modules), others & set(sys.modules)
+"""
+    loaded = loaded_after(code)
+    assert not loaded & {*HEAVY, "networkx"}

@@ -16,10 +16,9 @@ import gc
 import math
 from functools import cached_property
 
-import networkx as nx
 import numpy as np
 
-from ..graph import ChainGraph, is_array_chain
+from ..graph import is_array_chain, is_networkx_graph
 
 CACHE_KEY = "_pipeopt_layer_arrays"
 """Where :func:`layer_arrays` keeps an instance's arrays (its ``__dict__``, as
@@ -87,7 +86,8 @@ class LayerArrays:
         missing = np.array([w is None for w in given], dtype=bool)
         self.edge_bytes = np.array([0.0 if w is None else float(w) for w in given], dtype=float)
         if missing.any():  # an edge without ``bytes`` carries its tail's out_bytes
-            tails = np.unique(self.tail[missing])
+            # the distinct tails, sorted (np.unique without its import of numpy.ma: start-up)
+            tails = np.flatnonzero(np.bincount(self.tail[missing], minlength=len(nodes)))
             out = np.zeros(len(nodes))
             data = self._data
             out[tails] = [float(data[i]["out_bytes"]) for i in tails.tolist()]
@@ -166,7 +166,7 @@ class LayerArrays:
         return pos
 
 
-def _of_chain(graph: ChainGraph) -> LayerArrays:
+def _of_chain(graph) -> LayerArrays:
     """:class:`LayerArrays` of a :class:`pipeopt.graph.ChainGraph`, taken from its arrays (the
     same values, in the same node and edge order, as reading its networkx dicts would give)."""
     arr = LayerArrays.__new__(LayerArrays)
@@ -190,7 +190,7 @@ def layer_arrays(source) -> LayerArrays:
         return source
     if is_array_chain(source):
         return _of_chain(source)
-    if isinstance(source, nx.Graph):
+    if is_networkx_graph(source):  # a networkx graph (or a LazyDiGraph, which reads as one)
         return LayerArrays(source)
     cached = source.__dict__.get(CACHE_KEY)
     if cached is None:

@@ -18,9 +18,14 @@ from pathlib import Path
 
 from ..errors import ReadError
 from ..instance import Instance
-from .dnn_partitioning import read_dnn_partitioning, read_dnn_partitioning_split
-from .native import from_dict, read_instance, to_dict, write_instance
+from ..lazy import lazy_attributes
 from .pipedream import read_pipedream
+
+# the JSON formats' readers are imported when first used (a PipeDream profile needs neither)
+__getattr__, __dir__ = lazy_attributes(__name__, {
+    "read_dnn_partitioning": ".dnn_partitioning", "read_dnn_partitioning_split": ".dnn_partitioning",
+    "from_dict": ".native", "read_instance": ".native", "to_dict": ".native", "write_instance": ".native",
+})
 
 __all__ = ["from_dict", "load", "read", "read_dnn_partitioning", "read_dnn_partitioning_split", "read_instance",
            "read_pipedream", "to_dict", "write", "write_instance"]
@@ -131,6 +136,8 @@ def _read(path, *, bandwidth, memory, **options) -> Instance:
                 raise ReadError(
                     f"{path}: a native instance file takes no reader options, got {sorted(options)}"
                 )
+            from .native import read_instance
+
             return read_instance(path)
         if (
             isinstance(d, dict)
@@ -162,4 +169,6 @@ def _check_options(path: Path, reader, options: dict) -> None:
 
 def write(instance: Instance, path: str | Path) -> Path:
     """Write ``instance`` as a native JSON file (see :func:`pipeopt.io.native.write_instance`)."""
+    from .native import write_instance
+
     return write_instance(instance, path)

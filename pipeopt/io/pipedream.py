@@ -13,13 +13,16 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ..cluster import Cluster
 from ..errors import ReadError
+from ..graph import LazyDiGraph, _natural_key
 from ..instance import Instance, Settings
 from ..units import as_size
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 _NODE = re.compile(
     r"^(?P<name>\S+) -- (?P<desc>.*) -- forward_compute_time=(?P<f>[^,]+), "
@@ -75,6 +78,12 @@ def read_pipedream_graph(path: str | Path, *, count_input_time: bool = False, ki
         If the file is missing or unreadable, a line is malformed, a number is invalid, or an
         edge names an undeclared node.
     """
+    return _read_graph(path, count_input_time=count_input_time, kind=kind).to_networkx()
+
+
+def _read_graph(path, *, count_input_time: bool, kind: str) -> LazyDiGraph:
+    """:func:`read_pipedream_graph`'s graph as a :class:`pipeopt.graph.LazyDiGraph` (the same
+    dicts, built without importing networkx; :func:`read_pipedream` keeps it so)."""
     if not isinstance(path, (str, Path)):
         raise ReadError(f"a PipeDream profile path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     path = Path(path)
@@ -116,9 +125,7 @@ def read_pipedream_graph(path: str | Path, *, count_input_time: bool = False, ki
         nodes[name] = attrs
     if not nodes:
         raise ReadError(f"{path}: no layers found (is this a PipeDream profile?)")
-    graph = nx.DiGraph()
-    from ..graph import _natural_key
-
+    graph = LazyDiGraph()
     for name in sorted(nodes, key=_natural_key):
         graph.add_node(name, **nodes[name])
     for u, v, lineno in edges:
@@ -169,7 +176,7 @@ def read_pipedream(
         If ``devices`` is not an integer in 1 .. :data:`pipeopt.units.MAX_DEVICES`, or the
         bandwidth or memory is invalid (:class:`~pipeopt.errors.InvalidUnitError`).
     """
-    graph = read_pipedream_graph(path, count_input_time=count_input_time)
+    graph = _read_graph(path, count_input_time=count_input_time, kind="gpu")
     memory = as_size(memory, unlimited=True)
     assumptions = []
     if bandwidth is None:

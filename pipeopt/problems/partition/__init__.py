@@ -40,36 +40,46 @@ lower bound.
   five chains (seeds ``seed .. seed + 4``) share the time limit; the median chain's plan.
 """
 
+from ...lazy import lazy_attributes, lazy_function
 from ..method import ALPHA_OVERHEAD, RECOMPUTE, ZERO, Method
 from .auto import solve_auto
-from .binary_search import binary_search, greedy_check, split_to_stages, straight_stage_time
-from .convex import solve_convex
-from .convex_milp import solve_convex_milp
-from .cpsat import solve_cpsat
 from .dp import solve_dp
-from .frameworks import megatron, pippy, torchtitan
-from .mcmc import mcmc
-from .milp import solve_milp
-from .pipedream import PipeDreamPlan, pipedream, pipedream_partition
-from .probe import solve_probe
-from .recompute_baselines import (
-    adapipe,
-    megatron_block,
-    megatron_full_uniform,
-    no_recompute,
-    no_recompute_more_stages,
-    torchtitan_every_k,
-)
 from .problem import PartitionProblem
-from .simple import (
-    block_partition,
-    block_parts,
-    param_balanced,
-    spread_balanced_parts,
-    time_balanced,
-    uniform,
-    uniform_parts,
-)
+
+# The other methods' modules are imported when a method runs or its name is read (``from
+# pipeopt.problems.partition import solve_milp``): the default solve imports auto, dp and probe
+# only (start-up, tests/test_startup.py).
+_WHERE = {
+    **dict.fromkeys(("binary_search", "greedy_check", "split_to_stages", "straight_stage_time"), ".binary_search"),
+    "solve_convex": ".convex",
+    "solve_convex_milp": ".convex_milp",
+    "solve_cpsat": ".cpsat",
+    **dict.fromkeys(("megatron", "pippy", "torchtitan"), ".frameworks"),
+    "mcmc": ".mcmc",
+    "solve_milp": ".milp",
+    "solve_probe": ".probe",
+    **dict.fromkeys(("PipeDreamPlan", "pipedream", "pipedream_partition"), ".pipedream"),
+    **dict.fromkeys(("adapipe", "megatron_block", "megatron_full_uniform", "no_recompute", "no_recompute_more_stages",
+                     "torchtitan_every_k"), ".recompute_baselines"),
+    **dict.fromkeys(("block_partition", "block_parts", "param_balanced", "spread_balanced_parts", "time_balanced",
+                     "uniform", "uniform_parts"), ".simple"),
+}
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE)
+
+
+def _lazy(name: str):
+    """The method function ``name``, imported from its module when it is first called."""
+    return lazy_function(_WHERE[name], name, __name__)
+
+
+solve_probe, solve_convex, solve_convex_milp, solve_cpsat, solve_milp = map(
+    _lazy, ("solve_probe", "solve_convex", "solve_convex_milp", "solve_cpsat", "solve_milp"))
+binary_search, pipedream, uniform, param_balanced, time_balanced, torchtitan, megatron, pippy, mcmc = map(
+    _lazy, ("binary_search", "pipedream", "uniform", "param_balanced", "time_balanced", "torchtitan", "megatron",
+            "pippy", "mcmc"))
+megatron_full_uniform, megatron_block, torchtitan_every_k, no_recompute, no_recompute_more_stages, adapipe = map(
+    _lazy, ("megatron_full_uniform", "megatron_block", "torchtitan_every_k", "no_recompute", "no_recompute_more_stages",
+            "adapipe"))
 
 PROBLEM = PartitionProblem
 
@@ -128,6 +138,11 @@ METHODS = (
            "Sun et al., AdaPipe, ASPLOS 2024: each stage's recompute knapsack at its in-flight count, then the split "
            "balancing computation (min-max DP)"),
 )
+
+# the names above were the table's stand-ins: read from the package, a name gives the real function
+del (solve_probe, solve_convex, solve_convex_milp, solve_cpsat, solve_milp, binary_search, pipedream, uniform, param_balanced,
+     time_balanced, torchtitan, megatron, pippy, mcmc, megatron_full_uniform, megatron_block, torchtitan_every_k,
+     no_recompute, no_recompute_more_stages, adapipe)
 
 __all__ = [
     "METHODS",

@@ -44,7 +44,6 @@ import dataclasses
 from ...backends.deadline import Deadline
 from ...result import Result
 from .dp import DENSE_LIMIT, dense_bytes, solve_dp
-from .probe import solve_probe
 from .problem import PartitionProblem
 
 AUTO_DP_WORK = 1e5
@@ -83,7 +82,13 @@ def _milp(problem, **kw) -> Result:
     return solve_milp(problem, **kw)
 
 
-METHODS = {"dp": solve_dp, "probe": solve_probe, "milp": _milp}
+def _probe(problem, **kw) -> Result:
+    from .probe import solve_probe  # its frontier probes only where it runs
+
+    return solve_probe(problem, **kw)
+
+
+METHODS = {"dp": solve_dp, "probe": _probe, "milp": _milp}
 
 
 def solve_auto(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",

@@ -161,7 +161,7 @@ def run_times(problem: PartitionProblem, splits) -> np.ndarray:
     loop of :func:`pipeopt.cost.schedule.makespan` over the ops, each step on a column of
     splits. ``ndarray (len(splits),)``; equal to :func:`pipeopt.problems.partition.events.run_time`
     of each split."""
-    from .events import event_graph, op_prefixes
+    from .ops import event_graph, op_prefixes
 
     graph = event_graph(problem, "1f1b")
     a = op_prefixes(problem)
@@ -276,7 +276,7 @@ def descend(problem: PartitionProblem, starts: list[int], value: float, cap: flo
     (starts, iteration time)
         The split it ends at (``starts`` if no move helps) and its iteration time (seconds).
     """
-    from .events import event_graph, run_time
+    from .ops import event_graph, run_time
 
     inst, n = problem.instance, problem.n
     graph = event_graph(problem, "1f1b")  # built once: each candidate is first timed on it
@@ -372,8 +372,6 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
         if not has_tie(problem, period * (1 + CAP_REL), clock):
             rec.update(proven=True, unique=True)  # no other split has the optimal period
             return list(starts)
-        from .events import solve_events
-
         chosen, value = descend(problem, list(starts), rec["value"], period, clock)
         if chosen != list(starts):
             secondary.settle(rec, value, evaluate(inst, problem.plan(chosen)))
@@ -383,6 +381,8 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
             rec.update(status="not run", note=f"the event-time MILP's size S (S - 1)(n - S) = {size} exceeds "
                        f"EVENTS_SIZE = {EVENTS_SIZE}: the descent's split, no proof")
             return chosen
+        from .events import solve_events  # the MILP's modules only where it runs
+
         out = solve_events(problem, "1f1b", period_cap=period, deadline=clock, solver=solver,
                            threads=threads, seed=seed, hint=list(chosen), node_limit=SECONDARY_NODES)
         rec.update(bound=out.bound, status=str(out.status))
