@@ -764,7 +764,9 @@ def recompute_terms(graph, layer, mode: str) -> tuple[float, dict]:
     * ``"full"`` (torch.utils.checkpoint of the layer; Megatron's full recomputation): the layer
       keeps only its input, the bytes on its in-edges (:func:`pipeopt.graph.edge_bytes`; 0 for a
       layer without predecessors: the model's input is the data loader's), and reruns its whole
-      forward: ``extra = fwd``.
+      forward: ``extra = fwd``, or the node attribute ``recompute_fwd`` (``{kind: seconds}``)
+      where the profile measured what the recomputation adds (the rerun and the checkpoint's own
+      work, :mod:`pipeopt.torch.profile`), per kind it gives.
     * ``"selective"``: the layer's profile gives node attribute ``selective`` =
       ``{"act_bytes": bytes kept, "fwd": {kind: seconds recomputed}}`` (the cheap-to-recompute
       operators dropped, as torchtitan's per-op policy does).
@@ -790,7 +792,8 @@ def recompute_terms(graph, layer, mode: str) -> tuple[float, dict]:
     attrs = graph.nodes[layer]
     if mode == "full":
         kept = float(sum(edge_bytes(graph, u, layer) for u in graph.predecessors(layer)))
-        return kept, dict(attrs["fwd"])
+        measured = attrs.get("recompute_fwd") or {}
+        return kept, {k: float(measured.get(k, v)) for k, v in attrs["fwd"].items()}
     if mode == "selective":
         sel = attrs.get("selective")
         if not isinstance(sel, dict) or "act_bytes" not in sel or "fwd" not in sel:

@@ -33,6 +33,16 @@ Node attributes (units as in docs/cost-model.md)
     keeps (:mod:`pipeopt.cost.transient`). Edge attribute ``saved_twice_bytes``: a tensor both
     layers save (the producer its output, the consumer its input), counted once in a stage
     holding both (:func:`pipeopt.torch.memory.saved_twice`).
+``recompute_fwd`` (measured costs)
+    ``{"cpu": seconds}``: what recomputing the layer (``"full"``: ``torch.utils.checkpoint``
+    of its forward, as ``pipeopt run`` applies it) adds to its forward plus backward, measured:
+    the rerun and the checkpoint's own work (:attr:`pipeopt.torch.probe.LayerProbe.recompute_s`);
+    :func:`pipeopt.cost.rules.recompute_terms` charges it instead of ``fwd``.
+``selective`` (measured costs)
+    ``{"act_bytes": bytes, "fwd": {"cpu": seconds}}``: the layer recomputed under torchtitan's
+    per-operator policy (:mod:`pipeopt.torch.recompute`): the bytes it keeps per microbatch (its
+    inputs, the bytes on its in-edges, plus the outputs of the operators the policy saves; at
+    most ``act_bytes``) and the seconds it adds, measured as for ``recompute_fwd``.
 ``param_bytes``
     weights, gradients and optimizer state plus buffers (:mod:`pipeopt.torch.state`).
 ``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``
@@ -347,6 +357,8 @@ def from_torch(
     params, ties = _parameters(traced, module)
     g = _graph(traced, probes, params, costs, spec, precision, optimizer, cl.kinds)
     _record_ties(g, ties, optimizer)
+    if costs == "measured":
+        _record_recompute(g, traced, probes)
     _record_transient(g, traced, temps, twice if temps is not None else {})
     label = "measured" if costs == "measured" else device
     g.graph["torch"] = {
@@ -457,6 +469,18 @@ def _graph(traced, probes, params, costs, spec, precision, optimizer, kinds) -> 
             prev = g.edges[u, v]["bytes"] if g.has_edge(u, v) else 0.0
             g.add_edge(u, v, bytes=prev + float(probes[j].in_bytes[k]))
     return g
+
+
+def _record_recompute(g: nx.DiGraph, traced, probes) -> None:
+    """Node attributes ``recompute_fwd`` and ``selective`` (module docstring) from the probes'
+    timed recomputations (:attr:`pipeopt.torch.probe.LayerProbe.recompute_s`)."""
+    from ..graph import edge_bytes
+
+    for fqn, pr in zip(traced.names, probes, strict=True):
+        kept = float(sum(edge_bytes(g, u, fqn) for u in g.predecessors(fqn)))
+        g.nodes[fqn]["recompute_fwd"] = {"cpu": float(pr.recompute_s)}
+        g.nodes[fqn]["selective"] = {"act_bytes": min(kept + float(pr.selective_bytes), g.nodes[fqn]["act_bytes"]),
+                                     "fwd": {"cpu": float(pr.selective_s)}}
 
 
 def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:

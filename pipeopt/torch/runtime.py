@@ -27,14 +27,20 @@ when two adjacent stages share one (the V placement), which gloo refuses. The
 prediction is pipeopt's executor on the same order and split
 (:func:`pipeopt.schedules.run_schedule`).
 
-**Activation recomputation**: the layers of each stage's ``Stage.recompute`` (mode ``"full"``)
-run their forward under ``torch.utils.checkpoint`` (``use_reentrant=False``) inside the stage
-module ``pipeline()`` built, under every schedule and order (:func:`apply_recompute`); each
-layer's forward runs are counted and reported, so the report shows that the backward reran
-them (:func:`recompute_report`). ``"selective"`` (a per-operator policy) is refused before any
-process starts. torch's split backward (I, W) computes the weight gradients one parameter group
-at a time, and each such ``autograd.grad`` reruns a checkpointed forward again: the report says
-how many reruns per microbatch it measured.
+**Activation recomputation**: the layers of each stage's ``Stage.recompute`` run their forward
+under ``torch.utils.checkpoint`` (``use_reentrant=False``; ``"selective"`` with torchtitan's
+per-operator policy, :mod:`pipeopt.torch.recompute`) inside the stage module ``pipeline()``
+built, under every schedule and order (:func:`apply_recompute`); each layer's forward runs are
+counted and reported, so the report shows that the backward reran them
+(:func:`recompute_report`). The stage modules run their generated code, not
+``torch.fx.Interpreter`` (:func:`build_pipe`): a rerun costs what the profile measured for it
+(node attribute ``recompute_fwd``, :mod:`pipeopt.torch.profile`). torch's split backward (I, W)
+computes the weight gradients one parameter group at a time, and each such ``autograd.grad`` would rerun a checkpointed forward again (torch's
+checkpoint keys its recomputed tensors by the backward call); in an order whose backward is
+split, a ``"full"`` layer therefore reruns once per microbatch, before I, and keeps the rerun's
+tensors until its W (:func:`pipeopt.torch.recompute.rerun_once`), as the cost model charges it.
+A ``"selective"`` layer keeps torch's checkpoint (it reruns per parameter group of W). The
+report says how many reruns per microbatch it measured.
 
 The loss is ``output.sum()`` (a backward from gradients of ones, as the profiler of
 :mod:`pipeopt.torch.probe` times the layers), so that the run and the profile time the same
@@ -53,6 +59,7 @@ PyTorch 2.13 ``torch/distributed/pipelining``: ``pipeline``, ``build_stage``,
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import queue as queue_mod
 import statistics
@@ -83,7 +90,9 @@ def build_pipe(module: torch.nn.Module, example_inputs: tuple, exported: dict):
     """``torch.distributed.pipelining.pipeline`` on a copy of ``module`` with the export's split.
 
     ``pipeline`` annotates the module it is given in place (its split points stay on the
-    module's ``forward``), hence the copy.
+    module's ``forward``), hence the copy. Every stage module runs its generated code, not
+    ``torch.fx.Interpreter`` (:func:`pipeopt.torch.probe.generated_code`: the profile's
+    stage overhead is measured the same way).
 
     Raises
     ------
@@ -92,7 +101,11 @@ def build_pipe(module: torch.nn.Module, example_inputs: tuple, exported: dict):
     """
     from torch.distributed.pipelining import pipeline
 
+    from .probe import generated_code
+
     pipe = pipeline(copy.deepcopy(module), tuple(example_inputs), split_spec=split_spec_for_torch(exported))
+    for i in range(pipe.num_stages):
+        generated_code(pipe.get_stage_module(i))
     if pipe.num_stages != exported["num_stages"]:
         raise PipelineRunError(
             f"torch.distributed.pipelining built {pipe.num_stages} stages from a split spec of "
@@ -113,10 +126,10 @@ def pipe_stages(pipe, names) -> list[list[str]]:
 
 
 # ---- activation recomputation ------------------------------------------------------------------
-RECOMPUTE_RUNS = ("full",)
+RECOMPUTE_RUNS = ("full", "selective")
 """The recomputation modes (:data:`pipeopt.plan.RECOMPUTE_MODES`) a run applies: ``"full"``,
-the layer's forward under ``torch.utils.checkpoint``. ``"selective"`` (a per-operator policy)
-is refused."""
+the layer's forward under ``torch.utils.checkpoint``, and ``"selective"``, the same with
+torchtitan's per-operator policy (:mod:`pipeopt.torch.recompute`, as the profile measures it)."""
 
 
 def recompute_modes(plan: Plan) -> dict:
@@ -128,8 +141,7 @@ def recompute_modes(plan: Plan) -> dict:
     InvalidPlanError
         If a stage recomputes a layer it does not run (naming both).
     UnsupportedPlanError
-        If a layer's mode is not in :data:`RECOMPUTE_RUNS` (``"selective"``: the run has no
-        per-operator policy; the message names the layers).
+        If a layer's mode is not in :data:`RECOMPUTE_RUNS` (the message names the layers).
     """
     from ..errors import InvalidPlanError, UnsupportedPlanError
 
@@ -142,9 +154,8 @@ def recompute_modes(plan: Plan) -> dict:
     other = sorted(n for n, m in modes.items() if m not in RECOMPUTE_RUNS)
     if other:
         raise UnsupportedPlanError(
-            f"pipeopt run applies recomputation {RECOMPUTE_RUNS} only (torch.utils.checkpoint of a layer's whole "
-            f"forward); layer(s) {_span(other)} ask for {modes[other[0]]!r}, a per-operator policy it does not "
-            "implement: set them to 'full' or drop them from the stage's recompute")
+            f"pipeopt run applies recomputation {RECOMPUTE_RUNS} only; layer(s) {_span(other)} ask for "
+            f"{modes[other[0]]!r}: set them to one of those or drop them from the stage's recompute")
     return modes
 
 
@@ -155,16 +166,17 @@ def stage_modes(modes: dict, stages) -> list[dict]:
     return [{n: modes[n] for n in st if n in modes} for st in stages]
 
 
-def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
+def apply_recompute(stage_module: torch.nn.Module, names, modes: dict, *, once: bool = False) -> dict:
     """Make the layers of ``modes`` that ``stage_module`` holds recompute their activations, and
     count every layer's forward runs.
 
     Each layer of ``names`` held by the stage module (:func:`stage_membership`) gets an
     instance ``forward`` that counts a run and calls the module's own; a layer of ``modes``
-    (mode ``"full"``) runs that counting forward under
-    ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``: autograd keeps only the
-    layer's inputs, and the backward reruns the forward (a second count) before it needs the
-    layer's saved tensors. torch's ``pipeline()`` keeps each module as a submodule the stage's
+    runs that counting forward under ``torch.utils.checkpoint.checkpoint(...,
+    use_reentrant=False)`` (:func:`pipeopt.torch.recompute.checkpointed`; ``"selective"`` with
+    its per-operator policy): autograd keeps only the layer's inputs (and, selective, the
+    outputs the policy saves), and the backward reruns the forward (a second count) before it
+    needs the layer's saved tensors. torch's ``pipeline()`` keeps each module as a submodule the stage's
     graph calls (``call_module``), so the layer is wrapped where the stage calls it, its FQN
     unchanged (torchtitan likewise applies its ``apply_ac`` to each transformer block of each
     stage's model part, after the pipeline split: its ``parallelize_fn`` runs on every one of
@@ -181,6 +193,11 @@ def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
     modes
         ``{layer: mode}``: the stage's own (:func:`stage_modes`); layers the stage does not hold
         are ignored.
+    once
+        For an order whose backward is split into I and W: a ``"full"`` layer reruns its
+        forward once per microbatch, before I, and keeps the rerun's tensors until its W
+        (:func:`pipeopt.torch.recompute.rerun_once`), as the cost model charges it; torch's
+        checkpoint would rerun it in I and again for every parameter group of W.
 
     Returns
     -------
@@ -188,7 +205,7 @@ def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
         ``{layer: [calls, runs]}`` for the stage's layers: the times the stage called the layer
         and the times its forward ran (a recomputed one once more per backward that reruns it).
     """
-    from torch.utils.checkpoint import checkpoint
+    from .recompute import checkpointed
 
     calls: dict = {}
     for name in stage_membership(stage_module, names):
@@ -199,10 +216,10 @@ def apply_recompute(stage_module: torch.nn.Module, names, modes: dict) -> dict:
             _count[1] += 1
             return _own(*args, **kwargs)
 
-        if modes.get(name) == "full":
-            def forward(*args, _fn=counted, _count=count, **kwargs):
+        if modes.get(name) in RECOMPUTE_RUNS:
+            def forward(*args, _fn=checkpointed(counted, modes[name], once=once), _count=count, **kwargs):
                 _count[0] += 1
-                return checkpoint(_fn, *args, use_reentrant=False, **kwargs)
+                return _fn(*args, **kwargs)
         else:
             def forward(*args, _fn=counted, _count=count, **kwargs):
                 _count[0] += 1
@@ -219,7 +236,7 @@ def recompute_report(calls: dict, modes: dict, steps: int, microbatches: int) ->
     stage's calls, per microbatch: 1 where the backward reran the forward once, 0 where nothing
     was recomputed)."""
     per = max(steps * microbatches, 1)
-    return {"recomputed": [n for n in calls if modes.get(n) == "full"],
+    return {"recomputed": [n for n in calls if modes.get(n) in RECOMPUTE_RUNS],
             "forward_runs": {n: c[1] / per for n, c in calls.items()},
             "recomputations": {n: (c[1] - c[0]) / per for n, c in calls.items()}}
 
@@ -417,15 +434,15 @@ def prediction(instance, plan: Plan, schedule: str, microbatches: int) -> float:
     schedule's objective (``iteration`` for 1F1B with a flush, ``gpipe``) and M microbatches.
 
     A plan without devices (an exported or hand-written one) is placed on the cluster's
-    devices in order, one per stage, as the run places stage i on rank i.
+    devices in order, one per stage, as the run places stage i on rank i (its recompute sets
+    kept).
     """
     from ..cost import evaluate
-    from ..plan import Stage
 
     inst = instance.with_settings(objective=OBJECTIVE[_schedule(schedule)], microbatches=microbatches)
     if any(not st.devices for st in plan.stages):
         names = [d.name for d in inst.cluster.devices]
-        plan = Plan(tuple(Stage(st.layers, devices=(names[i % len(names)],), replicas=1)
+        plan = Plan(tuple(dataclasses.replace(st, devices=(names[i % len(names)],), replicas=1)
                           for i, st in enumerate(plan.stages)))
     return evaluate(inst, plan).objective
 
@@ -603,13 +620,12 @@ def _resolve_order(plan: Plan, order, microbatches):
 def order_prediction(instance, plan: Plan, order) -> float:
     """pipeopt's predicted seconds per iteration of ``plan`` run in ``order``: the executor
     (:func:`pipeopt.schedules.run_schedule`). A plan without devices is placed as the run
-    places it: the stages of rank r on the cluster's r-th device."""
-    from ..plan import Stage
+    places it: the stages of rank r on the cluster's r-th device (recompute sets kept)."""
     from ..schedules import run_schedule
 
     if any(not st.devices for st in plan.stages):
         names = [d.name for d in instance.cluster.devices]
-        plan = Plan(tuple(Stage(st.layers, devices=(names[order.placement[s] % len(names)],))
+        plan = Plan(tuple(dataclasses.replace(st, devices=(names[order.placement[s] % len(names)],))
                           for s, st in enumerate(plan.stages)), plan.schedule)
     return run_schedule(instance, order, plan).time
 
@@ -642,6 +658,7 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         "csv": csv_path,
         "stages_on": [list(order.stages_on(r)) for r in range(order.ranks)],
         "recompute": stage_modes(modes, exported["stages"]),
+        "once": order.splits_backward,  # a full recomputation reruns once per microbatch (apply_recompute)
     }
     cores = free_cores(order.ranks)
     started = time.perf_counter()
@@ -766,7 +783,8 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
     mods = [pipe.get_stage_module(s) for s in mine]
     modes = [job["recompute"][s] for s in mine]
     counting = any(job["recompute"])  # every stage counts when the plan recomputes anything
-    calls = [apply_recompute(mod, job["names"], md) if counting else {} for mod, md in zip(mods, modes, strict=True)]
+    calls = [apply_recompute(mod, job["names"], md, once=job.get("once", False)) if counting else {}
+             for mod, md in zip(mods, modes, strict=True)]
     stages = [PipelineStage(mod, s, pipe.num_stages, torch.device("cpu")) for s, mod in zip(mine, mods, strict=True)]
     sched = _PipelineScheduleRuntime(stages, m, loss_fn=_sum_loss)
     sched._load_csv(job["csv"])
@@ -785,21 +803,33 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
         for mod in mods:
             mod.zero_grad(set_to_none=True)
 
-    times, barrier = _timed(step, zero, job)
-    steps = job["warmup"] + job["iterations"]
+    times, barrier = _timed(step, zero, job, reset=lambda: _reset_counts(calls))
+    steps = job["iterations"]  # the counts cover the timed iterations (_timed resets them after the warm-up)
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s, "stage_ids": mine,
             "stages": [stage_membership(mod, job["names"]) for mod in mods],
             "recompute": [recompute_report(c, md, steps, m) for c, md in zip(calls, modes, strict=True)]}
 
 
-def _timed(step, zero, job: dict) -> tuple[list, list]:
+def _reset_counts(calls) -> None:
+    """Set :func:`apply_recompute`'s counts (a dict, or a list of them) back to 0 in place."""
+    for c in calls if isinstance(calls, list) else [calls]:
+        for count in c.values():
+            count[0] = count[1] = 0
+
+
+def _timed(step, zero, job: dict, reset=None) -> tuple[list, list]:
     """``warmup`` untimed steps, ``iterations`` timed ones between barriers, the barrier pair
-    alone (module docstring)."""
+    alone (module docstring). ``reset`` (if given) is called after the warm-up when there is
+    one: the recompute counts then cover the timed iterations only, not torch's first step,
+    which also runs a forward and an input-gradient backward of each stage to infer shapes
+    (``_PipelineScheduleRuntime``'s ``_backward_metadata_inference``)."""
     import torch.distributed as dist
 
     for _ in range(job["warmup"]):
         step()
         zero()
+    if reset is not None and job["warmup"]:
+        reset()
     times, barrier = [], []
     for _ in range(job["iterations"]):
         dist.barrier()
@@ -837,10 +867,11 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
     def step() -> None:
         stage_step(sched, rank, world, batch, target)
 
-    times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job)
+    times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job,
+                            reset=lambda: _reset_counts(calls))
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
             "stage": stage_membership(stage_mod, job["names"]),
-            "recompute": recompute_report(calls, modes, job["warmup"] + job["iterations"], m)}
+            "recompute": recompute_report(calls, modes, job["iterations"], m)}
 
 
 def _counts(reports: list) -> dict:
