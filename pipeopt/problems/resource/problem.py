@@ -36,6 +36,7 @@ import numpy as np
 from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Bisection, Probe, bisect
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import CostTable, check_plan, rules, stage_compute
+from ...cost.table import refuse_recompute
 from ...cost.ties import refuse_ties
 from ...cost.transient import refuse_transient
 from ...cost.tolerance import BISECTION_WIDTH, SUM_ORDER
@@ -483,7 +484,16 @@ class ResourceProblem:
         return Plan(tuple(stages))
 
     def starts_of(self, plan: Plan) -> list[int]:
-        """The unit index where each stage after the first begins."""
+        """The unit index where each stage after the first begins.
+
+        Raises
+        ------
+        InvalidPlanError
+            If a stage of ``plan`` recomputes layers: the cuts alone would drop that choice,
+            and the resource problems do not choose recomputation
+            (:func:`pipeopt.cost.table.refuse_recompute`).
+        """
+        refuse_recompute(plan, f"{type(self).__name__}.starts_of (the cuts alone)")
         unit_of = self.instance.chain.unit_of
         return [unit_of[st.layers[0]] for st in plan.stages[1:]]
 

@@ -192,3 +192,14 @@ def test_real_profile_with_a_synthetic_second_kind():
     out = _methods(AllocateProblem(inst, 4))
     assert out["lp"].objective < out["sequential"].objective
     assert out["lp"].objective <= out["theorem"].objective * (1 + 1e-12)
+
+
+def test_a_plan_that_recomputes_is_refused_not_dropped():
+    """The resource problems score a plan by its cuts and do not choose recomputation: a given
+    plan with a recompute set is refused by name, never solved without it."""
+    inst = soc_instance(6, 2, seed=1, heterogeneous=False)
+    names = [d.name for d in inst.cluster.devices]
+    plan = pipeopt.Plan((pipeopt.Stage(("l0", "l1", "l2"), (names[0],), recompute={"l1": "full"}),
+                         pipeopt.Stage(("l3", "l4", "l5"), (names[1],))))
+    with pytest.raises(pipeopt.InvalidPlanError, match="recompute"):
+        AllocateProblem(inst, plan_given=plan)
