@@ -16,7 +16,10 @@ executor, the single evaluation) and whose space is ``"schedule:<name>"``
   ``w_placement="free"`` the split and every W's place together (:mod:`.w_placement`);
 * ``exhaustive`` -- exact on small chains: every split scored by the executor (refuses more
   than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`); with the problem's ``recompute``
-  option, each split's exact recompute sets (:mod:`.recompute`; ``milp`` models the option too
+  option, each split's exact recompute sets (:mod:`.recompute`); the only schedule method that
+  models data parallelism and ZeRO (``Settings.dp``, ``zero``: the executor's memory, collectives
+  and synchronisation; the recompute frontiers count each chunk's sharded state); ``milp`` models
+  the recompute option too
   with the schedule's W places: :func:`.model.recompute_rows` with one chunk per rank, a binary per
   layer with several, :func:`.model.recompute_memory_rows`);
 * ``uniform``, ``torchtitan``, ``best_1f1b`` -- the splits users get without a planner, run
@@ -31,7 +34,7 @@ Also: :mod:`.choose` (every schedule's optimum side by side under one deadline,
 
 from __future__ import annotations
 
-from ..method import LATENCY, RECOMPUTE, Method
+from ..method import LATENCY, RECOMPUTE, ZERO, Method
 from .baselines import best_1f1b, torchtitan_split, uniform
 from .baselines import zb_greedy as zb_greedy_baseline  # zb_greedy: the module
 from .auto import solve_auto as solve_auto
@@ -57,7 +60,8 @@ METHODS = (
            " recompute with the schedule's W places", terms=LATENCY | RECOMPUTE),
     Method("schedule", "exhaustive", exhaustive, True, "auto", False,
            "every split scored by the schedule executor (small chains only); recompute: each split's exact"
-           " recompute sets (.recompute)", terms=LATENCY | RECOMPUTE),
+           " recompute sets (.recompute); data parallelism and ZeRO (the executor's)",
+           terms=LATENCY | RECOMPUTE | ZERO),
     Method("schedule", "uniform", uniform, False, "auto", True,
            "equal layer counts per chunk (torch.distributed.pipelining's even split_spec)"),
     Method("schedule", "torchtitan", torchtitan_split, False, "auto", True,

@@ -59,6 +59,11 @@ def exhaustive(problem: ScheduleProblem, *, chunk_order: bool = True, **_) -> Re
     recompute sets (status ``"feasible"`` without a bound if a recompute frontier had to be
     thinned, ``info["recompute_exact"]``).
 
+    Data parallelism and ZeRO (``Settings.dp``, ``zero`` and the training-state ratios) are the
+    executor's (each chunk's sharded state in its rank's memory, ZeRO-2/3's collectives in its ops,
+    the synchronisation after the flush), and the recompute choice counts each chunk's sharded
+    state as fixed bytes (:meth:`.recompute.ChunkRecompute.state`): the optimum holds under them.
+
     Returns
     -------
     Result

@@ -70,9 +70,20 @@ class ChunkRecompute(RecomputeModel):
 
     def fixed(self, a: int, b: int, k: float) -> float:
         """Bytes of a chunk of units ``a..b-1`` no recompute choice changes: the schedule's
-        ``parameter_copies`` copies of its parameters (:func:`pipeopt.cost.rules.stage_memory`)."""
+        ``parameter_copies`` copies of its parameters (:func:`pipeopt.cost.rules.stage_memory`) and
+        its training state (:meth:`state`)."""
         p = self.problem
-        return float(rules.stage_memory(0.0, p.param_prefix[b] - p.param_prefix[a], k, p.schedule.parameter_copies))
+        return float(rules.stage_memory(0.0, p.param_prefix[b] - p.param_prefix[a], k, p.schedule.parameter_copies)) \
+            + self.state(a, b)
+
+    def state(self, a: int, b: int) -> float:
+        """Bytes of training state beyond the weights a chunk of units ``a..b-1`` keeps under the
+        settings' data parallelism and ZeRO stage (:meth:`pipeopt.cost.CostTable.sharded_state`, what
+        the executor's :func:`pipeopt.schedules.execute.rank_memory` adds per chunk); 0 without."""
+        p = self.problem
+        if not p.instance.settings.data_parallel:
+            return 0.0
+        return float(p.table.sharded_state(a, b))
 
     def frontier(self, a: int, b: int) -> tuple[list, list]:
         """``(fronts, layers)``: the frontiers after each layer of the chunk of units ``a..b-1``
@@ -121,6 +132,7 @@ def budget_recompute(problem, starts, order=None) -> list | None:
     flight = order.in_flight()
     S, cap = problem.S, problem.capacity
     params = [float(problem.param_prefix[bounds[s + 1]] - problem.param_prefix[bounds[s]]) for s in range(S)]
+    state = [model.state(bounds[s], bounds[s + 1]) for s in range(S)]
     picks: list = [None] * S
     for r in range(order.ranks):
         mine = order.stages_on(r)
@@ -142,7 +154,7 @@ def budget_recompute(problem, starts, order=None) -> list | None:
                 for s, i in point.items():
                     act[s] = float(fronts[s].held[i])
                     excess[s] = max(float(fronts[s].excess[i]), 0.0)
-                times = SimpleNamespace(act_bytes=act, param_bytes=params, act_excess=excess, state_bytes=None,
+                times = SimpleNamespace(act_bytes=act, param_bytes=params, act_excess=excess, state_bytes=state,
                                         chunks=S)
                 if not problem.fits(rank_memory(order, times)[r]):
                     continue
@@ -162,9 +174,10 @@ def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds) -> l
     mine = order.stages_on(rank)
     fronts = {s: model.frontier(bounds[s], bounds[s + 1])[0][-1] for s in mine}
     S = problem.S
-    params = [0.0] * S
+    params, state = [0.0] * S, [0.0] * S
     for s in mine:
         params[s] = float(problem.param_prefix[bounds[s + 1]] - problem.param_prefix[bounds[s]])
+        state[s] = model.state(bounds[s], bounds[s + 1])
     count = math.prod(len(fronts[s]) for s in mine)
     if count > MAX_COMBINATIONS:
         raise InvalidProblemError(f"recompute='auto' with {order.stages_per_rank} chunks per rank: rank {rank}'s chunks"
@@ -176,7 +189,7 @@ def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds) -> l
         for s, i in zip(mine, pick, strict=True):
             act[s] = float(fronts[s].held[i])
             excess[s] = max(float(fronts[s].excess[i]), 0.0)
-        times = SimpleNamespace(act_bytes=act, param_bytes=params, act_excess=excess, state_bytes=None, chunks=S)
+        times = SimpleNamespace(act_bytes=act, param_bytes=params, act_excess=excess, state_bytes=state, chunks=S)
         if not problem.fits(rank_memory(order, times)[rank]):
             continue
         options.append((tuple(float(fronts[s].time[i]) for s, i in zip(mine, pick, strict=True)), pick))
