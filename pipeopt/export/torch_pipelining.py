@@ -27,8 +27,12 @@ built (the round-trip the tests run, from the written files).
 
 What ``pipeline`` can split: at the beginning of any module call, at any depth (a leaf-module
 plan such as ``layers.0.mlp.fc`` works), as long as each stage is a contiguous run of the
-execution order; a module called more than once, or whose parameters another stage also uses
-(tied embeddings), is beyond this exporter (the tracer would not cut it as planned).
+execution order; a module called more than once is beyond this exporter (the tracer would not
+cut it as planned). A parameter two stages use (tied embeddings: GPT-2's ``lm_head.weight`` =
+``transformer.wte.weight``) is replicated by ``pipeline()`` into both stages; the stage that
+uses it under one name also holds, without running it, the module of the other name
+(:func:`pipeopt.torch.runtime.held_not_run`); the export's ``shared_parameters`` says so, and
+the stages run exactly the plan's layers (``tests/pytorch/test_hf_runtime.py``).
 
 Target: PyTorch 2.13.0 (``torch/distributed/pipelining/_IR.py``: ``pipeline``,
 ``SplitPoint``, ``Pipe.get_stage_module``; ``torch/distributed/pipelining/stage.py``:

@@ -291,7 +291,7 @@ def _w_rule(state: dict, args) -> str:
 
 
 def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, repeats: int = 10,
-          warmup: int = 3) -> list[LayerProbe]:
+          warmup: int = 3, microbatches: int = 1) -> list[LayerProbe]:
     """Run every layer alone, forward and backward, and measure it.
 
     Parameters
@@ -305,11 +305,16 @@ def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, re
     timing
         Also time forward and backward (``cpu`` only): ``warmup`` untimed runs, then the
         median of ``repeats`` timed runs (:func:`time.perf_counter`), in rounds that run every
-        layer once. Gradients are reset between runs outside the timed region. Layers whose W
-        is a difference also time the input-gradient-only backward in the same rounds, after a
-        second, untimed forward.
+        layer once. Gradients are reset outside the timed region every ``microbatches`` rounds
+        and accumulate in between; ``bwd_s`` weighs the two kinds of backward as an iteration
+        of M microbatches does (:func:`accumulated_backward`). Layers whose W is a difference
+        also time the input-gradient-only backward in the same rounds, after a second, untimed
+        forward (it leaves ``.grad`` untouched).
     repeats, warmup
         Runs, positive and non-negative.
+    microbatches
+        M, the microbatches over which a training iteration accumulates gradients (1: every
+        backward allocates them).
 
     Returns
     -------
@@ -351,25 +356,31 @@ def probe(traced: Traced, inputs: list, device: str, *, timing: bool = False, re
         del x, y
         out.append(rec)
     if timing:
-        _time(traced, inputs, out, repeats, warmup)
+        _time(traced, inputs, out, repeats, warmup, microbatches)
     return out
 
 
-def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int) -> None:
+def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int, microbatches: int = 1) -> None:
     """Time every layer's forward and backward in rounds: each round runs every layer once,
     so that a burst of load from other processes hits all layers alike instead of all the
-    runs of one layer. A ``"difference"`` layer then runs a second forward (untimed) and its
-    input-gradient-only backward (timed), so that both backwards follow their own forward.
+    runs of one layer. Gradients are reset every ``microbatches`` rounds and accumulate in
+    between, as in a training iteration of M microbatches (:func:`accumulated_backward`). A
+    ``"difference"`` layer then runs a second forward (untimed) and its input-gradient-only
+    backward (timed), so that both backwards follow their own forward.
     Then the layer runs forward and backward under each recomputation mode (each timed as one):
     its excess over the round's plain forward and backward is a sample of
     :attr:`LayerProbe.recompute_s` / :attr:`LayerProbe.selective_s`."""
     params = [list(sub.parameters()) for sub in traced.submods]
     redo = [{m: checkpointed(sub, m) for m in MODES} for sub in traced.submods]
+    every = max(int(microbatches), 1)
+    fresh_bwd: list[list] = [[] for _ in records]  # backward samples that allocated the gradients
     for r in range(warmup + repeats):
-        for sub, args, sources, ps, rec, rc in zip(traced.submods, inputs, traced.sources, params, records, redo,
-                                                   strict=True):
-            for p in ps:
-                p.grad = None
+        fresh = r % every == 0  # as a training iteration: gradients reset, then accumulating
+        for sub, args, sources, ps, rec, rc, first in zip(traced.submods, inputs, traced.sources, params, records,
+                                                          redo, fresh_bwd, strict=True):
+            if fresh:
+                for p in ps:
+                    p.grad = None
             x = _prepare(args, sources)
             t0 = time.perf_counter()
             y = sub(*x)
@@ -378,11 +389,12 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
             t2 = time.perf_counter()
             if r >= warmup:
                 rec.fwd_samples.append(t1 - t0)
-                rec.bwd_samples.append(t2 - t1)
+                (first if fresh else rec.bwd_samples).append(t2 - t1)
             del x, y
             for mode, samples in (("full", rec.recompute_samples), ("selective", rec.selective_samples)):
-                for p in ps:
-                    p.grad = None
+                if fresh:
+                    for p in ps:
+                        p.grad = None
                 x = _prepare(args, sources)
                 t3 = time.perf_counter()
                 _backward(rc[mode](*x))
@@ -399,12 +411,34 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
                 if r >= warmup:
                     rec.bwd_i_samples.append(t4 - t3)
                 del x, y
-    for rec in records:
+    for rec, first in zip(records, fresh_bwd, strict=True):
         rec.fwd_s = statistics.median(rec.fwd_samples)
-        rec.bwd_s = statistics.median(rec.bwd_samples)
+        rec.bwd_s = accumulated_backward(first, rec.bwd_samples, every)
+        rec.bwd_samples = first + rec.bwd_samples
         rec.recompute_s = statistics.median(rec.recompute_samples)
         rec.selective_s = statistics.median(rec.selective_samples)
         rec._split_times()
+
+
+def accumulated_backward(fresh: list, accumulating: list, microbatches: int) -> float:
+    """Seconds of a layer's backward per microbatch of an iteration of ``microbatches``: the
+    first microbatch's backward allocates the parameters' gradients (``fresh`` samples), the
+    other M - 1 add into them (``accumulating`` samples: autograd's ``grad += new``, a read
+    and a write of every gradient, which on GPT-2's 154 MB tied embedding costs more than the
+    matrix products); ``(median(fresh) + (M - 1) median(accumulating)) / M``, the median of
+    whichever list is given when the other is empty.
+
+    Raises
+    ------
+    ValueError
+        If both lists are empty.
+    """
+    if not fresh and not accumulating:
+        raise ValueError("no backward samples")
+    m = max(int(microbatches), 1)
+    a = statistics.median(fresh) if fresh else statistics.median(accumulating)
+    b = statistics.median(accumulating) if accumulating else a
+    return (a + (m - 1) * b) / m
 
 
 def whole_model_time(module: nn.Module, example_inputs: tuple, *, repeats: int, warmup: int) -> float:

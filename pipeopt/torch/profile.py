@@ -94,6 +94,7 @@ from ..zoo.build import cluster as catalogue_cluster
 from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
 from ..zoo.devices import device as catalogue_device
 from .memory import backward_temporaries, saved_twice
+from .overhead import fit, split_passes
 from .probe import probe, runtime_module, whole_model_passes
 from .state import OPTIMIZERS, check_optimizer, state_bytes
 from .hooks import inputs_of, layer_graph, no_cache
@@ -329,7 +330,8 @@ def from_torch(
         inputs = _run(module, "the split model", lambda: inputs_of(traced, example_inputs, probe_device),
                       probe_device)
         probes = _run(module, "its layers", lambda: probe(traced, inputs, probe_device, timing=costs == "measured",
-                                                          repeats=repeats, warmup=warmup), probe_device)
+                                                          repeats=repeats, warmup=warmup,
+                                                          microbatches=settings.microbatches), probe_device)
         temps = None
         if costs == "measured":  # the backward's temporaries, measured with MemTracker (pipeopt.torch.memory)
             temps = _run(module, "its layers' backward", lambda: backward_temporaries(traced, inputs), "cpu")
@@ -341,6 +343,9 @@ def from_torch(
             run_module, run_by = runtime_module(module, example_inputs)
             run_whole, run_forward = (whole, whole_forward) if run_module is module else whole_model_passes(
                 run_module, example_inputs, repeats=repeats, warmup=warmup, microbatches=settings.microbatches)
+            # the overhead one stage pays: two stages of pipeline()'s split, each timed alone
+            split = split_passes(module, example_inputs, traced.names, repeats=repeats, warmup=warmup,
+                                 microbatches=settings.microbatches)
     finally:
         torch.set_num_threads(threads_before)
         _restore(snapshot)
@@ -385,21 +390,49 @@ def from_torch(
             "whole_model_s": whole,
             "sum_of_layers_s": sum(p.fwd_s + p.bwd_s for p in probes),
             "runtime_model_s": run_whole,
+            "split_stages_s": None if split is None else {"split": split["split"], "total": split["total"],
+                                                          "forward": split["forward"]},
             "runtime_model": run_by,
         } if costs == "measured" else {}),
     }
     if costs == "measured":
-        g.graph["stage_overhead"] = stage_overhead(run_whole, run_forward, probes)
+        whole_over = stage_overhead(run_whole, run_forward, probes)
+        fitted = None
+        if split is not None:  # a constant per stage and a share proportional to the layers (overhead.fit)
+            tot = {n: p.fwd_s + p.bwd_s for n, p in zip(traced.names, probes, strict=True)}
+            fwd = {n: p.fwd_s for n, p in zip(traced.names, probes, strict=True)}
+            fitted = fit(run_whole, run_forward, split, tot, fwd)
+            g.graph["stage_overhead"] = fitted["stage_overhead"]
+            _scale_layers(g, fitted["scale"])
+            g.graph["torch"]["runtime_scale"] = dict(fitted["scale"])
+        else:
+            g.graph["stage_overhead"] = whole_over
     g.graph["source"] = f"pipeopt.from_torch({type(module).__name__}, granularity={gran.text!r}, costs={costs!r})"
     assumptions = _assumptions(costs, spec, precision, optimizer, threads, repeats, warmup, cl, whole, probes, traced,
                                bandwidth)
     if costs == "measured":
         over = g.graph["stage_overhead"]
+        whole_text = (f"the whole model as the runtime runs it, by {run_by}, {run_whole * 1e3:.3f} ms (forward "
+                      f"{run_forward * 1e3:.3f} ms; gradients accumulating over {settings.microbatches} microbatches), "
+                      "beyond the sum of its layers' times")
+        if fitted is not None:
+            sc, e1, e2 = fitted["scale"], fitted["whole_excess"], fitted["split_excess"]
+            how = (f"fitted with a share proportional to the layers' times (every layer's fwd x {sc['forward']:.4f}, "
+                   f"bwd and bwd_w x {sc['backward']:.4f}) so that the cost model reproduces two measurements, "
+                   f"gradients accumulating over {settings.microbatches} microbatches (pipeopt.torch.overhead.fit): "
+                   f"{whole_text}, {(e1['forward'] + e1['backward']) * 1e3:.3f} ms; the two stages of torch's "
+                   f"pipeline() split at {split['split']}, each stage module timed alone ({split['total'][0] * 1e3:.3f} "
+                   f"and {split['total'][1] * 1e3:.3f} ms), {(e2['forward'] + e2['backward']) * 1e3:.3f} ms beyond "
+                   "their layers' times together")
+            short = (e1["forward"] + e1["backward"]) - (e2["forward"] + e2["backward"])
+            if short > 0:
+                how += (f"; the whole model pays {short * 1e3:.3f} ms that the two stages do not (e.g. summing a tied "
+                        "weight's two gradient contributions): a plan of one stage is predicted that much short")
+        else:
+            how = whole_text + " (pipeline() could not split the model in two stages)"
         assumptions.append(
             f"stage overhead {over['forward'] * 1e3:.3f} ms forward + {over['backward'] * 1e3:.3f} ms backward per "
-            f"microbatch, charged once per stage: the whole model as the runtime runs it, by {run_by}, "
-            f"{run_whole * 1e3:.3f} ms (forward {run_forward * 1e3:.3f} ms; gradients accumulating over "
-            f"{settings.microbatches} microbatches), beyond the sum of its layers' times")
+            f"microbatch, charged once per stage: {how}")
     assumptions += [_tie_assumption(t) for t in g.graph.get("tied", [])]
     if g.graph.get("transient_memory"):
         assumptions.append("memory adds the outputs a stage keeps until their backward (the last stage: all M, "
@@ -481,6 +514,16 @@ def _record_recompute(g: nx.DiGraph, traced, probes) -> None:
         g.nodes[fqn]["recompute_fwd"] = {"cpu": float(pr.recompute_s)}
         g.nodes[fqn]["selective"] = {"act_bytes": min(kept + float(pr.selective_bytes), g.nodes[fqn]["act_bytes"]),
                                      "fwd": {"cpu": float(pr.selective_s)}}
+
+
+def _scale_layers(g: nx.DiGraph, scale: dict) -> None:
+    """Every layer's ``fwd`` times ``scale["forward"]`` and its ``bwd`` and ``bwd_w`` times
+    ``scale["backward"]``: the runtime's overhead proportional to the layers' times
+    (:func:`pipeopt.torch.overhead.fit`), on every kind."""
+    for _, data in g.nodes(data=True):
+        data["fwd"] = {k: v * scale["forward"] for k, v in data["fwd"].items()}
+        data["bwd"] = {k: v * scale["backward"] for k, v in data["bwd"].items()}
+        data["bwd_w"] = {k: v * scale["backward"] for k, v in data["bwd_w"].items()}
 
 
 def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:

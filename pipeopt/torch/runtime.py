@@ -7,8 +7,11 @@
 
 1. builds the model from its factory (same seed on every rank: equal weights);
 2. ``pipeline(model, mb_args, split_spec=...)`` traces and splits it, ``build_stage`` makes
-   the rank's stage, and the names of the plan's layers found in the stage module's
-   ``named_modules()`` are the stage membership actually built;
+   the rank's stage, and the names of the plan's layers the stage module runs (the modules
+   its fx graph calls, :func:`called_modules`) are the stage membership actually built; a
+   module it holds without running it is a difference unless it holds a tied parameter the
+   export shares onto that stage (:func:`tie_holders`); ``pipeopt run`` exits non-zero on a
+   difference;
 3. runs torch's ``Schedule1F1B`` or ``ScheduleGPipe`` over M microbatches: ``warmup``
    untimed iterations, then ``iterations`` timed ones, each between two barriers
    (``dist.barrier(); t0; schedule.step(...); dist.barrier(); t1``), so an iteration's time
@@ -114,15 +117,88 @@ def build_pipe(module: torch.nn.Module, example_inputs: tuple, exported: dict):
     return pipe
 
 
+def called_modules(stage_module: torch.nn.Module) -> set[str] | None:
+    """The FQNs of the modules a stage module **runs**: the targets of the ``call_module`` nodes
+    of its fx graph and, recursively, of the graphs of the modules they call (``pipeline()``'s
+    stage modules are ``GraphModule`` objects whose submodules are ``InterpreterModule``
+    objects, each with its graph); every descendant of a called module that has no graph (it
+    runs its own ``forward``). ``None`` if the stage module has no fx graph.
+
+    A stage module can hold modules it never calls: ``pipeline()`` replicates a tied parameter
+    (GPT-2's ``lm_head.weight`` = ``transformer.wte.weight``) into every stage that uses it,
+    and a stage that uses it as ``transformer.wte`` also gets a plain ``lm_head`` module
+    holding the copy under its other name (torch 2.13, ``MultiUseParameterConfig.REPLICATE``).
+    """
+    if not isinstance(getattr(stage_module, "graph", None), torch.fx.Graph):
+        return None
+    out: set[str] = set()
+    todo = [(stage_module, "")]
+    while todo:
+        mod, prefix = todo.pop()
+        for node in mod.graph.nodes:
+            if node.op != "call_module":
+                continue
+            fqn = prefix + str(node.target)
+            sub = mod.get_submodule(str(node.target))
+            out.add(fqn)
+            if isinstance(getattr(sub, "graph", None), torch.fx.Graph):
+                todo.append((sub, fqn + "."))
+            else:
+                out.update(f"{fqn}.{n}" for n, _ in sub.named_modules() if n)
+    return out
+
+
 def stage_membership(stage_module: torch.nn.Module, names) -> list[str]:
-    """The names among ``names`` (module FQNs) that a stage module holds, in ``names``' order."""
-    held = {n for n, _ in stage_module.named_modules()}
+    """The names among ``names`` (module FQNs) that a stage module runs
+    (:func:`called_modules`), in ``names``' order; every one it holds if it is not an fx graph.
+    A module it holds without running it is in :func:`held_not_run`."""
+    run = called_modules(stage_module)
+    held = {n for n, _ in stage_module.named_modules()} if run is None else run
     return [n for n in names if n in held]
+
+
+def held_not_run(stage_module: torch.nn.Module, names) -> list[str]:
+    """The names among ``names`` that a stage module holds (``named_modules()``) but never runs
+    (:func:`called_modules`), in ``names``' order: e.g. the holder of a tied parameter's copy."""
+    run = called_modules(stage_module)
+    if run is None:
+        return []
+    held = {n for n, _ in stage_module.named_modules()}
+    return [n for n in names if n in held and n not in run]
 
 
 def pipe_stages(pipe, names) -> list[list[str]]:
     """Stage membership of every stage of a ``Pipe``: :func:`stage_membership` of each."""
     return [stage_membership(pipe.get_stage_module(i), names) for i in range(pipe.num_stages)]
+
+
+def module_ties(module: torch.nn.Module, stages) -> list[dict]:
+    """The parameters that two or more of the stages' layers share, read off ``module``:
+    ``[{"name", "layers", "stages"}]`` as :func:`pipeopt.export.layout.shared_parameters` gives
+    them from a profiled graph (``stages``: lists of layer FQNs; a layer is a module of
+    ``module``)."""
+    users: dict = {}
+    first: dict = {}
+    for s, layers in enumerate(stages):
+        for layer in layers:
+            for pname, p in module.get_submodule(str(layer)).named_parameters(remove_duplicate=False):
+                first.setdefault(id(p), f"{layer}.{pname}")
+                users.setdefault(id(p), {}).setdefault(str(layer), s)
+    return [{"name": first[k], "layers": list(u), "stages": sorted(set(u.values()))}
+            for k, u in users.items() if len(u) > 1]
+
+
+def tie_holders(exported: dict) -> list[list[str]]:
+    """Per stage of a torch export, the layers a stage may hold without running them: the
+    layers of every tied parameter the export shares onto that stage
+    (``exported["shared_parameters"]``, :func:`pipeopt.export.layout.shared_parameters`),
+    whose modules ``pipeline()`` builds into each stage using the tie (:func:`called_modules`)."""
+    out: list[set] = [set() for _ in range(int(exported["num_stages"]))]
+    for tie in exported.get("shared_parameters") or ():
+        for s in tie.get("stages", ()):
+            if 0 <= s < len(out):
+                out[s].update(str(n) for n in tie.get("layers", ()))
+    return [sorted(s) for s in out]
 
 
 # ---- activation recomputation ------------------------------------------------------------------
@@ -251,7 +327,8 @@ class RunReport:
     schedule, microbatches, iterations, warmup
         As run.
     stages
-        ``list[list[str]]``: the layer names each rank's stage module holds (as built).
+        ``list[list[str]]``: the layer names each rank's stage module runs (as built,
+        :func:`stage_membership`).
     planned
         ``list[list[str]]``: the plan's stages (execution order).
     times
@@ -283,6 +360,12 @@ class RunReport:
     (:func:`apply_recompute`); ``None``: the plan recomputes nothing. ``info["forward_runs"]``
     and ``info["recomputations"]`` hold, per stage, every layer's forward runs and reruns per
     microbatch (:func:`recompute_report`)."""
+    held: list | None = None
+    """``list[list[str]]``: per stage, the plan's layers its stage module holds but never runs
+    (:func:`held_not_run`: a tied parameter's copy); ``None``: not recorded."""
+    tied: list | None = None
+    """``list[list[str]]``: per stage, the layers it may hold that way: those of the ties the
+    export shares onto it (:func:`tie_holders`). Any other module held is a difference."""
 
     @property
     def iteration(self) -> float:
@@ -312,7 +395,13 @@ class RunReport:
         longer list past the shorter one included when the stage counts differ)."""
         built, planned = [sorted(s) for s in self.stages], [sorted(s) for s in self.planned]
         return [i for i in range(max(len(built), len(planned)))
-                if i >= len(built) or i >= len(planned) or built[i] != planned[i]]
+                if i >= len(built) or i >= len(planned) or built[i] != planned[i] or self._unexplained(i)]
+
+    def _unexplained(self, i: int) -> list[str]:
+        """The layers stage ``i`` holds without running them that no tie of the plan explains."""
+        held = self.held[i] if self.held is not None and i < len(self.held) else []
+        allowed = set(self.tied[i]) if self.tied is not None and i < len(self.tied) else set()
+        return [n for n in held if n not in allowed]
 
     def membership_message(self) -> str:
         """What differs between the built stages and the plan, stage by stage ("" if nothing)."""
@@ -321,8 +410,10 @@ class RunReport:
             built = set(self.stages[i]) if i < len(self.stages) else set()
             planned = set(self.planned[i]) if i < len(self.planned) else set()
             extra, missing = sorted(built - planned), sorted(planned - built)
+            stray = self._unexplained(i)
             parts.append(f"stage {i}" + (f" also built {_span(extra)}" if extra else "")
-                         + (f" lacks {_span(missing)}" if missing else ""))
+                         + (f" lacks {_span(missing)}" if missing else "")
+                         + (f" holds {_span(stray)} without running it (no tie of the plan)" if stray else ""))
         return "; ".join(parts)
 
     def summary(self) -> str:
@@ -342,7 +433,9 @@ class RunReport:
         if cores:
             lines.append(f"  {cores['warning'] or cores['text']}")
         for i, st in enumerate(self.stages):
-            lines.append(f"  stage {i} built: {_span(st)}")
+            held = self.held[i] if self.held is not None and i < len(self.held) else []
+            lines.append(f"  stage {i} built: {_span(st)}"
+                         + (f" (also holds {_span(held)} without running it)" if held else ""))
         if self.recomputed is not None:
             again = self.info.get("recomputations") or [{} for _ in self.recomputed]
             for i, rc in enumerate(self.recomputed):
@@ -379,6 +472,7 @@ class RunReport:
             "planned": self.planned,
             "membership_matches": self.membership_matches,
             "differing_stages": self.differing_stages,
+            "held": self.held,
             "wall": self.wall,
             "ranks": self.ranks or len(self.stages),
             "recomputed": self.recomputed,
@@ -581,6 +675,8 @@ def run_plan(
         iterations=iterations,
         warmup=warmup,
         stages=[r["stage"] for r in results],
+        held=[r.get("held", []) for r in results],
+        tied=tie_holders(exported),
         planned=[list(s) for s in exported["stages"]],
         times=times,
         barrier=statistics.median(max(r["barrier"][k] for r in results) for k in range(len(results[0]["barrier"]))),
@@ -669,9 +765,11 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
     wall = time.perf_counter() - started
     times = [max(r["times"][k] for r in results) for k in range(iterations)]
     built: dict = {}
+    held: dict = {}
     counted: dict = {}
     for r in results:
         built.update(zip(r["stage_ids"], r["stages"]))
+        held.update(zip(r["stage_ids"], r.get("held") or [[] for _ in r["stage_ids"]]))
         counted.update(zip(r["stage_ids"], r["recompute"]))
     counted_list = [counted[s] for s in range(order.stages)] if modes else []
     return RunReport(
@@ -680,6 +778,8 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         iterations=iterations,
         warmup=warmup,
         stages=[built[s] for s in range(order.stages)],
+        held=[held[s] for s in range(order.stages)],
+        tied=tie_holders(exported),
         planned=[list(s) for s in exported["stages"]],
         times=times,
         barrier=statistics.median(max(r["barrier"][k] for r in results) for k in range(len(results[0]["barrier"]))),
@@ -807,6 +907,7 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
     steps = job["iterations"]  # the counts cover the timed iterations (_timed resets them after the warm-up)
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s, "stage_ids": mine,
             "stages": [stage_membership(mod, job["names"]) for mod in mods],
+            "held": [held_not_run(mod, job["names"]) for mod in mods],
             "recompute": [recompute_report(c, md, steps, m) for c, md in zip(calls, modes, strict=True)]}
 
 
@@ -871,6 +972,7 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
                             reset=lambda: _reset_counts(calls))
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
             "stage": stage_membership(stage_mod, job["names"]),
+            "held": held_not_run(stage_mod, job["names"]),
             "recompute": recompute_report(calls, modes, job["iterations"], m)}
 
 
@@ -905,9 +1007,10 @@ def _sum_loss(output, target):
     return output.sum()
 
 
-__all__ = ["RECOMPUTE_RUNS", "RunReport", "SCHEDULES", "apply_recompute", "build_pipe", "free_cores",
-           "order_prediction", "pipe_stages", "prediction", "recompute_modes", "recompute_report", "run_plan",
-           "stage_membership", "stage_modes", "stage_step"]
+__all__ = ["RECOMPUTE_RUNS", "RunReport", "SCHEDULES", "apply_recompute", "build_pipe", "called_modules",
+           "free_cores", "held_not_run", "module_ties", "order_prediction", "pipe_stages", "prediction",
+           "recompute_modes", "recompute_report", "run_plan", "stage_membership", "stage_modes", "stage_step",
+           "tie_holders"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
@@ -933,6 +1036,8 @@ def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
         module = model(**dict(model_kwargs or {}))[0]
     check_plan_modules(plan, module)
     exported = export(plan, "torch", graph=instance.graph if instance is not None else None)
+    if not exported.get("shared_parameters"):  # no profiled graph: the ties read off the module
+        exported["shared_parameters"] = module_ties(module, exported["stages"])
     if exported["data_parallel"] > 1:
         raise UnsupportedPlanError(
             f"pipeopt run has no data-parallel dimension: the plan replicates every stage "
