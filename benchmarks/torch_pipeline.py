@@ -22,6 +22,14 @@ model with ``--models hf:GPT2LMHeadModel``):
    processes, gloo, one thread each, ``Schedule1F1B``), ``--rounds`` times interleaved, and
    the median measured time per iteration is set beside pipeopt's prediction for the plan.
 
+With ``--recompute full selective`` (the modes to try), the exact plan of each model also runs
+with every layer of every stage recomputed in each mode (``Stage.recompute``; ``pipeopt run``
+applies it with ``torch.utils.checkpoint``, selective with torchtitan's per-operator policy),
+interleaved with the other plans; a second table per model sets their predicted and measured
+times side by side, the prediction that charges a rerun the layer's profiled forward (the rule
+without the profile's measured ``recompute_fwd``), and the forward reruns per microbatch the
+run counted.
+
 Prints one table per (model, S): predicted and measured ms per iteration, the prediction error,
 the prediction of the cost model without the two issue-24 terms (latency 0, no stage overhead:
 the bandwidth-only model), the 1-minute load average before each run (``pipeopt run``'s free-core
@@ -34,11 +42,13 @@ processes on two cores).
     python benchmarks/torch_pipeline.py                  # docs/results/torch_pipeline.md's table (quiet machine!)
     python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed
     python benchmarks/torch_pipeline.py --models gpt cnn hf:GPT2LMHeadModel --model-arg hf:GPT2LMHeadModel:seq=64
+    python benchmarks/torch_pipeline.py --models gpt --recompute full selective --rounds 3   # issue 25's rows
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -98,6 +108,25 @@ def without_terms(inst):
     return inst.replace(graph=graph, cluster=inst.cluster.with_overrides(latency=0.0))
 
 
+def with_recompute(plan, mode: str):
+    """``plan`` with every layer of every stage recomputed in ``mode``."""
+    return Plan(tuple(dataclasses.replace(st, recompute=dict.fromkeys(st.layers, mode)) for st in plan.stages),
+                plan.schedule)
+
+
+def fwd_rule(inst):
+    """The instance whose full recomputation charges a rerun the layer's profiled forward (the
+    rule without the profile's measured ``recompute_fwd``)."""
+    graph = inst.graph.copy()
+    for n in graph.nodes:
+        graph.nodes[n].pop("recompute_fwd", None)
+    return inst.replace(graph=graph)
+
+
+def _key(plan):
+    return tuple((tuple(st.layers), tuple(sorted((st.recompute or {}).items()))) for st in plan.stages)
+
+
 def link_for(inst, args):
     """The measured link (latency, bandwidth) up to the largest edge of ``inst``, or ``None``."""
     if args.link != "measure":
@@ -126,17 +155,20 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
     if link is not None:
         inst = inst.replace(cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=link.latency))
     plans = plans_for(inst, stages, args.time_limit)
+    exact_plan = plans["exact (milp)"][0]
+    for mode in args.recompute or ():
+        plans[f"exact, every layer recomputed ({mode})"] = (with_recompute(exact_plan, mode), "recompute")
     # the reference: the whole model in one process (what the runtime adds to the profile, no pipeline)
     whole = Plan((Stage(tuple(inst.graph.nodes), devices=(inst.cluster.devices[0].name,)),))
     plans["no pipeline (1 process)"] = (whole, "reference")
     distinct: dict = {}
     for method, (plan, status) in plans.items():
-        key = tuple(tuple(st.layers) for st in plan.stages)
-        distinct.setdefault(key, []).append(method)
+        distinct.setdefault(_key(plan), []).append(method)
     measured: dict = {key: [] for key in distinct}
     loads: dict = {key: [] for key in distinct}
     busy: dict = {key: False for key in distinct}
     built: dict = {}
+    reruns: dict = {}
     for r in range(args.rounds):
         for key in distinct:
             plan = plans[distinct[key][0]][0]
@@ -144,6 +176,9 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
                               microbatches=args.microbatches, iterations=args.iterations, warmup=args.warmup)
             measured[key].append(report.iteration)
             built[key] = report.membership_matches
+            if report.recomputed is not None:
+                again = [v for st in report.info.get("recomputations") or [] for v in st.values()]
+                reruns[key] = max(again, default=0.0)
             cores = report.info.get("cores") or {}
             loads[key].append(cores.get("load"))
             busy[key] = busy[key] or bool(cores.get("warning"))
@@ -151,7 +186,7 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
                   f"predicted {report.predicted * 1e3:.2f} ms ({report.wall:.0f} s; load {cores.get('load')})")
     rows = []
     for method, (plan, status) in plans.items():
-        key = tuple(tuple(st.layers) for st in plan.stages)
+        key = _key(plan)
         rows.append({
             "model": name, "S": stages, "method": method, "status": status, "split": blocks(plan),
             "predicted": prediction(inst, plan, "1f1b", args.microbatches),
@@ -159,6 +194,9 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
             "measured": statistics.median(measured[key]), "runs": measured[key], "built_as_planned": built[key],
             "loads": [x for x in loads[key] if x is not None], "busy": busy[key],
             "latency": inst.cluster.latency, "bandwidth": inst.cluster.bandwidth, "overhead": over,
+            "recompute": status == "recompute", "reruns": reruns.get(key),
+            "fwd_rule": (prediction(fwd_rule(inst), plan, "1f1b", args.microbatches)
+                         if status == "recompute" and method.endswith("(full)") else None),
         })
     exact = rows[0]
     for row in rows:
@@ -177,12 +215,33 @@ def _loads(r) -> str:
     return (f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}") + ("*" if r["busy"] else "")
 
 
+def recompute_table(rows: list[dict], microbatches: int) -> str:
+    """The recomputation rows beside the exact plan without recomputation ("" if none)."""
+    rc = [r for r in rows if r["recompute"]]
+    if not rc:
+        return ""
+    lines = ["| model | S | plan | predicted ms/iter | measured ms/iter | error | rerun = profiled forward: predicted, "
+             "error | forward reruns per microbatch (most) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in [rows[0], *rc]:
+        fwd = (f"{r['fwd_rule'] * 1e3:.1f}, {(r['fwd_rule'] - r['measured']) / r['measured']:+.1%}"
+               if r["fwd_rule"] is not None else "-")
+        again = "-" if r["reruns"] is None else f"{r['reruns']:.2f}"
+        lines.append(f"| {r['model']} | {r['S']} | {r['method']} | {r['predicted'] * 1e3:.1f} | "
+                     f"{r['measured'] * 1e3:.1f} | {r['error']:+.1%} | {fwd} | {again} |")
+    return ("\n".join(lines) + f"\n\n(M = {microbatches}, Schedule1F1B; the exact plan's split with every layer "
+            "recomputed: full = torch.utils.checkpoint, selective = torchtitan's per-operator policy; the prediction "
+            "charges the profile's measured recompute_fwd / selective.fwd per layer, the column beside it a rerun = "
+            "the layer's profiled forward)")
+
+
 def table(rows: list[dict], microbatches: int) -> str:
     head = ("| model | S | method | split (layers per stage) | predicted ms/iter | measured ms/iter | error | "
             "bandwidth-only model: predicted, error | load (1 min) | exact's speed-up, predicted | measured |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for r in rows:
+        if r["recompute"]:
+            continue
         lines.append(
             f"| {r['model']} | {r['S']} | {r['method']} | {r['split']} | {r['predicted'] * 1e3:.1f} | "
             f"{r['measured'] * 1e3:.1f} | {r['error']:+.1%} | {r['bandwidth_only'] * 1e3:.1f}, "
@@ -229,6 +288,8 @@ def main(argv=None) -> int:
     ap.add_argument("--link", choices=["measure", "assumed"], default="measure",
                     help="measure the link's latency and bandwidth (default) or keep the profile's assumed bandwidth")
     ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--recompute", nargs="*", choices=["full", "selective"], default=[],
+                    help="also run the exact plan with every layer recomputed in each of these modes")
     ap.add_argument("--oversubscribed", action="store_true", help="also S = 4 on the first model (2 cores!)")
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--iterations", type=int, default=10)
@@ -249,6 +310,10 @@ def main(argv=None) -> int:
         rows = run_model(name, model_kwargs(name, args.model_arg), args.stages, args)
         sections.append(table(rows, args.microbatches))
         print(sections[-1], "\n")
+        extra = recompute_table(rows, args.microbatches)
+        if extra:
+            sections.append(extra)
+            print(extra, "\n")
     if args.oversubscribed:
         rows = run_model(names[0], model_kwargs(names[0], args.model_arg), 4, args)
         sections.append("S = 4: four processes on two cores (oversubscribed)\n\n" + table(rows, args.microbatches))

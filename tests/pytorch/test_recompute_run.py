@@ -287,3 +287,31 @@ def test_the_prediction_of_a_plan_without_devices_keeps_its_recompute_sets():
     assert prediction(inst, redo, "1f1b", 4) > prediction(inst, plain, "1f1b", 4)
     order = make_schedule("1F1B", ranks=2, microbatches=4)
     assert order_prediction(inst, redo, order) > order_prediction(inst, plain, order)
+
+
+def test_profile_measures_full_and_selective_recomputation():
+    """from_torch (measured costs) records per layer what a full recomputation adds
+    (recompute_fwd) and the selective one (selective = {act_bytes, fwd}), and the one rule
+    (rules.recompute_terms) charges them: on gpt-tiny's blocks the selective policy keeps the
+    block's input plus the attention output and every other matrix product's output - more
+    than full recomputation keeps (the input), less than no recomputation (act_bytes)."""
+    from pipeopt.cost.rules import recompute_terms
+    from pipeopt.graph import edge_bytes
+    from pipeopt.torch import from_torch
+
+    module, example = models.build("gpt-tiny")
+    inst = from_torch(module, example, repeats=1, warmup=0)
+    g = inst.graph
+    for n in g.nodes:
+        a = g.nodes[n]
+        assert a["recompute_fwd"]["cpu"] >= 0 and a["selective"]["fwd"]["cpu"] >= 0
+        assert a["selective"]["act_bytes"] <= a["act_bytes"]
+        kept, extra = recompute_terms(g, n, "full")
+        assert extra == a["recompute_fwd"]
+        assert kept == sum(edge_bytes(g, u, n) for u in g.predecessors(n))
+        assert recompute_terms(g, n, "selective") == (a["selective"]["act_bytes"], a["selective"]["fwd"])
+    block = g.nodes["layers.1"]
+    inputs = sum(edge_bytes(g, u, "layers.1") for u in g.predecessors("layers.1"))
+    saved = 4 * (2 * 2 * 16 * 16 + 2 * 2 * 16 + 32 * 96 + 32 * 128)  # see the policy test above
+    assert block["selective"]["act_bytes"] == inputs + saved
+    assert recompute_terms(g, "layers.1", "full")[0] < block["selective"]["act_bytes"] < block["act_bytes"]
