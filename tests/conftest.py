@@ -89,6 +89,8 @@ SLOW: dict[str, str] = {
         "two spawned gloo processes run ZBVZeroBubble's order from a CSV, 2 chunks per rank (25.9 s; torchrun)",
     "tests/pytorch/test_recompute_run.py::test_two_rank_run_recomputes_and_measures_less_activation_memory":
         "three 2-process gloo runs of gpt-tiny (pipeopt run, MemTracker with and without recompute; 38 s; torchrun)",
+    "tests/pytorch/test_recompute_run.py::test_zero_bubble_order_reruns_each_recomputed_layer_once":
+        "a 2-process gloo run of a ZBV order on gpt-tiny with recomputed layers (46 s under load; torchrun)",
 }
 """Tests moved to the slow tier by node id (``*`` patterns), with the reason (measured
 with ``--durations=0``); tests marked ``@pytest.mark.slow`` or ``torchrun`` in their files are
