@@ -180,9 +180,13 @@ class LayerProbe:
         layer, ``"full"`` and ``"selective"`` (:mod:`pipeopt.torch.recompute`): the median over
         the rounds of (checkpointed forward + backward) - (plain forward + backward) of the
         same round, at least 0: the rerun and ``torch.utils.checkpoint``'s own work (its
-        saved-tensor hooks, the random-number state it keeps); ``None`` without timing.
+        saved-tensor hooks, the random-number state it keeps); ``None`` without timing, or where
+        torch's checkpoint fails on the layer (:attr:`recompute_fails`).
     recompute_samples, selective_samples
         Those differences, one per round, seconds.
+    recompute_fails
+        ``{mode: error}``: the modes whose checkpointed backward raised (a layer that starts in
+        place, ``ReLU(inplace=True)``, changes the input the checkpoint keeps for its rerun).
     selective_bytes
         Bytes the selective policy saves in the layer's forward
         (:func:`pipeopt.torch.recompute.selective_saved_bytes`; its inputs not included).
@@ -207,6 +211,7 @@ class LayerProbe:
     recompute_samples: list = field(default_factory=list)
     selective_samples: list = field(default_factory=list)
     selective_bytes: int = 0
+    recompute_fails: dict = field(default_factory=dict)
 
     @property
     def bwd_w_flop(self) -> float:
@@ -392,12 +397,18 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
                 (first if fresh else rec.bwd_samples).append(t2 - t1)
             del x, y
             for mode, samples in (("full", rec.recompute_samples), ("selective", rec.selective_samples)):
+                if mode in rec.recompute_fails:
+                    continue
                 if fresh:
                     for p in ps:
                         p.grad = None
                 x = _prepare(args, sources)
                 t3 = time.perf_counter()
-                _backward(rc[mode](*x))
+                try:
+                    _backward(rc[mode](*x))
+                except RuntimeError as exc:  # e.g. a layer that starts in place: its saved input changed
+                    rec.recompute_fails[mode] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                    continue
                 t4 = time.perf_counter()
                 if r >= warmup:
                     samples.append(max((t4 - t3) - (t2 - t0), 0.0))
@@ -415,8 +426,8 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
         rec.fwd_s = statistics.median(rec.fwd_samples)
         rec.bwd_s = accumulated_backward(first, rec.bwd_samples, every)
         rec.bwd_samples = first + rec.bwd_samples
-        rec.recompute_s = statistics.median(rec.recompute_samples)
-        rec.selective_s = statistics.median(rec.selective_samples)
+        rec.recompute_s = None if "full" in rec.recompute_fails else statistics.median(rec.recompute_samples)
+        rec.selective_s = None if "selective" in rec.recompute_fails else statistics.median(rec.selective_samples)
         rec._split_times()
 
 

@@ -42,7 +42,9 @@ Node attributes (units as in docs/cost-model.md)
     ``{"act_bytes": bytes, "fwd": {"cpu": seconds}}``: the layer recomputed under torchtitan's
     per-operator policy (:mod:`pipeopt.torch.recompute`): the bytes it keeps per microbatch (its
     inputs, the bytes on its in-edges, plus the outputs of the operators the policy saves; at
-    most ``act_bytes``) and the seconds it adds, measured as for ``recompute_fwd``.
+    most ``act_bytes``) and the seconds it adds, measured as for ``recompute_fwd``. A layer on
+    which torch's checkpoint fails (one that starts in place and so changes the input the
+    checkpoint keeps) has neither attribute.
 ``param_bytes``
     weights, gradients and optimizer state plus buffers (:mod:`pipeopt.torch.state`).
 ``weight_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``buffer_bytes``
@@ -511,7 +513,10 @@ def _record_recompute(g: nx.DiGraph, traced, probes) -> None:
 
     for fqn, pr in zip(traced.names, probes, strict=True):
         kept = float(sum(edge_bytes(g, u, fqn) for u in g.predecessors(fqn)))
-        g.nodes[fqn]["recompute_fwd"] = {"cpu": float(pr.recompute_s)}
+        if pr.recompute_s is not None:
+            g.nodes[fqn]["recompute_fwd"] = {"cpu": float(pr.recompute_s)}
+        if pr.selective_s is None:
+            continue
         g.nodes[fqn]["selective"] = {"act_bytes": min(kept + float(pr.selective_bytes), g.nodes[fqn]["act_bytes"]),
                                      "fwd": {"cpu": float(pr.selective_s)}}
 
