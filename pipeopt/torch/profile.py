@@ -423,8 +423,8 @@ def from_torch(
                    f"bwd and bwd_w x {sc['backward']:.4f}) so that the cost model reproduces two measurements, "
                    f"gradients accumulating over {settings.microbatches} microbatches (pipeopt.torch.overhead.fit): "
                    f"{whole_text}, {(e1['forward'] + e1['backward']) * 1e3:.3f} ms; the two stages of torch's "
-                   f"pipeline() split at {split['split']}, each stage module timed alone ({split['total'][0] * 1e3:.3f} "
-                   f"and {split['total'][1] * 1e3:.3f} ms), {(e2['forward'] + e2['backward']) * 1e3:.3f} ms beyond "
+                   f"pipeline() split at {split['split']}, each stage module timed alone "
+                   f"({split['total'][0] * 1e3:.3f} and {split['total'][1] * 1e3:.3f} ms), {(e2['forward'] + e2['backward']) * 1e3:.3f} ms beyond "
                    "their layers' times together")
             short = (e1["forward"] + e1["backward"]) - (e2["forward"] + e2["backward"])
             if short > 0:

@@ -16,6 +16,10 @@
    untimed iterations, then ``iterations`` timed ones, each between two barriers
    (``dist.barrier(); t0; schedule.step(...); dist.barrier(); t1``), so an iteration's time
    is the flush time of all stages. The barrier pair's own cost is timed alone and reported.
+   A parameter the plan puts on two or more stages (a tied weight, which ``pipeline()``
+   copies into each) has its gradient summed over those stages' ranks after the flush,
+   inside the timed step (:func:`tie_syncs`, :func:`sync_ties`), as the cost model charges it
+   and as a training step must before its optimizer step (an action order's run does not yet).
 
 **An action order** (a plan carrying ``plan.schedule`` - a free order of the schedule problem,
 or any fixed one - or a torch compute-only CSV given as ``order=``, perhaps edited by hand):
@@ -174,17 +178,19 @@ def pipe_stages(pipe, names) -> list[list[str]]:
 
 def module_ties(module: torch.nn.Module, stages) -> list[dict]:
     """The parameters that two or more of the stages' layers share, read off ``module``:
-    ``[{"name", "layers", "stages"}]`` as :func:`pipeopt.export.layout.shared_parameters` gives
-    them from a profiled graph (``stages``: lists of layer FQNs; a layer is a module of
-    ``module``)."""
+    ``[{"name", "aliases", "layers", "stages"}]`` as
+    :func:`pipeopt.export.layout.shared_parameters` gives them from a profiled graph
+    (``stages``: lists of layer FQNs; a layer is a module of ``module``)."""
     users: dict = {}
-    first: dict = {}
+    names: dict = {}
     for s, layers in enumerate(stages):
         for layer in layers:
             for pname, p in module.get_submodule(str(layer)).named_parameters(remove_duplicate=False):
-                first.setdefault(id(p), f"{layer}.{pname}")
+                full = f"{layer}.{pname}"
+                if full not in names.setdefault(id(p), []):
+                    names[id(p)].append(full)
                 users.setdefault(id(p), {}).setdefault(str(layer), s)
-    return [{"name": first[k], "layers": list(u), "stages": sorted(set(u.values()))}
+    return [{"name": names[k][0], "aliases": names[k][1:], "layers": list(u), "stages": sorted(set(u.values()))}
             for k, u in users.items() if len(u) > 1]
 
 
@@ -451,6 +457,10 @@ class RunReport:
                              "torch's split backward computes the weight gradients (W) one parameter group at a "
                              "time, each rerunning the checkpointed forward; the prediction counts one rerun, "
                              "before I")
+        synced = self.info.get("tie_sync") or []
+        if any(synced):
+            lines.append("  tied gradients all-reduced after each iteration's flush: "
+                         + "; ".join(f"stage {i}: {', '.join(n)}" for i, n in enumerate(synced) if n))
         lines.append("  stage membership = plan" if self.membership_matches
                      else "  stage membership DIFFERS from the plan: " + self.membership_message())
         return "\n".join(lines)
@@ -686,6 +696,7 @@ def run_plan(
         info={"cores": {**cores, "load_after": _load()},
               "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
+              "tie_sync": [r.get("tie_sync", []) for r in results],
               **_counts([r["recompute"] for r in results] if modes else [])},
     )
 
@@ -965,15 +976,62 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
     batch = tuple(torch.cat([x] * m) if isinstance(x, torch.Tensor) else x for x in example)
     target = torch.zeros(m * (example[0].shape[0] if isinstance(example[0], torch.Tensor) else 1))
 
+    syncs = tie_syncs(stage_mod, rank, job["exported"].get("shared_parameters") or ())
+
     def step() -> None:
         stage_step(sched, rank, world, batch, target)
+        sync_ties(syncs)
 
     times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job,
                             reset=lambda: _reset_counts(calls))
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s,
             "stage": stage_membership(stage_mod, job["names"]),
             "held": held_not_run(stage_mod, job["names"]),
+            "tie_sync": [name for name, _, _ in syncs],
             "recompute": recompute_report(calls, modes, job["iterations"], m)}
+
+
+def tie_syncs(stage_module: torch.nn.Module, rank: int, shared) -> list[tuple]:
+    """The all-reduces of tied gradients a stage process runs after every iteration's flush, as
+    the cost model charges them (:func:`pipeopt.cost.rules.tie_sync_time`; Megatron-LM's
+    embedding all-reduce): for each shared parameter (``shared``: the export's
+    ``shared_parameters``) on two or more stages, a gloo group of those stages' ranks (made on
+    every rank, in the same order: ``torch.distributed.new_group`` is collective), and on a rank
+    in it the parameter of that name (or alias) that the stage module runs
+    (:func:`called_modules`: not the copy it only holds).
+
+    Returns
+    -------
+    list[tuple]
+        ``(name, group, parameter)`` for the ties this rank takes part in; ``parameter`` is
+        ``None`` where the stage runs none of the names (its share is then zeros).
+    """
+    import torch.distributed as dist
+
+    run = called_modules(stage_module)
+    params = dict(stage_module.named_parameters(remove_duplicate=False))
+    out = []
+    for tie in shared:
+        stages = sorted({int(s) for s in tie.get("stages", ())})
+        if len(stages) < 2:
+            continue
+        group = dist.new_group(stages)
+        if rank not in stages:
+            continue
+        names = [str(tie.get("name", "")), *(str(a) for a in tie.get("aliases", ()))]
+        used = [n for n in names if n in params and (run is None or n.rpartition(".")[0] in run)]
+        out.append((used[0] if used else names[0], group, params[used[0]] if used else None))
+    return out
+
+
+def sync_ties(syncs: list[tuple]) -> None:
+    """Sum each tied parameter's gradient over its group (:func:`tie_syncs`), in place."""
+    import torch.distributed as dist
+
+    for _, group, param in syncs:
+        if param is None or param.grad is None:
+            continue  # nothing to send: never happens for a stage that runs the tie's layer
+        dist.all_reduce(param.grad, group=group)
 
 
 def _counts(reports: list) -> dict:
@@ -1010,7 +1068,7 @@ def _sum_loss(output, target):
 __all__ = ["RECOMPUTE_RUNS", "RunReport", "SCHEDULES", "apply_recompute", "build_pipe", "called_modules",
            "free_cores", "held_not_run", "module_ties", "order_prediction", "pipe_stages", "prediction",
            "recompute_modes", "recompute_report", "run_plan", "stage_membership", "stage_modes", "stage_step",
-           "tie_holders"]
+           "sync_ties", "tie_holders", "tie_syncs"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
