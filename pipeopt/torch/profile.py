@@ -424,7 +424,8 @@ def from_torch(
                    f"gradients accumulating over {settings.microbatches} microbatches (pipeopt.torch.overhead.fit): "
                    f"{whole_text}, {(e1['forward'] + e1['backward']) * 1e3:.3f} ms; the two stages of torch's "
                    f"pipeline() split at {split['split']}, each stage module timed alone "
-                   f"({split['total'][0] * 1e3:.3f} and {split['total'][1] * 1e3:.3f} ms), {(e2['forward'] + e2['backward']) * 1e3:.3f} ms beyond "
+                   f"({split['total'][0] * 1e3:.3f} and {split['total'][1] * 1e3:.3f} ms), "
+                   f"{(e2['forward'] + e2['backward']) * 1e3:.3f} ms beyond "
                    "their layers' times together")
             short = (e1["forward"] + e1["backward"]) - (e2["forward"] + e2["backward"])
             if short > 0:
