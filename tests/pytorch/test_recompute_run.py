@@ -315,3 +315,40 @@ def test_profile_measures_full_and_selective_recomputation():
     saved = 4 * (2 * 2 * 16 * 16 + 2 * 2 * 16 + 32 * 96 + 32 * 128)  # see the policy test above
     assert block["selective"]["act_bytes"] == inputs + saved
     assert recompute_terms(g, "layers.1", "full")[0] < block["selective"]["act_bytes"] < block["act_bytes"]
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_hf_gpt2_blocks_recompute_on_the_stage_modules(mode):
+    """Hugging Face GPT-2 (tiny config, random weights, dropout on): its blocks recomputed in
+    the stage modules pipeline() builds rerun once in the backward, and the gradients are the
+    plain stages' under the same seed (the checkpoint replays the dropout masks)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pytest.importorskip("transformers")
+    config = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 128, "seq": 16, "batch": 1}
+    names = ["transformer.wte", "transformer.wpe", "transformer.drop", "transformer.h.0", "transformer.h.1",
+             "transformer.ln_f", "lm_head"]
+    plan = Plan((Stage(tuple(names[:4])), Stage(tuple(names[4:]))))
+
+    def run(modes):
+        module, example = models.load("hf:GPT2LMHeadModel", **config)
+        pipe = build_pipe(module, tuple(example), export(plan, "torch"))
+        stages = [pipe.get_stage_module(s) for s in range(2)]
+        calls = [apply_recompute(st, names, {n: m for n, m in modes.items() if n in plan.stages[s].layers})
+                 for s, st in enumerate(stages)]
+        torch.manual_seed(7)
+        mid = stages[0](*example)
+        out = stages[1](*(mid if isinstance(mid, tuple) else (mid,)))
+        _sum = out.sum() if isinstance(out, torch.Tensor) else sum(o.sum() for o in out if o.is_floating_point())
+        _sum.backward()
+        return calls, {n: p.grad.clone() for st in stages for n, p in st.named_parameters() if p.grad is not None}
+
+    plain_calls, plain = run({})
+    modes = {"transformer.h.0": mode, "transformer.h.1": mode}
+    calls, grads = run(modes)
+    assert calls[0]["transformer.h.0"] == [1, 2] and calls[1]["transformer.h.1"] == [1, 2]
+    assert plain_calls[0]["transformer.h.0"] == [1, 1]
+    assert grads.keys() == plain.keys()
+    for n, g in grads.items():
+        torch.testing.assert_close(g, plain[n])
