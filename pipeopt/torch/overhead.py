@@ -46,7 +46,7 @@ def split_point(names) -> str | None:
 
 
 def split_passes(module: nn.Module, example_inputs: tuple, names, *, repeats: int, warmup: int,
-                 microbatches: int = 1) -> dict | None:
+                 microbatches: int = 1, whole: nn.Module | None = None) -> dict | None:
     """Time the two stage modules of ``pipeline()``'s split of ``module`` at :func:`split_point`.
 
     Parameters
@@ -61,17 +61,24 @@ def split_passes(module: nn.Module, example_inputs: tuple, names, *, repeats: in
         Timed and untimed rounds.
     microbatches
         M: gradients are reset every M rounds and accumulate in between.
+    whole
+        The whole model as one stage (:func:`pipeopt.torch.probe.runtime_module`), or
+        ``None``: if given, it runs forward and backward in the same rounds, before the two
+        stages, so that a burst of load from other processes hits both measurements alike
+        (their difference is the per-stage constant of :func:`fit`).
 
     Returns
     -------
     dict or None
         ``{"split": fqn, "stages": [[fqn, ...], [fqn, ...]], "total": [s, s], "forward": [s, s]}``
         (per stage: its layers as built, the median seconds of its forward plus backward, of
-        its forward), or ``None`` where ``pipeline()`` cannot make these two stages (module
-        docstring).
+        its forward) and, with ``whole``, ``"whole_total"`` and ``"whole_forward"`` (the same
+        of the whole model, from the same rounds); or ``None`` where ``pipeline()`` cannot make
+        these two stages (module docstring).
     """
     import warnings
 
+    from .probe import _backward
     from .runtime import build_pipe, stage_membership
 
     names = [str(n) for n in names]
@@ -91,13 +98,24 @@ def split_passes(module: nn.Module, example_inputs: tuple, names, *, repeats: in
         runner = _Stages(pipe.split_gm)
         total: list[list[float]] = [[], []]
         forward: list[list[float]] = [[], []]
-        params = [list(s.parameters()) for s in stages]
+        params = [list(s.parameters()) for s in stages] + ([list(whole.parameters())] if whole is not None else [])
         every = max(int(microbatches), 1)
+        one: tuple[list, list] = ([], [])
         for r in range(warmup + repeats):
             if r % every == 0:
                 for ps in params:
                     for p in ps:
                         p.grad = None
+            if whole is not None:
+                t0 = time.perf_counter()
+                out = whole(*example_inputs)
+                t1 = time.perf_counter()
+                _backward(out)
+                t2 = time.perf_counter()
+                del out
+                if r >= warmup:
+                    one[0].append(t2 - t0)
+                    one[1].append(t1 - t0)
             fwd, bwd = runner.step(tuple(example_inputs))
             if r >= warmup:
                 for i in range(2):
@@ -105,8 +123,11 @@ def split_passes(module: nn.Module, example_inputs: tuple, names, *, repeats: in
                     forward[i].append(fwd[i])
     except Exception:  # noqa: BLE001 - any tracing or running failure: the whole model instead
         return None
-    return {"split": cut, "stages": built, "total": [statistics.median(t) for t in total],
-            "forward": [statistics.median(f) for f in forward]}
+    out = {"split": cut, "stages": built, "total": [statistics.median(t) for t in total],
+           "forward": [statistics.median(f) for f in forward]}
+    if whole is not None:
+        out.update(whole_total=statistics.median(one[0]), whole_forward=statistics.median(one[1]))
+    return out
 
 
 class _Stages(torch.fx.Interpreter):

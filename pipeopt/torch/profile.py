@@ -347,7 +347,7 @@ def from_torch(
                 run_module, example_inputs, repeats=repeats, warmup=warmup, microbatches=settings.microbatches)
             # the overhead one stage pays: two stages of pipeline()'s split, each timed alone
             split = split_passes(module, example_inputs, traced.names, repeats=repeats, warmup=warmup,
-                                 microbatches=settings.microbatches)
+                                 microbatches=settings.microbatches, whole=run_module)
     finally:
         torch.set_num_threads(threads_before)
         _restore(snapshot)
@@ -392,8 +392,8 @@ def from_torch(
             "whole_model_s": whole,
             "sum_of_layers_s": sum(p.fwd_s + p.bwd_s for p in probes),
             "runtime_model_s": run_whole,
-            "split_stages_s": None if split is None else {"split": split["split"], "total": split["total"],
-                                                          "forward": split["forward"]},
+            "split_stages_s": None if split is None else {k: split[k] for k in ("split", "total", "forward",
+                                                                                  "whole_total", "whole_forward")},
             "runtime_model": run_by,
         } if costs == "measured" else {}),
     }
@@ -403,7 +403,7 @@ def from_torch(
         if split is not None:  # a constant per stage and a share proportional to the layers (overhead.fit)
             tot = {n: p.fwd_s + p.bwd_s for n, p in zip(traced.names, probes, strict=True)}
             fwd = {n: p.fwd_s for n, p in zip(traced.names, probes, strict=True)}
-            fitted = fit(run_whole, run_forward, split, tot, fwd)
+            fitted = fit(split["whole_total"], split["whole_forward"], split, tot, fwd)  # the same rounds
             g.graph["stage_overhead"] = fitted["stage_overhead"]
             _scale_layers(g, fitted["scale"])
             g.graph["torch"]["runtime_scale"] = dict(fitted["scale"])
@@ -414,8 +414,10 @@ def from_torch(
                                bandwidth)
     if costs == "measured":
         over = g.graph["stage_overhead"]
-        whole_text = (f"the whole model as the runtime runs it, by {run_by}, {run_whole * 1e3:.3f} ms (forward "
-                      f"{run_forward * 1e3:.3f} ms; gradients accumulating over {settings.microbatches} microbatches), "
+        w_tot, w_fwd = (split["whole_total"], split["whole_forward"]) if split is not None else (run_whole,
+                                                                                                  run_forward)
+        whole_text = (f"the whole model as the runtime runs it, by {run_by}, {w_tot * 1e3:.3f} ms (forward "
+                      f"{w_fwd * 1e3:.3f} ms; gradients accumulating over {settings.microbatches} microbatches), "
                       "beyond the sum of its layers' times")
         if fitted is not None:
             sc, e1, e2 = fitted["scale"], fitted["whole_excess"], fitted["split_excess"]

@@ -141,7 +141,10 @@ def test_split_passes_times_the_two_stages_pipeline_builds(gpt2):
     out = split_passes(module, inputs, NAMES, repeats=2, warmup=0, microbatches=2)
     assert out["split"] == "transformer.h.0" and out["stages"] == [NAMES[:3], NAMES[3:]]
     assert all(t >= f > 0 for t, f in zip(out["total"], out["forward"]))
+    assert "whole_total" not in out
     assert split_passes(module, inputs, NAMES[:1], repeats=1, warmup=0) is None
+    paired = split_passes(module, inputs, NAMES, repeats=1, warmup=0, whole=module)  # the whole model, same rounds
+    assert paired["whole_total"] >= paired["whole_forward"] > 0
 
 
 def _split(total, forward):
@@ -206,7 +209,7 @@ def test_measured_profile_records_the_fit(gpt2):
     inst = from_torch(module, inputs, repeats=1, warmup=0, microbatches=2)
     g = inst.graph
     meta = g.graph["torch"]
-    assert meta["split_stages_s"]["split"] == "transformer.h.0"
+    assert meta["split_stages_s"]["split"] == "transformer.h.0" and meta["split_stages_s"]["whole_total"] > 0
     scale = meta["runtime_scale"]
     assert scale["forward"] >= 1.0 and scale["backward"] >= 1.0
     over = g.graph["stage_overhead"]
