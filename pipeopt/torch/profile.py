@@ -13,7 +13,12 @@ Node attributes (units as in docs/cost-model.md)
     seconds per microbatch on one unit of each resource kind. *Measured*: on this machine's
     CPU with ``threads`` threads (kind ``"cpu"``, one unit = this CPU as profiled), median
     of ``repeats`` runs after ``warmup``, each layer run alone on the inputs it received in a
-    run of the whole model (:mod:`pipeopt.torch.probe`). *Estimated*: FLOPs counted on the
+    run of the whole model (:mod:`pipeopt.torch.probe`; the backward with gradients
+    accumulating over M microbatches, :func:`pipeopt.torch.probe.accumulated_backward`), then
+    times the share of the runtime's overhead that grows with the layers' times
+    (:func:`pipeopt.torch.overhead.fit`; the factors are ``g.graph["torch"]["runtime_scale"]``,
+    the raw sum ``sum_of_layers_s``; the per-stage part is the graph attribute
+    ``stage_overhead``). *Estimated*: FLOPs counted on the
     ``meta`` device (:class:`torch.utils.flop_counter.FlopCounterMode`, forward and backward
     separately) divided by the catalogue's reference unit and efficiency of each kind of the
     device, as the model zoo does (:mod:`pipeopt.zoo.devices`: 1 unit = 1 TFLOP/s of peak;
