@@ -365,7 +365,9 @@ class RunReport:
     """``list[list[str]]``: per stage, the layers run under ``torch.utils.checkpoint``
     (:func:`apply_recompute`); ``None``: the plan recomputes nothing. ``info["forward_runs"]``
     and ``info["recomputations"]`` hold, per stage, every layer's forward runs and reruns per
-    microbatch (:func:`recompute_report`)."""
+    microbatch (:func:`recompute_report`). ``info["per_rank_cpu"]`` (one stage per rank):
+    each rank's process CPU seconds of every timed iteration (``time.process_time``; it does
+    not grow while the process waits for a core, unlike the wall-clock times)."""
     held: list | None = None
     """``list[list[str]]``: per stage, the plan's layers its stage module holds but never runs
     (:func:`held_not_run`: a tied parameter's copy); ``None``: not recorded."""
@@ -435,6 +437,10 @@ class RunReport:
             how = self.info.get("predictor") or f"pipeopt.evaluate, objective {OBJECTIVE.get(self.schedule)}"
             lines.append(f"  predicted {self.predicted * 1e3:9.3f} ms per iteration ({how}), "
                          f"{self.predicted / self.microbatches * 1e3:.3f} ms per microbatch; error {self.error:+.1%}")
+        cpu = [c for c in self.info.get("per_rank_cpu") or [] if c]
+        if cpu:  # CPU time does not grow while a process waits for a core: a check on a loaded machine
+            lines.append("  CPU time per iteration (process time, median) by rank: "
+                         + ", ".join(f"{statistics.median(c) * 1e3:.3f} ms" for c in cpu))
         cores = self.info.get("cores")
         if cores:
             lines.append(f"  {cores['warning'] or cores['text']}")
@@ -697,6 +703,7 @@ def run_plan(
               "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
               "tie_sync": [r.get("tie_sync", []) for r in results],
+              "per_rank_cpu": [r.get("cpu", []) for r in results],
               **_counts([r["recompute"] for r in results] if modes else [])},
     )
 
@@ -977,10 +984,13 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
     target = torch.zeros(m * (example[0].shape[0] if isinstance(example[0], torch.Tensor) else 1))
 
     syncs = tie_syncs(stage_mod, rank, job["exported"].get("shared_parameters") or ())
+    cpu: list = []
 
     def step() -> None:
+        c0 = time.process_time()
         stage_step(sched, rank, world, batch, target)
         sync_ties(syncs)
+        cpu.append(time.process_time() - c0)
 
     times, barrier = _timed(step, lambda: stage_mod.zero_grad(set_to_none=True), job,
                             reset=lambda: _reset_counts(calls))
@@ -988,6 +998,7 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
             "stage": stage_membership(stage_mod, job["names"]),
             "held": held_not_run(stage_mod, job["names"]),
             "tie_sync": [name for name, _, _ in syncs],
+            "cpu": cpu[len(cpu) - job["iterations"]:],
             "recompute": recompute_report(calls, modes, job["iterations"], m)}
 
 
