@@ -13,7 +13,8 @@ optimum T* is proven:
    recursion, at most :data:`ENUM_WORK` steps and :data:`ENUM_SPLITS` splits) and scoring
    them all at once on the run graph (:func:`run_times`, the longest path of
    :func:`pipeopt.cost.schedule.run_graph`, the event-time model's own graph and op
-   durations); when there are too many, a deterministic descent that moves one cut at a
+   durations; past :data:`LAZY_SPLITS` tied splits only those whose path bound could beat the
+   best, :class:`_least_first`, which gives the same order and times); when there are too many, a deterministic descent that moves one cut at a
    time (:func:`descend`), then, when the model is small enough (:data:`EVENTS_SIZE`), the
    event-time MILP of :mod:`pipeopt.problems.partition.events` from the descent's split (the
    window rows cap the period);
@@ -194,6 +195,103 @@ def run_times(problem: PartitionProblem, splits) -> np.ndarray:
     return out
 
 
+LAZY_SPLITS = RUN_BLOCK
+"""Tied splits above which the enumeration times them lazily (:class:`_least_first`): up to
+one block of :func:`run_times`, timing them all costs less than the bounds."""
+
+BOUND_SLACK = 1e-9
+"""Relative margin by which :class:`_RunBounds` lowers its path sums: a path's time summed in
+another order than the longest-path loop of :func:`run_times` may differ by a few ulps."""
+
+
+class _RunBounds:
+    """Lower bounds on the splits' 1F1B-flush iteration times (as :func:`run_times` computes
+    them) from paths of the run graph: a path's length, the sum of its ops' durations, is at
+    most the longest path's, and for many splits at once it is one product of their op
+    durations (columns ``f (S) | b (S) | x (S - 1)``) with the path's count of ops per column.
+
+    The paths: for each stage ``s``, microbatch 0's forward from stage 0 to ``s``, every op of
+    stage ``s`` in its worker's order, then the last microbatch's backward back to stage 0
+    (the fill, the busy stage and the drain of the usual 1F1B formula), each kept only if
+    every op waits for the one before it in the graph; and the longest path of each split
+    timed by :meth:`critical` (exact for that split, and a bound for the others)."""
+
+    def __init__(self, problem: PartitionProblem, splits: np.ndarray) -> None:
+        from .ops import event_graph, op_prefixes
+
+        self.graph = graph = event_graph(problem, "1f1b")
+        S, n, M = problem.stages, problem.n, problem.instance.settings.microbatches
+        self.S = S
+        base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
+        self.col = [base[k] + i for k, i, _ in graph.ops]
+        a = op_prefixes(problem)
+        p = np.zeros((len(splits), S + 1), dtype=np.int64)
+        p[:, S] = n
+        p[:, 1:S] = splits
+        f = a["f_end"][p[:, 1:]] - a["f_begin"][p[:, :-1]]
+        b = a["b_end"][p[:, 1:]] - a["b_begin"][p[:, :-1]]
+        self.durations = np.concatenate([f, b, a["xfer"][p[:, 1:-1]]], axis=1)  # (splits, 3S - 1)
+        self.columns = np.ascontiguousarray(self.durations.T)  # (3S - 1, splits): one row per column
+        index = {op: q for q, op in enumerate(graph.ops)}
+        self.counts = []
+        for s in range(S):
+            path = []
+            for t in range(s):
+                path += [("F", t, 0)] + ([("X", t, 0)] if ("X", t, 0) in index else [])
+            path += [op for op in graph.ops if op[0] in ("F", "B") and op[1] == s]
+            for t in range(s - 1, -1, -1):
+                path += ([("Y", t, M - 1)] if ("Y", t, M - 1) in index else []) + [("B", t, M - 1)]
+            if not all(op in index for op in path):
+                continue
+            qs = [index[op] for op in path]
+            if all(u in graph.after[v] for u, v in zip(qs, qs[1:])):
+                self._add(qs)
+        self.bound = self._bound(self.counts)
+
+    def _add(self, qs) -> np.ndarray:
+        c = np.zeros(3 * self.S - 1)
+        np.add.at(c, [self.col[q] for q in qs], 1.0)
+        self.counts.append(c)
+        return c
+
+    def _length(self, c: np.ndarray) -> np.ndarray:
+        """Each split's length of the path with column counts ``c``, lowered by
+        :data:`BOUND_SLACK` (a weighted sum of rows, without BLAS: its threads only cost here)."""
+        out = np.zeros(self.columns.shape[1])
+        for j in np.flatnonzero(c).tolist():
+            out += c[j] * self.columns[j]
+        return out * (1 - BOUND_SLACK)
+
+    def _bound(self, counts) -> np.ndarray:
+        out = np.full(len(self.durations), -np.inf)
+        for c in counts:
+            np.maximum(out, self._length(c), out=out)
+        return out
+
+    def critical(self, i: int) -> float:
+        """Time split ``i`` alone (the loop of :func:`run_times`, one split), add its longest
+        path to the paths and raise every split's bound by it; return the split's time."""
+        d = self.durations[i].tolist()
+        dur = [d[c] for c in self.col]
+        end = [0.0] * len(dur)
+        via = [-1] * len(dur)
+        for q, after in enumerate(self.graph.after):
+            if after:
+                u = max(after, key=end.__getitem__)
+                via[q] = u
+                end[q] = end[u] + dur[q]
+            else:
+                end[q] = dur[q]
+        q = max(range(len(end)), key=end.__getitem__)
+        qs = [q]
+        while via[q] >= 0:
+            q = via[q]
+            qs.append(q)
+        c = self._add(qs)
+        np.maximum(self.bound, self._length(c), out=self.bound)
+        return end[qs[0]]
+
+
 def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: dict,
               deadline: Deadline | None = None) -> list[int] | None:
     """The exact second phase when the tied splits are few: list them (:func:`tied_splits` at
@@ -215,11 +313,12 @@ def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: 
         splits = np.vstack([splits, mine[None, :]])  # the proven split ties with itself (float order aside)
     if deadline is not None:
         deadline.check("the tie-break's enumeration")
-    times = run_times(problem, splits)
-    order = np.lexsort([*splits.T[::-1], times])  # least time first, ties in lexicographic order
+    times = _least_first(problem, splits)
     inst = problem.instance
     chosen = list(starts)
-    for i in order.tolist():
+    first = None
+    for i in times:
+        first = i if first is None else first
         cand = splits[i].tolist()
         if cand == list(starts):
             break  # nothing better than the proven split
@@ -231,9 +330,77 @@ def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: 
                 chosen = cand
                 secondary.settle(rec, float(ev.iteration_time), ev)
             break
-    rec.update(bound=float(times[order[0]]), status="optimal", method="enumeration", splits=len(splits),
-               proven=True, unique=len(splits) == 1)
+    rec.update(bound=float(times.time[first]), status="optimal", method="enumeration", splits=len(splits),
+               timed=times.timed, proven=True, unique=len(splits) == 1)
     return chosen
+
+
+class _least_first:
+    """The indices of ``splits`` in the order of (:func:`run_times`, then lexicographic order),
+    produced lazily when there are more than :data:`LAZY_SPLITS` (else all are timed at once): a
+    split is timed only once its lower bound (:class:`_RunBounds`) is at
+    most the time of a split about to be produced, so every split not timed is slower than
+    every split produced -- the order of timing them all, at a fraction of the work when the
+    bounds are tight. Before timing a set of splits together, the longest paths of a few of
+    them (:data:`PROBES`, evenly spread) are added to the bounds while that removes splits
+    from the set. ``time``: the times known (``inf`` elsewhere); ``timed``: how many were
+    timed."""
+
+    PROBES = 8
+    """Splits whose longest paths are added before a set of splits is timed together."""
+
+    def __init__(self, problem: PartitionProblem, splits: np.ndarray) -> None:
+        self.problem, self.splits = problem, splits
+        if len(splits) <= LAZY_SPLITS:  # one block of run_times: cheaper than any bound
+            self.time, self.done, self.sure = run_times(problem, splits), np.ones(len(splits), dtype=bool), np.inf
+            return
+        self.bounds = _RunBounds(problem, splits)
+        self.time = np.full(len(splits), np.inf)
+        self.done = np.zeros(len(splits), dtype=bool)
+        self.sure = -np.inf  # every split of bound <= sure is timed
+        self._ensure(float(self.bounds.bound.min()))
+        self._ensure(float(self.time[self.done].min()))  # then every split that could beat the best timed
+
+    @property
+    def timed(self) -> int:
+        return int(self.done.sum())
+
+    def _ensure(self, t: float) -> None:
+        """Time every split whose bound is at most ``t``."""
+        if t <= self.sure:
+            return
+        need = np.flatnonzero(~self.done & (self.bounds.bound <= t))
+        while need.size > self.PROBES:  # tighten the bounds first: a few splits' longest paths
+            probe = need[np.linspace(0, need.size - 1, self.PROBES).round().astype(np.int64)]
+            for i in probe.tolist():
+                self.time[i] = self.bounds.critical(i)  # its exact time, as run_times gives it
+                self.done[i] = True
+            fewer = need[~self.done[need] & (self.bounds.bound[need] <= t)]
+            stop = fewer.size > 0.75 * need.size
+            need = fewer
+            if stop:
+                break
+        if need.size:
+            self.time[need] = run_times(self.problem, self.splits[need])
+            self.done[need] = True
+        self.sure = t
+
+    def __iter__(self):
+        given = np.zeros(len(self.splits), dtype=bool)
+        while True:
+            idx = np.flatnonzero(self.done & ~given)
+            if idx.size == 0:
+                if self.done.all():
+                    return
+                self._ensure(float(self.bounds.bound[~self.done].min()))
+                continue
+            sub = self.splits[idx]
+            i = int(idx[np.lexsort([*sub.T[::-1], self.time[idx]])[0]])  # least time, then lexicographic
+            if self.time[i] > self.sure:  # a split not timed yet could come first: time those that could
+                self._ensure(float(self.time[i]))
+                continue
+            given[i] = True
+            yield i
 
 
 EVENTS_SIZE = 1000
