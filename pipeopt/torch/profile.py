@@ -532,11 +532,18 @@ def _record_recompute(g: nx.DiGraph, traced, probes) -> None:
 def _scale_layers(g: nx.DiGraph, scale: dict) -> None:
     """Every layer's ``fwd`` times ``scale["forward"]`` and its ``bwd`` and ``bwd_w`` times
     ``scale["backward"]``: the runtime's overhead proportional to the layers' times
-    (:func:`pipeopt.torch.overhead.fit`), on every kind."""
+    (:func:`pipeopt.torch.overhead.fit`), on every kind. What a recomputation adds
+    (``recompute_fwd``, ``selective["fwd"]``: a rerun of the forward through the same stage
+    module) is scaled as the forward."""
     for _, data in g.nodes(data=True):
         data["fwd"] = {k: v * scale["forward"] for k, v in data["fwd"].items()}
         data["bwd"] = {k: v * scale["backward"] for k, v in data["bwd"].items()}
         data["bwd_w"] = {k: v * scale["backward"] for k, v in data["bwd_w"].items()}
+        if "recompute_fwd" in data:
+            data["recompute_fwd"] = {k: v * scale["forward"] for k, v in data["recompute_fwd"].items()}
+        if "selective" in data:
+            data["selective"] = {**data["selective"],
+                                 "fwd": {k: v * scale["forward"] for k, v in data["selective"]["fwd"].items()}}
 
 
 def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:
