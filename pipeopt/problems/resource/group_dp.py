@@ -93,6 +93,7 @@ from .problem import GroupProblem
 from .bounds import top_limit
 from .search import MIN_REL_GAP, exact_search
 from .kernels import least_pairs, menu_scan, undominated
+from .relax import StageRelaxation, relaxed_bound
 from .split import least_busy, least_busy_many
 
 MAX_COUNT_VECTORS = 2**21
@@ -146,6 +147,12 @@ whatever share the bisection gives it: near the optimum the exact pass decides a
 and a rejection just below a plan proves that plan optimal (GPT-2 XL on 64 server GPUs, seed 0:
 the probe just below the 2.8720 ms plan an exact probe found needs 12 CPU s; the bisection's
 share for it was 9.4 s, spent for nothing, and the solve ended at a 0.39 % gap)."""
+
+RELAX_SHARE = 0.15
+"""Share of the time left the stage relaxation's bound (:func:`~.relax.relaxed_bound`, after the
+starts) may use: a lower bound that sees the cut transfers, the window rows and memory (GPT-2 XL
+on 64 mixed devices over 10 GbE, seed 2: 6.92 ms, the priced work bound, -> 8.13 ms in about 4 CPU s,
+against the 9.17 ms incumbent)."""
 
 START_GAP = 1e-3
 """The beam start stops when its bracket is this narrow (relative)."""
@@ -325,6 +332,7 @@ class TypesProbe:
         self._kind_rows: dict = {}
         self._kind_stacks: dict = {}  # _kind_stack's cache
         self._least_at = None  # least_power's last (key, result)
+        self._least_stage_at = None  # least_stage's last (key, result)
         self.beam_floor = 0.0  # the largest T at which the probe's beam passes failed (:meth:`__call__`)
         self._pairbuf = None  # buffers of least_pairs
         self._mem_cap = np.asarray(rules.memory_limit(self.types.M), dtype=float)  # menu_scan's memory test
@@ -619,11 +627,32 @@ class TypesProbe:
         read with a relative slack of 1e-9 (float rounding cannot make it cut off a composition
         the DP accepts)."""
         p = self.problem
-        n, S, first = p.n, p.num_stages, self._order_key
-        ty = self.types
+        n, S = p.n, p.num_stages
         key = (T, cut_ok.tobytes(), LEAST_SCAN)
         if self._least_at is not None and self._least_at[0] == key:  # the beam passes at one T
             return self._least_at[1]
+        least = self.least_stage(T, cut_ok, deadline)
+        ends_ok = cut_ok.copy()
+        ends_ok[n] = True
+        out = np.full((S + 1, n + 1), np.inf)
+        out[0, n] = 0.0
+        masked = np.where(ends_ok[None, :], least, np.inf)  # a stage may end only at a cut that passes
+        for s_ in range(1, S + 1):
+            out[s_, :n] = (masked[:n] + out[s_ - 1][None, :]).min(axis=1)
+        self._least_at = (key, out)
+        return out
+
+    def least_stage(self, T: float, cut_ok: np.ndarray, deadline: Deadline | None = None) -> np.ndarray:
+        """``ndarray (n + 1, n + 1)``: ``out[j, j2]``, a lower bound on the first-price power of a
+        composition (at least one device) whose own rows pass T on units ``j..j2-1`` (``inf``:
+        none passes; :meth:`least_power`'s per-stage term, the scan described there). ``cut_ok``
+        is only part of the cache key."""
+        p = self.problem
+        n, first = p.n, self._order_key
+        ty = self.types
+        key = (T, LEAST_SCAN)
+        if self._least_stage_at is not None and self._least_stage_at[0] == key:
+            return self._least_stage_at[1]
         least = np.full((n + 1, n + 1), np.inf)  # least[j, j2]: one stage over units j..j2-1
         rate_need = (1.0 - 1e-9) / T
         for j in range(n):
@@ -654,15 +683,8 @@ class TypesProbe:
             # one has at least pos's power (none left: no composition passes)
             best[todo] = np.where(pos[todo] < ty.size, self._sorted_power[np.minimum(pos[todo], ty.size - 1)], np.inf)
             least[j, j2s] = best
-        ends_ok = cut_ok.copy()
-        ends_ok[n] = True
-        out = np.full((S + 1, n + 1), np.inf)
-        out[0, n] = 0.0
-        masked = np.where(ends_ok[None, :], least, np.inf)  # a stage may end only at a cut that passes
-        for s_ in range(1, S + 1):
-            out[s_, :n] = (masked[:n] + out[s_ - 1][None, :]).min(axis=1)
-        self._least_at = (key, out)
-        return out
+        self._least_stage_at = (key, least)
+        return least
 
     def _kind_stack(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`kind_rows` of units ``j..j2-1`` for every end ``j2 = j+1..n``, stacked ``(J, K, L)``
@@ -1156,10 +1178,13 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
             clocked.seen(problem.plan_value(*cand))
         return out
 
+    def raise_lower(lower: float, top: float, dl: Deadline) -> float:
+        return relaxed_bound(StageRelaxation(probe), lower, top, dl.sub(fraction=RELAX_SHARE))
+
     return exact_search(problem, "types", clocked, deadline, starts,
-                        {"bound": "largest T the type DP proved infeasible", "types": types,
-                         "count_vectors": probe.types.size}, probe_top=True, first_top_share=FIRST_TOP_SHARE,
-                        step_share=STEP_SHARE)
+                        {"bound": "largest T the type DP or its stage relaxation (relax.py) proved infeasible",
+                         "types": types, "count_vectors": probe.types.size}, probe_top=True,
+                        first_top_share=FIRST_TOP_SHARE, step_share=STEP_SHARE, raise_lower=raise_lower)
 
 
 def _fallback(problem: GroupProblem, deadline: Deadline, solver, seed, threads, why: str) -> Result:

@@ -123,7 +123,8 @@ def certify(problem: ResourceProblem, T: float, solve_once: Callable[[], Probe],
 def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, Deadline], Probe],
                  deadline: Deadline, starts: Callable[[Deadline], list[tuple]], info: dict,
                  rel_tol: float = MIN_REL_GAP, probe_top: bool = False,
-                 first_top_share: float | None = None, step_share: float = STEP_SHARE) -> Result:
+                 first_top_share: float | None = None, step_share: float = STEP_SHARE,
+                 raise_lower: Callable[[float, float, Deadline], float] | None = None) -> Result:
     """Bound, start and bisect: the body of every exact joint and group method.
 
     Parameters
@@ -152,6 +153,10 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     step_share
         Share of the time left each midpoint probe may use (default :data:`STEP_SHARE`; a probe
         that decides all or nothing wastes a share too small for it).
+    raise_lower
+        ``raise_lower(lower, top, deadline) -> float``: a method's own lower bound, given the
+        common one and the incumbent's value (``top``); it must be valid (never above the optimum).
+        The bisection starts from the larger of the two (``info["lower_bounds"]`` records both).
 
     Returns
     -------
@@ -179,6 +184,10 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         if math.isfinite(value) and (best is None or value < best[1]):
             best = (cand, value)
     top = best[1] if best is not None else top_limit(problem)
+    if raise_lower is not None and best is not None and lower < top:
+        own = raise_lower(lower, top, deadline)
+        info = {**info, "lower_bounds": {"common": lower, "method": own}}
+        lower = max(lower, min(own, top))
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
                    start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,
                    step_share=step_share, probe_top=probe_top, first_top_share=first_top_share)

@@ -1,0 +1,54 @@
+"""The stage relaxation of the type DP (pipeopt/problems/resource/relax.py): never refutes a limit
+some plan meets, so its bound never exceeds the brute-force optimum."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pipeopt
+from pipeopt.problems.resource import GroupProblem, brute_force
+from pipeopt.problems.resource.examples import random_chain
+from pipeopt.problems.resource.group_dp import TypesProbe
+from pipeopt.problems.resource.relax import StageRelaxation, relaxed_bound
+
+PROFILES = ({"cpu": 1, "gpu": 2}, {"cpu": 4}, {"gpu": 3, "npu": 1}, {"npu": 4}, {"cpu": 2, "gpu": 1, "npu": 1})
+
+
+@st.composite
+def small_problems(draw):
+    """2..7 units, 2..5 devices of up to 4 profiles (repeats: identical devices), 1..4 workers;
+    memory unlimited, binding or loose; bandwidth loose or tight (cuts that dominate)."""
+    seed = draw(st.integers(0, 10**6))
+    n = draw(st.integers(2, 7))
+    d = draw(st.integers(2, 5))
+    profiles = draw(st.lists(st.integers(0, 3), min_size=d, max_size=d))
+    q = draw(st.integers(1, min(4, n, d)))
+    bandwidth = draw(st.sampled_from([1e9, 4e6, 1e6, 3e5]))
+    memory = draw(st.sampled_from(["inf", "binding", "loose"]))
+
+    def build(mem):
+        devices = tuple(pipeopt.Device(f"d{i}", dict(PROFILES[k]), m) for i, (k, m) in enumerate(zip(profiles, mem)))
+        return pipeopt.Instance(random_chain(n, seed=seed), pipeopt.Cluster(devices, bandwidth), name=f"relax-{seed}")
+
+    inst = build([math.inf] * d)
+    if memory != "inf":
+        whole = GroupProblem(inst, q).stage_memory(0, n, 0)
+        per = whole * (0.45 if memory == "binding" else 2.0) * (2 / q)
+        inst = build([per] * d)
+    return GroupProblem(inst, q)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=small_problems(), over=st.sampled_from([1.0, 1.001, 1.3]))
+def test_relaxation_never_refutes_the_optimum(p, over):
+    _, _, best = brute_force(p)
+    if not math.isfinite(best):
+        return
+    probe = TypesProbe(p)
+    relax = StageRelaxation(probe)
+    assert relax.feasible(best * over)
+    bound = relaxed_bound(relax, probe.work_bound() * 0.5, best * 2.0)
+    assert bound <= best * (1 + 1e-9)
