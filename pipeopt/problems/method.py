@@ -15,7 +15,8 @@ RECOMPUTE = frozenset({"recompute"})
 ZERO = frozenset({"zero"})
 """:attr:`Method.terms` of a method that models data parallelism and ZeRO (``Settings.dp``, ``zero``,
 ``gradient_ratio``, ``optimizer_ratio``): the partition problem's ``dp`` and ``auto`` (bottleneck
-objective) and the schedule problem's ``exhaustive`` (the executor's rule)."""
+objective), ``milp`` (bottleneck objective) and the schedule problem's ``exhaustive`` (the
+executor's rule)."""
 
 LATENCY = frozenset({"latency"})
 """:attr:`Method.terms` of a method that models the per-message latency only."""
@@ -64,7 +65,7 @@ class Method:
         cost model; a heuristic's plan is scored by :func:`pipeopt.evaluate` whatever the terms.
         ``"zero"``: the settings' data parallelism and training state (``Settings.dp``, ``zero``,
         ``gradient_ratio``, ``optimizer_ratio``; :data:`ZERO`: the partition problem's ``dp`` and
-        ``auto``, which runs it, and the schedule problem's ``exhaustive``).
+        ``auto``, which runs it, ``milp``, and the schedule problem's ``exhaustive``).
         ``"recompute"``: the method chooses the recomputed layers the problem's ``recompute``
         option asks for (:data:`RECOMPUTE`); :func:`pipeopt.solve` refuses any other method
         (exact or not) a ``recompute`` other than ``"none"``.

@@ -144,8 +144,8 @@ def test_typed_refusals():
                        (dict(zero=3, weight_stashing=True), "weight stashing")):
         with pytest.raises(InvalidProblemError, match=match):
             Settings(**bad)
-    with pytest.raises(InvalidProblemError, match=r"does not model data parallelism.*\(auto, dp\)"):
-        pipeopt.solve(inst(zero=1, **STATE), stages=2, method="probe")  # dp and auto model it
+    with pytest.raises(InvalidProblemError, match=r"does not model data parallelism.*\(auto, dp, milp\)"):
+        pipeopt.solve(inst(zero=1, **STATE), stages=2, method="probe")  # dp, auto and milp model it
     with pytest.raises(InvalidPlanError):
         evaluate(inst(zero=1, **STATE), Plan((Stage(("l0",), ("gpu0",)),)))  # still a plan check first
 

@@ -99,8 +99,9 @@ METHODS = (
     Method("partition", "convex_milp", solve_convex_milp, True, "convex", False,
            "MILP over every convex ordered split (PuLP; CBC or HiGHS; cf. Tarnawski et al., throughput-ip)"),
     Method("partition", "milp", solve_milp, True, "one-order", True,
-           "MILP (PuLP; CBC or HiGHS); with recompute, a binary per layer and mode, linearised with the stages",
-           terms=ALPHA_OVERHEAD | RECOMPUTE),
+           "MILP (PuLP; CBC or HiGHS); with recompute, a binary per layer and mode, linearised with the stages;"
+           " ZeRO's state and collectives as linear terms (bottleneck objective)",
+           terms=ALPHA_OVERHEAD | RECOMPUTE | ZERO),
     Method("partition", "cpsat", solve_cpsat, True, "one-order", True, "CP-SAT (OR-Tools)", terms=ALPHA_OVERHEAD),
     Method("partition", "binary_search", binary_search, False, "one-order", True, "Duan & Wu, ICPADS 2022"),
     Method("partition", "pipedream", pipedream, False, "replicated-one-order", True,

@@ -48,6 +48,15 @@ the reach rows then say where *some* recompute choice fits
 (:meth:`PartitionProblem.memory_reach`). The returned plan takes each stage's least-time choice
 that fits (:meth:`PartitionProblem.plan`), which the model's optimum equals.
 
+**Data parallelism and ZeRO** (``Settings.dp``, ``zero`` and the training-state ratios; bottleneck
+objective): the stage's training state (:meth:`CostTable.sharded_state`) is in the memory reach
+(:meth:`PartitionProblem.stage_memory`), and with recomputation in the memory rows as ``kappa P +
+lam L`` (``L >=`` each of its units' largest layer, ZeRO-3's gathered layer); ZeRO's collectives
+per microbatch (:meth:`PartitionProblem.zero_work`) are a continuous ``z_t = alpha P_t + beta
+w_t`` per stage in its stage row and the window rows (:func:`zero_rows`); the coefficients are
+read off the one rule (:func:`zero_linear`). Tied parameters with data parallelism are refused
+(the DP models them), as are the event-time objectives.
+
 Solving goes through the one PuLP door, :func:`pipeopt.backends.pulp.solve_pulp`: **CBC runs
 in a child process that is ended at the deadline** (plus a short grace) if it has not stopped
 itself, so a limit holds even inside CBC's preprocessing; HiGHS runs in a child process too.
@@ -130,11 +139,13 @@ def build_milp(
         split.structure_rows(t)
     u = 1.0 / time_unit
     q = recompute_rows(lp, split, model, u, deadline)  # per stage: its recompute seconds (in time units)
+    zq = zero_rows(lp, split, model, u, deadline)  # per stage: ZeRO's collectives per microbatch (time units)
+    extra = [[v for v in (q[t] if q else None, zq[t] if zq else None) if v is not None] for t in range(S)]
     for t in range(S):
         deadline.check("building the MILP")
         e_terms, e_const = at_start(model.end, t + 1, u)
         b_terms, b_const = at_start(model.begin, t, u)
-        add(e_terms + [(v, -c) for v, c in b_terms] + [(T, -1.0)] + [(v, 1.0) for v in q[t:t + 1]],
+        add(e_terms + [(v, -c) for v, c in b_terms] + [(T, -1.0)] + [(v, 1.0) for v in extra[t]],
             e_const - b_const, f"stage_time_{t}")
     for t in range(1, S):
         if model.cut[model.window(t)].max(initial=0.0) > 0:
@@ -163,12 +174,13 @@ def build_milp(
             else:
                 add([(v, 1.0), (low, -1.0)], 0.0, f"window_min_{l}_running")
             b_terms, b_const = at_start(model.begin, l, u)
-            # with recomputation B_l and A_l also carry the recompute seconds of stages 0..l-1 and 0..l
+            # with recomputation (and ZeRO) B_l and A_l also carry the recompute (and ZeRO) seconds of
+            # stages 0..l-1 and 0..l
             add([(v, 1.0), *((x, -c) for x, c in b_terms), (M[l], -1.0), (T, float(l)),
-                 *((x, -1.0) for x in q[:l])], -b_const, f"window_min_{l}_stage")
+                 *((x, -1.0) for e in extra[:l] for x in e)], -b_const, f"window_min_{l}_stage")
             e_terms, e_const = at_start(model.end, l + 1, u)
-            add([*e_terms, (M[l], 1.0), (T, -float(l + 1)), (v, -1.0), *((x, 1.0) for x in q[:l + 1])], e_const,
-                f"window_{l}")
+            add([*e_terms, (M[l], 1.0), (T, -float(l + 1)), (v, -1.0), *((x, 1.0) for e in extra[:l + 1] for x in e)],
+                e_const, f"window_{l}")
             low = v
     time_reach = model.time_reach(upper) if upper is not None else None
     for t in range(S):
@@ -352,6 +364,75 @@ class RecomputeChoice:
         return E
 
 
+def zero_linear(problem) -> tuple[float, float, float, float]:
+    """The ZeRO terms of a stage as linear functions, read off the one rule
+    (:func:`pipeopt.cost.rules.sharded_state`, :func:`pipeopt.cost.rules.zero_op_times`, which are
+    linear in their byte arguments): ``(kappa, lam, alpha, beta)`` such that a stage of weight bytes
+    P whose largest layer has L bytes keeps ``kappa P + lam L`` bytes of training state and its
+    collectives add ``alpha P + beta [P > 0]`` seconds per microbatch (forward and backward
+    together; ``beta`` the messages' latency)."""
+    s = problem.instance.settings
+    tab = problem.table
+    state = {"gradient_ratio": s.gradient_ratio, "optimizer_ratio": s.optimizer_ratio, "zero": s.zero, "dp": s.dp}
+    kappa = float(rules.sharded_state(1.0, 0.0, **state))
+    lam = float(rules.sharded_state(0.0, 1.0, **state))
+    comm = {"zero": s.zero, "dp": s.dp, "bandwidth": tab.bandwidth}
+    alpha = float(sum(rules.zero_op_times(1.0, **comm, latency=0.0)))
+    beta = float(sum(rules.zero_op_times(1.0, **comm, latency=tab.latency))) - alpha
+    return kappa, lam, alpha, beta
+
+
+def zero_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, deadline: Deadline) -> list:
+    """ZeRO's collectives per microbatch of every stage as MILP variables (nothing without data
+    parallelism): per stage t a continuous ``z_t = alpha P_t + beta w_t`` (:func:`zero_linear`; in
+    the model's time unit), ``P_t`` its weight bytes (a difference of the parameter prefix sums at
+    its boundaries) and ``w_t >= x[t, c]`` for every unit c with weights it may hold (``w_t`` is
+    pushed down to ``[P_t > 0]``: it only lengthens the rows it is in). Added to the stage rows and
+    the window rows as :meth:`PartitionProblem.stage_work` adds :meth:`PartitionProblem.zero_work`.
+
+    Raises
+    ------
+    InvalidProblemError
+        With tied parameters (their weights join a stage's collectives by where the tie's layers
+        sit, not linearly): the DP models them.
+    """
+    problem = model.problem
+    if not problem.data_parallel:
+        return []
+    if problem.table.ties:
+        raise InvalidProblemError(f"milp: data parallelism (ZeRO-{problem.instance.settings.zero}) with tied "
+                                  "parameters is not modelled by the MILP; use method 'dp' (or 'auto')")
+    _, _, alpha, beta = zero_linear(problem)
+    S, n = model.S, model.n
+    param = problem.param_prefix
+    out = []
+    for t in range(S):
+        deadline.check("building the MILP's ZeRO rows")
+        z = lp.add_variable(f"zero_time_{t}", lowBound=0)
+        e_terms, e_const = split.at(param, t + 1, alpha * u)
+        b_terms, b_const = split.at(param, t, alpha * u)
+        terms = e_terms + [(v, -c) for v, c in b_terms] + [(z, -1.0)]
+        if beta:
+            w = lp.add_variable(f"zero_messages_{t}", lowBound=0, upBound=1)
+            terms.append((w, beta * u))
+            for c in range(t, n - S + t + 1):
+                if problem.instance.chain.param[c] > 0:  # the table's rule: a unit with weights
+                    xt, xc = [], 0.0
+                    for s_, sign in ((t, 1.0), (t + 1, -1.0)):
+                        v = 1 if s_ == 0 else (0 if s_ == S else split.started(s_, c))
+                        if isinstance(v, int):
+                            xc += sign * v
+                        else:
+                            xt.append((v, sign))
+                    split.add([*xt, (w, -1.0)], xc, f"zero_messages_{t}_{c}")
+        merged: dict = {}
+        for v, a in terms:
+            merged[v] = merged.get(v, 0.0) + a
+        split.add(list(merged.items()), e_const - b_const, f"zero_time_{t}", pulp.LpConstraintEQ)
+        out.append(z)
+    return out
+
+
 def recompute_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, deadline: Deadline) -> list:
     """The recompute choice of every layer as MILP rows (nothing with ``recompute="none"``):
     :class:`RecomputeChoice`'s binaries and per-stage seconds, and per stage t, keeping ``k_t``
@@ -375,6 +456,12 @@ def recompute_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, d
         return choice.q
     ties = problem.table.ties
     scale = 1.0 / cap
+    kappa = lam = 0.0
+    if problem.data_parallel:  # the training state the ZeRO stage leaves a stage (CostTable.sharded_state)
+        if ties:
+            raise InvalidProblemError(f"milp: data parallelism (ZeRO-{problem.instance.settings.zero}) with tied "
+                                      "parameters is not modelled by the MILP; use method 'dp' (or 'auto')")
+        kappa, lam, _, _ = zero_linear(problem)
     for t in range(S):
         deadline.check("building the MILP's recompute rows")
         lo, hi = choice.reach(t)
@@ -382,11 +469,18 @@ def recompute_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, d
         ver = rules.weight_versions(k, problem.instance.settings.weight_stashing)
         mem, mconst = choice.kept_terms(t, k, scale)
         mem = mem + [(choice.excess(t, scale), 1.0)]
+        if lam:  # ZeRO-3 gathers its largest layer: largest >= each unit's largest layer in the stage
+            largest = lp.add_variable(f"largest_layer_{t}", lowBound=0)  # bytes times scale
+            mem.append((largest, lam))
         for c in range(lo, hi + 1):
             xt, xc = choice.x(t, c)
-            w = ver * float(problem.instance.chain.param[c]) * scale
+            w = (ver + kappa) * float(problem.instance.chain.param[c]) * scale
             mem += [(v, a * w) for v, a in xt]
             mconst += xc * w
+            if lam:
+                big = float(problem.table.largest_layer(c, c + 1)) * scale
+                if big > 0:
+                    choice.add([*((v, a * big) for v, a in xt), (largest, -1.0)], xc * big, f"largest_{t}_{c}")
         if ties:
             for j, (units, state) in enumerate(zip(ties.units, ties.state, strict=True)):
                 inside = [int(c) for c in units if lo <= c <= hi]
@@ -523,8 +617,8 @@ def solve_milp(
             status = "infeasible"  # T >= simple_lower_bound: the model cannot be unbounded
         return Attempt(status, starts, bound, info)
 
-    # the tie-break's event-time model does not model recomputation: not run with it
-    phase2 = None if problem.recompute != "none" else \
+    # the tie-break's event-time model does not model recomputation nor ZeRO: not run with them
+    phase2 = None if problem.recompute != "none" or problem.data_parallel else \
         {"run": break_ties, "solver": solver, "threads": int(threads), "seed": int(seed)}
     try:
         return solve_exact(problem, "milp", deadline, run, rel_tol=MILP_TOLERANCE, abs_tol=0.0,
@@ -556,6 +650,11 @@ def solve_iteration(problem: PartitionProblem, deadline: Deadline, *, solver: st
         raise InvalidProblemError(
             f"milp: the event-time model of objective {problem.instance.settings.objective!r} does not model "
             f"recomputation yet (recompute={problem.recompute!r}); use the bottleneck objective or recompute='none'"
+        )
+    if problem.data_parallel:
+        raise InvalidProblemError(
+            f"milp: the event-time model of objective {problem.instance.settings.objective!r} does not model data "
+            "parallelism or ZeRO (Settings.dp, zero, ratios); use the bottleneck objective"
         )
     out = solve_events(problem, schedule, deadline=deadline, solver=solver, threads=int(threads), seed=int(seed))
     if out.status == "infeasible":
