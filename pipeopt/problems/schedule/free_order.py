@@ -59,11 +59,15 @@ Times in integer *ticks* of ``unit`` seconds (``unit`` = the warm start's iterat
   leaves the boundaries' domains. GPT-2 XL p = 8, m = 16: 375.99 ms (the optimum), where
   CP-SAT's own bound stayed at 338-362 ms in 60 s; perturbed by seed 0: 395.83 ms against 354.22.
   A plan whose executor time meets it is ``optimal`` whatever the solver did (``info["proof"]``).
-* **Order of the bound's split** (with a time limit, :data:`ORDER_SHARE` of what the warm start
-  leaves): the model with the boundaries fixed to the split whose bound is least, hinted with
-  the best starting order on it (:func:`_order_on_bound_split`); its plan, if faster, is the
-  joint model's hint and incumbent (GPT-2 XL p = 8 seed 0: 405.24 -> 400.13 ms in 40 s, where
-  the joint model from the same hint found nothing better).
+* **Split first** (with a time limit, before the joint model; :func:`_split_first`): the splits
+  whose split bound is below the warm start's time are few (GPT-2 XL p = 8, m = 16: 2-11 within
+  1 % of the bound), so each is solved with its boundaries fixed - the model without element
+  constraints, which CP-SAT searches far better (GPT-2 XL p = 8 seed 0: 405.24 -> 400.13 ms in 40
+  s on one split, where the joint model from the same hint found nothing better) - least bound
+  first, an equal share of the time each, pruned once its bound reaches the incumbent. The least
+  of their proven bounds (and the split bound of the splits not listed) is a valid bound; it
+  proves the incumbent when every split below it is solved or pruned. The joint model then gets
+  what is left, hinted with the best plan.
 * **Warm start** (hint and incumbent): torch's orders of the same placement
   (:func:`pipeopt.schedules.free.as_free` of each) and, with one chunk per rank, the
   zero-bubble greedy (:mod:`.zb_greedy`), each on the splits of the ``uniform`` and
@@ -121,9 +125,18 @@ more than the rounding of a true schedule to ticks."""
 HINT_SHARE = 0.25
 """Most of the time limit the warm start may take (the rest is the solver's)."""
 
-ORDER_SHARE = 0.4
-"""Share of what is left after the warm start for the order of the bound's split
-(:func:`_order_on_bound_split`); the joint model gets the rest."""
+SPLIT_FIRST_MOST = 48
+"""Most splits the split-first decomposition (:func:`_split_first`) solves one by one (those
+below the incumbent with the least split bounds; the bound of the rest stands for them)."""
+
+
+class _Skipped:
+    """Stands for a CP-SAT outcome when the joint model is not solved (the plan is already proven)."""
+
+    status, has_solution, proven, bound, objective = "skipped", False, False, None, None
+
+    def info(self) -> dict:
+        return {"solver_status": "not run (proven before the joint model)"}
 
 _KIND_RANK = {"F": 0, "I": 1, "W": 2}
 
@@ -567,36 +580,65 @@ def _given_warm_starts(problem: ScheduleProblem, warm: Sequence) -> list:
     return out
 
 
-def _order_on_bound_split(problem: ScheduleProblem, best: tuple, unit: float, deadline: Deadline, threads: int,
-                          seed: int, info: dict) -> tuple | None:
-    """The best order of one split: the split whose bound is least (:func:`.split_bound.split_lower_bound`),
-    where an order that meets the bound would prove the optimum. CP-SAT solves the model with
-    that split fixed (no element constraints to branch on), warm-started from the best of the
-    starting orders on it; returns ``(time, name, order, starts)`` of its best plan by the
-    executor, or ``None``. Records ``info["bound_split"]``."""
-    from .split_bound import split_lower_bound
+def _split_first(problem: ScheduleProblem, best: tuple, unit: float, deadline: Deadline, threads: int, seed: int,
+                 info: dict) -> tuple[tuple, float]:
+    """The split-first decomposition: every split whose bound (:mod:`.split_bound`) is below the
+    incumbent's time, least bound first (at most :data:`SPLIT_FIRST_MOST`), gets the model with
+    its boundaries fixed (no element constraints to branch on; the split's durations are
+    constants), warm-started from the best starting order on it, for an equal share of the time
+    left among the splits still below the incumbent. A split whose bound has reached the
+    incumbent is pruned; a split CP-SAT proves infeasible below the horizon has no plan faster
+    than the incumbent.
 
-    lb, starts = split_lower_bound(problem)
-    if not starts:
-        return None
-    cands = [c for c in _scored(problem, [(FREE, problem.schedule)] + _torch_orders(problem), starts)]
-    if best[3] == list(starts):
-        cands.append(best)
-    if not cands:
-        return None
-    start = min(cands, key=lambda c: c[0])
-    fm = FreeOrderModel(problem, unit, start[0])
-    fm.fix_split(starts)
-    out = solve_cpsat(fm.model, deadline=deadline, threads=threads, seed=seed, hint=fm.hint(start[2], start[3]))
-    found = start
-    if out.has_solution:
-        s, order = fm.read(out)
-        ex = problem.execute(s, order)
-        if ex.feasible and ex.time < found[0]:
-            found = (ex.time, "cpsat on the bound's split", order, s)
-    info["bound_split"] = {"starts": list(starts), "bound": lb, "start": start[0], "found": found[0],
-                           "status": out.status}
-    return found
+    Returns ``(incumbent, bound)``: the best ``(time, name, order, starts)`` by the executor and a
+    valid lower bound on every split's optimum - the least over the listed splits of CP-SAT's
+    bound on its split (at least its split bound; the incumbent where pruned or infeasible) and
+    the split bound of those not listed. ``bound >= incumbent time`` proves the incumbent
+    optimal. Records ``info["split_first"]``."""
+    from .split_bound import pair_bounds, splits_below
+
+    pairs = pair_bounds(problem)
+    listed, rest = splits_below(problem, best[0], SPLIT_FIRST_MOST, pairs)
+    orders = [(FREE, problem.schedule)] + _torch_orders(problem)
+    incumbent = best
+    lbs, solved, proven, trail = [], 0, 0, []
+    for i, (gb, starts) in enumerate(listed):
+        if gb >= incumbent[0]:
+            lbs.append(incumbent[0])  # pruned: no plan of this split beats the incumbent
+            continue
+        if deadline.expired():
+            lbs.append(gb)
+            continue
+        left = sum(1 for g2, _ in listed[i:] if g2 < incumbent[0])
+        cands = _scored(problem, orders, starts)
+        if incumbent[3] == list(starts):
+            cands.append(incumbent)
+        start = min(cands, key=lambda c: c[0]) if cands else None
+        if start is not None and start[0] < incumbent[0]:
+            incumbent = start
+        fm = FreeOrderModel(problem, unit, incumbent[0])
+        fm.fix_split(starts)
+        hint = fm.hint(start[2], start[3]) if start is not None else None
+        out = solve_cpsat(fm.model, deadline=deadline.sub(fraction=1.0 / left) if deadline.bounded else deadline,
+                          threads=threads, seed=seed, hint=hint)
+        solved += 1
+        if out.status == "infeasible":  # every plan of this split ends after the horizon (the incumbent)
+            lbs.append(incumbent[0])
+            proven += 1
+            trail.append((list(starts), gb, out.status, lbs[-1]))
+            continue
+        if out.has_solution:
+            s2, order = fm.read(out)
+            ex = problem.execute(s2, order)
+            if ex.feasible and ex.time < incumbent[0]:
+                incumbent = (ex.time, "cpsat (split first)", order, s2)
+        lbs.append(max(gb, out.bound * unit) if out.bound is not None else gb)
+        proven += bool(out.proven)
+        trail.append((list(starts), gb, out.status, lbs[-1]))
+    bound = min([rest, *lbs, incumbent[0]])
+    info["split_first"] = {"splits": len(listed), "below": rest, "solved": solved, "proven": proven,
+                           "bound": bound, "time": incumbent[0], "solves": trail}
+    return incumbent, bound
 
 
 def _torch_orders(problem: ScheduleProblem) -> list:
@@ -614,7 +656,7 @@ def _torch_orders(problem: ScheduleProblem) -> list:
 
 def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = "cbc",
                      seed: int = 0, threads: int = 2, log: bool = False, warm: Sequence = (),
-                     **_) -> "Result":  # noqa: F821
+                     decompose: bool | None = None, **_) -> "Result":  # noqa: F821
     """Solve the free-order problem exactly with CP-SAT (module docstring).
 
     Parameters
@@ -634,6 +676,10 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
         :class:`~pipeopt.schedules.Schedule` of the same ranks, microbatches, chunks per rank and
         placement (e.g. a fixed order's exact optimum, so that the free result is never slower
         than it); each is scored by the executor, one that does not fit is skipped.
+    decompose
+        Run the split-first decomposition (:func:`_split_first`) before the joint model;
+        ``None``: when the time limit is bounded. Without a limit each listed split is solved to
+        its optimum (exact on its own when every split below the incumbent is listed).
 
     Returns
     -------
@@ -667,13 +713,17 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
     ref = best[0] if best is not None else problem.memory_free_bound() * 4
     unit = model_unit(ref, TICKS)
     info["time_unit"] = unit
-    if best is not None and deadline.bounded and not deadline.expired():
-        better = _order_on_bound_split(problem, best, unit, deadline.sub(fraction=ORDER_SHARE), threads, seed, info)
-        if better is not None and better[0] < best[0]:
-            best = better
+    first_bound = -math.inf  # the split-first decomposition's bound (valid for every split)
+    if decompose is None:
+        decompose = deadline.bounded
+    if best is not None and decompose and not deadline.expired():
+        best, first_bound = _split_first(problem, best, unit, deadline, threads, seed, info)
     fm = FreeOrderModel(problem, unit, best[0] if best is not None else None)
     hint = fm.hint(best[2], best[3]) if best is not None else None
-    out = solve_cpsat(fm.model, deadline=deadline, threads=threads, seed=seed, hint=hint, log=log)
+    if best is not None and best[0] <= max(first_bound, fm.split_bound) * (1 + SOLVER_CLAIM):
+        out = _Skipped()  # proven by the decomposition or the split bound: the joint model is not needed
+    else:
+        out = solve_cpsat(fm.model, deadline=deadline, threads=threads, seed=seed, hint=hint, log=log)
     info.update(out.info())
     bound = out.bound * unit if out.bound is not None else None
     incumbent = best
@@ -704,10 +754,15 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
     if status != "optimal" and incumbent is not None and incumbent[0] <= fm.split_bound * (1 + SOLVER_CLAIM):
         status = "optimal"  # the plan meets a valid bound: proven, whatever CP-SAT's own search did
         info["proof"] = "the plan's time equals the split bound (pipeopt.problems.schedule.split_bound)"
+    elif status != "optimal" and incumbent is not None and incumbent[0] <= first_bound * (1 + SOLVER_CLAIM):
+        status = "optimal"
+        info["proof"] = ("split first: every split below the plan's time solved to optimality or pruned by its"
+                         " split bound")
     simple = problem.memory_free_bound()  # the busiest rank's work: valid for every order
     lb = simple if bound is None else max(bound, simple)
-    if math.isfinite(fm.split_bound):
-        lb = max(lb, fm.split_bound)
+    for extra in (fm.split_bound, first_bound):
+        if math.isfinite(extra):
+            lb = max(lb, extra)
     if incumbent is None:
         return problem.result("cpsat", None, status, lower_bound=lb, started=started, info=info)
     info["source_order"] = incumbent[1]  # "cpsat", or the warm start the solver did not improve on

@@ -40,7 +40,7 @@ import numpy as np
 from ...cost import rules
 from .problem import ScheduleProblem
 
-__all__ = ["pair_bounds", "split_lower_bound"]
+__all__ = ["pair_bounds", "split_lower_bound", "splits_below"]
 
 _K_SLACK = 1e-9
 """Relative slack on the in-flight count k = room / act (rounded up at the tolerance: a larger k
@@ -122,3 +122,58 @@ def split_lower_bound(problem: ScheduleProblem, pairs: list[np.ndarray] | None =
     for s in range(S - 1, 0, -1):
         bounds.append(int(arg[s][bounds[-1]]))
     return value, bounds[::-1][:-1]
+
+
+def splits_below(problem: ScheduleProblem, upper: float, most: int,
+                 pairs: list[np.ndarray] | None = None) -> tuple[list[tuple[float, list[int]]], float]:
+    """The splits whose bound (``max_s g_s``, :func:`pair_bounds`) is below ``upper`` seconds,
+    least bound first, at most ``most`` of them.
+
+    Returns ``(splits, rest)``: ``splits`` a list of ``(bound, starts)``; ``rest`` a lower bound
+    on the bound of every split not listed (``upper`` if all are listed; else the least bound
+    left out). Counting the splits below a threshold is a DP over boundaries; the threshold is
+    lowered by bisection until at most ``most`` remain, then they are listed depth-first
+    (boundaries that cannot reach the end below the threshold are never entered)."""
+    g = pair_bounds(problem) if pairs is None else pairs
+    n, S = problem.n, problem.S
+
+    def count(t):
+        c = np.zeros(n + 1)
+        c[0] = 1.0
+        for s in range(S):
+            c = c @ (g[s] < t).astype(float)
+        return c[n]
+
+    rest = float(upper)
+    if count(rest) > most:
+        lo, hi = split_lower_bound(problem, g)[0], rest
+        for _ in range(60):  # the least threshold with more than `most` below it
+            mid = 0.5 * (lo + hi)
+            if count(mid) > most:
+                hi = mid
+            else:
+                lo = mid
+        rest = lo
+        vals = np.unique(np.concatenate([x[np.isfinite(x)].ravel() for x in g]))
+        above = vals[vals >= rest]  # the next pair value is where the count grows past `most`
+        rest = float(above[0]) if above.size else rest
+    ok = [g[s] < rest for s in range(S)]
+    back = np.zeros((S + 1, n + 1), dtype=bool)  # back[s, b]: stages s.. can end at n from b
+    back[S, n] = True
+    for s in range(S - 1, -1, -1):
+        back[s] = (ok[s] & back[s + 1][None, :]).any(axis=1)
+    out = []
+
+    def walk(s, b, path, worst):
+        if s == S:
+            out.append((worst, path[:-1]))
+            return
+        for c in np.flatnonzero(ok[s][b] & back[s + 1]):
+            path.append(int(c))
+            walk(s + 1, int(c), path, max(worst, float(g[s][b, c])))
+            path.pop()
+
+    if back[0, 0]:
+        walk(0, 0, [], 0.0)
+    out.sort(key=lambda x: x[0])
+    return out[:most], rest

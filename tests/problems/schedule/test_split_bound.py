@@ -105,3 +105,28 @@ def test_shipped_gpt2_xl_p8_bound():
     bound, starts = split_lower_bound(problem)
     assert len(starts) == 7 and bound > problem.memory_free_bound() * 1.1
     assert np.isclose(bound, 0.37599, rtol=1e-4)
+
+
+@FEW
+@given(chains(), st.sampled_from([("looped", 1, 2), ("looped", 1, 3), ("looped", 2, 2), ("v", 2, 2)]))
+def test_split_first_equals_the_brute_force_over_every_order(inst, shape):
+    """The split-first decomposition alone (no time limit: each split below the incumbent solved
+    to its optimum) proves the brute force's optimum, and claims it only with a proof."""
+    from pipeopt.errors import InfeasibleError
+    from pipeopt.problems.schedule import solve_free_order
+
+    placement, v, m = shape
+    if inst.chain.n < 2 * v:
+        return
+    problem = ScheduleProblem(inst, "free", 2, m, v, placement=placement)
+    value, _, _ = bf.free_order_optimum(inst, problem.schedule.placement, m)
+    try:
+        res = solve_free_order(problem, time_limit=None, threads=1, decompose=True)
+    except InfeasibleError:
+        assert not math.isfinite(value)
+        return
+    assert res.status == "optimal"
+    assert math.isclose(res.objective, value, rel_tol=1e-6), (res.objective, value)
+    assert res.lower_bound <= res.objective * (1 + 1e-9)
+    first = res.info.get("split_first", {})
+    assert first.get("bound", 0.0) <= value * (1 + 1e-6)
