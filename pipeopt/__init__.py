@@ -12,7 +12,6 @@ The public API: build or :func:`read` an :class:`Instance`, :func:`solve` a prob
 from __future__ import annotations
 
 from .lazy import lazy_attributes
-import logging
 from typing import TYPE_CHECKING
 
 from .errors import InfeasibleError as InfeasibleError
@@ -83,5 +82,5 @@ def from_torch(module, example_inputs, **options) -> Instance:
     return _from_torch(module, example_inputs, **options)
 
 
-logger = logging.getLogger("pipeopt")
-logger.addHandler(logging.NullHandler())
+# The "pipeopt" logger (the bench and the sweep log to it) gets its NullHandler where it is
+# first used (pipeopt.bench, pipeopt.sweep): logging is not imported at start-up.

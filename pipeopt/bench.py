@@ -43,6 +43,8 @@ from .solve import check_solver_and_seed, solve
 from .units import MAX_DEVICES
 
 logger = logging.getLogger("pipeopt")
+if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):  # a library's logger
+    logger.addHandler(logging.NullHandler())
 
 COLUMNS = [
     "instance",  # instance name

@@ -42,6 +42,8 @@ from .instance import Instance
 from .io import native
 
 logger = logging.getLogger("pipeopt")
+if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):  # a library's logger
+    logger.addHandler(logging.NullHandler())
 
 MAX_JOBS = 1024
 """Largest ``jobs`` accepted (local worker processes)."""

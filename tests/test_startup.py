@@ -114,7 +114,7 @@ PROFILES = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" 
 def test_solving_a_pipedream_profile_imports_no_networkx_and_no_solver(name, stages):
     """``pipeopt solve PROFILE --stages N`` (dp or probe, the tie-break's enumeration or descent)
     reads the profile into a LazyDiGraph and never needs networkx, PuLP, OR-Tools or numba, nor
-    the partition methods it does not run."""
+    the partition methods it does not run, nor logging (the bench's and the sweep's)."""
     code = f"""
 import contextlib, io
 from pipeopt.cli import main
@@ -126,4 +126,4 @@ others = {{"pipeopt.problems.partition." + m for m in ("milp", "cpsat", "convex"
 assert not others & set(sys.modules), others & set(sys.modules)
 """
     loaded = loaded_after(code)
-    assert not loaded & {*HEAVY, "networkx"}
+    assert not loaded & {*HEAVY, "networkx", "logging"}

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 
 from ..errors import ReadError
@@ -127,6 +126,8 @@ def _read(path, *, bandwidth, memory, **options) -> Instance:
     except (OSError, UnicodeDecodeError) as exc:
         raise ReadError(f"cannot read {path}: {exc}") from None
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        import json  # the JSON formats only (start-up of a profile's read)
+
         try:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
