@@ -214,7 +214,8 @@ class _RunBounds:
     stage ``s`` in its worker's order, then the last microbatch's backward back to stage 0
     (the fill, the busy stage and the drain of the usual 1F1B formula), each kept only if
     every op waits for the one before it in the graph; and the longest path of each split
-    timed by :meth:`critical` (exact for that split, and a bound for the others)."""
+    timed by :meth:`critical` (exact for that split, and a bound for the others). The sums are
+    matrix products: numpy's BLAS, on one thread in the command line (pipeopt.cli)."""
 
     def __init__(self, problem: PartitionProblem, splits: np.ndarray) -> None:
         from .ops import event_graph, op_prefixes
@@ -231,7 +232,6 @@ class _RunBounds:
         f = a["f_end"][p[:, 1:]] - a["f_begin"][p[:, :-1]]
         b = a["b_end"][p[:, 1:]] - a["b_begin"][p[:, :-1]]
         self.durations = np.concatenate([f, b, a["xfer"][p[:, 1:-1]]], axis=1)  # (splits, 3S - 1)
-        self.columns = np.ascontiguousarray(self.durations.T)  # (3S - 1, splits): one row per column
         index = {op: q for q, op in enumerate(graph.ops)}
         self.counts = []
         for s in range(S):
@@ -245,32 +245,25 @@ class _RunBounds:
                 continue
             qs = [index[op] for op in path]
             if all(u in graph.after[v] for u, v in zip(qs, qs[1:])):
-                self._add(qs)
-        self.bound = self._bound(self.counts)
+                self.counts.append(self._count(qs))
+        self.bound = np.full(len(splits), -np.inf)
+        self.raise_to(self.counts)
 
-    def _add(self, qs) -> np.ndarray:
+    def _count(self, qs) -> np.ndarray:
         c = np.zeros(3 * self.S - 1)
         np.add.at(c, [self.col[q] for q in qs], 1.0)
-        self.counts.append(c)
         return c
 
-    def _length(self, c: np.ndarray) -> np.ndarray:
-        """Each split's length of the path with column counts ``c``, lowered by
-        :data:`BOUND_SLACK` (a weighted sum of rows, without BLAS: its threads only cost here)."""
-        out = np.zeros(self.columns.shape[1])
-        for j in np.flatnonzero(c).tolist():
-            out += c[j] * self.columns[j]
-        return out * (1 - BOUND_SLACK)
+    def raise_to(self, counts) -> None:
+        """Raise every split's bound to the longest of the paths with these column counts
+        (one matrix product), lowered by :data:`BOUND_SLACK`."""
+        if counts:
+            lengths = (self.durations @ np.array(counts).T).max(axis=1) * (1 - BOUND_SLACK)
+            np.maximum(self.bound, lengths, out=self.bound)
 
-    def _bound(self, counts) -> np.ndarray:
-        out = np.full(len(self.durations), -np.inf)
-        for c in counts:
-            np.maximum(out, self._length(c), out=out)
-        return out
-
-    def critical(self, i: int) -> float:
-        """Time split ``i`` alone (the loop of :func:`run_times`, one split), add its longest
-        path to the paths and raise every split's bound by it; return the split's time."""
+    def critical(self, i: int) -> tuple[float, np.ndarray]:
+        """Time split ``i`` alone (the loop of :func:`run_times`, one split): its time and its
+        longest path's column counts (for :meth:`raise_to`)."""
         d = self.durations[i].tolist()
         dur = [d[c] for c in self.col]
         end = [0.0] * len(dur)
@@ -287,9 +280,7 @@ class _RunBounds:
         while via[q] >= 0:
             q = via[q]
             qs.append(q)
-        c = self._add(qs)
-        np.maximum(self.bound, self._length(c), out=self.bound)
-        return end[qs[0]]
+        return end[qs[0]], self._count(qs)
 
 
 def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: dict,
@@ -372,9 +363,12 @@ class _least_first:
         need = np.flatnonzero(~self.done & (self.bounds.bound <= t))
         while need.size > self.PROBES:  # tighten the bounds first: a few splits' longest paths
             probe = need[np.linspace(0, need.size - 1, self.PROBES).round().astype(np.int64)]
+            paths = []
             for i in probe.tolist():
-                self.time[i] = self.bounds.critical(i)  # its exact time, as run_times gives it
+                self.time[i], c = self.bounds.critical(i)  # its exact time, as run_times gives it
                 self.done[i] = True
+                paths.append(c)
+            self.bounds.raise_to(paths)
             fewer = need[~self.done[need] & (self.bounds.bound[need] <= t)]
             stop = fewer.size > 0.75 * need.size
             need = fewer
