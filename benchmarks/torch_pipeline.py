@@ -102,9 +102,16 @@ def blocks(plan) -> str:
 
 
 def without_terms(inst):
-    """The instance under the bandwidth-only cost model: latency 0, no stage overhead."""
+    """The instance under the bandwidth-only cost model: latency 0, no stage overhead, and the
+    layers' times as profiled alone (the fitted runtime scale, ``graph["torch"]["runtime_scale"]``,
+    undone: :func:`pipeopt.torch.profile.scale_layers`)."""
+    from pipeopt.torch.profile import scale_layers
+
     graph = inst.graph.copy()
     graph.graph.pop("stage_overhead", None)
+    scale = graph.graph.get("torch", {}).get("runtime_scale")
+    if scale:  # (scale_layers assigns new dicts to the copy's own node dicts: inst is unchanged)
+        scale_layers(graph, {k: 1.0 / v for k, v in scale.items()})
     return inst.replace(graph=graph, cluster=inst.cluster.with_overrides(latency=0.0))
 
 

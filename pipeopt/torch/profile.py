@@ -410,7 +410,7 @@ def from_torch(
             fwd = {n: p.fwd_s for n, p in zip(traced.names, probes, strict=True)}
             fitted = fit(split["whole_total"], split["whole_forward"], split, tot, fwd)  # the same rounds
             g.graph["stage_overhead"] = fitted["stage_overhead"]
-            _scale_layers(g, fitted["scale"])
+            scale_layers(g, fitted["scale"])
             g.graph["torch"]["runtime_scale"] = dict(fitted["scale"])
         else:
             g.graph["stage_overhead"] = whole_over
@@ -529,12 +529,13 @@ def _record_recompute(g: nx.DiGraph, traced, probes) -> None:
                                      "fwd": {"cpu": float(pr.selective_s)}}
 
 
-def _scale_layers(g: nx.DiGraph, scale: dict) -> None:
+def scale_layers(g: nx.DiGraph, scale: dict) -> None:
     """Every layer's ``fwd`` times ``scale["forward"]`` and its ``bwd`` and ``bwd_w`` times
     ``scale["backward"]``: the runtime's overhead proportional to the layers' times
     (:func:`pipeopt.torch.overhead.fit`), on every kind. What a recomputation adds
     (``recompute_fwd``, ``selective["fwd"]``: a rerun of the forward through the same stage
-    module) is scaled as the forward."""
+    module) is scaled as the forward. ``g`` is changed in place; ``{"forward": 1 / f,
+    "backward": 1 / b}`` undoes a scale ``{"forward": f, "backward": b}`` (up to rounding)."""
     for _, data in g.nodes(data=True):
         data["fwd"] = {k: v * scale["forward"] for k, v in data["fwd"].items()}
         data["bwd"] = {k: v * scale["backward"] for k, v in data["bwd"].items()}
