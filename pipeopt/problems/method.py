@@ -16,7 +16,7 @@ ZERO = frozenset({"zero"})
 """:attr:`Method.terms` of a method that models data parallelism and ZeRO (``Settings.dp``, ``zero``,
 ``gradient_ratio``, ``optimizer_ratio``): the partition problem's ``dp`` and ``auto`` (bottleneck
 objective), ``milp`` (bottleneck objective) and the schedule problem's ``exhaustive`` (the
-executor's rule)."""
+executor's rule) and ``milp``."""
 
 LATENCY = frozenset({"latency"})
 """:attr:`Method.terms` of a method that models the per-message latency only."""

@@ -16,10 +16,10 @@ executor, the single evaluation) and whose space is ``"schedule:<name>"``
   ``w_placement="free"`` the split and every W's place together (:mod:`.w_placement`);
 * ``exhaustive`` -- exact on small chains: every split scored by the executor (refuses more
   than :data:`.exhaustive.MAX_SPLITS`; :mod:`.exhaustive`); with the problem's ``recompute``
-  option, each split's exact recompute sets (:mod:`.recompute`); the only schedule method that
-  models data parallelism and ZeRO (``Settings.dp``, ``zero``: the executor's memory, collectives
-  and synchronisation; the recompute frontiers count each chunk's sharded state); ``milp`` models
-  the recompute option too
+  option, each split's exact recompute sets (:mod:`.recompute`); with data parallelism and ZeRO
+  (``Settings.dp``, ``zero``: the executor's memory, collectives and synchronisation; the recompute
+  frontiers count each chunk's sharded state), as ``milp`` does with the schedule's W places
+  (:func:`.model.zero_terms`); ``milp`` models the recompute option too
   with the schedule's W places: :func:`.model.recompute_rows` with one chunk per rank, a binary per
   layer with several, :func:`.model.recompute_memory_rows`);
 * ``uniform``, ``torchtitan``, ``best_1f1b`` -- the splits users get without a planner, run
@@ -57,7 +57,7 @@ METHODS = (
            "free order: CP-SAT over the split and every rank's order of F, I, W (schedule='free' only)", terms=LATENCY),
     Method("schedule", "milp", solve_milp, True, "auto", True,
            "event-time MILP over the schedule's operations (PuLP; CBC or HiGHS); w_placement='free' places every W;"
-           " recompute with the schedule's W places", terms=LATENCY | RECOMPUTE),
+           " recompute and data parallelism / ZeRO with the schedule's W places", terms=LATENCY | RECOMPUTE | ZERO),
     Method("schedule", "exhaustive", exhaustive, True, "auto", False,
            "every split scored by the schedule executor (small chains only); recompute: each split's exact"
            " recompute sets (.recompute); data parallelism and ZeRO (the executor's)",

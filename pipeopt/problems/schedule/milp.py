@@ -124,14 +124,14 @@ def build_milp(problem: ScheduleProblem, unit: float, *, exclude=(), deadline: D
     # memory: one row per rank and count vector (with recomputation: recompute_rows' rows instead,
     # or with several chunks per rank recompute_memory_rows over the per-layer choice)
     if math.isfinite(problem.capacity) and v["rc_choice"] is not None:
-        if not recompute_memory_rows(problem, split, between, v["rc_choice"]):
+        if not recompute_memory_rows(problem, split, between, v["rc_choice"], v.get("zero")):
             return None, v
     elif math.isfinite(problem.capacity) and v["rc"] is None:
         sched = problem.schedule
         for r in range(sched.ranks):
             mine = sched.stages_on(r)
             for q, counts in enumerate(sched.activation_profile(r) or ((0,) * len(mine),)):
-                terms, const = memory_terms(problem, split, between, r, counts)
+                terms, const = memory_terms(problem, split, between, r, counts, v.get("zero"))
                 if not terms:
                     if const > 0:
                         return None, v
@@ -259,6 +259,9 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
                                   " with the schedule's W places only; here w_placement="
                                   f"{problem.w_placement!r}: use 'exhaustive' (small chains; 'auto' runs it), or"
                                   " recompute='none'")
+    if problem.instance.settings.data_parallel and problem.w_placement == "free":
+        raise InvalidProblemError("method 'milp' models data parallelism and ZeRO with the schedule's W places only"
+                                  " (a freely placed W moves its reduce-scatter); use 'exhaustive' (small chains)")
     started = time.perf_counter()
     deadline = Deadline.of(time_limit)
     if solver not in SOLVERS:

@@ -104,6 +104,7 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
         b_terms, b_const = split.at(arr, s, scale)
         return e_terms + [(x, -c) for x, c in b_terms], e_const - b_const
 
+    zero = v["zero"] = zero_terms(problem, lp, split, between) if problem.instance.settings.data_parallel else None
     cross = cross_ranks(problem)
     boundary = [[c + 1] if cross[c] else [] for c in range(S - 1)]  # the unit index p_{c+1} of cut c
     kinds = {a.kind for r in range(sched.ranks) for a in sched.actions(r)}
@@ -120,6 +121,9 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
                 terms, const = terms + x_terms, const + x_const
             if v["rc"] is not None and k in ("B", "I"):  # the rerun forward before the backward (I), never W
                 terms = terms + [(v["rc"][s], 1.0)]
+            if zero is not None:  # ZeRO's collectives of the chunk's op (pass_times' rule, zero_terms)
+                z_terms, z_const = zero["op"](s, k, u)
+                terms, const = terms + z_terms, const + z_const
             var = lp.add_variable(f"dur_{k}_{s}", lowBound=0.0)
             add(merged(terms + [(var, -1.0)]), const, f"dur_{k}_{s}_def", pulp.LpConstraintEQ)
             d[k][s] = var
@@ -133,7 +137,95 @@ def split_and_durations(problem: ScheduleProblem, unit: float, name: str):
                 d["X"][c] = var
     d["Y"] = d["X"]
     v["d"] = d
+    if zero is not None:  # the synchronisation after the flush: each rank its chunks' in turn, the ranks in parallel
+        sync = lp.add_variable("zero_sync", lowBound=0.0)
+        for r in range(sched.ranks):
+            terms, const = [], 0.0
+            for s in sched.stages_on(r):
+                t_, c_ = zero["sync"](s, u)
+                terms, const = terms + t_, const + c_
+            add(merged(terms + [(sync, -1.0)]), const, f"zero_sync_{r}")
+        lp.setObjective(pulp.lpSum([Z, sync]))
+        v["zero_sync"] = sync
     return lp, split, between, v
+
+
+def zero_terms(problem: ScheduleProblem, lp, split, between) -> dict:
+    """ZeRO in the schedule MILP, per chunk, as linear terms over the split (data parallelism only),
+    read off the one rule through :func:`pipeopt.problems.partition.milp.zero_linear` and
+    :func:`pipeopt.cost.rules.zero_op_times` / :func:`~pipeopt.cost.rules.zero_backward_scatter` /
+    :func:`~pipeopt.cost.rules.zero_sync_time` (each linear in the chunk's weight bytes ``P_s`` plus a
+    latency term when ``P_s > 0``: a variable ``w_s >= x[s, c]`` for each unit with weights):
+
+    * ``op(s, kind, u)``: seconds added to the chunk's F (the all-gather, ZeRO-3), B (all-gathers and
+      the reduce-scatter), W (the reduce-scatter, which follows the weight gradient) and I (B's
+      rest), as :func:`pipeopt.cost.passes.pass_times` adds them;
+    * ``state(s, scale)``: the chunk's training state ``kappa P_s + lam L_s`` (``L_s >=`` each of
+      its units' largest layer: ZeRO-3's gathered layer) in bytes times ``scale``;
+    * ``sync(s, u)``: its synchronisation after the flush.
+    """
+    from ..partition.milp import zero_linear
+
+    st, tab = problem.instance.settings, problem.table
+    S, n = problem.S, problem.n
+    kappa, lam, _, _ = zero_linear(problem)
+    comm = {"zero": st.zero, "dp": st.dp, "bandwidth": tab.bandwidth}
+
+    def lin(fn):  # (slope per byte, latency part) of a rule linear in the bytes for bytes > 0
+        slope = float(fn(1.0, **comm, latency=0.0))
+        return slope, float(fn(1.0, **comm, latency=tab.latency)) - slope
+
+    fwd = lin(lambda b, **kw: rules.zero_op_times(b, **kw)[0])
+    bwd = lin(lambda b, **kw: rules.zero_op_times(b, **kw)[1])
+    scatter = lin(rules.zero_backward_scatter)
+    sync = lin(rules.zero_sync_time)
+    coef = {"F": fwd, "B": bwd, "W": scatter, "I": (bwd[0] - scatter[0], bwd[1] - scatter[1])}
+    P = problem.prefixes["param"]
+
+    def x(s, c):
+        terms, const = [], 0.0
+        for t, sign in ((s, 1.0), (s + 1, -1.0)):
+            val = 1 if t == 0 else (0 if t == S else split.started(t, c))
+            if isinstance(val, int):
+                const += sign * val
+            else:
+                terms.append((val, sign))
+        return terms, const
+
+    reach = [range(s, n - S + s + 1) for s in range(S)]
+    weighted = [float(a) > 0 for a in problem.instance.chain.param]
+    w = [None] * S
+    if any(c[1] for c in (*coef.values(), sync)):
+        for s in range(S):
+            w[s] = lp.add_variable(f"zero_messages_{s}", lowBound=0, upBound=1)
+            for c in reach[s]:
+                if weighted[c]:
+                    xt, xc = x(s, c)
+                    split.add(merged([*xt, (w[s], -1.0)]), xc, f"zero_messages_{s}_{c}")
+    largest: dict = {}
+
+    def affine(s, pair, u):
+        t_, c_ = between(P, s, pair[0] * u)
+        if pair[1] and w[s] is not None:
+            t_ = t_ + [(w[s], pair[1] * u)]
+        return t_, c_
+
+    def state(s, scale):
+        t_, c_ = between(P, s, kappa * scale)
+        if lam:
+            if s not in largest:
+                L = largest[s] = lp.add_variable(f"largest_layer_{s}", lowBound=0)  # bytes times scale
+                for c in reach[s]:
+                    big = float(tab.largest_layer(c, c + 1)) * scale
+                    if big > 0:
+                        xt, xc = x(s, c)
+                        split.add(merged([*((v_, a * big) for v_, a in xt), (L, -1.0)]), xc * big,
+                                  f"largest_{s}_{c}")
+            t_ = t_ + [(largest[s], lam)]
+        return t_, c_
+
+    return {"op": lambda s, kind, u: affine(s, coef[kind], u), "state": state,
+            "sync": lambda s, u: affine(s, sync, u)}
 
 
 def memory_scale(problem: ScheduleProblem) -> tuple[float, float]:
@@ -145,15 +237,20 @@ def memory_scale(problem: ScheduleProblem) -> tuple[float, float]:
     return scale, float(rules.memory_limit(cap)) * scale * (1 + MEMORY_WIDEN)
 
 
-def memory_terms(problem: ScheduleProblem, split, between, rank: int, counts) -> tuple[list, float]:
+def memory_terms(problem: ScheduleProblem, split, between, rank: int, counts, zero=None) -> tuple[list, float]:
     """The memory row of ``rank`` when its chunks hold ``counts`` microbatches in flight (one
     count per chunk of :meth:`~pipeopt.schedules.Schedule.stages_on`), as (terms, constant) of
     ``row <= 0``: :func:`pipeopt.cost.rules.stage_memory` summed over the rank's chunks (its
-    activation and parameter bytes linear in the split), minus the limit (:func:`memory_scale`)."""
+    activation and parameter bytes linear in the split), minus the limit (:func:`memory_scale`);
+    with ``zero`` (:func:`zero_terms`) each chunk's training state too."""
     P, sched = problem.prefixes, problem.schedule
     scale, limit = memory_scale(problem)
     terms, const = [], -limit
     for s, k in zip(sched.stages_on(rank), counts, strict=True):
+        if zero is not None:
+            t_, c_ = zero["state"](s, scale)
+            terms += t_
+            const += c_
         for arr, w in ((P["act"], k), (P["param"], sched.parameter_copies)):
             if w:
                 t_, c_ = between(arr, s, scale * w)
@@ -171,7 +268,7 @@ def per_layer_recompute(problem: ScheduleProblem) -> bool:
     return any(len(sched.stages_on(r)) > 1 for r in range(sched.ranks))
 
 
-def recompute_memory_rows(problem: ScheduleProblem, split, between, choice) -> bool:
+def recompute_memory_rows(problem: ScheduleProblem, split, between, choice, zero=None) -> bool:
     """The memory rows of every rank with recomputation chosen per layer (``choice``, a
     :class:`~pipeopt.problems.partition.milp.RecomputeChoice`): per rank r, count vector ``c`` of
     :meth:`~pipeopt.schedules.Schedule.activation_profile` and chunk s of the rank with ``c_s > 0``
@@ -198,6 +295,10 @@ def recompute_memory_rows(problem: ScheduleProblem, split, between, choice) -> b
                 t_, c_ = choice.kept_terms(s, k, scale)
                 terms += t_
                 const += c_
+                if zero is not None:  # the chunk's training state (zero_terms)
+                    t_, c_ = zero["state"](s, scale)
+                    terms += t_
+                    const += c_
                 if sched.parameter_copies:
                     t_, c_ = between(P["param"], s, scale * sched.parameter_copies)
                     terms += t_
@@ -249,6 +350,14 @@ def split_values(problem: ScheduleProblem, v: dict, starts, unit: float, recompu
                 vals[var.name] = extra[s] / unit
                 for k in ("B", "I"):
                     dur[k][s] += extra[s]
+    if v.get("zero") is not None:  # ZeRO's op times and synchronisation: the executor's own (pass_times)
+        from ...cost.passes import pass_times
+
+        pt = pass_times(problem.instance, problem.plan(starts, recompute))
+        for k, got in (("F", pt.forward), ("B", pt.backward), ("I", pt.input_grad), ("W", pt.weight_grad)):
+            dur[k] = [float(x) for x in got]
+        sched = problem.schedule
+        vals[v["zero_sync"].name] = max(sum(pt.sync[s] for s in sched.stages_on(r)) for r in range(sched.ranks)) / unit
     for k, row in v["d"].items():
         for i, var in enumerate(row):
             if var is not None:

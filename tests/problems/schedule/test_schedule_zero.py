@@ -2,7 +2,8 @@
 declares them) equals the brute force over every split (x every recompute set) run by the executor
 under ZeRO stages 0..3, dp 1..4 and the training-state ratios (GPipe, 1F1B, ZBV with two chunks
 per rank); its recompute choice counts each chunk's sharded state (a chain that fits without
-recomputation under ZeRO-3 only); the other exact methods refuse the settings naming exhaustive."""
+recomputation under ZeRO-3 only); the MILP (the schedule's W places) equals exhaustive under them;
+``auto`` and the MILP with free W places refuse them, naming exhaustive."""
 
 from __future__ import annotations
 
@@ -101,7 +102,34 @@ def test_zero_stage_decides_the_recompute_set_and_others_refuse():
         assert res.status == "optimal" and math.isclose(res.objective, best, rel_tol=REL)
         assert z == 3 or any(s.recompute for s in res.plan.stages)
     kw = dict(problem="schedule", schedule="1F1B", stages=2, microbatches=4, recompute="auto")
-    for method in ("milp", "auto"):
-        with pytest.raises(InvalidProblemError, match="exhaustive"):
-            solve(inst, method=method, **kw)
-    assert solve(inst, method="exhaustive", **kw).status == "optimal"
+    with pytest.raises(InvalidProblemError, match="exhaustive"):  # auto's free-order route does not model them
+        solve(inst, method="auto", **kw)
+    by_milp, by_ex = solve(inst, method="milp", **kw), solve(inst, method="exhaustive", **kw)
+    assert by_milp.status == by_ex.status == "optimal"
+    assert math.isclose(by_milp.objective, by_ex.objective, rel_tol=1e-6)
+    with pytest.raises(InvalidProblemError, match="exhaustive"):
+        solve(inst, method="milp", w_placement="free", **{**kw, "schedule": "InterleavedZeroBubble"})
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_milp_with_zero_equals_exhaustive(schedule):
+    """The schedule MILP with ZeRO (each chunk's collectives in its F / B / I / W durations, its
+    training state in the memory rows, the synchronisation after the flush in the objective) equals
+    exhaustive (= the brute force above) under recompute none and auto."""
+    from pipeopt.problems.schedule import solve_milp
+
+    @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(problem=cases(schedule))
+    def run(problem):
+        for rc in ("none", "auto"):
+            prob = ScheduleProblem(problem.instance, problem.schedule, recompute=rc)
+            ex, mi = exhaustive(prob), solve_milp(prob, time_limit=None)
+            if ex.status == "infeasible":
+                assert mi.status == "infeasible"
+                continue
+            assert mi.status == "optimal", mi.info
+            assert math.isclose(mi.objective, ex.objective, rel_tol=1e-6, abs_tol=1e-12), (rc, mi.objective, ex.objective)
+            assert mi.lower_bound <= mi.objective * (1 + 1e-9)
+            assert mi.objective == run_schedule(prob.instance, prob.schedule, mi.plan).time
+
+    run()
