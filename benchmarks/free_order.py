@@ -29,6 +29,7 @@ Usage::
     python benchmarks/free_order.py --markdown benchmarks/results/free_order.md
     python benchmarks/free_order.py --random 8   # the free solve only, on 8 seeded perturbations
                                                  # (layer times x U(0.7, 1.3)) of each instance
+    python benchmarks/free_order.py --full --random 3 --shipped   # and on the shipped instances
 
 ``--random`` reports the fraction of instances of the same family, not tuned on, that prove.
 """
@@ -77,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", help="also write the table to this file")
     ap.add_argument("--random", type=int, default=0, metavar="N",
                     help="instead: the free solve on N seeded perturbations of each instance (layer times x U(0.7, 1.3))")
+    ap.add_argument("--shipped", action="store_true",
+                    help="with --random: also the free solve on each shipped (unperturbed) instance, first")
     args = ap.parse_args(argv)
     if args.random:
         return random_family(args)
@@ -180,8 +183,8 @@ def random_family(args) -> int:
     proven = total = 0
     for path, p, m in (FULL if args.full else QUICK):
         base = pipeopt.read(ROOT / path)
-        for seed in range(args.random):
-            inst = perturbed(base, seed)
+        for seed in ([-1] if args.shipped else []) + list(range(args.random)):
+            inst = base if seed < 0 else perturbed(base, seed)
             t0 = time.perf_counter()
             try:
                 res = solve_free_order(ScheduleProblem(inst, "free", p, m), time_limit=args.time_limit)

@@ -54,6 +54,9 @@ SLOW: dict[str, str] = {
         "brute force over every order of every rank (depth-first, exponential) against CP-SAT",
     "tests/problems/schedule/test_free_order.py::test_given_warm_start_bounds_the_result":
         "the fixed order's exhaustive optimum on each example (about 4 s each)",
+    "tests/problems/schedule/test_split_bound.py::test_split_bound_below_the_brute_force_over_every_order":
+        "brute force over every order of every rank on each example (about 1 s each; the fast tier keeps"
+        " test_split_first_equals_the_brute_force_over_every_order)",
     "tests/problems/partition/test_exact_partition.py::test_profiles_agree_with_dp[*]": _PROFILE_FAMILY,
     "tests/problems/partition/test_exact_partition.py::test_bare_formulations_agree_with_dp[*]":
         _PROFILE_FAMILY,
