@@ -595,9 +595,11 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             states.append(state)
             mem += state
         if transient:
+            once = rules.saved_once(kept, twice[i])  # (<= 0) a tensor two layers save, held once
             extra = float(rules.transient_memory(sent[i], rules.outputs_kept(kept, i == S - 1, M),
-                                                 rules.backward_excess(peaks[i], acts))
-                          + rules.saved_once(kept, twice[i]))
+                                                 rules.backward_excess(peaks[i], acts),
+                                                 rules.merged_output(sent[i], i == S - 1, M), kept * acts + once)
+                          + once)
             transients.append(extra)
             mem += extra
         elif recomputing:  # a recomputed layer re-creates its activations while its backward runs

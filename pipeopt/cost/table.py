@@ -262,7 +262,10 @@ class CostTable:
         a = np.asarray(a)
         start = self.act_prefix[a]
         excess = rules.backward_excess(self.transient.peak(a, b) - start, self.act_prefix[b] - start)
-        return rules.transient_memory(out, kept, excess) + rules.saved_once(in_flight, self.transient.twice[a, b])
+        merged = rules.merged_output(out, last, self.settings.microbatches)
+        once = rules.saved_once(in_flight, self.transient.twice[a, b])  # (<= 0) tensors held once
+        act = in_flight * (self.act_prefix[b] - start) + once  # the activations the stage holds
+        return rules.transient_memory(out, kept, excess, merged, act) + once
 
     # ---- data parallelism and ZeRO ---------------------------------------------------------
     @cached_property

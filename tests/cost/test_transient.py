@@ -40,17 +40,22 @@ def test_pieces_by_hand():
     # microbatch's activations (200): max(100 + 5, 200 + 50) - 200 = 50 (l1's backward runs while
     # both layers' activations are held)
     # stage 1 (l2, l3, the last): all M = 6 outputs of the model (l3's 40 B); excess
-    # max(100 + 7, 200 + 3) - 200 = 3 (l2's larger temporary comes once l3's activations are freed)
-    assert ev.transient == [2 * 20.0 + 50.0, 6 * 40.0 + 3.0]
-    assert ev.memory == pytest.approx([ev0.memory[0] + 90.0, ev0.memory[1] + 243.0])
+    # max(100 + 7, 200 + 3) - 200 = 3 (l2's larger temporary comes once l3's activations are freed);
+    # at the end torch merges the 6 outputs (240 B more) once the k = 1 microbatch's 200 B of
+    # activations are freed: max(3, 240 - 200) = 40
+    assert ev.transient == [2 * 20.0 + 50.0, 6 * 40.0 + 40.0]
+    assert ev.memory == pytest.approx([ev0.memory[0] + 90.0, ev0.memory[1] + 280.0])
     assert float(rules.backward_excess(250.0, 200.0)) == 50.0 and float(rules.backward_excess(150.0, 200.0)) == 0.0
     assert ev0.memory == [2 * 200.0 + 2000.0, 1 * 200.0 + 2000.0]
     assert rules.outputs_kept(2, False, 6) == 2 and rules.outputs_kept(1, True, 6) == 6
     assert rules.transient_memory(20.0, 2, 50.0) == 90.0
+    assert float(rules.merged_output(40.0, True, 6)) == 240.0 and float(rules.merged_output(40.0, False, 6)) == 0.0
+    assert float(rules.transient_memory(40.0, 6, 3.0, 240.0, 200.0)) == 280.0
+    assert float(rules.transient_memory(40.0, 6, 3.0, 240.0, 300.0)) == 243.0  # the backward's excess dominates
     assert ev.bottleneck == ev0.bottleneck and ev.iteration_time == ev0.iteration_time  # memory only
     # l0 -> l1 save one 30 B tensor (inside stage 0: k = 2 copies less), l1 -> l2 another (a cut: both kept)
     both = _with_transient(base, [5.0, 50.0, 7.0, 3.0], twice=[30.0, 30.0, 0.0])
-    assert evaluate(both, plan).transient == [90.0 - 2 * 30.0, 243.0]
+    assert evaluate(both, plan).transient == [90.0 - 2 * 30.0, 280.0]
     assert float(rules.saved_once(2, 30.0)) == -60.0
 
 

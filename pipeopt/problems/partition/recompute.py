@@ -336,6 +336,18 @@ class RecomputeModel:
             out += float(rules.transient_memory(sent, rules.outputs_kept(k, last, p.instance.settings.microbatches), 0.0))
         return out
 
+    def excess(self, excess, act, b: int):
+        """Bytes a stage ending at unit ``b`` holds beyond its kept activations (``act``, per
+        frontier point) and :meth:`fixed`: the larger of its backward's excess and, with measured
+        transients, what the last stage's merge of the outputs adds beyond ``act``
+        (:func:`pipeopt.cost.rules.transient_memory`, :func:`pipeopt.cost.rules.merged_output`)."""
+        tab = self.problem.table
+        merged = 0.0
+        if tab.transient:
+            merged = rules.merged_output(tab.transient.final_out, b == self.problem.n,
+                                         self.problem.instance.settings.microbatches)
+        return rules.transient_memory(0.0, 0.0, np.maximum(excess, 0.0), merged, act)
+
     def least(self, front: Frontier, a: int, b: int, k: float, memory: float | None = None) -> int | None:
         """The point of least time on ``front`` whose stage memory fits.
 
@@ -356,9 +368,9 @@ class RecomputeModel:
         -------
         int or None
             Index into ``front`` of the least-time point whose memory, ``k held + fixed(a, b, k)
-            + max(excess, 0)`` bytes (:meth:`fixed`), fits; ``None`` if no point fits.
+            + excess`` bytes (:meth:`fixed`, :meth:`excess`), fits; ``None`` if no point fits.
         """
-        mem = k * front.held + self.fixed(a, b, k) + np.maximum(front.excess, 0.0)
+        mem = k * front.held + self.fixed(a, b, k) + self.excess(front.excess, k * front.held, b)
         ok = np.flatnonzero(self.problem.fits(mem) if memory is None else rules.fits(mem, memory))
         if not ok.size:
             return None
@@ -393,9 +405,8 @@ class RecomputeModel:
                     front, thinned = extend(front, layer, self.tol, pairwise=self.pairwise)
                     self.exact &= not thinned
                 self.largest = max(self.largest, len(front))
-                peak = np.maximum(front.excess, 0.0)
                 for k in ks:
-                    mem = k * front.held + self.fixed(a, b, k) + peak
+                    mem = k * front.held + self.fixed(a, b, k) + self.excess(front.excess, k * front.held, b)
                     ok = np.flatnonzero(self.problem.fits(mem))
                     if ok.size:
                         out[k][b, a] = front.time[ok].min()
