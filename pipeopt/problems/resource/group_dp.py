@@ -58,7 +58,10 @@ scored exactly (:meth:`~pipeopt.problems.resource.ResourceProblem.plan_value`). 
 T is the exact methods' common bisection (:func:`pipeopt.problems.resource.search.exact_search`),
 so ``OPTIMAL`` means optimal within a relative gap of
 :data:`~pipeopt.problems.resource.search.MIN_REL_GAP`, with the bound the largest T the DP
-proved infeasible.
+proved infeasible. Before the bisection, the stage relaxation of :mod:`.relax` (each worker read
+as its priced power, with the window rows, the cuts' round trips and memory; cheap, compiled)
+raises the lower end from the priced work bound to the largest T it refutes, within
+:data:`RELAX_SHARE` of the time left.
 
 Size: one probe visits at most ``S * n * (count vectors)`` labels; stage menus are computed
 over the compositions whose priced power fits between a stage's work and what the other
