@@ -25,6 +25,10 @@ Node attributes (units as in docs/cost-model.md):
 
 Edge attribute ``bytes`` defaults to the tail's ``out_bytes``.
 
+A reader may build a :class:`LazyDiGraph` instead (the PipeDream reader does): networkx's own
+dicts, filled and read without importing networkx, switched in place to a ``networkx.DiGraph``
+the first time anything asks it for more (a solve of a profile never does).
+
 A long chain is best given as arrays (:meth:`pipeopt.Instance.from_chain`, a
 :class:`ChainGraph`): the same graph, whose networkx dicts are built only if something reads
 them (10^6 layers in under a second instead of most of a minute).
