@@ -73,8 +73,9 @@ def heuristic_starts(inst, S: int) -> dict:
             res = solve(inst, problem="partition", method=spec.name, stages=S, time_limit=2.0)
         except Exception:  # noqa: BLE001 - a baseline that cannot run here is left out
             continue
-        if res.plan is None or res.plan.num_stages != S or any(st.replicas > 1 for st in res.plan.stages):
-            continue
+        if res.plan is None or res.plan.num_stages != S or any(st.replicas > 1 or st.recompute
+                                                                for st in res.plan.stages):
+            continue  # (replication and recomputation are outside the plain split's space)
         out[spec.name] = PartitionProblem(inst, S).starts_of(res.plan)
     return out
 

@@ -74,8 +74,25 @@ def lazy_attributes(package: str, where: dict[str, str]):
         ``(__getattr__, __dir__)``: ``__getattr__(name)`` imports the name's module, keeps the
         value in the package's namespace (later reads are plain lookups) and returns it, or raises
         :class:`AttributeError` for a name not in ``where``; ``__dir__()`` lists both.
+
+    A name that is also its module's name (``binary_search`` in ``.binary_search``) would be
+    replaced by the submodule when the import system binds it to the package (by any import of
+    it, e.g. a method run through :class:`LazyFunction`); for those names the package's module
+    class binds the name's value instead, as an eager ``from .binary_search import
+    binary_search`` did.
     """
     import sys
+    import types
+
+    shadowed = frozenset(name for name, module in where.items() if module == f".{name}")
+    if shadowed:
+        class Package(types.ModuleType):
+            def __setattr__(self, key, value):
+                if key in shadowed and isinstance(value, types.ModuleType) and value.__name__ == f"{package}.{key}":
+                    value = getattr(value, key)  # the submodule bound by the import system: keep its function
+                super().__setattr__(key, value)
+
+        sys.modules[package].__class__ = Package
 
     def __getattr__(name: str):
         module = where.get(name)
