@@ -417,13 +417,7 @@ def zero_rows(lp, split: CumulativeSplit, model: StraightModel, u: float, deadli
             terms.append((w, beta * u))
             for c in range(t, n - S + t + 1):
                 if problem.instance.chain.param[c] > 0:  # the table's rule: a unit with weights
-                    xt, xc = [], 0.0
-                    for s_, sign in ((t, 1.0), (t + 1, -1.0)):
-                        v = 1 if s_ == 0 else (0 if s_ == S else split.started(s_, c))
-                        if isinstance(v, int):
-                            xc += sign * v
-                        else:
-                            xt.append((v, sign))
+                    xt, xc = split.member(t, c)
                     split.add([*xt, (w, -1.0)], xc, f"zero_messages_{t}_{c}")
         merged: dict = {}
         for v, a in terms:

@@ -616,6 +616,18 @@ class CumulativeSplit:
             return 0
         return self.y[t][c]
 
+    def member(self, s: int, c: int) -> tuple[list, float]:
+        """``1[p_s <= c < p_{s+1}]`` ("unit c is in stage s", s = 0..S-1) as (terms, constant):
+        :meth:`started` of stage s less that of stage s + 1 (``p_0 = 0``, ``p_S = n``)."""
+        terms, const = [], 0.0
+        for t, sign in ((s, 1.0), (s + 1, -1.0)):
+            val = 1 if t == 0 else (0 if t == self.model.S else self.started(t, c))
+            if isinstance(val, int):
+                const += sign * val
+            else:
+                terms.append((val, sign))
+        return terms, const
+
     def at(self, arr, t: int, scale: float) -> tuple[list, float]:
         """``arr[p_t] * scale`` as (terms, constant), t = 0..S (``p_0 = 0``, ``p_S = n``)."""
         n, S = self.model.n, self.model.S

@@ -182,16 +182,6 @@ def zero_terms(problem: ScheduleProblem, lp, split, between) -> dict:
     coef = {"F": fwd, "B": bwd, "W": scatter, "I": (bwd[0] - scatter[0], bwd[1] - scatter[1])}
     P = problem.prefixes["param"]
 
-    def x(s, c):
-        terms, const = [], 0.0
-        for t, sign in ((s, 1.0), (s + 1, -1.0)):
-            val = 1 if t == 0 else (0 if t == S else split.started(t, c))
-            if isinstance(val, int):
-                const += sign * val
-            else:
-                terms.append((val, sign))
-        return terms, const
-
     reach = [range(s, n - S + s + 1) for s in range(S)]
     weighted = [float(a) > 0 for a in problem.instance.chain.param]
     w = [None] * S
@@ -200,7 +190,7 @@ def zero_terms(problem: ScheduleProblem, lp, split, between) -> dict:
             w[s] = lp.add_variable(f"zero_messages_{s}", lowBound=0, upBound=1)
             for c in reach[s]:
                 if weighted[c]:
-                    xt, xc = x(s, c)
+                    xt, xc = split.member(s, c)
                     split.add(merged([*xt, (w[s], -1.0)]), xc, f"zero_messages_{s}_{c}")
     largest: dict = {}
 
@@ -218,7 +208,7 @@ def zero_terms(problem: ScheduleProblem, lp, split, between) -> dict:
                 for c in reach[s]:
                     big = float(tab.largest_layer(c, c + 1)) * scale
                     if big > 0:
-                        xt, xc = x(s, c)
+                        xt, xc = split.member(s, c)
                         split.add(merged([*((v_, a * big) for v_, a in xt), (L, -1.0)]), xc * big,
                                   f"largest_{s}_{c}")
             t_ = t_ + [(largest[s], lam)]
