@@ -489,6 +489,23 @@ def violations(problem: str, method: str, solver: str, inst: Instance, options: 
             bad.append(f"status {status} and no plan, but a plan fits: "
                        f"brute-force optimum {_ms(ref.opt.value)}")
         return bad
+    if r.info.get("added_devices"):  # no-recompute-more-stages: a plan on S' > S devices, of the grown cluster
+        from pipeopt.problems.partition.recompute_baselines import with_devices
+
+        ev = evaluate(with_devices(inst, r.info["devices"]), r.plan)
+        if not math.isclose(r.objective, ev.objective, rel_tol=1e-12, abs_tol=ABS):
+            bad.append(f"claimed objective {_ms(r.objective)} != evaluate(plan) on the grown cluster "
+                       f"{_ms(ev.objective)}")
+        if status in ("optimal", "feasible") and not ev.feasible:
+            bad.append(f"status {status} but the plan breaks memory on the grown cluster: {ev.violations}")
+        return bad  # (another problem than the one posed: no brute-force comparison)
+    if "recompute" in str(r.space):  # (adapipe: a plan with recomputation, outside the brute force's space)
+        ev = evaluate(inst, r.plan)
+        if not math.isclose(r.objective, ev.objective, rel_tol=1e-12, abs_tol=ABS):
+            bad.append(f"claimed objective {_ms(r.objective)} != evaluate(plan) {_ms(ev.objective)}")
+        if status in ("optimal", "feasible") and not ev.feasible:
+            bad.append(f"status {status} but the plan breaks memory: {ev.violations}")
+        return bad
     ev = evaluate(inst, r.plan)
     if not math.isclose(r.objective, ev.objective, rel_tol=1e-12, abs_tol=ABS):
         bad.append(f"claimed objective {_ms(r.objective)} != evaluate(plan) {_ms(ev.objective)}")
