@@ -94,6 +94,16 @@ SLOW: dict[str, str] = {
         "three 2-process gloo runs of gpt-tiny (pipeopt run, MemTracker with and without recompute; 38 s; torchrun)",
     "tests/pytorch/test_recompute_run.py::test_zero_bubble_order_reruns_each_recomputed_layer_once":
         "a 2-process gloo run of a ZBV order on gpt-tiny with recomputed layers (46 s under load; torchrun)",
+    "tests/test_crosscheck.py::test_group_exact[milp-cbc]":
+        "the group MILP through CBC on every drawn instance (10-20 s; the fast tier keeps [milp-highs] and"
+        " [types-cbc])",
+    "tests/test_crosscheck.py::test_group_exact[cpsat-cbc]":
+        "the group CP-SAT model on every drawn instance (4-9 s; test_group.py's"
+        " test_milp_agrees_with_brute_force_and_cpsat keeps it in the fast tier)",
+    "tests/test_crosscheck.py::test_partition_heuristic[mcmc]":
+        "MCMC chains to their budget on every drawn chain (5 s; test_mcmc keeps vgg16 in the fast tier)",
+    "tests/problems/resource/test_group.py::test_exact_no_worse_than_baselines_on_a_larger_instance":
+        "CP-SAT to a proof on 8 devices x 24 layers, beside the baselines (5.5 s; the small cases stay)",
 }
 """Tests moved to the slow tier by node id (``*`` patterns), with the reason (measured
 with ``--durations=0``); tests marked ``@pytest.mark.slow`` or ``torchrun`` in their files are
