@@ -90,6 +90,9 @@ SLOW: dict[str, str] = {
         "order's checks and refusals stay in the fast tier",
     "tests/pytorch/test_run_order.py::test_cli_runs_a_v_placed_order_from_its_csv_two_chunks_per_rank":
         "two spawned gloo processes run ZBVZeroBubble's order from a CSV, 2 chunks per rank (25.9 s; torchrun)",
+    "tests/pytorch/test_run_order_ties.py::test_a_*_sums_the_tied_*":
+        "two spawned gloo processes run gpt-tiny with a tied head in an action order (7-8 s each; torchrun); the "
+        "summing of the copies stays in the fast tier",
     "tests/pytorch/test_recompute_run.py::test_two_rank_run_recomputes_and_measures_less_activation_memory":
         "three 2-process gloo runs of gpt-tiny (pipeopt run, MemTracker with and without recompute; 38 s; torchrun)",
     "tests/pytorch/test_recompute_run.py::test_zero_bubble_order_reruns_each_recomputed_layer_once":

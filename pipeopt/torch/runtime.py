@@ -19,7 +19,8 @@
    A parameter the plan puts on two or more stages (a tied weight, which ``pipeline()``
    copies into each) has its gradient summed over those stages' ranks after the flush,
    inside the timed step (:func:`tie_syncs`, :func:`sync_ties`), as the cost model charges it
-   and as a training step must before its optimizer step (an action order's run does not yet).
+   and as a training step must before its optimizer step; in an action order's run the same,
+   with a rank's copies (several chunks per rank) summed locally first (:func:`order_tie_syncs`).
 
 **An action order** (a plan carrying ``plan.schedule`` - a free order of the schedule problem,
 or any fixed one - or a torch compute-only CSV given as ``order=``, perhaps edited by hand):
@@ -466,7 +467,8 @@ class RunReport:
         synced = self.info.get("tie_sync") or []
         if any(synced):
             lines.append("  tied gradients all-reduced after each iteration's flush: "
-                         + "; ".join(f"stage {i}: {', '.join(n)}" for i, n in enumerate(synced) if n))
+                         + "; ".join(f"{'stage' if self.ranks is None else 'rank'} {i}: {', '.join(n)}"
+                                   for i, n in enumerate(synced) if n))
         lines.append("  stage membership = plan" if self.membership_matches
                      else "  stage membership DIFFERS from the plan: " + self.membership_message())
         return "\n".join(lines)
@@ -808,6 +810,8 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
         info={"cores": {**cores, "load_after": _load()},
               "trace_seconds": max(r["trace"] for r in results), "split_spec": exported["split_spec"],
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
+              "tie_sync": [r.get("tie_sync", []) for r in results],
+              "per_rank_cpu": [r.get("cpu", []) for r in results],
               **_counts(counted_list),
               "order": order.to_dict(), "placement": list(order.placement),
               "runtime": "torch.distributed.pipelining._PipelineScheduleRuntime (_load_csv, compute_only)",
@@ -909,13 +913,20 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
     batch = tuple(torch.cat([x] * m) if isinstance(x, torch.Tensor) else x for x in example)
     target = torch.zeros(m * (example[0].shape[0] if isinstance(example[0], torch.Tensor) else 1))
     first, last = 0 in mine, pipe.num_stages - 1 in mine
+    placement = {s: r for r, on in enumerate(job["stages_on"]) for s in on}
+    syncs = order_tie_syncs(dict(zip(mine, mods, strict=True)), placement, rank,
+                            job["exported"].get("shared_parameters") or ())
+    cpu: list = []
 
     def step() -> None:
+        c0 = time.process_time()
         args = batch if first else ()
         if last:
             sched.step(*args, target=target)
         else:
             sched.step(*args)
+        sync_ties(syncs)
+        cpu.append(time.process_time() - c0)
 
     def zero() -> None:
         for mod in mods:
@@ -926,6 +937,7 @@ def _order_run(rank: int, world: int, job: dict) -> dict:
     return {"rank": rank, "times": times, "barrier": barrier, "trace": trace_s, "stage_ids": mine,
             "stages": [stage_membership(mod, job["names"]) for mod in mods],
             "held": [held_not_run(mod, job["names"]) for mod in mods],
+            "tie_sync": [name for name, _, _ in syncs], "cpu": cpu[len(cpu) - steps:],
             "recompute": [recompute_report(c, md, steps, m) for c, md in zip(calls, modes, strict=True)]}
 
 
@@ -1005,44 +1017,83 @@ def _stage_run(rank: int, world: int, job: dict) -> dict:
 def tie_syncs(stage_module: torch.nn.Module, rank: int, shared) -> list[tuple]:
     """The all-reduces of tied gradients a stage process runs after every iteration's flush, as
     the cost model charges them (:func:`pipeopt.cost.rules.tie_sync_time`; Megatron-LM's
-    embedding all-reduce): for each shared parameter (``shared``: the export's
-    ``shared_parameters``) on two or more stages, a gloo group of those stages' ranks (made on
-    every rank, in the same order: ``torch.distributed.new_group`` is collective), and on a rank
-    in it the parameter of that name (or alias) that the stage module runs
-    (:func:`called_modules`: not the copy it only holds).
+    embedding all-reduce), for one stage per rank (stage i on rank i): :func:`order_tie_syncs`
+    with ``{rank: stage_module}`` and that placement.
 
     Returns
     -------
     list[tuple]
-        ``(name, group, parameter)`` for the ties this rank takes part in; ``parameter`` is
-        ``None`` where the stage runs none of the names (its share is then zeros).
+        ``(name, group, parameters)`` for the ties this rank takes part in
+        (:func:`order_tie_syncs`).
+    """
+    stages = sorted({int(s) for tie in shared for s in tie.get("stages", ())} | {rank})
+    return order_tie_syncs({rank: stage_module}, {s: s for s in stages}, rank, shared)
+
+
+def order_tie_syncs(stage_modules: dict, placement: dict, rank: int, shared) -> list[tuple]:
+    """The tied gradients' sums a rank runs after every iteration's flush, for any placement of
+    stages on ranks (one stage per rank, or an action order's several chunks per rank).
+
+    For each shared parameter (``shared``: the export's ``shared_parameters``) on two or more
+    stages: the ranks of those stages (``placement``: stage -> rank) form a gloo group when
+    there are two or more of them (made on every rank, in the same order:
+    ``torch.distributed.new_group`` is collective); on a rank that holds some of the stages,
+    the parameter of that name (or alias) each of its stage modules (``stage_modules``:
+    stage -> module) runs (:func:`called_modules`: not a copy it only holds). :func:`sync_ties`
+    sums the rank's copies, all-reduces the sum over the group (none for a group of one rank:
+    the V placement puts stage 0 and stage S-1 on rank 0) and writes it back into every copy.
+
+    Returns
+    -------
+    list[tuple]
+        ``(name, group or None, [parameter, ...])`` for the ties this rank takes part in; the
+        list is empty where none of its stages runs the names (its share is then zeros).
     """
     import torch.distributed as dist
 
-    run = called_modules(stage_module)
-    params = dict(stage_module.named_parameters(remove_duplicate=False))
     out = []
     for tie in shared:
         stages = sorted({int(s) for s in tie.get("stages", ())})
         if len(stages) < 2:
             continue
-        group = dist.new_group(stages)
-        if rank not in stages:
+        ranks = sorted({int(placement[s]) for s in stages})
+        group = dist.new_group(ranks) if len(ranks) >= 2 else None
+        if rank not in ranks:
             continue
         names = [str(tie.get("name", "")), *(str(a) for a in tie.get("aliases", ()))]
-        used = [n for n in names if n in params and (run is None or n.rpartition(".")[0] in run)]
-        out.append((used[0] if used else names[0], group, params[used[0]] if used else None))
+        found, used = [], None
+        for s in stages:
+            if s not in stage_modules:
+                continue
+            mod = stage_modules[s]
+            run = called_modules(mod)
+            params = dict(mod.named_parameters(remove_duplicate=False))
+            hit = [n for n in names if n in params and (run is None or n.rpartition(".")[0] in run)]
+            if hit:
+                found.append(params[hit[0]])
+                used = used or hit[0]
+        out.append((used or names[0], group, found))
     return out
 
 
 def sync_ties(syncs: list[tuple]) -> None:
-    """Sum each tied parameter's gradient over its group (:func:`tie_syncs`), in place."""
+    """Sum each tied parameter's gradient over its copies on this rank and its group's ranks
+    (:func:`order_tie_syncs`), in place: every copy then holds the sum."""
     import torch.distributed as dist
 
-    for _, group, param in syncs:
-        if param is None or param.grad is None:
-            continue  # nothing to send: never happens for a stage that runs the tie's layer
-        dist.all_reduce(param.grad, group=group)
+    for _, group, params in syncs:
+        grads = [p.grad for p in params if p.grad is not None]
+        if group is None and len(grads) < 2:
+            continue
+        total = grads[0].clone() if grads else None
+        for g in grads[1:]:
+            total += g
+        if group is not None:
+            if total is None:  # a rank whose stages hold none of the copies' gradients: it adds zeros
+                continue  # never happens for a stage that runs the tie's layer
+            dist.all_reduce(total, group=group)
+        for g in grads:
+            g.copy_(total)
 
 
 def _counts(reports: list) -> dict:
@@ -1079,7 +1130,7 @@ def _sum_loss(output, target):
 __all__ = ["RECOMPUTE_RUNS", "RunReport", "SCHEDULES", "apply_recompute", "build_pipe", "called_modules",
            "free_cores", "held_not_run", "module_ties", "order_prediction", "pipe_stages", "prediction",
            "recompute_modes", "recompute_report", "run_plan", "stage_membership", "stage_modes", "stage_step",
-           "sync_ties", "tie_holders", "tie_syncs"]
+           "order_tie_syncs", "sync_ties", "tie_holders", "tie_syncs"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:
