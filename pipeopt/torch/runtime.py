@@ -706,6 +706,7 @@ def run_plan(
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
               "tie_sync": [r.get("tie_sync", []) for r in results],
               "per_rank_cpu": [r.get("cpu", []) for r in results],
+              "pinned": os.environ.get(PIN_ENV) == "1",
               **_counts([r["recompute"] for r in results] if modes else [])},
     )
 
@@ -877,6 +878,7 @@ def _worker(rank: int, world: int, store: str, job: dict, results) -> None:
 
     try:
         torch.set_num_threads(1)
+        pin_rank(rank)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=job["timeout"]))
         try:
@@ -887,6 +889,29 @@ def _worker(rank: int, world: int, store: str, job: dict, results) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
         tb = traceback.format_exc(limit=6).strip().splitlines()
         results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"[:500] + " | " + " / ".join(tb[-3:])})
+
+
+PIN_ENV = "PIPEOPT_PIN_RANKS"
+"""Environment variable: when set to ``1``, each stage process pins itself to one core
+(:func:`pin_rank`). Off by default (a shared machine's scheduler places the processes)."""
+
+
+def pin_rank(rank: int) -> int | None:
+    """Pin this process to core ``rank mod cores`` when :data:`PIN_ENV` is ``1`` (Linux
+    ``sched_setaffinity``); returns the core, or ``None`` when not pinned.
+
+    Why (measured, benchmarks/results/notes/torch_pipeline.md, "Where the S = 2 GPT runs lose
+    time"): a stage process sleeps in gloo's receive between its actions and may wake on the
+    other core, with its weights no longer in that core's cache; the layers' forward then costs
+    10-30 % more CPU than profiled, which a whole model in one process (never waiting) does
+    not pay.
+    """
+    if os.environ.get(PIN_ENV) != "1" or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[rank % len(cores)]
+    os.sched_setaffinity(0, {core})
+    return core
 
 
 def _order_run(rank: int, world: int, job: dict) -> dict:
@@ -1130,7 +1155,7 @@ def _sum_loss(output, target):
 __all__ = ["RECOMPUTE_RUNS", "RunReport", "SCHEDULES", "apply_recompute", "build_pipe", "called_modules",
            "free_cores", "held_not_run", "module_ties", "order_prediction", "pipe_stages", "prediction",
            "recompute_modes", "recompute_report", "run_plan", "stage_membership", "stage_modes", "stage_step",
-           "order_tie_syncs", "sync_ties", "tie_holders", "tie_syncs"]
+           "PIN_ENV", "order_tie_syncs", "pin_rank", "sync_ties", "tie_holders", "tie_syncs"]
 
 
 def _export_for_run(plan, model, model_kwargs, instance) -> tuple[dict, list]:

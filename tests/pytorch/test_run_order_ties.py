@@ -87,3 +87,21 @@ def test_a_v_placed_order_sums_the_tied_copies_on_rank_0(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["membership_matches"] and out["info"]["placement"] == [0, 1, 1, 0]
     assert out["info"]["tie_sync"] == [["tok_emb.weight"], []]
+
+
+def test_stage_processes_are_pinned_only_when_asked(monkeypatch):
+    import os
+
+    from pipeopt.torch.runtime import PIN_ENV, pin_rank
+
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    assert pin_rank(0) is None
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    before = os.sched_getaffinity(0)
+    monkeypatch.setenv(PIN_ENV, "1")
+    try:
+        core = pin_rank(len(before) + 1)
+        assert core == sorted(before)[(len(before) + 1) % len(before)] and os.sched_getaffinity(0) == {core}
+    finally:
+        os.sched_setaffinity(0, before)
