@@ -55,6 +55,52 @@ def test_a_tie_on_one_stage_needs_no_sync():
     assert tie_syncs(_Emb(), 0, [one]) == [] and order_tie_syncs({0: _Emb()}, {0: 0}, 0, [one]) == []
 
 
+def _checked_order_run(rank, world, job):
+    """``_order_run`` recording each tied copy's gradient before and after :func:`sync_ties`
+    (module-level: the spawned process imports this test module by name)."""
+    from pipeopt.torch import runtime
+
+    seen = []
+    real = runtime.sync_ties
+
+    def recording(syncs):
+        before = [[p.grad.clone() for p in ps if p.grad is not None] for _, _, ps in syncs]
+        real(syncs)
+        after = [[p.grad.clone() for p in ps if p.grad is not None] for _, _, ps in syncs]
+        seen.append((before, after))
+
+    runtime.sync_ties = recording
+    out = runtime._order_run(rank, world, job)
+    out["grads"] = [[t.tolist() for t in a] for a in seen[-1][1]]
+    out["before"] = [[t.tolist() for t in b] for b in seen[-1][0]]
+    return out
+
+
+@pytest.mark.torchrun
+def test_the_tied_copies_hold_the_sum_after_a_free_order_run(monkeypatch):
+    import pipeopt.torch.runtime as runtime
+
+    order = hand_free_order()
+    names = [d.name for d in tiny_instance().cluster.devices]
+    plan = Plan(tuple(Stage(c, devices=(names[r],)) for c, r in zip((tuple(NAMES[:3]), tuple(NAMES[3:])),
+                                                                      order.placement, strict=True)),
+                schedule=order.to_dict())
+    captured = {}
+    real_spawn = runtime._spawn
+
+    def spawn(world, job, timeout):
+        captured["results"] = real_spawn(world, {**job, "run": _checked_order_run}, timeout)
+        return captured["results"]
+
+    monkeypatch.setattr(runtime, "_spawn", spawn)
+    run_plan(plan, "gpt-tiny", model_kwargs={"tie_weights": True}, iterations=1, warmup=0, timeout=240)
+    r0, r1 = captured["results"]
+    g0, g1 = torch.tensor(r0["grads"][0][0]), torch.tensor(r1["grads"][0][0])
+    b0, b1 = torch.tensor(r0["before"][0][0]), torch.tensor(r1["before"][0][0])
+    assert not torch.equal(b0, b1)  # the embedding's and the head's contributions differ
+    assert torch.allclose(g0, b0 + b1) and torch.equal(g0, g1)
+
+
 @pytest.mark.torchrun
 def test_a_free_order_run_sums_the_tied_gradient_across_ranks():
     order = hand_free_order()
