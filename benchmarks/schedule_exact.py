@@ -7,6 +7,15 @@ started from the certified plan and from every baseline's plan (must be 0 %).
 
     python benchmarks/schedule_exact.py            # S in {2, 4, 8, 16}, every profile
     python benchmarks/schedule_exact.py --quick    # S in {2, 4}, four profiles
+
+``--fixed-orders`` (issue 23): torch's two-chunk orders (Interleaved1F1B, LoopedBFS,
+InterleavedZeroBubble v = 2, ZBVZeroBubble, DualPipeV) on GPT-2 XL and BERT-large x8 A100, p = 8,
+m = 16, each split exactly by the event-time MILP (:func:`pipeopt.problems.schedule.solve_milp`,
+CBC, one thread) and by the split search (:mod:`pipeopt.problems.schedule.split_search`), each
+``--time-limit`` seconds, with the MILP's LP relaxation (its root bound). Every time is the
+executor's; the load average is printed with each row.
+
+    python benchmarks/schedule_exact.py --fixed-orders --markdown benchmarks/results/schedule_exact_fixed.md
 """
 
 from __future__ import annotations
@@ -83,7 +92,13 @@ def heuristic_starts(inst, S: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="S in {2, 4} on four profiles")
+    ap.add_argument("--fixed-orders", action="store_true",
+                    help="instead: torch's two-chunk orders, p = 8, m = 16: MILP and split search (issue 23)")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="with --fixed-orders: seconds per solve")
+    ap.add_argument("--markdown", help="with --fixed-orders: also write the table to this file")
     args = ap.parse_args(argv)
+    if args.fixed_orders:
+        return fixed_orders(args)
     names = QUICK if args.quick else sorted(p.stem for p in PROFILES.glob("*.txt") if p.stem != "LICENSE")
     sizes = (2, 4) if args.quick else (2, 4, 8, 16)
     rows = []
@@ -116,6 +131,55 @@ def main(argv=None) -> int:
     print(df.to_string(index=False, float_format=lambda x: f"{x:.6g}"))
     print(f"\nsimulated/objective: mean {df['simulated/objective'].mean():.6f}, max {df['simulated/objective'].max():.6f};"
           f" largest simulated-search gain {df['search_gain_%'].max():.4f} %")
+    return 0
+
+
+FIXED_CASES = ("instances/homogeneous/gpt2-xl-a100-40gb-x8.json",
+               "instances/homogeneous/bert-large-a100-40gb-x8.json")
+TWO_CHUNK = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+
+
+def fixed_orders(args) -> int:
+    """The ``--fixed-orders`` table (module docstring)."""
+    import os
+
+    import pipeopt
+    from pipeopt.problems.schedule import ScheduleProblem, solve_milp
+    from pipeopt.problems.schedule.split_search import lp_weights, solve_split_search
+
+    root = Path(__file__).resolve().parents[1]
+    lines = [f"torch's two-chunk orders, p = 8, m = 16, each split exactly; {args.time_limit:g} s per solve;"
+             f" 2-core machine, load average {os.getloadavg()[0]:.1f} at start", "",
+             "| instance | order | LP root ms | MILP status | MILP ms | MILP bound ms | MILP gap | MILP s |"
+             " split search status | ms | bound ms | gap | nodes | s | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+
+    def cells(res, secs):
+        if res is None or res.plan is None:
+            return [str(res.status) if res is not None else "refused", "nan", "nan", "nan", f"{secs:.1f}"]
+        gap = (res.objective - res.lower_bound) / res.objective
+        return [str(res.status), f"{res.objective * 1e3:.2f}", f"{res.lower_bound * 1e3:.2f}",
+                f"{gap * 100:.2f} %", f"{secs:.1f}"]
+
+    for path in FIXED_CASES:
+        inst = pipeopt.read(root / path)
+        for name in TWO_CHUNK:
+            problem = ScheduleProblem(inst, name, 8, 16, 2)
+            lp = lp_weights(problem)
+            t0 = time.perf_counter()
+            milp = solve_milp(problem, time_limit=args.time_limit)
+            m_cells = cells(milp, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            search = solve_split_search(ScheduleProblem(inst, name, 8, 16, 2), time_limit=args.time_limit)
+            s_cells = cells(search, time.perf_counter() - t0)
+            row = [inst.name, name, "nan" if lp is None else f"{lp[0] * 1e3:.2f}", *m_cells, *s_cells[:4],
+                   str(search.info.get("nodes")), s_cells[4], f"{os.getloadavg()[0]:.1f}"]
+            lines.append("| " + " | ".join(row) + " |")
+            print(lines[-1], flush=True)
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.markdown}")
     return 0
 
 
