@@ -137,14 +137,19 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
         hi = n if s == S - 1 else n - (S - 1 - s)
         lo_b = np.full(a.size, n) if s == S - 1 else a + 1
         top = np.minimum(reach[a], hi)
-        w = wp[None, :] - wp[a][:, None] + added[a][:, None] + added[None, :]
+        # only the ends some partial split may take (columns lo..up): the same rows, elementwise,
+        # on fewer columns
+        lo, up = (int(lo_b.min()), int(top.max())) if a.size else (0, -1)
+        cols = ends[lo:up + 1]
+        w = wp[None, lo:up + 1] - wp[a][:, None] + added[a][:, None] + added[None, lo:up + 1]
         g, ok = rules.window_step(G[:, None], trip[a][:, None], w, k, k - 1, T)
-        ok &= (ends[None, :] >= lo_b[:, None]) & (ends[None, :] <= top[:, None]) & (bound <= T)[None, :]
-        parent, b = np.nonzero(ok)  # row-major: parents in order, ends increasing
+        ok &= (cols[None, :] >= lo_b[:, None]) & (cols[None, :] <= top[:, None]) & (bound[lo:up + 1] <= T)[None, :]
+        parent, col = np.nonzero(ok)  # row-major: parents in order, ends increasing
+        b = col + lo
         if b.size > ENUM_SPLITS:
             return None
         picks.append((parent, b))
-        a, G = b.astype(np.int64), g[parent, b]
+        a, G = b.astype(np.int64), g[parent, col]
     rows = np.arange(a.size)
     out = np.zeros((a.size, max(S - 1, 0)), dtype=np.int64)
     for s in range(S - 1, 0, -1):  # follow the parents back: the start of stage s is stage s-1's end
