@@ -12,7 +12,7 @@ busy machine distorts least (wall times include the waits for the other jobs' pr
 
     python benchmarks/torch_actions.py                 # GPT, 7/5 split
     python benchmarks/torch_actions.py --cut 12        # GPT, whole model in one process
-    python benchmarks/torch_actions.py --pin           # stage processes pinned to cores
+    python benchmarks/torch_actions.py --pin 0         # stage processes not pinned
     python benchmarks/torch_actions.py --recompute full   # every layer recomputed (the backward reruns it)
 """
 
@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10, help="profile: timed runs per layer")
-    ap.add_argument("--pin", action="store_true", help="pin each stage process to one core (PIN_ENV)")
+    ap.add_argument("--pin", choices=["auto", "1", "0"], default="auto",
+                    help="pin each stage process to one core: auto (when the processes fit the cores), 1, 0 (PIN_ENV)")
     ap.add_argument("--recompute", choices=["full", "selective"], help="every layer recomputed in this mode")
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -102,8 +103,7 @@ def main(argv=None) -> int:
     from pipeopt.torch import from_torch, models
     from pipeopt.torch.runtime import PIN_ENV, _export_for_run, _spawn, prediction, recompute_modes, stage_modes
 
-    if args.pin:
-        os.environ[PIN_ENV] = "1"
+    os.environ[PIN_ENV] = args.pin
     m = args.microbatches
     module, inputs = models.load(args.model)
     inst = from_torch(module, inputs, devices=2, repeats=args.repeats, warmup=3, microbatches=m)

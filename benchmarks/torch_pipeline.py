@@ -43,7 +43,7 @@ processes on two cores).
     python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed
     python benchmarks/torch_pipeline.py --models gpt cnn hf:GPT2LMHeadModel --model-arg hf:GPT2LMHeadModel:seq=64
     python benchmarks/torch_pipeline.py --models gpt --recompute full selective --rounds 3   # issue 25's rows
-    python benchmarks/torch_pipeline.py --models gpt --rounds 3 --pin   # stage processes pinned to cores
+    python benchmarks/torch_pipeline.py --models gpt --rounds 3 --pin 0   # stage processes not pinned
 """
 
 from __future__ import annotations
@@ -306,14 +306,14 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20, help="profile: timed runs per layer")
     ap.add_argument("--profile-warmup", type=int, default=5)
     ap.add_argument("--time-limit", type=float, default=60.0)
-    ap.add_argument("--pin", action="store_true", help="pin each stage process to one core "
-                    "(pipeopt.torch.runtime.PIN_ENV; compare with and without on a quiet machine)")
+    ap.add_argument("--pin", choices=["auto", "1", "0"], default="auto",
+                    help="pin each stage process to one core: auto (pipeopt run's default: when the "
+                         "processes fit the cores), 1 always, 0 never (pipeopt.torch.runtime.PIN_ENV)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "torch_pipeline.md"))
     args = ap.parse_args(argv)
-    if args.pin:
-        from pipeopt.torch.runtime import PIN_ENV
+    from pipeopt.torch.runtime import PIN_ENV
 
-        os.environ[PIN_ENV] = "1"
+    os.environ[PIN_ENV] = args.pin
     if args.quick:
         args.models = args.models or ["gpt-tiny", "cnn-tiny"]
         args.rounds, args.iterations, args.warmup, args.repeats, args.profile_warmup = 1, 3, 1, 5, 2

@@ -135,19 +135,23 @@ def test_a_v_placed_order_sums_the_tied_copies_on_rank_0(tmp_path, capsys):
     assert out["info"]["tie_sync"] == [["tok_emb.weight"], []]
 
 
-def test_stage_processes_are_pinned_only_when_asked(monkeypatch):
+def test_stage_processes_are_pinned_when_they_fit_the_cores(monkeypatch):
     import os
 
-    from pipeopt.torch.runtime import PIN_ENV, pin_rank
+    from pipeopt.torch.runtime import PIN_ENV, pin_rank, pins
 
-    monkeypatch.delenv(PIN_ENV, raising=False)
-    assert pin_rank(0) is None
     if not hasattr(os, "sched_setaffinity"):
+        assert pin_rank(0, 1) is None
         return
     before = os.sched_getaffinity(0)
+    monkeypatch.setenv(PIN_ENV, "0")
+    assert not pins(1) and pin_rank(0, 1) is None
+    monkeypatch.delenv(PIN_ENV, raising=False)  # auto: pinned while the processes fit the cores
+    assert pins(len(before)) and not pins(len(before) + 1)
+    assert pin_rank(0, len(before) + 1) is None and os.sched_getaffinity(0) == before
     monkeypatch.setenv(PIN_ENV, "1")
     try:
-        core = pin_rank(len(before) + 1)
+        core = pin_rank(len(before) + 1, len(before) + 2)
         assert core == sorted(before)[(len(before) + 1) % len(before)] and os.sched_getaffinity(0) == {core}
     finally:
         os.sched_setaffinity(0, before)
