@@ -238,3 +238,30 @@ def tied_instances(draw, max_layers: int = 7, memory: bool = True) -> Instance:
     bw = draw(st.sampled_from([1e9, 1e11]))
     settings = Settings(overlap=draw(st.booleans()), weight_stashing=draw(st.booleans()))
     return Instance(g, Cluster.homogeneous(8, memory=mem, bandwidth=bw), settings, name="tied")
+
+
+# ---- ZeRO chains whose memory binds (the partition DP's and the schedule problem's tests) --------
+
+
+@st.composite
+def zero_chains(draw, n: int) -> tuple[list, list, list, dict, float]:
+    """``(fwd, act, param, state, latency)`` of an n-layer chain with random ZeRO settings: forward
+    seconds from {0.5, 1, 2, 3}, activation bytes in steps of 1e8, parameter bytes in steps of 5e7,
+    ``state`` the keyword arguments of :class:`pipeopt.Settings` (ZeRO stage 0-3, d = 1-4 replicas,
+    gradient and optimizer ratios), ``latency`` 0 or 10 ms."""
+    fwd = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n))
+    act = draw(st.lists(st.integers(0, 10).map(lambda k: k * 1e8), min_size=n, max_size=n))
+    param = draw(st.lists(st.integers(0, 3).map(lambda k: k * 5e7), min_size=n, max_size=n))
+    state = {"zero": draw(st.integers(0, 3)), "dp": draw(st.integers(1, 4)),
+             "gradient_ratio": draw(st.sampled_from([0.5, 1.0])), "optimizer_ratio": draw(st.sampled_from([2.0, 6.0]))}
+    latency = draw(st.sampled_from([0.0, 0.01]))
+    return fwd, act, param, state, latency
+
+
+def binding_memory(draw, every: float, none: float) -> float:
+    """A memory capacity (bytes) where recomputation binds: drawn from a little below to a little
+    above the span between ``every`` and ``none``, the least fullest-stage memory of the plans
+    recomputing every layer and of those recomputing none (at least 1 MB). ``draw``: the
+    composite strategy's own."""
+    lo, hi = min(every, none), max(every, none)
+    return max(lo + draw(st.floats(-0.05, 1.1)) * (hi - lo), 1e6)

@@ -18,7 +18,7 @@ from pipeopt.errors import InfeasibleError, InvalidProblemError
 from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.problems.partition.problem import PartitionProblem
 from pipeopt.result import Status
-from strategies import chain_graph
+from strategies import binding_memory, chain_graph, zero_chains
 
 REL = 1e-9
 
@@ -36,18 +36,12 @@ def cases(draw, max_layers: int = 5):
     force, the ZeRO stage's sharded state included)."""
     n = draw(st.integers(3, max_layers))
     S = draw(st.integers(2, n - 1))
-    fwd = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n))
-    act = draw(st.lists(st.integers(0, 10).map(lambda k: k * 1e8), min_size=n, max_size=n))
-    param = draw(st.lists(st.integers(0, 3).map(lambda k: k * 5e7), min_size=n, max_size=n))
-    state = {"zero": draw(st.integers(0, 3)), "dp": draw(st.integers(1, 4)),
-             "gradient_ratio": draw(st.sampled_from([0.5, 1.0])), "optimizer_ratio": draw(st.sampled_from([2.0, 6.0]))}
-    latency = draw(st.sampled_from([0.0, 0.01]))
+    fwd, act, param, state, latency = draw(zero_chains(n))
     free = _instance(fwd, act, param, S, math.inf, state, latency)
     every = min(max(evaluate(free, p).memory) for p in recompute_plans(free, S, forced=True))
     none = min(max(evaluate(free, p).memory) for p in recompute_plans(free, S)
                if not any(s.recompute for s in p.stages))
-    lo, hi = min(every, none), max(every, none)
-    memory = max(lo + draw(st.floats(-0.05, 1.1)) * (hi - lo), 1e6)
+    memory = binding_memory(draw, every, none)
     return _instance(fwd, act, param, S, memory, state, latency), S
 
 

@@ -23,6 +23,7 @@ import pytest
 from brute_force import schedule_recompute_optimum, schedule_recompute_plans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from checks import assert_milp_equals_exhaustive
 from strategies import chain_graph
 
 from pipeopt import Cluster, Instance, Settings, solve
@@ -129,15 +130,7 @@ def test_milp_two_chunks_equals_exhaustive(schedule):
     def run(problem):
         assert problem.stages_per_rank == 2
         for rc in ("auto", "full"):
-            prob = ScheduleProblem(problem.instance, problem.schedule, recompute=rc)
-            ex, mi = exhaustive(prob), solve_milp(prob, time_limit=None)
-            if ex.status == "infeasible":
-                assert mi.status == "infeasible"
-                continue
-            assert mi.status == "optimal", mi.info
-            assert math.isclose(mi.objective, ex.objective, rel_tol=1e-6, abs_tol=1e-12), (mi.objective, ex.objective)
-            assert mi.lower_bound <= mi.objective * (1 + 1e-9)
-            assert mi.objective == run_schedule(prob.instance, prob.schedule, mi.plan).time
+            assert_milp_equals_exhaustive(ScheduleProblem(problem.instance, problem.schedule, recompute=rc))
 
     run()
 

@@ -13,7 +13,8 @@ import pytest
 from brute_force import schedule_recompute_optimum, schedule_recompute_plans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import chain_graph
+from checks import assert_milp_equals_exhaustive
+from strategies import binding_memory, chain_graph, zero_chains
 
 from pipeopt import Cluster, Instance, Settings, solve
 from pipeopt.errors import InvalidProblemError
@@ -37,12 +38,7 @@ def cases(draw, schedule: str):
     recomputing none (the ZeRO stage's state included)."""
     v = SCHEDULES[schedule]
     n = draw(st.integers(2 * v + (1 if v == 1 else 0), 2 * v + 2))
-    fwd = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n))
-    act = draw(st.lists(st.integers(0, 10).map(lambda k: k * 1e8), min_size=n, max_size=n))
-    param = draw(st.lists(st.integers(0, 3).map(lambda k: k * 5e7), min_size=n, max_size=n))
-    state = {"zero": draw(st.integers(0, 3)), "dp": draw(st.integers(1, 4)),
-             "gradient_ratio": draw(st.sampled_from([0.5, 1.0])), "optimizer_ratio": draw(st.sampled_from([2.0, 6.0]))}
-    latency = draw(st.sampled_from([0.0, 0.01]))
+    fwd, act, param, state, latency = draw(zero_chains(n))
     m = draw(st.sampled_from([2, 4]))
     free = ScheduleProblem(_instance(fwd, act, param, math.inf, state, latency), schedule, 2, m, v)
     sched, inst = free.schedule, free.instance
@@ -52,8 +48,7 @@ def cases(draw, schedule: str):
 
     every = least(schedule_recompute_plans(inst, sched, forced=True))
     none = least(p for p in schedule_recompute_plans(inst, sched) if not any(s.recompute for s in p.stages))
-    lo, hi = min(every, none), max(every, none)
-    memory = max(lo + draw(st.floats(-0.05, 1.1)) * (hi - lo), 1e6)
+    memory = binding_memory(draw, every, none)
     return ScheduleProblem(_instance(fwd, act, param, memory, state, latency), schedule, 2, m, v)
 
 
@@ -116,20 +111,10 @@ def test_milp_with_zero_equals_exhaustive(schedule):
     """The schedule MILP with ZeRO (each chunk's collectives in its F / B / I / W durations, its
     training state in the memory rows, the synchronisation after the flush in the objective) equals
     exhaustive (= the brute force above) under recompute none and auto."""
-    from pipeopt.problems.schedule import solve_milp
-
     @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
     @given(problem=cases(schedule))
     def run(problem):
         for rc in ("none", "auto"):
-            prob = ScheduleProblem(problem.instance, problem.schedule, recompute=rc)
-            ex, mi = exhaustive(prob), solve_milp(prob, time_limit=None)
-            if ex.status == "infeasible":
-                assert mi.status == "infeasible"
-                continue
-            assert mi.status == "optimal", mi.info
-            assert math.isclose(mi.objective, ex.objective, rel_tol=1e-6, abs_tol=1e-12), (rc, mi.objective, ex.objective)
-            assert mi.lower_bound <= mi.objective * (1 + 1e-9)
-            assert mi.objective == run_schedule(prob.instance, prob.schedule, mi.plan).time
+            assert_milp_equals_exhaustive(ScheduleProblem(problem.instance, problem.schedule, recompute=rc))
 
     run()
