@@ -137,7 +137,8 @@ PAGES = (
          ("python benchmarks/sweep_jobs.py --out benchmarks/results/sweep_jobs.md",),
          ("sweep_jobs.md",)),
     Page("torch_pipeline", "Predicted against measured on torch's pipeline runtime",
-         "The shipped GPT and CNN and Hugging Face GPT-2 small (from its config class) profiled on this CPU, "
+         "The shipped GPT and CNN, Hugging Face GPT-2 small (from its config class) and torchvision's ResNet-50 "
+         "profiled on this CPU, "
          "the certified plan and the frameworks' default splits run on torch.distributed.pipelining "
          "(`pipeopt run`), pipeopt's prediction beside the measured time per iteration; the exact plan also "
          "with every layer recomputed (full: torch.utils.checkpoint; selective: torchtitan's per-operator "
@@ -147,8 +148,12 @@ PAGES = (
           "--model-arg hf:GPT2LMHeadModel:seq=32 --model-arg hf:GPT2LMHeadModel:batch=1 --microbatches 4 "
           "--recompute full selective --rounds 3 --iterations 3 --warmup 1 --repeats 10 "
           "--out benchmarks/results/torch_pipeline_hf.md",
+          "HF_HUB_OFFLINE=1 python benchmarks/torch_pipeline.py --models tv:resnet50 --model-arg "
+          "tv:resnet50:image=64 --model-arg tv:resnet50:batch=2 --microbatches 4 --rounds 3 --iterations 3 "
+          "--warmup 1 --repeats 10 --out benchmarks/results/torch_pipeline_resnet50.md   # torch 2.14.1 + "
+          "torchvision 0.29.1",
           "python benchmarks/torch_pipeline.py --rounds 3 --oversubscribed   # also S = 4 on 2 cores"),
-         ("torch_pipeline.md", "torch_pipeline_hf.md")),
+         ("torch_pipeline.md", "torch_pipeline_hf.md", "torch_pipeline_resnet50.md")),
     Page("memory", "Memory: predicted against MemTracker",
          "pipeopt's memory per stage (saved activations, training state, tied weights, the outputs a stage "
          "keeps and its backward's excess) against the peak torch's MemTracker counts in each stage's process "
