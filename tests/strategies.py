@@ -265,3 +265,17 @@ def binding_memory(draw, every: float, none: float) -> float:
     composite strategy's own."""
     lo, hi = min(every, none), max(every, none)
     return max(lo + draw(st.floats(-0.05, 1.1)) * (hi - lo), 1e6)
+
+
+@st.composite
+def split_backward_chains(draw, n: int) -> nx.DiGraph:
+    """An n-layer chain for the split-backward schedules (F, I, W): forward seconds 0.2-2, the
+    backward 1-3 times it, of which a share 0-1 is the weight gradient W (``bwd_w``); 0-30 MB
+    sent after each layer, 100 MB of activations and of parameters per layer."""
+    fwd = [draw(st.floats(0.2, 2.0)) for _ in range(n)]
+    bwd = [f * draw(st.floats(1.0, 3.0)) for f in fwd]
+    out = [draw(st.floats(0.0, 0.03)) * 1e9 for _ in range(n)]
+    g = chain_graph(fwd, bwd, out=out, act=1e8, param=1e8)
+    for i, node in enumerate(g.nodes):
+        g.nodes[node]["bwd_w"] = {"gpu": bwd[i] * draw(st.floats(0.0, 1.0))}
+    return g

@@ -17,7 +17,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import chain_graph
+from strategies import chain_graph, split_backward_chains
 
 import brute_force as bf
 import pipeopt
@@ -37,12 +37,7 @@ FEW = settings(max_examples=8, deadline=None, derandomize=True,
 def free_problems(draw):
     placement, v, m = draw(st.sampled_from([("looped", 1, 2), ("looped", 1, 3), ("looped", 2, 2), ("v", 2, 2)]))
     n = draw(st.integers(2 * v, 2 * v + (1 if m == 3 else 2 if v == 1 else 1)))
-    fwd = [draw(st.floats(0.2, 2.0)) for _ in range(n)]
-    bwd = [f * draw(st.floats(1.0, 3.0)) for f in fwd]
-    out = [draw(st.floats(0.0, 0.03)) * 1e9 for _ in range(n)]
-    g = chain_graph(fwd, bwd, out=out, act=1e8, param=1e8)
-    for i, node in enumerate(g.nodes):
-        g.nodes[node]["bwd_w"] = {"gpu": bwd[i] * draw(st.floats(0.0, 1.0))}
+    g = draw(split_backward_chains(n))
     memory = draw(st.sampled_from([math.inf, 4e8 * n / 2 + 3e8, 1e9]))
     latency = draw(st.sampled_from([0.0, 0.0, 0.01, 0.05]))  # alpha-beta transfers
     inst = Instance(g, Cluster.homogeneous(2, memory=memory, bandwidth=1e9, latency=latency),

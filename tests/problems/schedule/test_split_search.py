@@ -17,7 +17,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import chain_graph
+from strategies import chain_graph, split_backward_chains
 
 from pipeopt import Cluster, Instance, Settings
 from pipeopt.errors import InvalidProblemError, PipeoptError
@@ -38,12 +38,7 @@ ORDERS = [("GPipe", None, 2), ("1F1B", None, 2), ("1F1B", None, 3), ("Interleave
 @st.composite
 def chains(draw, n_min=4, n_max=9):
     n = draw(st.integers(n_min, n_max))
-    fwd = [draw(st.floats(0.2, 2.0)) for _ in range(n)]
-    bwd = [f * draw(st.floats(1.0, 3.0)) for f in fwd]
-    out = [draw(st.floats(0.0, 0.03)) * 1e9 for _ in range(n)]
-    g = chain_graph(fwd, bwd, out=out, act=1e8, param=1e8)
-    for i, node in enumerate(g.nodes):
-        g.nodes[node]["bwd_w"] = {"gpu": bwd[i] * draw(st.floats(0.0, 1.0))}
+    g = draw(split_backward_chains(n))
     memory = draw(st.sampled_from([math.inf, 4e8 * n / 2 + 3e8, 1.2e9, 8e8]))
     latency = draw(st.sampled_from([0.0, 0.01]))
     return Instance(g, Cluster.homogeneous(3, memory=memory, bandwidth=1e9, latency=latency),
