@@ -813,6 +813,7 @@ def _run_order(plan: Plan, model, order, *, model_kwargs, instance, microbatches
               "torch_version": torch.__version__, "per_rank_times": [r["times"] for r in results],
               "tie_sync": [r.get("tie_sync", []) for r in results],
               "per_rank_cpu": [r.get("cpu", []) for r in results],
+              "pinned": pins(order.ranks),
               **_counts(counted_list),
               "order": order.to_dict(), "placement": list(order.placement),
               "runtime": "torch.distributed.pipelining._PipelineScheduleRuntime (_load_csv, compute_only)",
