@@ -14,6 +14,8 @@ busy machine distorts least (wall times include the waits for the other jobs' pr
     python benchmarks/torch_actions.py --cut 12        # GPT, whole model in one process
     python benchmarks/torch_actions.py --pin 0         # stage processes not pinned
     python benchmarks/torch_actions.py --recompute full   # every layer recomputed (the backward reruns it)
+    python benchmarks/torch_actions.py --model hf:GPT2LMHeadModel --model-arg seq=32 --model-arg batch=1 \
+        --cut 11 --microbatches 4 --recompute full      # HF GPT-2 small, the exact 11/6 split
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pin", choices=["auto", "1", "0"], default="auto",
                     help="pin each stage process to one core: auto (when the processes fit the cores), 1, 0 (PIN_ENV)")
     ap.add_argument("--recompute", choices=["full", "selective"], help="every layer recomputed in this mode")
+    ap.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="a keyword of the model (pipeopt.torch.models.load), e.g. seq=32; repeatable")
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_actions  # the spawned processes find timed_run by this module's name
@@ -105,7 +109,10 @@ def main(argv=None) -> int:
 
     os.environ[PIN_ENV] = args.pin
     m = args.microbatches
-    module, inputs = models.load(args.model)
+    from torch_pipeline import model_kwargs
+
+    kwargs = model_kwargs(args.model, [f"{args.model}:{a}" for a in args.model_arg])
+    module, inputs = models.load(args.model, **kwargs)
     inst = from_torch(module, inputs, devices=2, repeats=args.repeats, warmup=3, microbatches=m)
     inst = inst.with_settings(objective="iteration", microbatches=m)
     g = inst.graph
@@ -123,8 +130,8 @@ def main(argv=None) -> int:
                           for st in plan.stages))
     print(f"{args.model}: stage overhead {g.graph.get('stage_overhead')}; predicted "
           f"{prediction(inst, plan, '1f1b', m) * 1e3:.1f} ms per iteration (M = {m}); load {os.getloadavg()[0]:.2f}")
-    exported, nm = _export_for_run(plan, args.model, {}, inst)
-    job = {"model": args.model, "model_kwargs": {}, "exported": exported, "names": nm, "schedule": "1f1b",
+    exported, nm = _export_for_run(plan, args.model, kwargs, inst)
+    job = {"model": args.model, "model_kwargs": kwargs, "exported": exported, "names": nm, "schedule": "1f1b",
            "microbatches": m, "iterations": args.iterations, "warmup": args.warmup, "timeout": 600.0,
            "recompute": stage_modes(recompute_modes(plan), exported["stages"]), "run": torch_actions.timed_run}
     for r in _spawn(plan.num_stages, job, 600.0):
@@ -137,8 +144,11 @@ def main(argv=None) -> int:
 
             extra = sum(recompute_terms(g, x, args.recompute)[1].get("cpu", 0.0) for x in st)
             ff = sum(g.nodes[x]["fwd"]["cpu"] for x in st)
+            parts = [g.nodes[x].get("recompute_parts", {}).get(args.recompute, {}) for x in st]
             print(f"rank {r['rank']}: the profile's recomputation adds {extra * 1e3:.3f} ms to the backward "
-                  f"(the layers' profiled forward: {ff * 1e3:.3f} ms)")
+                  f"(the layers' profiled forward: {ff * 1e3:.3f} ms; of the term, unscaled: the checkpointed "
+                  f"forward's excess {sum(p.get('forward', 0.0) for p in parts) * 1e3:.3f} ms, the reruns "
+                  f"{sum(p.get('rerun', 0.0) for p in parts) * 1e3:.3f} ms)")
             pb += extra
         print(f"rank {r['rank']}: iterations {[round(t * 1e3, 1) for t in r['times']]} ms wall, "
               f"{[round(t * 1e3, 1) for t in r['cpu']]} ms process CPU; profile per microbatch: forward "

@@ -177,13 +177,26 @@ class LayerProbe:
         Every timed input-gradient-only run, seconds (``"difference"`` layers).
     recompute_s, selective_s
         With ``timing``: the seconds a recomputation adds to one forward plus backward of the
-        layer, ``"full"`` and ``"selective"`` (:mod:`pipeopt.torch.recompute`): the median over
-        the rounds of (checkpointed forward + backward) - (plain forward + backward) of the
-        same round, at least 0: the rerun and ``torch.utils.checkpoint``'s own work (its
-        saved-tensor hooks, the random-number state it keeps); ``None`` without timing, or where
-        torch's checkpoint fails on the layer (:attr:`recompute_fails`).
+        layer, ``"full"`` and ``"selective"`` (:mod:`pipeopt.torch.recompute`), the sum of three
+        parts timed apart (:attr:`recompute_parts`): the checkpointed forward's excess over the
+        plain forward of the same round (``torch.utils.checkpoint``'s own work: its saved-tensor
+        hooks, the random-number state it keeps; under ``"selective"`` the policy asked for
+        every operator), the rerun itself, timed around the layer's call that the backward
+        makes (the forward again, up to torch's early stop; under ``"selective"`` only the
+        operators the policy drops), and the checkpointed backward's excess beyond the rerun over
+        the plain backward (unpacking the re-created tensors). Medians over the rounds; the first
+        and the last at least 0 (on a layer whose backward takes far longer than its forward, e.g.
+        a large gradient accumulation, the last difference is mostly noise and its median may
+        fall below 0). ``None`` without timing, or where torch's
+        checkpoint fails on the layer (:attr:`recompute_fails`). (The difference of the whole
+        checkpointed forward + backward and the plain one, timed as one before, lost the rerun in
+        the backward's noise on large layers: 1.6-6.8 ms for Hugging Face GPT-2's blocks, whose
+        rerun alone takes 6.7-7.4 ms.)
     recompute_samples, selective_samples
-        Those differences, one per round, seconds.
+        Per round, the sum of the three parts (each difference at least 0), seconds.
+    recompute_parts
+        ``{mode: {"forward": seconds, "rerun": seconds, "backward": seconds}}``: the three parts
+        (medians, as summed into :attr:`recompute_s` / :attr:`selective_s`).
     recompute_fails
         ``{mode: error}``: the modes whose checkpointed backward raised (a layer that starts in
         place, ``ReLU(inplace=True)``, changes the input the checkpoint keeps for its rerun).
@@ -212,6 +225,7 @@ class LayerProbe:
     selective_samples: list = field(default_factory=list)
     selective_bytes: int = 0
     recompute_fails: dict = field(default_factory=dict)
+    recompute_parts: dict = field(default_factory=dict)
 
     @property
     def bwd_w_flop(self) -> float:
@@ -372,17 +386,30 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
     between, as in a training iteration of M microbatches (:func:`accumulated_backward`). A
     ``"difference"`` layer then runs a second forward (untimed) and its input-gradient-only
     backward (timed), so that both backwards follow their own forward.
-    Then the layer runs forward and backward under each recomputation mode (each timed as one):
-    its excess over the round's plain forward and backward is a sample of
+    Then the layer runs forward and backward under each recomputation mode: the checkpointed
+    forward's excess over the round's plain forward, and the rerun (the layer's call inside the
+    backward, timed around it), are the two parts of a sample of
     :attr:`LayerProbe.recompute_s` / :attr:`LayerProbe.selective_s`."""
     params = [list(sub.parameters()) for sub in traced.submods]
-    redo = [{m: checkpointed(sub, m) for m in MODES} for sub in traced.submods]
+    calls: list = []  # durations of the checkpointed layer's calls in the current run: forward, then rerun
+
+    def timed_call(sub):
+        def call(*a, **k):
+            t = time.perf_counter()
+            try:
+                return sub(*a, **k)
+            finally:
+                calls.append(time.perf_counter() - t)
+        return call
+
+    redo = [{m: checkpointed(timed_call(sub), m) for m in MODES} for sub in traced.submods]
+    parts = [{m: ([], [], []) for m in MODES} for _ in traced.submods]
     every = max(int(microbatches), 1)
     fresh_bwd: list[list] = [[] for _ in records]  # backward samples that allocated the gradients
     for r in range(warmup + repeats):
         fresh = r % every == 0  # as a training iteration: gradients reset, then accumulating
-        for sub, args, sources, ps, rec, rc, first in zip(traced.submods, inputs, traced.sources, params, records,
-                                                          redo, fresh_bwd, strict=True):
+        for sub, args, sources, ps, rec, rc, first, part in zip(traced.submods, inputs, traced.sources, params,
+                                                                records, redo, fresh_bwd, parts, strict=True):
             if fresh:
                 for p in ps:
                     p.grad = None
@@ -396,23 +423,29 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
                 rec.fwd_samples.append(t1 - t0)
                 (first if fresh else rec.bwd_samples).append(t2 - t1)
             del x, y
-            for mode, samples in (("full", rec.recompute_samples), ("selective", rec.selective_samples)):
+            for mode in MODES:
                 if mode in rec.recompute_fails:
                     continue
                 if fresh:
                     for p in ps:
                         p.grad = None
                 x = _prepare(args, sources)
+                calls.clear()
                 t3 = time.perf_counter()
                 try:
-                    _backward(rc[mode](*x))
+                    y = rc[mode](*x)
+                    t4 = time.perf_counter()
+                    _backward(y)
                 except RuntimeError as exc:  # e.g. a layer that starts in place: its saved input changed
                     rec.recompute_fails[mode] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
                     continue
-                t4 = time.perf_counter()
+                t5 = time.perf_counter()
                 if r >= warmup:
-                    samples.append(max((t4 - t3) - (t2 - t0), 0.0))
-                del x
+                    rerun = sum(calls[1:])  # no rerun (nothing saved, e.g. no input needs a gradient): 0
+                    part[mode][0].append((t4 - t3) - (t1 - t0))
+                    part[mode][1].append(rerun)
+                    part[mode][2].append((t5 - t4) - rerun - (t2 - t1))
+                del x, y
             if rec.w_rule == "difference":
                 x = _prepare(args, sources)
                 y = sub(*x)
@@ -422,12 +455,20 @@ def _time(traced: Traced, inputs: list, records: list, repeats: int, warmup: int
                 if r >= warmup:
                     rec.bwd_i_samples.append(t4 - t3)
                 del x, y
-    for rec, first in zip(records, fresh_bwd, strict=True):
+    for rec, first, part in zip(records, fresh_bwd, parts, strict=True):
         rec.fwd_s = statistics.median(rec.fwd_samples)
         rec.bwd_s = accumulated_backward(first, rec.bwd_samples, every)
         rec.bwd_samples = first + rec.bwd_samples
-        rec.recompute_s = None if "full" in rec.recompute_fails else statistics.median(rec.recompute_samples)
-        rec.selective_s = None if "selective" in rec.recompute_fails else statistics.median(rec.selective_samples)
+        for mode in MODES:
+            if mode not in rec.recompute_fails and part[mode][0]:
+                rec.recompute_parts[mode] = {"forward": max(statistics.median(part[mode][0]), 0.0),
+                                             "rerun": statistics.median(part[mode][1]),
+                                             "backward": max(statistics.median(part[mode][2]), 0.0)}
+                (rec.recompute_samples if mode == "full" else rec.selective_samples)[:] = [
+                    max(a, 0.0) + b + max(c, 0.0) for a, b, c in zip(*part[mode], strict=True)]
+        full, sel = rec.recompute_parts.get("full"), rec.recompute_parts.get("selective")
+        rec.recompute_s = None if full is None else sum(full.values())
+        rec.selective_s = None if sel is None else sum(sel.values())
         rec._split_times()
 
 

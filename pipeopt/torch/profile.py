@@ -41,8 +41,14 @@ Node attributes (units as in docs/cost-model.md)
 ``recompute_fwd`` (measured costs)
     ``{"cpu": seconds}``: what recomputing the layer (``"full"``: ``torch.utils.checkpoint``
     of its forward, as ``pipeopt run`` applies it) adds to its forward plus backward, measured:
-    the rerun and the checkpoint's own work (:attr:`pipeopt.torch.probe.LayerProbe.recompute_s`);
-    :func:`pipeopt.cost.rules.recompute_terms` charges it instead of ``fwd``.
+    the checkpointed forward's excess over the plain one plus the rerun, each timed apart
+    (:attr:`pipeopt.torch.probe.LayerProbe.recompute_s`; the rerun stops once it has re-created
+    the last tensor the backward needs, torch's early stop, so a linear layer that saves only its
+    input reruns almost nothing); :func:`pipeopt.cost.rules.recompute_terms` charges it instead
+    of ``fwd``.
+``recompute_parts`` (measured costs; a record, the cost model does not read it)
+    ``{mode: {"forward": seconds, "rerun": seconds}}``: the two parts of ``recompute_fwd`` and
+    of ``selective["fwd"]`` (:attr:`pipeopt.torch.probe.LayerProbe.recompute_parts`), unscaled.
 ``selective`` (measured costs)
     ``{"act_bytes": bytes, "fwd": {"cpu": seconds}}``: the layer recomputed under torchtitan's
     per-operator policy (:mod:`pipeopt.torch.recompute`): the bytes it keeps per microbatch (its
@@ -521,6 +527,9 @@ def _record_recompute(g: nx.DiGraph, traced, probes) -> None:
 
     for fqn, pr in zip(traced.names, probes, strict=True):
         kept = float(sum(edge_bytes(g, u, fqn) for u in g.predecessors(fqn)))
+        if pr.recompute_parts:
+            g.nodes[fqn]["recompute_parts"] = {m: {k: float(v) for k, v in part.items()}
+                                               for m, part in pr.recompute_parts.items()}
         if pr.recompute_s is not None:
             g.nodes[fqn]["recompute_fwd"] = {"cpu": float(pr.recompute_s)}
         if pr.selective_s is None:
