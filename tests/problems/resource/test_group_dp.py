@@ -377,12 +377,19 @@ def test_probe_brackets_the_optimum():
     assert probe.work_bound() <= best
 
 
-def test_too_many_count_vectors_falls_back_to_the_milp():
+def test_too_many_count_vectors_falls_back_to_the_milp(monkeypatch):
     devices = tuple(pipeopt.Device(f"x{i}", {"cpu": 1 + i}) for i in range(22))
     inst = pipeopt.Instance(random_chain(4, kinds=("cpu",), seed=0), pipeopt.Cluster(devices, 1e9), name="wide")
-    p = GroupProblem(inst, 2)
     with pytest.raises(pipeopt.InvalidProblemError, match="wide.*count vectors"):
-        TypesProbe(p)  # the DP itself refuses by name
+        TypesProbe(GroupProblem(inst, 2))  # the DP itself refuses by name
+    # The fallback on a cluster the MILP proves quickly: 6 distinct devices (64 count vectors)
+    # past a lowered limit (22 devices into 2 workers cost the MILP 8 CPU-s).
+    monkeypatch.setattr(group_dp, "MAX_COUNT_VECTORS", 63)
+    inst = pipeopt.Instance(random_chain(4, kinds=("cpu",), seed=0),
+                            pipeopt.Cluster(devices[:6], 1e9), name="wide")
+    p = GroupProblem(inst, 2)
+    with pytest.raises(pipeopt.InvalidProblemError, match="wide.*64 count vectors"):
+        TypesProbe(p)
     r = solve_dp(p, time_limit=None)  # the default method answers anyway, through the MILP
     assert r.method == "types" and "count vectors" in r.info["fallback"]
     assert r.status == pipeopt.Status.OPTIMAL
