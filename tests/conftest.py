@@ -18,14 +18,17 @@ fast tier keeps, for every family moved here, a cheaper member that covers the s
     python -m pytest --full --cov=pipeopt --cov-report=term   # both tiers
     python -m pytest --cov=pipeopt --cov-report=term          # the fast tier
 
-Measured 2026-11-28 on the shared 2-core machine (``/usr/bin/time``, user + sys): the fast tier
-(2,496 tests, 223 deselected) 264.6 CPU-s (243.0 + 21.6), 3 min 55 s of wall; the same tier
-measured between 265 and 304 CPU-s under heavier load and a quarter of the hypothesis examples.
-The whole suite (``--full``, with per-test coverage contexts, load about 8) took 53 min of wall.
-Coverage: of the 11,728 lines of ``pipeopt`` the whole suite ran, 110 were run only by
-slow-tier tests (by the per-test contexts): the two-process torch runs (``torch/runtime.py``,
-``torch/network.py``: 99) and solver paths reached only when a large profile meets its time
-limit (11); the Dask sweep and MCMC's simulator score stayed in the fast tier for theirs.
+Measured 2026-11-28, 19:36 UTC, on the shared 2-core machine at load about 1 (``/usr/bin/time``,
+user + sys): the fast tier (3,232 tests, 297 deselected) 301.4 CPU-s (282.9 + 18.6), 5 min 19 s of
+wall; then the type DP's count-vector fallback test went from 7.6 s to 0.3 s (a lowered limit
+instead of a 22-device MILP). The whole suite (``--full``, with per-test coverage contexts, load
+about 1) 1,251 CPU-s, 20 min 23 s of wall. Coverage: of the 22,871 lines of ``pipeopt`` the whole
+suite ran, 192 were run only by slow-tier tests (by the per-test contexts): the two-process torch
+runs (``torch/runtime.py``, ``torch/network.py``, ``torch/memory.py``: 172), the free order's
+user warm starts (16; since then the fast tier's ``test_warm_start_on_one_chain_and_bad_warm_starts``
+runs them), and four solver paths reached only when a large profile meets its time limit.
+The per-test contexts: ``--cov-context=test``, then ``coverage.CoverageData.contexts_by_lineno``
+against the fast tier's ``--collect-only -q`` node ids.
 """
 
 from __future__ import annotations

@@ -220,3 +220,26 @@ def test_given_warm_start_bounds_the_result(problem):
     other = make_schedule("GPipe", 2, sched.microbatches + 1)
     with pytest.raises(InvalidProblemError, match="warm start 0"):
         solve_free_order(problem, time_limit=Deadline(1e-9), warm=[(best.info["starts"], other)])
+
+
+def test_warm_start_on_one_chain_and_bad_warm_starts():
+    """The fast tier's member of test_given_warm_start_bounds_the_result (slow: an exhaustive
+    fixed order per example): 1F1B's exact split and order as a warm start bound the free result
+    even with no time for CP-SAT; each malformed warm start is refused by name and index."""
+    g = chain_graph([1.0, 2.0, 1.5, 0.5], [2.0, 3.0, 3.5, 1.0])
+    inst = Instance(g, Cluster.homogeneous(2, memory=1e9, bandwidth=1e9))
+    problem = ScheduleProblem(inst, "free", 2, 3)
+    best = exhaustive(ScheduleProblem(inst, "1F1B", 2, 3))
+    order = make_schedule("1F1B", 2, 3)
+    res = solve_free_order(problem, time_limit=Deadline(1e-9), threads=1, warm=[(best.info["starts"], order)])
+    assert res.plan is not None and res.objective <= best.objective * (1 + 1e-12)
+    check_claim(problem, res)
+    bad = {
+        "expected a \\(starts, order\\) pair": [best.info["starts"]],
+        "must be a pipeopt.schedules.Schedule": [(best.info["starts"], "1F1B")],
+        "the problem": [(best.info["starts"], make_schedule("GPipe", 2, 4))],
+        "is not a split of 4 layers": [([3, 1], order)],
+    }
+    for match, warm in bad.items():
+        with pytest.raises(InvalidProblemError, match="warm start 0: .*" + match):
+            solve_free_order(problem, time_limit=Deadline(1e-9), warm=warm)
