@@ -122,8 +122,9 @@ def _data_parallel(p) -> None:
     """``--zero``, ``--dp`` and the training state's ratios (:class:`pipeopt.Settings`), for solve and simulate."""
     p.add_argument("--zero", type=lambda v: v if v == "auto" else int(v), choices=[0, 1, 2, 3, "auto"],
                    help="ZeRO stage over the --dp replicas: 0 replicate, 1 shard the optimizer state, 2 also the "
-                        "gradients, 3 also the weights (FSDP); auto (solve, partition dp/auto): the best of the "
-                        "four, each solved exactly; overrides the file (default the file's, 0)")
+                        "gradients, 3 also the weights (FSDP); auto (solve: partition dp/auto, one named --schedule's "
+                        "milp/exhaustive): the best of the four, each solved exactly; overrides the file (default "
+                        "the file's, 0)")
     p.add_argument("--dp", type=COUNT, help="data-parallel replicas of the whole pipeline (default the file's, 1)")
     p.add_argument("--gradient-ratio", type=float,
                    help="gradient bytes per parameter byte held beside the weights (e.g. 1; default the file's, 0)")
@@ -332,16 +333,9 @@ def _solve(args, inst):
         size["replication"] = replication
     if recompute is not None:
         size["recompute"] = recompute
-    method = args.method or next(m.name for m in registry.methods(problem) if m.exact)
-    args.method = method
-    if getattr(args, "zero", None) == "auto":  # the ZeRO stage chosen too: the best of four exact solves
-        if problem != "partition":
-            raise InvalidProblemError(f"--zero auto is chosen by the partition problem's dp / auto, not the {problem} problem")
-        from .problems.partition.dp import solve_zero_auto
-
-        return solve_zero_auto(inst, method=method, time_limit=args.time_limit, solver=args.solver, seed=args.seed,
-                               **size)
-    return solve(inst, problem=problem, method=method, time_limit=args.time_limit, solver=args.solver,
+    zero = "auto" if getattr(args, "zero", None) == "auto" else None  # else already in the instance's settings
+    args.method = args.method or registry.default_method(problem, ("zero",) if zero else ())
+    return solve(inst, problem=problem, method=args.method, zero=zero, time_limit=args.time_limit, solver=args.solver,
                  seed=args.seed, **size)
 
 
@@ -424,6 +418,13 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _zero_auto_line(zero_auto: dict) -> str:
+    """The line that says which ZeRO stage ``--zero auto`` chose and each stage's result."""
+    tried = ", ".join(f"ZeRO-{z} {v * 1e3:.4f} ms" if isinstance(v, float) else f"ZeRO-{z} {v}"
+                      for z, v in zero_auto["stages"].items())
+    return f"  ZeRO stage chosen: {zero_auto['chosen']} (each solved exactly: {tried})"
+
+
 def _solve_schedule(args, inst) -> int:
     """``pipeopt solve --schedule NAME|auto`` (or ``--problem schedule``): the schedule problem
     through the one door - :func:`pipeopt.solve` for one schedule,
@@ -451,14 +452,21 @@ def _solve_schedule(args, inst) -> int:
         if which != "free":
             raise InvalidProblemError(f"--placement is for --schedule free; {which} has its own placement")
         options["placement"] = args.placement
+    zero = "auto" if getattr(args, "zero", None) == "auto" else None  # else already in the instance's settings
     if which == "auto":
+        if zero:
+            raise InvalidProblemError("--zero auto needs one named --schedule (each schedule's ZeRO stage is chosen"
+                                      " by its own four exact solves); or give --zero 0..3")
         results = solve_schedules(inst, args.stages, args.microbatches, None, time_limit=args.time_limit,
                                   solver=args.solver, seed=args.seed, method=args.method or "milp", **options)
     else:
-        results = [solve(inst, problem="schedule", method=args.method, time_limit=args.time_limit, solver=args.solver,
-                         seed=args.seed, schedule=which, stages=args.stages, microbatches=args.microbatches,
-                         **options)]
+        results = [solve(inst, problem="schedule", method=args.method, zero=zero, time_limit=args.time_limit,
+                         solver=args.solver, seed=args.seed, schedule=which, stages=args.stages,
+                         microbatches=args.microbatches, **options)]
     best, proven = best_schedule(results)
+    zero_auto = best.info.get("zero_auto") if best is not None else None
+    if zero_auto:  # --zero auto: the plan is the chosen stage's
+        inst = inst.with_settings(zero=zero_auto["chosen"])
     if args.save_plan and best is not None:
         _write(args.save_plan, lambda path: path.write_text(json.dumps(best.plan.to_dict(), indent=1)))
     if args.json:
@@ -467,6 +475,7 @@ def _solve_schedule(args, inst) -> int:
                  "starts": r.info["starts"], "runtime": r.runtime, "w_placement": r.info.get("w_placement"),
                  "space": r.space,
                  "recompute": None if r.plan is None else [st.recompute for st in r.plan.stages],
+                 "zero_auto": r.info.get("zero_auto"),
                  "order": None if r.evaluation is None else [[str(a) for a in r.evaluation.schedule.actions(k)]
                                                              for k in range(r.evaluation.schedule.ranks)]}
                 if not isinstance(r, tuple) else {"schedule": r[0], "refused": r[1]}
@@ -483,6 +492,8 @@ def _solve_schedule(args, inst) -> int:
         return 0
     how = "proven least" if proven else "least found (not proven: see the bounds)"
     print(f"\nbest: {best.info['schedule']}, iteration {best.objective * 1e3:.4f} ms ({how})")
+    if zero_auto:
+        print(_zero_auto_line(zero_auto))
     print(best.evaluation.summary())
     if best.info.get("schedule") == "free":
         print("action order (chosen with the split):\n" + "\n".join(str(best.evaluation.schedule).splitlines()[1:]))
@@ -527,9 +538,7 @@ def cmd_solve(args) -> int:
         print(f"{inst.name}: {inst.num_layers} layers, {args.problem}")
         print(res.summary())
         if zero_auto:
-            tried = ", ".join(f"ZeRO-{z} {v * 1e3:.4f} ms" if isinstance(v, float) else f"ZeRO-{z} {v}"
-                              for z, v in zero_auto["stages"].items())
-            print(f"  ZeRO stage chosen: {zero_auto['chosen']} (each solved exactly: {tried})")
+            print(_zero_auto_line(zero_auto))
         for a in inst.assumptions + inst.cost_terms:
             print(f"  assumed: {a}")
     return 0

@@ -111,6 +111,20 @@ def methods(problem: str = "partition") -> list[Method]:
     return [m for m in table if m.problem == problem]
 
 
+def default_method(problem: str, needs: tuple[str, ...] = ()) -> str:
+    """The name of ``problem``'s default exact method: the first exact one in table order that
+    models every cost term in ``needs`` (e.g. ``("zero",)`` for ``zero="auto"``), else the first
+    exact one (which then refuses what it does not model, naming the methods that do).
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``problem`` is not a known problem name.
+    """
+    exact = [m for m in methods(problem) if m.exact]
+    return next((m.name for m in exact if set(needs) <= m.terms), exact[0].name)
+
+
 def method(problem: str, name: str) -> Method:
     """The declaration of one method.
 

@@ -107,11 +107,12 @@ def solve(
     zero
         The ZeRO stage (optimizer sharding over the instance's ``Settings.dp`` data-parallel
         replicas): ``None`` (default) keeps the instance's ``Settings.zero``; ``0``..``3`` solves
-        under that stage; ``"auto"`` chooses it with the plan (the partition problem's ``dp`` /
-        ``auto``, the default method: one exact solve per stage under this call's clock, the least
-        objective kept, :func:`pipeopt.problems.partition.dp.solve_zero_auto`; ``info["zero_auto"]``
-        gives each stage's objective and the chosen one, and the result's evaluation is on the
-        instance with that stage, ``instance.with_settings(zero=chosen)``). The CLI's ``--zero``.
+        under that stage; ``"auto"`` chooses it with the plan, with any exact method that models
+        ZeRO (the partition problem's ``dp`` / ``auto``, the schedule problem's methods): one exact
+        solve per stage under this call's clock, the least objective kept,
+        :func:`pipeopt.problems.zero.best_zero_stage`; ``info["zero_auto"]`` gives each stage's
+        objective and the chosen one, and the result's evaluation is on the instance with that
+        stage, ``instance.with_settings(zero=chosen)``. The CLI's ``--zero``.
     **options
         Problem options, e.g. ``stages=4, replication=True`` for partition,
         ``workers=3`` for group.
@@ -148,24 +149,30 @@ def solve(
         instance = instance.with_settings(zero=int(zero))
     if problem == "auto":
         problem = registry.auto_problem(instance)
-    if method is None:
-        method = next(m.name for m in registry.methods(problem) if m.exact)
+    if method is None:  # the problem's default exact method (with zero='auto': the first that models ZeRO)
+        method = registry.default_method(problem, ("zero",) if zero == "auto" else ())
     spec = registry.method(problem, method)
     check_options(problem, options)
-    if zero == "auto":  # the ZeRO stage chosen with the plan: one exact solve per stage
-        if problem != "partition" or method not in ("dp", "auto"):
-            raise InvalidProblemError(f"zero='auto' is chosen by the partition problem's dp / auto, not "
-                                      f"{problem}/{method}; give zero=0..3")
-        from .problems.partition.dp import solve_zero_auto
+    if zero == "auto":  # the ZeRO stage chosen with the plan: one exact solve per stage, one clock
+        if not spec.exact or "zero" not in spec.terms:
+            able = [f"{problem}/{m.name}" for m in registry.methods(problem) if m.exact and "zero" in m.terms]
+            raise InvalidProblemError(
+                f"zero='auto' chooses the ZeRO stage by exact solves of a method that models ZeRO, not {problem}/{method}; "
+                + (f"use {', '.join(able)}, or give zero=0..3" if able else "give zero=0..3"))
+        from .problems.zero import best_zero_stage
 
-        left = max(deadline.remaining(), 1e-3) if deadline.bounded else None
-        return solve_zero_auto(instance, method=method, time_limit=left, solver=solver, seed=int(seed),
-                               threads=threads, **options)
+        return best_zero_stage(lambda z, dl: _run(problem, spec, instance.with_settings(zero=z), options, dl,
+                                                  solver, int(seed), threads), deadline)
+    return _run(problem, spec, instance, options, deadline, solver, int(seed), threads)
+
+
+def _run(problem: str, spec, instance: Instance, options: dict, deadline, solver: str, seed: int, threads: int):
+    """Check that ``spec`` models what ``instance`` and ``options`` ask, then run it."""
     missing = spec.unmodelled(instance)
     if missing:
         able = [m.name for m in registry.methods(problem) if m.exact and not m.unmodelled(instance)]
         raise InvalidProblemError(
-            f"the exact method {problem}/{method} does not model {' or '.join(missing)}: it would claim an optimum "
+            f"the exact method {problem}/{spec.name} does not model {' or '.join(missing)}: it would claim an optimum "
             "of another cost model; set them to 0 or "
             + (f"use a method that models them ({', '.join(able)})" if able
                else f"use the partition problem (no exact {problem} method models them yet)" if problem != "partition"
@@ -175,8 +182,8 @@ def solve(
     if recompute != "none" and "recompute" not in spec.terms:  # never a plan that ignores what was asked
         able = [m.name for m in registry.methods(problem) if "recompute" in m.terms]
         raise InvalidProblemError(
-            f"the method {problem}/{method} does not model activation recomputation (recompute={recompute!r}); "
+            f"the method {problem}/{spec.name} does not model activation recomputation (recompute={recompute!r}); "
             f"use {' or '.join(able) or 'none of them'}, or recompute='none'"
         )
     prob = registry.problem_class(problem)(instance, **options)
-    return spec.function(prob, time_limit=deadline, solver=solver, seed=int(seed), threads=threads)
+    return spec.function(prob, time_limit=deadline, solver=solver, seed=seed, threads=threads)

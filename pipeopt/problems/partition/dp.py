@@ -392,16 +392,13 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
     return problem.result("dp", plan, status, lower_bound=min(lower, upper, final), started=deadline.started, info=info)
 
 
-ZERO_STAGES = (0, 1, 2, 3)
-"""The ZeRO stages :func:`solve_zero_auto` tries (``Settings.zero``)."""
-
-
 def solve_zero_auto(instance, *, method: str = "dp", time_limit: float | None = 60.0, solver: str = "cbc",
                     seed: int = 0, threads: int = 2, **kw) -> Result:
     """The partition problem with the ZeRO stage chosen too: one exact solve per stage of
-    :data:`ZERO_STAGES` (the instance's ``dp`` and ratios kept), the least objective kept (ties: the
-    lower stage, fewer collectives). Each solve is a proven optimum over its stage's plans, so the
-    least of them is one over the union; the CLI's ``--zero auto``.
+    :data:`~pipeopt.problems.zero.ZERO_STAGES` (the instance's ``dp`` and ratios kept), the least
+    objective kept (ties: the lower stage, fewer collectives), by
+    :func:`pipeopt.problems.zero.best_zero_stage`. Each solve is a proven optimum over its stage's
+    plans, so the least of them is one over the union.
 
     Parameters
     ----------
@@ -421,48 +418,22 @@ def solve_zero_auto(instance, *, method: str = "dp", time_limit: float | None = 
     Returns
     -------
     Result
-        The best stage's result (scored on the instance with that ``zero``); ``info["zero_auto"]``:
-        ``{stage: objective or "infeasible" or "time_limit"}`` and the stage chosen. Status
-        ``OPTIMAL`` only if every stage was solved to optimality or proven infeasible; else
-        ``TIME_LIMIT`` with the least of the stages' lower bounds.
+        As :func:`~pipeopt.problems.zero.best_zero_stage` returns it (``info["zero_auto"]``: each
+        stage's objective or status and the stage chosen).
 
     Raises
     ------
     InvalidProblemError
         If ``method`` is not ``dp`` or ``auto``, or a solve refuses the instance.
     InfeasibleError
-        If no stage has a plan that fits (the messages of each).
+        If every stage is proven infeasible (the messages of each).
     """
-    import dataclasses
+    from ..zero import best_zero_stage
 
     if method not in ("dp", "auto"):
         raise InvalidProblemError(f"the ZeRO stage is chosen by the partition methods dp and auto, not {method!r}")
-    deadline = Deadline(time_limit)
     solver_kw = {"solver": solver, "seed": seed, "threads": threads}
-    seen: dict = {}
-    best, chosen, proven, bounds, missed = None, None, True, [], []
-    for z in ZERO_STAGES:
-        inst = instance.with_settings(zero=z)
-        try:  # auto runs dp whenever the settings ask for data parallelism (.auto.choose)
-            res = solve_dp(PartitionProblem(inst, **kw), time_limit=deadline, **solver_kw)
-        except InfeasibleError as exc:
-            seen[z] = "infeasible"
-            missed.append(f"ZeRO-{z}: {exc}")
-            continue
-        if res.status != Status.OPTIMAL:
-            proven = False
-        if res.lower_bound is not None:
-            bounds.append(res.lower_bound)
-        seen[z] = res.objective if res.plan is not None else res.status.value
-        if res.plan is not None and (best is None or res.objective < best.objective):
-            best, chosen = res, z
-    if best is None:
-        if proven and not bounds:
-            raise InfeasibleError("no ZeRO stage gives a plan that fits: " + "; ".join(missed))
-        raise InfeasibleError("no plan found under the time limit for any ZeRO stage: " + "; ".join(missed))
-    info = dict(best.info)
-    info["zero_auto"] = {"stages": seen, "chosen": chosen}
-    if proven:
-        return dataclasses.replace(best, info=info, runtime=deadline.elapsed())
-    return dataclasses.replace(best, status=Status.TIME_LIMIT, lower_bound=min(bounds), info=info,
-                               runtime=deadline.elapsed())
+    return best_zero_stage(
+        lambda z, deadline: solve_dp(PartitionProblem(instance.with_settings(zero=z), **kw), time_limit=deadline,
+                                     **solver_kw),
+        time_limit)

@@ -34,11 +34,12 @@ def test_solve_zero_stage_and_refusals():
         res = solve(base, stages=3, recompute="auto", zero=z)
         direct = solve(base.with_settings(zero=z), stages=3, recompute="auto")
         assert res.objective == direct.objective and res.info["zero"]["zero"] == z
-    with pytest.raises(InvalidProblemError, match="dp / auto"):
-        solve(base, stages=3, method="milp", zero="auto")
-    with pytest.raises(InvalidProblemError, match="dp / auto"):
-        solve(base.with_settings(zero=0, dp=1, gradient_ratio=0.0, optimizer_ratio=0.0), problem="schedule",
-              schedule="1F1B", stages=3, zero="auto")
+    by_dp = solve(base, stages=3, zero="auto", time_limit=None)
+    by_milp = solve(base, stages=3, method="milp", zero="auto", time_limit=None)  # any exact method with ZeRO
+    assert by_milp.status == by_dp.status == "optimal"
+    assert by_milp.objective == pytest.approx(by_dp.objective, rel=1e-6)
+    with pytest.raises(InvalidProblemError, match="a method that models ZeRO, not partition/probe"):
+        solve(base, stages=3, method="probe", zero="auto")
     for bad in (4, -1, "2", True, 1.5):
         with pytest.raises(InvalidProblemError, match="zero must be"):
             solve(base, stages=3, zero=bad)
