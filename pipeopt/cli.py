@@ -132,10 +132,45 @@ def _data_parallel(p) -> None:
                    help="optimizer-state bytes per parameter byte (e.g. 2 for Adam in fp32; default the file's, 0)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of the ``pipeopt`` command."""
+COMMANDS = ("bench", "solve", "simulate", "show", "zoo", "export", "run", "grade", "profile")
+"""The subcommands, in the order ``pipeopt --help`` lists them."""
+
+
+class _Skipped:
+    """Stands in for the parser of a subcommand that :func:`build_parser` leaves bare (its name
+    and help only): its option definitions are ignored (argparse builds a help formatter for
+    every option, most of the ~3-6 ms a full parser takes)."""
+
+    def add_argument(self, *args, **kwargs) -> None:
+        return None
+
+    def add_mutually_exclusive_group(self, *args, **kwargs) -> "_Skipped":
+        return self
+
+
+class _OnlySubparsers:
+    """``add_subparsers()``'s action, adding the options of the subcommand ``only`` alone (all
+    when ``None``); the others are bare parsers."""
+
+    def __init__(self, sub, only: str | None):
+        self._sub, self._only = sub, only
+
+    def add_parser(self, name: str, **kwargs):
+        if self._only is None or name == self._only:
+            return self._sub.add_parser(name, **kwargs)
+        self._sub.add_parser(name, add_help=False, **kwargs)  # never parses: named for the top-level usage
+        return _Skipped()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of the ``pipeopt`` command.
+
+    ``command``: build only that subcommand's parser (one of :data:`COMMANDS`; its parsing,
+    ``--help`` and error messages are the full parser's for a command line that starts with it);
+    ``None`` (default): every subcommand, as ``pipeopt --help`` and a wrong command need.
+    """
     ap = argparse.ArgumentParser(prog="pipeopt", description="Exact pipeline-parallel planning and heuristic gaps.")
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = _OnlySubparsers(ap.add_subparsers(dest="command", required=True), command)
 
     b = sub.add_parser("bench", help="run methods on instances and print a table (default: shipped instances)")
     b.add_argument(
@@ -874,7 +909,9 @@ def main(argv: list[str] | None = None) -> int:
     the stages built differ from the plan (:data:`RUN_DIFFERS`); 130 interrupted.
     """
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else argv
+        only = words[0] if words and words[0] in COMMANDS else None  # the command first: build only its parser
+        args = build_parser(only).parse_args(argv)
     except SystemExit as exc:  # argparse: usage error (2) or --help (0)
         return exc.code if isinstance(exc.code, int) else 2
     _one_blas_thread(args.command)
