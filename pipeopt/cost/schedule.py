@@ -33,6 +33,7 @@ Orders per replica (``mbs`` its microbatches, k its window, :func:`rules.in_flig
 
 from __future__ import annotations
 
+import functools
 import graphlib
 from dataclasses import dataclass
 
@@ -129,6 +130,10 @@ def run_graph(schedule: str, replicas, window, split, links, microbatches: int, 
     :func:`lane_graph` of the replicas' lanes (:func:`replica_lanes`), every cut crossing
     between workers, link ``j mod L_c`` of cut c carrying its microbatches in order.
 
+    The graph depends only on the arguments, not on any time: the last :data:`RUN_GRAPHS`
+    distinct ones are kept (a search that evaluates many splits of one shape builds its graph
+    once). Callers read the graph and never change it.
+
     Parameters
     ----------
     schedule
@@ -146,6 +151,19 @@ def run_graph(schedule: str, replicas, window, split, links, microbatches: int, 
     -------
     RunGraph
     """
+    return _run_graph(str(schedule), tuple(int(m) for m in replicas), tuple(int(k) for k in window),
+                      tuple(bool(x) for x in split), tuple(int(L) for L in links), int(microbatches),
+                      bool(overlap))
+
+
+RUN_GRAPHS = 8
+"""How many distinct run graphs :func:`run_graph` keeps (a graph holds about 4 S M ops)."""
+
+
+@functools.lru_cache(maxsize=RUN_GRAPHS)
+def _run_graph(schedule: str, replicas: tuple, window: tuple, split: tuple, links: tuple, microbatches: int,
+               overlap: bool) -> RunGraph:
+    """:func:`run_graph` on hashable arguments (its cache)."""
     S, M = len(replicas), int(microbatches)
     orders = replica_lanes(schedule, replicas, window, split, M)
     lanes = [[((op, s, j),) for op, j in ops] for (s, _, _), ops in orders.items()]

@@ -7,8 +7,6 @@ each cut one transfer each way, on the graph of :func:`pipeopt.cost.schedule.run
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from ...cost import rules
@@ -68,14 +66,8 @@ def event_graph(problem: PartitionProblem, schedule: str, microbatches: int | No
     sequential execution, one link per cut); M defaults to the instance's."""
     S = problem.stages
     M = problem.instance.settings.microbatches if microbatches is None else int(microbatches)
-    return _run_graph(schedule, S, M, bool(problem.instance.settings.overlap))
-
-
-@functools.lru_cache(maxsize=16)
-def _run_graph(schedule: str, S: int, M: int, overlap: bool) -> RunGraph:
-    """:func:`event_graph`'s graph, built once per (schedule, S, M, overlap): the tie-break
-    times many splits on the same graph (callers read it, never change it)."""
-    return run_graph(schedule, [1] * S, rules.windows(S), [False] * S, [1] * max(S - 1, 0), M, overlap)
+    return run_graph(schedule, [1] * S, rules.windows(S), [False] * S, [1] * max(S - 1, 0), M,
+                     bool(problem.instance.settings.overlap))
 
 
 def run_time(problem: PartitionProblem, starts, schedule: str,

@@ -238,12 +238,16 @@ class _RunBounds:
         b = a["b_end"][p[:, 1:]] - a["b_begin"][p[:, :-1]]
         self.durations = np.concatenate([f, b, a["xfer"][p[:, 1:-1]]], axis=1)  # (splits, 3S - 1)
         index = {op: q for q, op in enumerate(graph.ops)}
+        worker_ops: list[list] = [[] for _ in range(S)]  # each stage's F and B in the graph's order
+        for op in graph.ops:
+            if op[0] in ("F", "B"):
+                worker_ops[op[1]].append(op)
         self.counts = []
         for s in range(S):
             path = []
             for t in range(s):
                 path += [("F", t, 0)] + ([("X", t, 0)] if ("X", t, 0) in index else [])
-            path += [op for op in graph.ops if op[0] in ("F", "B") and op[1] == s]
+            path += worker_ops[s]
             for t in range(s - 1, -1, -1):
                 path += ([("Y", t, M - 1)] if ("Y", t, M - 1) in index else []) + [("B", t, M - 1)]
             if not all(op in index for op in path):
