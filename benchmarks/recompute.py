@@ -185,27 +185,38 @@ SCHEDULES = (("1F1B", 1), ("InterleavedZeroBubble", 1), ("ZBVZeroBubble", 2), ("
 """(schedule, chunks per rank v) of the schedule rows."""
 
 
-def schedule_rows(time_limit: float, ranks: int = 8, microbatches: int = 32, schedules=SCHEDULES) -> list[str]:
-    """The schedule problem's rows (module docstring). With two chunks per rank the uniform split's
-    exact sets may need more than the exact check's combinations
+SCHEDULE_PLANS = (("exact, recompute auto", "auto", "milp"), ("exact, no recompute", "none", "milp"),
+                  ("exact split, every layer recomputed", "full", "milp"),
+                  ("uniform split, exact sets", "auto", "uniform"),
+                  ("uniform split, every layer recomputed", "full", "uniform"))
+"""(label, recompute, how) of each schedule's rows; with ``memory=True`` (the per-instance tables)
+every row also gives each rank's memory."""
+
+
+def schedule_rows(time_limit: float, ranks: int = 8, microbatches: int = 32, schedules=SCHEDULES,
+                  instance: str = SCHEDULE_INSTANCE, memory: bool = False) -> list[str]:
+    """The schedule problem's rows (module docstring) on ``instance``. With two chunks per rank
+    the uniform split's exact sets may need more than the exact check's combinations
     (:data:`pipeopt.problems.schedule.recompute.MAX_COMBINATIONS`): then its sets are the budget
-    heuristic's (:func:`pipeopt.problems.schedule.recompute.budget_recompute`), and the row says so."""
+    heuristic's (:func:`pipeopt.problems.schedule.recompute.budget_recompute`), and the row says so.
+    With ``memory`` a row "exact, no recompute" (an infeasible one says by how much the best split
+    misses the limit) and a column of each rank's GiB against the limit are added."""
     from pipeopt.problems.schedule import ScheduleProblem, solve_milp
     from pipeopt.problems.schedule.baselines import uniform
     from pipeopt.problems.schedule.problem import uniform_starts
     from pipeopt.problems.schedule.recompute import budget_recompute
 
-    inst = load(ROOT / SCHEDULE_INSTANCE)
-    out = [f"Schedule problem: {Path(SCHEDULE_INSTANCE).stem}, p = {ranks} ranks (v chunks each), "
+    inst = load(ROOT / instance)
+    out = [f"Schedule problem: {Path(instance).stem}, p = {ranks} ranks (v chunks each), "
            f"m = {microbatches}; seconds per iteration (the executor); gap = (value - exact bound) / value",
            "",
-           "| schedule | v | plan | status | s per iteration | gap to exact bound | recomputed:layers per chunk | solve s |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| schedule | v | plan | status | s per iteration | gap to exact bound | recomputed:layers per chunk | "
+           + ("GiB per rank of the limit | " if memory else "") + "solve s |",
+           "| --- | --- | --- | --- | --- | --- | --- | " + ("--- | " if memory else "") + "--- |"]
+    plans = SCHEDULE_PLANS if memory else tuple(x for x in SCHEDULE_PLANS if x[1] != "none")
     for sched, v in schedules:
         bound = None
-        for label, rc, how in (("exact, recompute auto", "auto", "milp"), ("exact split, every layer recomputed", "full", "milp"),
-                               ("uniform split, exact sets", "auto", "uniform"),
-                               ("uniform split, every layer recomputed", "full", "uniform")):
+        for label, rc, how in plans:
             t0 = time.perf_counter()
             try:
                 pr = ScheduleProblem(inst, sched, ranks, microbatches, stages_per_rank=v, recompute=rc)
@@ -220,14 +231,22 @@ def schedule_rows(time_limit: float, ranks: int = 8, microbatches: int = 32, sch
                     label = "uniform split, budget sets (heuristic)"
             except PipeoptError as exc:
                 out.append(f"| {sched} | {v} | {label} | - | - | - | {type(exc).__name__}: {str(exc)[:160]} | "
-                           f"{time.perf_counter() - t0:.1f} |")
+                           + ("- | " if memory else "") + f"{time.perf_counter() - t0:.1f} |")
                 continue
             secs = time.perf_counter() - t0
             if label.startswith("exact, recompute auto"):
                 bound = res.lower_bound
+            if res.plan is None:  # no plan: the status, and why (an infeasible result says by how much)
+                why = str(res.info.get("note") or "-")
+                out.append(f"| {sched} | {v} | {label} | {res.status.value} | - | - | {why} | "
+                           + ("- | " if memory else "") + f"{secs:.1f} |")
+                print(f"{sched} {label}: {res.status} {why} ({secs:.1f} s)", file=sys.stderr)
+                continue
             gap = "-" if bound is None else f"{(res.objective - bound) / res.objective * 100:.1f}%"
+            ranks_mem = ("/".join(f"{m_ / GIB:.1f}" for m_ in res.evaluation.memory)
+                         + f" of {res.evaluation.memory_capacity[0] / GIB:.1f} | ") if memory else ""
             out.append(f"| {sched} | {v} | {label} | {res.status.value} | {res.objective:.4f} | {gap} | "
-                       f"{recomputed(res.plan) if res.plan is not None else '-'} | {secs:.1f} |")
+                       f"{recomputed(res.plan)} | {ranks_mem}{secs:.1f} |")
             print(f"{sched} {label}: {res.status} {res.objective:.4f} s ({secs:.1f} s)", file=sys.stderr)
     return out
 
@@ -240,7 +259,25 @@ def main(argv=None) -> int:
     ap.add_argument("--schedules-from", default=None,
                     help="without --schedules: copy the schedule section of this earlier output unchanged")
     ap.add_argument("--out", default=None, help="write the Markdown table here (default: print)")
+    ap.add_argument("--only-schedules", nargs="*", default=None, metavar="INSTANCE",
+                    help="only the schedule problem, on these instances (default: the memory instances at "
+                         "8 devices), each with its per-rank memory and the no-recompute row")
+    ap.add_argument("--schedule-names", nargs="+", default=None, metavar="SCHEDULE",
+                    help="with --only-schedules: these schedules only (default: all five)")
     args = ap.parse_args(argv)
+    if args.only_schedules is not None:
+        chosen = SCHEDULES if not args.schedule_names else tuple(x for x in SCHEDULES if x[0] in args.schedule_names)
+        lines = []
+        for path in args.only_schedules or [p for p in INSTANCES if p.endswith("-x8.json")]:
+            lines += [*schedule_rows(args.time_limit, schedules=chosen, instance=path, memory=True), ""]
+            if args.out:  # a long run: what is done so far is on disk
+                Path(args.out).write_text("# python benchmarks/recompute.py --only-schedules\n\n" + "\n".join(lines))
+        text = "\n".join(lines)
+        if args.out:
+            Path(args.out).write_text(f"# python benchmarks/recompute.py --only-schedules\n\n{text}")
+        else:
+            print(text)
+        return 0
     lines = ["| instance | S | method | status | ms per microbatch | gap to exact | layers per stage "
              "| recomputed per stage | GiB per stage of the limit | ZeRO | solve s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

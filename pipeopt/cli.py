@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import registry, units
-from .errors import InvalidProblemError, PipeoptError, WriteError
+from .errors import InfeasibleError, InvalidProblemError, PipeoptError, WriteError
 from .lazy import lazy_module
 
 json = lazy_module("json")  # imported by the commands that read or print JSON (start-up of the others)
@@ -523,7 +523,11 @@ def _solve_schedule(args, inst) -> int:
     print(f"{inst.name}: {inst.num_layers} layers, {ranks} ranks, {m} microbatches")
     print(schedule_table(results))
     if best is None:
-        print("no schedule has a split that fits")
+        done = [r for r in results if not isinstance(r, tuple)]
+        if done and all(str(r.status) == "infeasible" for r in done):  # proven: an error that says by how much
+            raise InfeasibleError("no schedule has a split that fits: " + "; ".join(
+                f"{r.info['schedule']}: {r.info.get('note') or 'proven infeasible'}" for r in done))
+        print("no schedule has a split that fits (none proven infeasible: see the statuses)")
         return 0
     how = "proven least" if proven else "least found (not proven: see the bounds)"
     print(f"\nbest: {best.info['schedule']}, iteration {best.objective * 1e3:.4f} ms ({how})")

@@ -748,8 +748,11 @@ def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline |
             info["note"] = "CP-SAT said infeasible although a plan that fits is known"
             status = "feasible"
         else:
+            from .shortfall import shortfall_note
+
+            note = shortfall_note(problem)
             raise InfeasibleError(f"{problem.instance.name}: no split and order of the free schedule fits the memory"
-                                  " (proven by CP-SAT)")
+                                  " (proven by CP-SAT)" + (f"; {note}" if note else ""))
     elif incumbent is None:
         status = "time_limit"
     elif out.proven and bound is not None and incumbent[0] <= bound * (1 + SOLVER_CLAIM) + 1e-300:

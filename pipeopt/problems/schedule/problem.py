@@ -363,12 +363,22 @@ class ScheduleProblem:
         chunks 1..S-1 start), ``ranks``, ``stages_per_rank``, ``microbatches``, ``chunks``,
         ``w_placement``, ``order`` (per rank, the actions run, when they differ from the
         schedule's: free W placement, the zero-bubble greedy), ``objective`` and
-        ``assumptions``.
+        ``assumptions``; a proven infeasible result without a split gains ``shortfall`` (bytes,
+        starts, exact: :func:`.shortfall.least_overshoot`) and a ``note`` saying by how much the
+        best split misses the limit.
         """
         ex = self.execute(starts, order, recompute) if starts is not None else None
         if ex is not None and not ex.feasible and status == "feasible":
             status = "infeasible"
         info = dict(info or {})
+        if status == "infeasible" and starts is None and "shortfall" not in info:  # by how much no split fits
+            from .shortfall import least_overshoot, shortfall_note
+
+            short = least_overshoot(self)
+            info["shortfall"] = {"bytes": short.bytes, "starts": short.starts, "exact": short.exact}
+            note = shortfall_note(self, short)
+            if note:
+                info.setdefault("note", note)
         run = self.schedule if order is None else order
         info.setdefault("assumptions", list(ex.assumptions) if ex is not None else list(self.instance.assumptions))
         info.update(schedule=self.schedule.name, starts=None if starts is None else [int(c) for c in starts],
