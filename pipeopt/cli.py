@@ -368,7 +368,7 @@ def _solve(args, inst):
         size["replication"] = replication
     if recompute is not None:
         size["recompute"] = recompute
-    zero = "auto" if getattr(args, "zero", None) == "auto" else None  # else already in the instance's settings
+    zero = _zero_option(args)
     args.method = args.method or registry.default_method(problem, ("zero",) if zero else ())
     return solve(inst, problem=problem, method=args.method, zero=zero, time_limit=args.time_limit, solver=args.solver,
                  seed=args.seed, **size)
@@ -453,6 +453,19 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _zero_option(args) -> str | None:
+    """``"auto"`` if ``--zero auto`` was given (the solve chooses the stage), else ``None`` (a
+    ``--zero 0..3`` is already in the instance's settings, :func:`_instance`)."""
+    return "auto" if getattr(args, "zero", None) == "auto" else None
+
+
+def _with_chosen_zero(inst, res):
+    """``(instance, zero_auto)``: with ``--zero auto`` the instance with the ZeRO stage ``res``
+    chose (the one its plan runs on) and ``res.info["zero_auto"]``; else ``(inst, None)``."""
+    zero_auto = res.info.get("zero_auto") if res is not None else None
+    return (inst.with_settings(zero=zero_auto["chosen"]) if zero_auto else inst), zero_auto
+
+
 def _zero_auto_line(zero_auto: dict) -> str:
     """The line that says which ZeRO stage ``--zero auto`` chose and each stage's result."""
     tried = ", ".join(f"ZeRO-{z} {v * 1e3:.4f} ms" if isinstance(v, float) else f"ZeRO-{z} {v}"
@@ -487,7 +500,7 @@ def _solve_schedule(args, inst) -> int:
         if which != "free":
             raise InvalidProblemError(f"--placement is for --schedule free; {which} has its own placement")
         options["placement"] = args.placement
-    zero = "auto" if getattr(args, "zero", None) == "auto" else None  # else already in the instance's settings
+    zero = _zero_option(args)
     if which == "auto":
         if zero:
             raise InvalidProblemError("--zero auto needs one named --schedule (each schedule's ZeRO stage is chosen"
@@ -499,9 +512,7 @@ def _solve_schedule(args, inst) -> int:
                          solver=args.solver, seed=args.seed, schedule=which, stages=args.stages,
                          microbatches=args.microbatches, **options)]
     best, proven = best_schedule(results)
-    zero_auto = best.info.get("zero_auto") if best is not None else None
-    if zero_auto:  # --zero auto: the plan is the chosen stage's
-        inst = inst.with_settings(zero=zero_auto["chosen"])
+    inst, zero_auto = _with_chosen_zero(inst, best)
     if args.save_plan and best is not None:
         _write(args.save_plan, lambda path: path.write_text(json.dumps(best.plan.to_dict(), indent=1)))
     if args.json:
@@ -550,9 +561,7 @@ def cmd_solve(args) -> int:
     if getattr(args, "schedule", None) or args.problem == "schedule":
         return _solve_schedule(args, inst)
     res = _solve(args, inst)
-    zero_auto = res.info.get("zero_auto")
-    if zero_auto:  # --zero auto: the plan is the chosen stage's
-        inst = inst.with_settings(zero=zero_auto["chosen"])
+    inst, zero_auto = _with_chosen_zero(inst, res)
     if args.save_plan and res.plan is not None:
         _write(args.save_plan, lambda path: path.write_text(json.dumps(res.plan.to_dict(), indent=1)))
     if args.json:
