@@ -84,11 +84,16 @@ from .model import (
 )
 from ...result import Result
 from .problem import ScheduleProblem, uniform_starts
-from .recompute import budget_recompute
+from .recompute import best_recompute, budget_recompute
 from .w_placement import build_free_milp, free_start_values, place_for_split, read_order
 
 __all__ = ["MEMORY_WIDEN", "build_milp", "chunk_durations", "local_search", "memory_scale", "memory_terms",
            "recompute_supported", "solve_milp", "split_and_durations", "split_values", "work_balanced_starts"]
+
+WARM_COMBINATIONS = 2000
+"""With several chunks per rank and ``recompute="auto"``: the most recompute combinations
+:func:`.recompute.best_recompute` checks for each warm-start candidate (its exact sets for that
+split, when they beat the budget heuristic's; past this the budget sets stand)."""
 
 _TIME_SCALE = 1000.0
 """The solver's time unit is a reference iteration time / this."""
@@ -248,7 +253,9 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     a binary per layer (:class:`~pipeopt.problems.partition.milp.RecomputeChoice`) and the rank's
     memory rows per count vector (:func:`.model.recompute_memory_rows`); the plan carries the
     solver's recompute sets, the warm start's are :func:`.recompute.budget_recompute`'s (a
-    heuristic); if the executor finds the solver's sets over memory (the rows' widening), the
+    heuristic) or, where faster, the exact sets of a candidate split (the hint, uniform,
+    work-balanced, local search's; :func:`.recompute.best_recompute` up to
+    :data:`WARM_COMBINATIONS` combinations); if the executor finds the solver's sets over memory (the rows' widening), the
     heuristic's sets for that split are tried and the loop stops there without a proof.
     """
     if problem.is_free:
@@ -309,6 +316,18 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     if incumbent is not None:  # a better warm start: cuts moved while the executor's time drops
         incumbent, inc_value = local_search(problem, incumbent, inc_value, deadline.sub(fraction=HEURISTIC_SHARE),
                                             score=score)
+    exact_sets: dict = {}  # split -> its exact recompute sets (v > 1, auto), where they were checked
+    if layered and problem.recompute == "auto":  # the candidates' exact sets beat the budget heuristic's
+        for cand in [*candidates, incumbent]:
+            if cand is None or tuple(cand) in exact_sets or deadline.expired():
+                continue
+            try:
+                value, picks, _ = best_recompute(problem, list(cand), problem.schedule, limit=WARM_COMBINATIONS)
+            except InvalidProblemError:  # too many combinations to check here: the budget sets stand
+                continue
+            exact_sets[tuple(cand)] = picks
+            if value < inc_value:
+                incumbent, inc_value = list(cand), value
     ref = inc_value if incumbent is not None else \
         problem.execute(candidates[0], recompute=[None] * S if layered else None).time
     unit = model_unit(ref, _TIME_SCALE)
@@ -341,7 +360,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         return Verdict(value, value < math.inf, "breaks memory by the executor", final=free or layered)
 
     # the resolve loop shared with the partition problem's event-time MILP (backends/lazy.py)
-    inc_sets = sets(incumbent) if incumbent is not None else None
+    inc_sets = (exact_sets.get(tuple(incumbent)) or sets(incumbent)) if incumbent is not None else None
     lazy = resolve(lambda exclude, clock: build(problem, unit, exclude=[p[0] for p in exclude], deadline=clock),
                    lambda v, plan: (warm_values(problem, v, plan[0], plan[1], unit, plan[2]) if layered
                                     else warm_values(problem, v, plan[0], plan[1], unit)), read, verdict,

@@ -168,7 +168,7 @@ def budget_recompute(problem, starts, order=None) -> list | None:
     return picks
 
 
-def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds) -> list:
+def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds, limit: int = MAX_COMBINATIONS) -> list:
     """The combinations of frontier points of ``rank``'s chunks that fit its memory and whose
     added seconds no other fitting combination beats in every chunk: ``list[dict[chunk, point]]``."""
     mine = order.stages_on(rank)
@@ -179,9 +179,9 @@ def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds) -> l
         params[s] = float(problem.param_prefix[bounds[s + 1]] - problem.param_prefix[bounds[s]])
         state[s] = model.state(bounds[s], bounds[s + 1])
     count = math.prod(len(fronts[s]) for s in mine)
-    if count > MAX_COMBINATIONS:
+    if count > limit:
         raise InvalidProblemError(f"recompute='auto' with {order.stages_per_rank} chunks per rank: rank {rank}'s chunks"
-                                  f" have {count} combinations of recompute choices (at most {MAX_COMBINATIONS});"
+                                  f" have {count} combinations of recompute choices (at most {limit});"
                                   " use a smaller chain or v = 1")
     options = []
     for pick in itertools.product(*(range(len(fronts[s])) for s in mine)):
@@ -202,7 +202,7 @@ def _rank_options(problem, model: ChunkRecompute, order, rank: int, bounds) -> l
     return [dict(zip(mine, pick, strict=True)) for _, pick in kept]
 
 
-def best_recompute(problem, starts, order) -> tuple[float, list, object]:
+def best_recompute(problem, starts, order, limit: int = MAX_COMBINATIONS) -> tuple[float, list, object]:
     """The recompute sets of least iteration time for the split ``starts`` of ``problem``
     (:class:`~pipeopt.problems.schedule.problem.ScheduleProblem` with ``recompute="auto"``) run
     in ``order`` (the schedule, or it with its W's placed elsewhere), exactly (module docstring).
@@ -217,7 +217,7 @@ def best_recompute(problem, starts, order) -> tuple[float, list, object]:
     Raises
     ------
     InvalidProblemError
-        With v > 1, more than :data:`MAX_COMBINATIONS` combinations to check.
+        With v > 1, more than ``limit`` (default :data:`MAX_COMBINATIONS`) combinations to check.
     """
     model = problem.recomputation
     S = problem.S
@@ -231,15 +231,15 @@ def best_recompute(problem, starts, order) -> tuple[float, list, object]:
             picks.append(None if i is None else model.choice(a, b, i) or None)
         ex = run_schedule(problem.instance, order, problem.plan(starts, picks))
         return (ex.time if ex.feasible else math.inf), picks, ex
-    per_rank = [_rank_options(problem, model, order, r, bounds) for r in range(order.ranks)]
+    per_rank = [_rank_options(problem, model, order, r, bounds, limit) for r in range(order.ranks)]
     if not all(per_rank):  # some rank fits no choice: the split is infeasible
         picks = [None] * S
         ex = run_schedule(problem.instance, order, problem.plan(starts, picks))
         return math.inf, picks, ex
     total = math.prod(len(o) for o in per_rank)
-    if total > MAX_COMBINATIONS:
+    if total > limit:
         raise InvalidProblemError(f"recompute='auto' with {order.stages_per_rank} chunks per rank: {total} combinations"
-                                  f" of the ranks' recompute choices (at most {MAX_COMBINATIONS}); use a smaller chain"
+                                  f" of the ranks' recompute choices (at most {limit}); use a smaller chain"
                                   " or v = 1")
     best = (math.inf, None, None)
     for combo in itertools.product(*per_rank):
