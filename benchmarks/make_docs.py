@@ -170,9 +170,14 @@ PAGES = (
          "recomputed layers and memory per stage (1F1B bottleneck per microbatch, "
          "`pipeopt.evaluate`); with 8 data-parallel replicas, each ZeRO stage with and without recomputation "
          "and the stage `--zero auto` picks; and torch's schedules (1F1B, zero bubble) with each chunk's "
-         "recompute set chosen with the split (iteration time by the executor).",
-         ("python benchmarks/recompute.py --schedules --time-limit 150 --out benchmarks/results/recompute.md",),
-         ("recompute.md",)),
+         "recompute set chosen with the split (iteration time by the executor); then per instance (the five "
+         "at 8 devices) the schedule problem for 1F1B, zero bubble (v = 1) and ZBV (v = 2): the exact plan "
+         "with recomputation, without (an infeasible one says by how much it misses), with every layer "
+         "recomputed, and torch's uniform split, each with its memory per rank.",
+         ("python benchmarks/recompute.py --schedules --time-limit 150 --out benchmarks/results/recompute.md",
+          "python benchmarks/recompute.py --only-schedules --schedule-names 1F1B InterleavedZeroBubble "
+          "ZBVZeroBubble --time-limit 120 --out benchmarks/results/recompute_schedules.md"),
+         ("recompute.md", "recompute_schedules.md")),
 )
 
 INDEX_INTRO = (

@@ -59,6 +59,7 @@ def best_zero_stage(solve_stage: Callable[[int, Deadline], Result], time_limit=N
     deadline = Deadline.of(time_limit)
     seen: dict = {}
     best, chosen, last, refuted, proven, bounds, missed = None, None, None, None, True, [], []
+    refuted_z = None
     for z in ZERO_STAGES:
         try:
             res = solve_stage(z, deadline)
@@ -67,7 +68,7 @@ def best_zero_stage(solve_stage: Callable[[int, Deadline], Result], time_limit=N
             missed.append(f"ZeRO-{z}: {exc}")
             continue
         if res.status == Status.INFEASIBLE:  # an exact method's proof that no plan of this stage fits
-            seen[z], refuted = "infeasible", res
+            seen[z], refuted, refuted_z = "infeasible", res, z
             continue
         last = res
         if res.status != Status.OPTIMAL:
@@ -79,8 +80,10 @@ def best_zero_stage(solve_stage: Callable[[int, Deadline], Result], time_limit=N
     if last is None:  # every stage proven infeasible
         if refuted is None:
             raise InfeasibleError("no ZeRO stage gives a plan that fits: " + "; ".join(missed))
-        return dataclasses.replace(refuted, info={**refuted.info, "zero_auto": {"stages": seen, "chosen": None}},
-                                   runtime=deadline.elapsed())
+        info = {**refuted.info, "zero_auto": {"stages": seen, "chosen": None}}
+        if info.get("note"):  # the shortfall said is the last stage's (ZeRO-3: the least memory)
+            info["note"] = f"every ZeRO stage refuted; at ZeRO-{refuted_z}: {info['note']}"
+        return dataclasses.replace(refuted, info=info, runtime=deadline.elapsed())
     out = best if best is not None else last
     info = {**out.info, "zero_auto": {"stages": seen, "chosen": chosen}}
     if proven:

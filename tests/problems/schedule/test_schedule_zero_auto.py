@@ -66,6 +66,12 @@ def test_every_stage_infeasible_is_an_infeasible_result():
                         zero="auto", time_limit=None)
     assert res.status == Status.INFEASIBLE and res.plan is None
     assert res.info["zero_auto"] == {"stages": {z: "infeasible" for z in ZERO_STAGES}, "chosen": None}
+    # by how much: the shortfall of ZeRO-3 (the least memory), as its own solve says it
+    three = pipeopt.solve(_instance(1.5e9).with_settings(zero=3), problem="schedule", method="milp",
+                          schedule="1F1B", stages=2, microbatches=4, time_limit=None)
+    assert three.info["shortfall"]["exact"] and three.info["shortfall"]["bytes"] > 0
+    assert res.info["note"] == f"every ZeRO stage refuted; at ZeRO-3: {three.info['note']}"
+    assert "misses the limit by" in res.info["note"]
 
 
 def test_a_stage_stopped_at_its_limit_is_reported_not_claimed():
