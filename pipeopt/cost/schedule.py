@@ -179,7 +179,8 @@ def _run_graph(schedule: str, replicas: tuple, window: tuple, split: tuple, link
             if split[s]:  # a split stage admits microbatch j once j - 2 k m has left
                 admit = 2 * int(window[s]) * int(replicas[s])
                 also.update({("F", s, j): (("B", s, j - admit),) for j in range(admit, M)})
-    return lane_graph(lanes, S, channels=channels, overlap=overlap, also=also)[0]
+    graph = lane_graph(lanes, S, channels=channels, overlap=overlap, also=also)[0]
+    return RunGraph(tuple(graph.ops), tuple(graph.after))  # shared by the cache's callers: read-only
 
 
 def lane_graph(lanes, stages: int, *, cross=None, channels=(), overlap: bool = True, also=None,

@@ -236,3 +236,16 @@ if __name__ == "__main__":  # pragma: no cover - regenerates the baseline
         BASELINE.write_text(json.dumps(compute(), indent=0, sort_keys=True) + "\n")
     else:
         print(json.dumps(compute())[:2000])
+
+
+def test_run_graph_is_cached_read_only_and_keyed_by_value():
+    """``run_graph`` keeps its last graphs: equal arguments (lists or tuples, numpy ints) give the
+    same graph object, whose ops and waits are tuples (callers share it); other arguments another."""
+    import numpy as np
+
+    a = run_graph("1f1b", [1, 1, 1], [3, 2, 1], [False] * 3, [1, 1], 4, True)
+    b = run_graph("1f1b", (1, 1, 1), np.array([3, 2, 1]), (False, False, False), (np.int64(1), 1), 4, True)
+    assert a is b and isinstance(a.ops, tuple) and isinstance(a.after, tuple)
+    assert all(isinstance(w, tuple) for w in a.after)
+    assert run_graph("1f1b", [1, 1, 1], [3, 2, 1], [False] * 3, [1, 1], 5, True) is not a
+    assert run_graph("gpipe", [1, 1, 1], [3, 2, 1], [False] * 3, [1, 1], 4, True) is not a
