@@ -128,8 +128,9 @@ def overshoot_note(p: PartitionProblem) -> str:
     over, starts = least_overshoot(p)
     if not (math.isfinite(over) and over > 0):
         return ""
-    how = {"auto": " with every recompute choice tried", "full": " with every layer recomputed"}.get(
-        p.recompute, " (no recomputation: try recompute='auto')")
+    from .recompute import overshoot_hint
+
+    how = overshoot_hint(p.recompute)
     return (f"; the best split (stages starting at units {[0, *starts]}) misses the limit by "
             f"{over / 2**30:.3f} GiB ({over:,.0f} bytes) on its worst stage{how}")
 

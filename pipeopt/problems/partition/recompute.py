@@ -463,6 +463,13 @@ def backtrack(fronts: list, layers: list, i: int) -> dict:
     return chosen
 
 
+def overshoot_hint(recompute: str) -> str:
+    """How a shortfall's message ends for the ``recompute`` option: what was tried, or (none) the
+    option to try."""
+    return {"auto": " with every recompute choice tried", "full": " with every layer recomputed"}.get(
+        recompute, " (no recomputation: try recompute='auto')")
+
+
 def min_max_overshoot(matrices, S: int) -> tuple[float, list[int]]:
     """The smallest, over every straight split into ``S`` stages, of the largest overshoot of
     its stages: a min-max DP over ``matrices[s]`` (``ndarray (n+1, n+1)`` end-major, the

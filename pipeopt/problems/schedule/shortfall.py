@@ -23,7 +23,7 @@ import numpy as np
 
 from ...cost import rules
 from ...schedules import FREE
-from ..partition.recompute import min_max_overshoot
+from ..partition.recompute import min_max_overshoot, overshoot_hint
 
 __all__ = ["Shortfall", "least_overshoot", "shortfall_note"]
 
@@ -100,8 +100,7 @@ def shortfall_note(problem, short: Shortfall | None = None) -> str:
     short = least_overshoot(problem) if short is None else short
     if not (math.isfinite(short.bytes) and short.bytes > 0):
         return ""
-    how = {"auto": " with every recompute choice tried", "full": " with every layer recomputed"}.get(
-        problem.recompute, " (no recomputation: try recompute='auto')")
+    how = overshoot_hint(problem.recompute)
     by = "by" if short.exact else "by at least"
     return (f"no split fits: the best (chunks starting at units {[0, *short.starts]}) misses the limit {by} "
             f"{short.bytes / 2**30:.3f} GiB ({short.bytes:,.0f} bytes) on its fullest rank{how}")
