@@ -72,25 +72,12 @@ def least_overshoot(problem) -> Shortfall:
         i = np.arange(n + 1)[None, :]
         lo = np.minimum(i, j)
         act, params = P["act"][j] - P["act"][lo], P["param"][j] - P["param"][lo]
-        state = _state_matrix(problem)
+        state = problem.table.sharded_state(lo, j)  # training state beyond the weights (0 by default)
         mats = [np.where(j > i, rules.stage_memory(act, params, flight[s], sched.parameter_copies) + state
                          - problem.capacity, np.inf) for s in range(S)]
     over, starts = min_max_overshoot(mats, S)
     one_each = all(len(sched.stages_on(r)) == 1 for r in range(sched.ranks))
     return Shortfall(float(over), [int(c) for c in starts], bool(one_each and not free))
-
-
-def _state_matrix(problem) -> np.ndarray | float:
-    """``state[j, i]``: training-state bytes of a chunk of units ``i..j-1`` under the settings'
-    data parallelism (:meth:`pipeopt.cost.CostTable.sharded_state`); 0 without."""
-    if not problem.instance.settings.data_parallel:
-        return 0.0
-    n = problem.n
-    out = np.zeros((n + 1, n + 1))
-    for b in range(1, n + 1):
-        for a in range(b):
-            out[b, a] = float(problem.table.sharded_state(a, b))
-    return out
 
 
 def shortfall_note(problem, short: Shortfall | None = None) -> str:
