@@ -843,8 +843,11 @@ class ChainProbe:
         cache[key] = w
         return w
 
-    def solve(self, T: float, deadline: Deadline | None = None) -> list[int] | None:
+    def solve(self, T: float, deadline: Deadline | None = None, cache: dict | None = None) -> list[int] | None:
         """Stage starts of a split with period <= T, or ``None`` if there is none.
+
+        ``cache``: the least busy times of workers at this T (keyed by their pooled resources),
+        shared by calls at the same T on other groupings (:mod:`.local`); ``None``: a new one.
 
         Raises
         ------
@@ -855,7 +858,7 @@ class ChainProbe:
         ii, jj = self.ii, self.jj
         cut_ok = p.cut_time <= T
         trip = p.round_trip
-        cache: dict = {}
+        cache = {} if cache is None else cache
         G = np.full(n + 1, np.inf)
         args = []
         for s in range(S):
@@ -871,6 +874,8 @@ class ChainProbe:
             G = table[arg, np.arange(n + 1)]
             G = np.where(G <= -self.U[s] * T, G, np.inf)
             args.append(arg)
+            if not np.isfinite(G).any():  # no split of the first s + 1 stages passes
+                return None
         if not math.isfinite(G[n]):
             return None
         starts, j = [], n
