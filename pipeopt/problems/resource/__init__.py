@@ -18,6 +18,8 @@ Modules, one job each:
                           latency of a microbatch (an exact DP over the chain and the workers)
 ``duan_wu``               the paper's heuristics (binary-search partition, two steps,
                           Algorithm 2 in two readings of p_i) and round-robin
+``local``                 a local search over groupings (move or swap a device; each neighbour's
+                          split by the chain DP): the group methods' start
 ``search``                the exact methods' common search: bounds, start, the bisection on T
                           (:func:`pipeopt.backends.bisection.bisect`), certified plans
 ``bounds``                lower bounds and the limit every plan that fits passes
