@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...cost import rules
 from ...jit import njit
 
 
@@ -258,3 +259,80 @@ def undominated(comps, G):  # pragma: no cover - compiled
                 keep[i] = False
                 break
     return keep
+
+
+_window_carry = njit(cache=True, nogil=True)(rules.window_carry)
+""":func:`pipeopt.cost.rules.window_carry`, compiled (the rule itself, read by :func:`chain_dp`)."""
+
+
+@njit(cache=True, nogil=True)
+def chain_dp(ii, jj, w, room, cut_i, cut_j, trip, D, U, T, n, args):  # pragma: no cover - compiled
+    """The chain DP of :class:`~pipeopt.problems.resource.problem.ChainProbe` at a limit T, stage
+    by stage over every unit range (one loop instead of a table per stage).
+
+    Parameters (``S`` stages, ``P`` unit ranges ``ii[q]..jj[q]-1``)
+    ----------
+    ii, jj : int64 (P,)
+        The ranges' first unit and end.
+    w : float64 (S, P)
+        Each stage's least busy time on each range at T (``inf``: no share passes T).
+    room : bool (S, P)
+        The range fits the stage's worker's memory and leaves a unit to every other stage.
+    cut_i, cut_j : bool (P,)
+        The cut before ``ii[q]`` / before ``jj[q]`` passes T.
+    trip, D, U, T, n
+        Round trip of each cut, the window rows' tokens per stage, the limit, the unit count.
+    args : int64 (S, n + 1)
+        Out: per stage and end, the start of the stage in the least-``G`` split (``-1``: none).
+
+    Returns
+    -------
+    bool
+        Whether some split of the n units into the S stages passes T. With ``G_s(j)`` the least
+        window state over the splits of units ``0..j-1`` into stages ``0..s``,
+        ``G_s(j) = min_i w_s(i, j) + window_carry(G_{s-1}(i), trip[i], D_s, T)`` (the first i on
+        ties, as ``argmin``), kept where ``G_s(j) <= -U_s T``.
+    """
+    S, P = w.shape
+    G = np.full(n + 1, np.inf)
+    nxt = np.empty(n + 1)
+    for s in range(S):
+        nxt[:] = np.inf
+        args[s, :] = -1
+        first, last = s == 0, s == S - 1
+        for q in range(P):
+            i, j = ii[q], jj[q]
+            if not room[s, q]:
+                continue
+            if first:
+                if i != 0:
+                    continue
+            elif not cut_i[q]:
+                continue
+            if last:
+                if j != n:
+                    continue
+            elif not cut_j[q]:
+                continue
+            wq = w[s, q]
+            if not wq < np.inf:
+                continue
+            if first:
+                val = wq + _window_carry(-np.inf, 0.0, D[s], T)
+            else:
+                if not G[i] < np.inf:
+                    continue
+                val = wq + _window_carry(G[i], trip[i], D[s], T)
+            if val < nxt[j] or (val == nxt[j] and i < args[s, j]):
+                nxt[j] = val
+                args[s, j] = i
+        alive = False
+        for j in range(n + 1):
+            if nxt[j] <= -U[s] * T:
+                alive = True
+            else:
+                nxt[j] = np.inf
+        G, nxt = nxt, G
+        if not alive:
+            return False
+    return G[n] < np.inf

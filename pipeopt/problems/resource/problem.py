@@ -45,6 +45,7 @@ from ...instance import Instance
 from ..partition.problem import check_stage_count
 from ...plan import Plan, Stage
 from ...result import Result
+from .kernels import chain_dp
 from .split import best_split, least_busy, least_busy_many, theorem_split
 
 SPLIT_MODES = ("split", "sequential", "theorem")
@@ -786,7 +787,8 @@ class ChainProbe:
     ``G_s(j) <= -U_s T`` (the rows ending at stage s). A smaller G is better for every later
     stage, so keeping the least G per ``(s, j)`` loses nothing; memory (with the mode's
     in-flight count) and the cuts' own rows (``cut_time <= T``) prune the ranges. One probe
-    is O(S n^2), vectorised over the unit ranges.
+    is O(S n^2): the least busy times vectorised over the unit ranges, the recursion compiled
+    (:func:`~pipeopt.problems.resource.kernels.chain_dp`).
 
     Parameters
     ----------
@@ -805,10 +807,10 @@ class ChainProbe:
         self.problem, self.groups, self.mode = problem, [tuple(g) for g in groups], mode
         n, S = problem.n, len(groups)
         self.ii, self.jj, self.F, self.B = problem.ranges
-        self.room = []  # per stage: ranges that fit memory and leave one unit to every other stage
-        for s in range(S):
-            self.room.append(rules.fits(problem.range_memory(s, mode), problem.capacity(self.groups[s]))
-                             & (self.ii >= s) & (self.jj <= n - (S - 1 - s)))
+        self.room = np.empty((S, self.ii.size), dtype=bool)  # per stage: ranges that fit memory and leave
+        for s in range(S):  # one unit to every other stage
+            self.room[s] = (rules.fits(problem.range_memory(s, mode), problem.capacity(self.groups[s]))
+                            & (self.ii >= s) & (self.jj <= n - (S - 1 - s)))
         self.D, self.U = rules.window_tokens(rules.windows(S), np.ones(S), [mode != "sequential"] * S)
         self.keys = [tuple(sorted(problem.pooled(g).items())) for g in self.groups]
 
@@ -852,31 +854,20 @@ class ChainProbe:
         Raises
         ------
         DeadlineReached
-            If ``deadline`` passes (checked once per stage).
+            If ``deadline`` has passed (checked once, before the compiled DP).
         """
         p, n, S = self.problem, self.problem.n, len(self.groups)
-        ii, jj = self.ii, self.jj
-        cut_ok = p.cut_time <= T
-        trip = p.round_trip
+        if deadline is not None:
+            deadline.check("the chain DP")
         cache = {} if cache is None else cache
-        G = np.full(n + 1, np.inf)
-        args = []
-        for s in range(S):
-            if deadline is not None:
-                deadline.check(f"the chain DP (stage {s})")
-            w = self.busy(s, T, cache)
-            ok = self.room[s] & np.isfinite(w) & (cut_ok[ii] if s else ii == 0) & (cut_ok[jj] if s < S - 1 else jj == n)
-            cand = rules.window_step(-np.inf if s == 0 else G[ii], 0.0 if s == 0 else trip[ii], w, self.D[s], 0.0, T)[0]
-            cand = np.where(ok, cand, np.inf)
-            table = np.full((n + 1, n + 1), np.inf)
-            table[ii, jj] = cand
-            arg = np.argmin(table, axis=0)
-            G = table[arg, np.arange(n + 1)]
-            G = np.where(G <= -self.U[s] * T, G, np.inf)
-            args.append(arg)
-            if not np.isfinite(G).any():  # no split of the first s + 1 stages passes
-                return None
-        if not math.isfinite(G[n]):
+        cuts = cache.get("cuts")
+        if cuts is None or cuts[0] != T:  # the cuts' own rows at T, per range
+            cut_ok = p.cut_time <= T
+            cuts = cache["cuts"] = (T, cut_ok[self.ii], cut_ok[self.jj])
+        w = np.stack([self.busy(s, T, cache) for s in range(S)])
+        args = np.empty((S, n + 1), dtype=np.int64)
+        if not chain_dp(self.ii, self.jj, w, self.room, cuts[1], cuts[2], np.asarray(p.round_trip, dtype=float),
+                        np.asarray(self.D, dtype=float), np.asarray(self.U, dtype=float), float(T), n, args):
             return None
         starts, j = [], n
         for s in range(S - 1, 0, -1):
