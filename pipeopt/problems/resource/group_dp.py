@@ -96,7 +96,6 @@ from .problem import GroupProblem
 from .bounds import top_limit
 from .search import MIN_REL_GAP, exact_search
 from .kernels import least_pairs, menu_scan, undominated
-from .local import improve
 from .relax import StageRelaxation, relaxed_bound
 from .split import least_busy, least_busy_many
 
@@ -1094,16 +1093,12 @@ class _TopClock:
         return out
 
 
-def _starts(problem: GroupProblem, probe: TypesProbe, relaxed):
-    """Heuristic starts: those of the MILP and CP-SAT methods (:mod:`pipeopt.problems.resource.group`:
-    Algorithm 2's and round-robin's groupings with the binary-search partition, the better one
-    improved by the local search over groupings), then the type DP's beam passes
-    (:meth:`TypesProbe.heuristic`) bisected between a lower bound and the best plan so far, with at
-    most :data:`START_SHARE` of the time; every plan they find is a start, and each is polished by
-    the local search (:func:`~.local.improve`). The lower end is the priced work bound
-    (:meth:`TypesProbe.work_bound`) raised by ``relaxed(lower, top, deadline)`` (the stage
-    relaxation's bound, :func:`solve_dp`): the beam passes fail below the optimum, and each failure
-    costs seconds."""
+def _starts(problem: GroupProblem, probe: TypesProbe):
+    """Heuristic starts: Algorithm 2's and round-robin's groupings with the binary-search
+    partition (the MILP and CP-SAT methods' starts, :mod:`pipeopt.problems.resource.group`), then
+    the type DP's beam passes (:meth:`TypesProbe.heuristic`) bisected between the priced work
+    bound (:meth:`TypesProbe.work_bound`) and the best plan so far, with at most
+    :data:`START_SHARE` of the time; every plan they find is a start."""
     from .group import _starts as group_starts
 
     heuristics = group_starts(problem)
@@ -1113,15 +1108,14 @@ def _starts(problem: GroupProblem, probe: TypesProbe, relaxed):
         values = [problem.plan_value(*cand) for cand in out]
         hi = min((v for v in values if math.isfinite(v)), default=None)
         lo = probe.work_bound()
+        sub = deadline.sub(fraction=START_SHARE)
         try:
             if hi is None:  # nothing fits memory yet: a limit every plan that fits passes
-                found = probe.heuristic(top_limit(problem), deadline.sub(fraction=START_SHARE))
+                found = probe.heuristic(top_limit(problem), sub)
                 if found is None:
                     return out
                 out.append(found)
                 hi = problem.plan_value(*found)
-            lo = relaxed(lo, hi, deadline)
-            sub = deadline.sub(fraction=START_SHARE)
             while hi - lo > START_GAP * lo and not sub.expired():
                 mid = 0.5 * (lo + hi)
                 found = probe.heuristic(mid, sub, START_BEAMS)
@@ -1130,10 +1124,7 @@ def _starts(problem: GroupProblem, probe: TypesProbe, relaxed):
                     probe.beam_floor = max(probe.beam_floor, mid)  # the probe's passes are among these
                 else:
                     out.append(found)
-                    starts_, groups, value = improve(problem, *found, sub)
-                    if value < problem.plan_value(*found):
-                        out.append((starts_, groups))
-                    hi = min(mid, value)
+                    hi = min(mid, problem.plan_value(*found))
         except DeadlineReached:
             pass
         return out
@@ -1182,14 +1173,7 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
     probe = TypesProbe(problem)
     types = [int(c) for c in probe.types.counts]
     clocked = _TopClock(probe, deadline, MIN_REL_GAP)
-    bound: dict = {}  # the stage relaxation's bound, computed once (in the starts, or after them)
-
-    def relaxed(lower: float, top: float, dl: Deadline) -> float:
-        if "value" not in bound:
-            bound["value"] = relaxed_bound(StageRelaxation(probe), lower, top, dl.sub(fraction=RELAX_SHARE))
-        return max(lower, bound["value"])
-
-    heuristics = _starts(problem, probe, relaxed)
+    heuristics = _starts(problem, probe)
 
     def starts(dl: Deadline) -> list[tuple]:
         out = heuristics(dl)
@@ -1197,10 +1181,13 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
             clocked.seen(problem.plan_value(*cand))
         return out
 
+    def raise_lower(lower: float, top: float, dl: Deadline) -> float:
+        return relaxed_bound(StageRelaxation(probe), lower, top, dl.sub(fraction=RELAX_SHARE))
+
     return exact_search(problem, "types", clocked, deadline, starts,
                         {"bound": "largest T the type DP or its stage relaxation (relax.py) proved infeasible",
                          "types": types, "count_vectors": probe.types.size}, probe_top=True,
-                        first_top_share=FIRST_TOP_SHARE, step_share=STEP_SHARE, raise_lower=relaxed)
+                        first_top_share=FIRST_TOP_SHARE, step_share=STEP_SHARE, raise_lower=raise_lower)
 
 
 def _fallback(problem: GroupProblem, deadline: Deadline, solver, seed, threads, why: str) -> Result:
