@@ -279,3 +279,44 @@ def split_backward_chains(draw, n: int) -> nx.DiGraph:
     for i, node in enumerate(g.nodes):
         g.nodes[node]["bwd_w"] = {"gpu": bwd[i] * draw(st.floats(0.0, 1.0))}
     return g
+
+
+# ---- heterogeneous devices (the group problem) --------------------------------------------------
+
+DEVICE_PROFILES = ({"cpu": 1, "gpu": 2}, {"cpu": 4}, {"gpu": 3, "npu": 1}, {"npu": 4}, {"cpu": 2, "gpu": 1, "npu": 1})
+"""Resources of the random devices of :func:`device_instance` (a profile used twice: identical devices)."""
+
+
+def device_instance(n: int, profiles: list[int], *, seed: int, bandwidth: float, memory: list[float] | None = None,
+                    name: str | None = None) -> Instance:
+    """A random multi-kind chain of ``n`` units (:func:`pipeopt.problems.resource.examples.random_chain`) on
+    one device per entry of ``profiles`` (indices into :data:`DEVICE_PROFILES`), each with its ``memory``
+    (default unlimited)."""
+    from pipeopt import Device
+    from pipeopt.problems.resource.examples import random_chain
+
+    mem = memory or [math.inf] * len(profiles)
+    devices = tuple(Device(f"d{i}", dict(DEVICE_PROFILES[k]), m) for i, (k, m) in enumerate(zip(profiles, mem)))
+    return Instance(random_chain(n, seed=seed), Cluster(devices, bandwidth), name=name or f"types-{seed}")
+
+
+@st.composite
+def group_problems(draw, min_units: int = 2, min_workers: int = 1):
+    """A tiny :class:`~pipeopt.problems.resource.GroupProblem`: ``min_units``..6 units, 2..4 devices of
+    the first three profiles (repeats: identical devices), ``min_workers``..3 workers; memory unlimited,
+    binding (about half a stage of the whole chain per device) or loose; bandwidth loose or tight."""
+    from pipeopt.problems.resource import GroupProblem
+
+    seed = draw(st.integers(0, 10**6))
+    n = draw(st.integers(min_units, 6))
+    d = draw(st.integers(max(2, min_workers), 4))
+    profiles = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    q = draw(st.integers(min_workers, min(3, n, d)))
+    bandwidth = draw(st.sampled_from([1e9, 4e6, 1e6]))
+    free = device_instance(n, profiles, seed=seed, bandwidth=bandwidth)
+    memory = draw(st.sampled_from(["inf", "binding", "loose"]))
+    if memory != "inf":
+        whole = GroupProblem(free, q).stage_memory(0, n, 0)
+        per = whole * (0.45 if memory == "binding" else 2.0) * (2 / max(q, 1))
+        free = device_instance(n, profiles, seed=seed, bandwidth=bandwidth, memory=[per] * d)
+    return GroupProblem(free, q)

@@ -21,18 +21,9 @@ from pipeopt.problems.resource.examples import random_chain
 from pipeopt.problems.resource.group_dp import DeviceTypes, TypesProbe, solve_dp
 from pipeopt.problems.resource.kernels import fits, least_pairs, undominated
 from pipeopt.problems.resource.split import best_split, least_busy
+from strategies import DEVICE_PROFILES, device_instance, group_problems
 
 REL = 2e-4
-
-PROFILES = ({"cpu": 1, "gpu": 2}, {"cpu": 4}, {"gpu": 3, "npu": 1}, {"npu": 4}, {"cpu": 2, "gpu": 1, "npu": 1})
-
-
-def _instance(n: int, profiles: list[int], *, seed: int, bandwidth: float, memory: list[float] | None = None):
-    """A random chain on devices of the given profiles (a repeated profile: identical devices)."""
-    mem = memory or [math.inf] * len(profiles)
-    devices = tuple(pipeopt.Device(f"d{i}", dict(PROFILES[k]), m) for i, (k, m) in enumerate(zip(profiles, mem)))
-    return pipeopt.Instance(random_chain(n, seed=seed), pipeopt.Cluster(devices, bandwidth), name=f"types-{seed}")
-
 
 def _check(p: GroupProblem, r) -> None:
     assert r.plan is not None
@@ -41,28 +32,8 @@ def _check(p: GroupProblem, r) -> None:
     assert r.lower_bound is not None and r.lower_bound <= r.objective * (1 + 1e-9)
 
 
-@st.composite
-def small_problems(draw):
-    """2..6 units, 2..4 devices (profiles repeat: identical devices), 1..3 workers; memory
-    unlimited, binding (half of a stage of the whole chain per device) or loose; bandwidth
-    loose or tight."""
-    seed = draw(st.integers(0, 10**6))
-    n = draw(st.integers(2, 6))
-    d = draw(st.integers(2, 4))
-    profiles = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
-    q = draw(st.integers(1, min(3, n, d)))
-    bandwidth = draw(st.sampled_from([1e9, 4e6, 1e6]))
-    free = _instance(n, profiles, seed=seed, bandwidth=bandwidth)
-    memory = draw(st.sampled_from(["inf", "binding", "loose"]))
-    if memory != "inf":
-        whole = GroupProblem(free, q).stage_memory(0, n, 0)
-        per = whole * (0.45 if memory == "binding" else 2.0) * (2 / max(q, 1))
-        free = _instance(n, profiles, seed=seed, bandwidth=bandwidth, memory=[per] * d)
-    return GroupProblem(free, q)
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(p=small_problems())
+@given(p=group_problems())
 def test_types_equals_brute_force(p):
     _, _, best = brute_force(p)
     if not math.isfinite(best):
@@ -90,7 +61,7 @@ def _small_chunks():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(p=small_problems())
+@given(p=group_problems())
 def test_types_in_small_chunks_equals_brute_force(p):
     """The same cross-check with the pairs scanned for a few labels at a time and the menu items
     in groups by one test on their device counts (on these sizes the
@@ -113,7 +84,7 @@ def test_chunked_pairing_keeps_every_label(profiles, monkeypatch):
     from infeasible to generous: the labels of every boundary and the plan are the same whether the
     pairs are scanned in one go or a few labels at a time, with the menu items in groups by 2 tests
     on their device counts, against one group."""
-    p = GroupProblem(_instance(8, profiles, seed=4, bandwidth=1e8), 3)
+    p = GroupProblem(device_instance(8, profiles, seed=4, bandwidth=1e8), 3)
     probe = TypesProbe(p)
     lo = probe.work_bound()
     for T in (lo, 1.2 * lo, 1.5 * lo, 2.5 * lo, 6 * lo):
@@ -172,7 +143,7 @@ def test_least_pairs_is_the_brute_force_least(profiles, beam, bits, monkeypatch)
     are in groups by 2 tests on their device counts (the types the items use most) or 8 (with
     repeated types: thresholds on each type's count)."""
     monkeypatch.setattr(group_dp, "GROUP_BITS", bits)
-    p = GroupProblem(_instance(5, profiles, seed=1, bandwidth=1e9), 3)
+    p = GroupProblem(device_instance(5, profiles, seed=1, bandwidth=1e9), 3)
     probe = TypesProbe(p)
     ty, first = probe.types, probe._order_key
     rng = np.random.default_rng(3)
@@ -222,14 +193,14 @@ CROSS = [  # units, device profiles (repeats: identical devices), workers, seed,
 
 @pytest.mark.parametrize("n,profiles,q,seed,bandwidth,memory", CROSS)
 def test_types_equals_brute_force_milp_and_cpsat(n, profiles, q, seed, bandwidth, memory):
-    inst = _instance(n, profiles, seed=seed, bandwidth=bandwidth)
+    inst = device_instance(n, profiles, seed=seed, bandwidth=bandwidth)
     if memory is not None:
         per = GroupProblem(inst, q).stage_memory(0, n, 0) * memory
-        inst = _instance(n, profiles, seed=seed, bandwidth=bandwidth, memory=[per] * len(profiles))
+        inst = device_instance(n, profiles, seed=seed, bandwidth=bandwidth, memory=[per] * len(profiles))
     p = GroupProblem(inst, q)
     _, _, best = brute_force(p)
     if memory is not None:  # the memory binds: the optimum without it is better
-        free = GroupProblem(_instance(n, profiles, seed=seed, bandwidth=bandwidth), q)
+        free = GroupProblem(device_instance(n, profiles, seed=seed, bandwidth=bandwidth), q)
         assert best > brute_force(free)[2] * (1 + 1e-6)
     r = solve_dp(p, time_limit=None)
     _check(p, r)
@@ -246,7 +217,7 @@ def test_types_equals_brute_force_milp_and_cpsat(n, profiles, q, seed, bandwidth
 def test_identical_devices_are_counted_not_named():
     """6 devices of 2 types: 12 count vectors (not 2^6 subsets), and the optimum of brute force
     over every naming."""
-    inst = _instance(5, [0, 0, 0, 0, 3, 3], seed=3, bandwidth=4e6)
+    inst = device_instance(5, [0, 0, 0, 0, 3, 3], seed=3, bandwidth=4e6)
     p = GroupProblem(inst, 2)
     types = DeviceTypes(p)
     assert list(types.counts) == [4, 2] and types.size == 15 and not types.subsets
@@ -260,7 +231,7 @@ def test_identical_devices_are_counted_not_named():
 def test_count_vector_transforms():
     """prefix_min / below = the brute minimum over smaller count vectors; subsets index as bitmasks."""
     rng = random.Random(0)
-    p = GroupProblem(_instance(4, [0, 0, 1, 2, 2, 2], seed=1, bandwidth=1e9), 2)
+    p = GroupProblem(device_instance(4, [0, 0, 1, 2, 2, 2], seed=1, bandwidth=1e9), 2)
     ty = DeviceTypes(p)
     vals = np.array([rng.uniform(0, 1) for _ in range(ty.size)])
     pm, below = ty.prefix_min(vals), ty.below(vals)
@@ -269,8 +240,8 @@ def test_count_vector_transforms():
         assert pm[u] == min(vals[v] for v in le)
         assert below[u] == min((vals[v] for v in le if v != u), default=math.inf)
     # kernels.fits on packed count vectors (one subtraction) = the type-by-type comparison, every pair
-    wide = DeviceTypes(GroupProblem(_instance(4, [0] * 16 + [1] * 7 + [2], seed=1, bandwidth=1e9), 2))
-    distinct = DeviceTypes(GroupProblem(_instance(4, [0, 1, 2], seed=1, bandwidth=1e9), 2))
+    wide = DeviceTypes(GroupProblem(device_instance(4, [0] * 16 + [1] * 7 + [2], seed=1, bandwidth=1e9), 2))
+    distinct = DeviceTypes(GroupProblem(device_instance(4, [0, 1, 2], seed=1, bandwidth=1e9), 2))
     for t in (ty, wide, distinct):
         packed = t.pack(np.arange(t.size))
         got = [[fits(packed[c], packed[r], np.int64(t.guard)) for c in range(t.size)] for r in range(t.size)]
@@ -289,7 +260,7 @@ def test_least_power_is_the_brute_force_least(scan, bandwidth, monkeypatch):
     vector, by brute force, when the scan reaches every count vector; a lower bound on it when
     the scan stops early (8 of 162 here); and the cluster has that power whenever the DP finds a
     plan. Loose bandwidth, and tight (some cuts fail T: stages end elsewhere)."""
-    p = GroupProblem(_instance(7, [0, 0, 1, 1, 2, 3, 3, 4, 4], seed=6, bandwidth=bandwidth), 3)
+    p = GroupProblem(device_instance(7, [0, 0, 1, 1, 2, 3, 3, 4, 4], seed=6, bandwidth=bandwidth), 3)
     probe = TypesProbe(p)
     ty, first, n = probe.types, probe._order_key, p.n
     idx = np.arange(ty.size)
@@ -321,7 +292,7 @@ def test_least_power_is_the_brute_force_least(scan, bandwidth, monkeypatch):
 def test_rules_read_per_composition():
     """The cover-row rate is 1 / best_split's stage time and busy is least_busy on the pooled
     worker, for every composition and a few ranges (the DP reads the rules, it does not redo them)."""
-    p = GroupProblem(_instance(6, [0, 0, 1, 2, 4], seed=7, bandwidth=1e9), 2)
+    p = GroupProblem(device_instance(6, [0, 0, 1, 2, 4], seed=7, bandwidth=1e9), 2)
     probe = TypesProbe(p)
     ty = probe.types
     idx = np.arange(1, ty.size)
@@ -343,7 +314,7 @@ def test_rules_read_per_composition():
 def test_window_bound_is_below_every_plan():
     """window_need(k, j, P) <= sum of the busy times and round trips of stages k..S-1 of any plan
     starting stage k at j (the DP prunes with it, so it must never exceed a real plan)."""
-    p = GroupProblem(_instance(5, [0, 1, 2, 3], seed=11, bandwidth=1e6), 3)
+    p = GroupProblem(device_instance(5, [0, 1, 2, 3], seed=11, bandwidth=1e6), 3)
     probe = TypesProbe(p)
     first = probe._order_key
     T = 10.0  # generous: every stage passes, busy times are their unclipped least values
@@ -368,7 +339,7 @@ def test_window_bound_is_below_every_plan():
 
 
 def test_probe_brackets_the_optimum():
-    p = GroupProblem(_instance(5, [0, 1, 2, 2], seed=5, bandwidth=4e6), 3)
+    p = GroupProblem(device_instance(5, [0, 1, 2, 2], seed=5, bandwidth=4e6), 3)
     _, _, best = brute_force(p)
     probe = TypesProbe(p)
     assert probe(best * (1 - 1e-6), Deadline(None)).outcome == "infeasible"
@@ -398,7 +369,7 @@ def test_too_many_count_vectors_falls_back_to_the_milp(monkeypatch):
 
 def test_time_limit_is_honest():
     inst = pipeopt.Instance(random_chain(40, seed=2),
-                            pipeopt.Cluster(tuple(pipeopt.Device(f"s{i}", dict(PROFILES[i % 5])) for i in range(10)), 5e7))
+                            pipeopt.Cluster(tuple(pipeopt.Device(f"s{i}", dict(DEVICE_PROFILES[i % 5])) for i in range(10)), 5e7))
     r = solve_dp(GroupProblem(inst, 4), time_limit=0.3)
     assert r.status in (pipeopt.Status.TIME_LIMIT, pipeopt.Status.OPTIMAL, pipeopt.Status.FEASIBLE)
     if r.plan is not None:
@@ -407,7 +378,7 @@ def test_time_limit_is_honest():
 
 
 def test_through_the_registry():
-    inst = _instance(5, [0, 0, 1, 2], seed=9, bandwidth=1e9)
+    inst = device_instance(5, [0, 0, 1, 2], seed=9, bandwidth=1e9)
     r = pipeopt.solve(inst, problem="group", method="types", workers=2, time_limit=None)
     assert r.status == pipeopt.Status.OPTIMAL and r.method == "types"
 
@@ -468,10 +439,10 @@ def test_menus_are_the_brute_force_menus(profiles, memory):
     conditions of its docstring keep, by loops over every count vector, with the same busy times;
     with distinct devices, some that pass every other condition are left out because no label
     leaves their devices."""
-    inst = _instance(9, profiles, seed=8, bandwidth=3e8)
+    inst = device_instance(9, profiles, seed=8, bandwidth=3e8)
     if memory is not None:
         per = GroupProblem(inst, 4).stage_memory(0, 9, 0) * memory
-        inst = _instance(9, profiles, seed=8, bandwidth=3e8, memory=[per] * len(profiles))
+        inst = device_instance(9, profiles, seed=8, bandwidth=3e8, memory=[per] * len(profiles))
     p = GroupProblem(inst, 4)
     probe = TypesProbe(p)
     calls = []
@@ -507,7 +478,7 @@ def test_undominated_is_the_pairwise_and_the_grid_test():
     """undominated (compiled, pairwise) keeps exactly the labels that no other label dominates
     (fewer devices of every type and no larger window state; ties in G), = the numpy pairwise
     formula = the prefix-minimum test on the grid of count vectors (_pareto's other path)."""
-    ty = DeviceTypes(GroupProblem(_instance(4, [0, 0, 0, 1, 1, 2, 3, 3], seed=1, bandwidth=1e9), 2))
+    ty = DeviceTypes(GroupProblem(device_instance(4, [0, 0, 0, 1, 1, 2, 3, 3], seed=1, bandwidth=1e9), 2))
     rng = np.random.default_rng(7)
     for _ in range(5):
         u = rng.choice(ty.size, 60, replace=False)
@@ -545,7 +516,7 @@ def test_top_clock_gives_a_probe_just_below_the_best_plan_the_time_left():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(p=small_problems())
+@given(p=group_problems())
 def test_types_with_a_clock_equals_brute_force(p):
     """The same cross-check on a bounded clock (the top probes' clock policy, :class:`_TopClock`,
     is active): every claim holds; OPTIMAL is within the gap of brute force."""

@@ -8,40 +8,14 @@ import math
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import pipeopt
 from pipeopt.backends.deadline import Deadline
 from pipeopt.problems.resource import GroupProblem, brute_force, group
 from pipeopt.problems.resource.duan_wu import algorithm2_groups, bisection_partition
-from pipeopt.problems.resource.examples import random_chain
 from pipeopt.problems.resource.local import STEPS, improve, moves
 from pipeopt.problems.resource.problem import chain_optimum
-
-PROFILES = ({"cpu": 1, "gpu": 2}, {"cpu": 4}, {"gpu": 3, "npu": 1})
-
-
-def _problem(n, profiles, q, *, seed, bandwidth, memory=math.inf) -> GroupProblem:
-    devices = tuple(pipeopt.Device(f"d{i}", dict(PROFILES[k]), memory) for i, k in enumerate(profiles))
-    inst = pipeopt.Instance(random_chain(n, seed=seed), pipeopt.Cluster(devices, bandwidth), name=f"local-{seed}")
-    return GroupProblem(inst, q)
-
-
-@st.composite
-def small_problems(draw):
-    """3..6 units, 2..5 devices of up to 3 profiles (repeats: identical devices), 2..3 workers,
-    loose or tight bandwidth, memory unlimited or binding."""
-    seed = draw(st.integers(0, 10**6))
-    n = draw(st.integers(3, 6))
-    d = draw(st.integers(2, 5))
-    profiles = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
-    q = draw(st.integers(2, min(3, n, d)))
-    bandwidth = draw(st.sampled_from([1e9, 4e6, 1e6]))
-    p = _problem(n, profiles, q, seed=seed, bandwidth=bandwidth)
-    if draw(st.booleans()):  # memory that binds: about half a stage of the whole chain per device
-        per = p.stage_memory(0, n, 0) * 0.45 * (2 / q)
-        p = _problem(n, profiles, q, seed=seed, bandwidth=bandwidth, memory=per)
-    return p
+from strategies import device_instance, group_problems
 
 
 def _start(p: GroupProblem):
@@ -67,7 +41,7 @@ def test_moves_keep_every_device_and_a_device_per_stage():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(p=small_problems())
+@given(p=group_problems(min_units=3, min_workers=2))
 def test_improve_is_scored_exactly_and_between_the_start_and_the_optimum(p):
     starts, groups = _start(p)
     start = p.plan_value(starts, groups)
@@ -108,7 +82,7 @@ def test_improve_beats_algorithm2_on_gpt2_xl_over_mixed_devices():
 
 
 def test_improve_stops_at_its_deadline_with_the_start():
-    p = _problem(6, [0, 1, 2, 0, 1], 3, seed=3, bandwidth=1e9)
+    p = GroupProblem(device_instance(6, [0, 1, 2, 0, 1], seed=3, bandwidth=1e9), 3)
     starts, groups = _start(p)
     dl = Deadline(1e-9)  # passed before the first move is tried
     found_starts, found_groups, value = improve(p, starts, groups, dl)
