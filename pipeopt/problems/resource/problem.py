@@ -848,8 +848,9 @@ class ChainProbe:
     def solve(self, T: float, deadline: Deadline | None = None, cache: dict | None = None) -> list[int] | None:
         """Stage starts of a split with period <= T, or ``None`` if there is none.
 
-        ``cache``: the least busy times of workers at this T (keyed by their pooled resources),
-        shared by calls at the same T on other groupings (:mod:`.local`); ``None``: a new one.
+        ``cache``: the least busy times of workers at this T (keyed by their pooled resources)
+        and the cuts' own rows at T (key ``"cuts"``), shared by calls at the same T on other
+        groupings (:mod:`.local`); ``None``: a new one.
 
         Raises
         ------
