@@ -11,7 +11,6 @@ import random
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import pipeopt
 from pipeopt.backends.deadline import Deadline
