@@ -154,9 +154,11 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         Share of the time left each midpoint probe may use (default :data:`STEP_SHARE`; a probe
         that decides all or nothing wastes a share too small for it).
     raise_lower
-        ``raise_lower(lower, top, deadline) -> float``: a method's own lower bound, given the
-        common one and the incumbent's value (``top``); it must be valid (never above the optimum).
-        The bisection starts from the larger of the two (``info["lower_bounds"]`` records both).
+        ``raise_lower(lower, top, deadline) -> float | (float, plans)``: a method's own lower
+        bound, given the common one and the incumbent's value (``top``); it must be valid (never
+        above the optimum). The bisection starts from the larger of the two
+        (``info["lower_bounds"]`` records both). It may also return heuristic plans found with
+        the bound's help (``[(starts, groups), ...]``): a better one becomes the incumbent.
 
     Returns
     -------
@@ -186,7 +188,14 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
     top = best[1] if best is not None else top_limit(problem)
     if raise_lower is not None and best is not None and lower < top:
         own = raise_lower(lower, top, deadline)
+        own, more = own if isinstance(own, tuple) else (own, [])
         info = {**info, "lower_bounds": {"common": lower, "method": own}}
+        for cand in more:
+            value = problem.plan_value(*cand)
+            if value < best[1]:
+                best = (cand, value)
+                info["incumbent_from"] = "the bound's guided search"
+        top = best[1]
         lower = max(lower, min(own, top))
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
                    start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,

@@ -50,5 +50,19 @@ def test_relaxation_never_refutes_the_optimum(p, over):
     probe = TypesProbe(p)
     relax = StageRelaxation(probe)
     assert relax.feasible(best * over)
-    bound = relaxed_bound(relax, probe.work_bound() * 0.5, best * 2.0)
+    bound = relaxed_bound(probe, probe.work_bound() * 0.5, best * 2.0)
     assert bound <= best * (1 + 1e-9)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=small_problems(), bins=st.integers(1, 3), front=st.integers(1, 3), cells=st.sampled_from([1, 2, 8]))
+def test_every_resolution_is_a_relaxation(p, bins, front, cells):
+    """Coarse grids, fronts cut to one to three corners (:func:`relax._compress`) and a few
+    cells: still never above the brute-force optimum."""
+    _, _, best = brute_force(p)
+    if not math.isfinite(best):
+        return
+    probe = TypesProbe(p)
+    assert StageRelaxation(probe, bins, front, cells).feasible(best)
+    level = ((bins, front, cells),)
+    assert relaxed_bound(probe, probe.work_bound() * 0.5, best * 2.0, levels=level * 2) <= best * (1 + 1e-9)
