@@ -4,10 +4,6 @@ A plan of the group problem is a worker per stage (a count of each device class,
 :attr:`~pipeopt.problems.resource.GroupProblem.device_classes`) and a contiguous split of the
 chain over the workers. :func:`improve` starts from a plan and repeats first-improvement moves:
 
-* **relocate** stage a's worker to place b of the pipeline (the others keep their order): the
-  workers' order decides which stages keep many microbatches in flight and which windows
-  they enter (GPT-2 XL over 64 mixed devices, seed 2: the start puts the strongest worker on
-  stage 1 of 16, the optimum on the last stage, out of reach of device moves);
 * **move** one device of class t from stage a's worker to stage b's (a keeps a device);
 * **swap** a device of class t on stage a with one of class t' on stage b.
 
@@ -42,20 +38,10 @@ STEPS = (2e-3, 5e-4, 1.25e-4, 3e-5)
 
 
 def moves(counts: np.ndarray):
-    """Every neighbour of the count matrix ``counts`` (``(classes, S)``, ints): one stage's worker
-    taken out and put back at another place of the pipeline, then one device moved from one stage
-    to another (the first keeps a device), then one device of each of two classes swapped between
-    two stages; yields new matrices, in a fixed order."""
+    """Every neighbour of the count matrix ``counts`` (``(classes, S)``, ints): one device moved
+    from one stage to another (the first keeps a device), then one device of each of two classes
+    swapped between two stages; yields new matrices, in a fixed order."""
     tau, S = counts.shape
-    seen = {counts.tobytes()}
-    for a in range(S):
-        rest = np.delete(counts, a, axis=1)
-        for b in range(S):
-            out = np.insert(rest, b, counts[:, a], axis=1)
-            key = out.tobytes()
-            if key not in seen:  # equal workers side by side: the same order again
-                seen.add(key)
-                yield out
     sizes = counts.sum(axis=0)
     for a in range(S):
         if sizes[a] < 2:

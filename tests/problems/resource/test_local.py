@@ -28,25 +28,16 @@ def test_moves_keep_every_device_and_a_device_per_stage():
     counts = np.array([[2, 0, 1], [0, 1, 0], [1, 1, 3]])
     seen = [c for c in moves(counts)]
     assert seen, "a grouping with a worker of two devices has neighbours"
-    relocations = 0
     for c in seen:
         assert (c.sum(axis=1) == counts.sum(axis=1)).all()  # every device still placed
         assert (c.sum(axis=0) >= 1).all()  # every worker keeps a device
         assert (c >= 0).all()
-        assert not (c == counts).all()
-        if sorted(map(tuple, c.T)) == sorted(map(tuple, counts.T)):  # the same workers reordered
-            relocations += 1
-        else:
-            assert np.abs(c - counts).sum() in (2, 4)  # one device moved, or two swapped
-    # relocations: one worker taken out and put back elsewhere; of 3 distinct workers every
-    # order but the start and its reversal (which needs two relocations)
-    assert relocations == 4
-    assert len({c.tobytes() for c in seen[:relocations]}) == relocations  # each order once
+        assert np.abs(c - counts).sum() in (2, 4)  # one device moved, or two swapped
     # moves: from a worker of >= 2 devices, a class it holds, to each other worker
     n_moves = sum((counts[:, a] > 0).sum() * 2 for a in range(3) if counts[:, a].sum() >= 2)
     n_swaps = sum(1 for a in range(3) for b in range(a + 1, 3) for t in range(3) for u in range(3)
                   if t != u and counts[t, a] > 0 and counts[u, b] > 0)
-    assert len(seen) == relocations + n_moves + n_swaps
+    assert len(seen) == n_moves + n_swaps
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
