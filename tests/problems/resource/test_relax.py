@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,3 +68,46 @@ def test_every_resolution_is_a_relaxation(p, bins, front, cells):
     assert StageRelaxation(probe, bins, front, cells).feasible(best)
     level = ((bins, front, cells),)
     assert relaxed_bound(probe, probe.work_bound() * 0.5, best * 2.0, levels=level * 2) <= best * (1 + 1e-9)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=small_problems(), over=st.sampled_from([1.0, 1.3]))
+def test_relaxed_split_is_a_split_of_the_chain(p, over):
+    """Where the relaxation allows T (at the optimum it must), its relaxed plan's split has one
+    start per stage after the first, increasing, inside the chain."""
+    _, _, best = brute_force(p)
+    if not math.isfinite(best):
+        return
+    split = StageRelaxation(TypesProbe(p)).split(best * over)
+    assert split is not None
+    assert len(split) == p.num_stages - 1
+    bounds = [0, *split, p.n]
+    assert all(a < b for a, b in zip(bounds, bounds[1:]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=small_problems(), data=st.data())
+def test_restricted_type_dp_keeps_to_its_ends_and_the_guided_plans_to_their_limit(p, data):
+    """The type DP with allowed stage ends (``ends_ok``) returns only plans that end each stage
+    where allowed, within its limit, and never below the optimum; with every end allowed it
+    answers as the whole DP. The guided search's plans are scored exactly and below its top."""
+    from pipeopt.problems.resource.group_dp import _guided
+    from pipeopt.backends.deadline import Deadline
+
+    _, _, best = brute_force(p)
+    if not math.isfinite(best):
+        return
+    n, S = p.n, p.num_stages
+    probe = TypesProbe(p)
+    T = best * data.draw(st.sampled_from([1.0, 1.2, 2.0]))
+    assert (probe.solve(T, ends_ok=np.ones((S, n + 1), dtype=bool)) is None) == (probe.solve(T) is None)
+    mask = np.array(data.draw(st.lists(st.lists(st.booleans(), min_size=n + 1, max_size=n + 1),
+                                       min_size=S, max_size=S)), dtype=bool).reshape(S, n + 1)
+    found = probe.solve(T, ends_ok=mask)
+    if found is not None:
+        starts, groups = found
+        assert all(mask[k, e] for k, e in enumerate(starts))
+        assert best * (1 - 1e-9) <= p.plan_value(starts, groups) <= T * (1 + 1e-9)
+    top = best * 1.5
+    for starts, groups in _guided(probe, probe.work_bound() * 0.5, top, Deadline.of(None)):
+        assert best * (1 - 1e-9) <= p.plan_value(starts, groups) <= top * (1 + 1e-9)
