@@ -42,8 +42,6 @@ resolutions of :data:`LEVELS`.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...backends.deadline import Deadline

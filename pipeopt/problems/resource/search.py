@@ -154,11 +154,11 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         Share of the time left each midpoint probe may use (default :data:`STEP_SHARE`; a probe
         that decides all or nothing wastes a share too small for it).
     raise_lower
-        ``raise_lower(lower, top, deadline) -> float | (float, plans)``: a method's own lower
-        bound, given the common one and the incumbent's value (``top``); it must be valid (never
-        above the optimum). The bisection starts from the larger of the two
-        (``info["lower_bounds"]`` records both). It may also return heuristic plans found with
-        the bound's help (``[(starts, groups), ...]``): a better one becomes the incumbent.
+        ``raise_lower(lower, top, deadline) -> (bound, plans)``: a method's own lower bound, given
+        the common one and the incumbent's value (``top``); it must be valid (never above the
+        optimum). The bisection starts from the larger of the two (``info["lower_bounds"]``
+        records both). ``plans``: heuristic plans found with the bound's help (``[(starts,
+        groups), ...]``, possibly none); a better one becomes the incumbent.
 
     Returns
     -------
@@ -180,22 +180,22 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
             f"{problem.instance.name}: some layer can run on no worker into {problem.num_stages} stages "
             f"(its resource kinds have 0 units on every device); no plan has a finite period"
         )
-    best = None
-    for cand in starts(deadline):
-        value = problem.plan_value(*cand)
-        if math.isfinite(value) and (best is None or value < best[1]):
-            best = (cand, value)
+
+    def better(best, cands):  # the plan of least period among best and cands (None: none fits)
+        for cand in cands:
+            value = problem.plan_value(*cand)
+            if math.isfinite(value) and (best is None or value < best[1]):
+                best = (cand, value)
+        return best
+
+    best = better(None, starts(deadline))
     top = best[1] if best is not None else top_limit(problem)
     if raise_lower is not None and best is not None and lower < top:
-        own = raise_lower(lower, top, deadline)
-        own, more = own if isinstance(own, tuple) else (own, [])
+        own, more = raise_lower(lower, top, deadline)
         info = {**info, "lower_bounds": {"common": lower, "method": own}}
-        for cand in more:
-            value = problem.plan_value(*cand)
-            if value < best[1]:
-                best = (cand, value)
-                info["incumbent_from"] = "the bound's guided search"
-        top = best[1]
+        if (guided := better(best, more)) is not best:
+            best, top = guided, guided[1]
+            info["incumbent_from"] = "the bound's guided search"
         lower = max(lower, min(own, top))
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
                    start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,
