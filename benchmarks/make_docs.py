@@ -97,8 +97,12 @@ PAGES = (
          "For each of the seven schedules of torch.distributed.pipelining, the proven optimal split of "
          "the layers into its chunks, against the splits users get without a planner (uniform, "
          "torchtitan's, the best 1F1B plan) and the zero-bubble repository's greedy scheduler.",
-         ("python benchmarks/schedule_split.py", "python benchmarks/schedule_split.py --quick"),
-         ("schedule_split.md",)),
+         ("python benchmarks/schedule_split.py", "python benchmarks/schedule_split.py --quick",
+          "python benchmarks/schedule_split.py --solver cbc --csv benchmarks/results/schedule_split_cbc.csv   # "
+          "and --solver highs beside it",
+          "python benchmarks/schedule_solvers.py benchmarks/results/schedule_split_cbc.csv "
+          "benchmarks/results/schedule_split_highs.csv --out benchmarks/results/schedule_solvers.md"),
+         ("schedule_split.md", "schedule_solvers.md", "schedule_split_cbc.csv", "schedule_split_highs.csv")),
     Page("w_placement", "Free placement of the weight-gradient steps (zero-bubble schedules)",
          "The exact split with every W step placed anywhere on its rank after its own I, against the "
          "schedule's own W places.",
@@ -117,8 +121,11 @@ PAGES = (
          "For every PipeDream profile and S, the certified plan simulated under 1F1B against its "
          "objective, and the best a simulator-scored local search finds around it.",
          ("python benchmarks/schedule_exact.py",
-          "python benchmarks/schedule_exact.py --fixed-orders   # torch's two-chunk orders, p = 8, m = 16"),
-         ("schedule_exact_fixed.md",)),
+          "python benchmarks/schedule_exact.py --fixed-orders --solver highs --markdown "
+          "benchmarks/results/schedule_exact_fixed.md   # torch's two-chunk orders, p = 8, m = 16",
+          "python benchmarks/schedule_exact.py --fixed-orders --solver cbc --markdown "
+          "benchmarks/results/schedule_exact_fixed_cbc.md"),
+         ("schedule_exact_fixed.md", "schedule_exact_fixed_cbc.md")),
     Page("time_limits", "Time limits hold",
          "Every exact method of every problem through `pipeopt.solve` with limits of 1, 5 and 20 s: "
          "the wall time each run really took.",

@@ -11,7 +11,7 @@ started from the certified plan and from every baseline's plan (must be 0 %).
 ``--fixed-orders`` (issue 23): torch's two-chunk orders (Interleaved1F1B, LoopedBFS,
 InterleavedZeroBubble v = 2, ZBVZeroBubble, DualPipeV) on GPT-2 XL and BERT-large x8 A100, p = 8,
 m = 16, each split exactly by the event-time MILP (:func:`pipeopt.problems.schedule.solve_milp`,
-CBC, one thread) and by the split search (:mod:`pipeopt.problems.schedule.split_search`), each
+``--solver``: CBC by default, one thread) and by the split search (:mod:`pipeopt.problems.schedule.split_search`), each
 ``--time-limit`` seconds, with the MILP's LP relaxation (its root bound). Every time is the
 executor's; the load average is printed with each row.
 
@@ -95,6 +95,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fixed-orders", action="store_true",
                     help="instead: torch's two-chunk orders, p = 8, m = 16: MILP and split search (issue 23)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="with --fixed-orders: seconds per solve")
+    ap.add_argument("--solver", choices=("cbc", "highs"), default="cbc",
+                    help="with --fixed-orders: the MILP's backend (default cbc, as the committed table)")
     ap.add_argument("--markdown", help="with --fixed-orders: also write the table to this file")
     args = ap.parse_args(argv)
     if args.fixed_orders:
@@ -148,7 +150,8 @@ def fixed_orders(args) -> int:
     from pipeopt.problems.schedule.split_search import lp_weights, solve_split_search
 
     root = Path(__file__).resolve().parents[1]
-    lines = [f"torch's two-chunk orders, p = 8, m = 16, each split exactly; {args.time_limit:g} s per solve;"
+    lines = [f"torch's two-chunk orders, p = 8, m = 16, each split exactly; {args.time_limit:g} s per solve; MILP by "
+             f"{args.solver};"
              f" 2-core machine, load average {os.getloadavg()[0]:.1f} at start", "",
              "| instance | order | LP root ms | MILP status | MILP ms | MILP bound ms | MILP gap | MILP s |"
              " split search status | ms | bound ms | gap | nodes | s | load |",
@@ -168,7 +171,7 @@ def fixed_orders(args) -> int:
             problem = ScheduleProblem(inst, name, 8, 16, 2)
             lp = lp_weights(problem)
             t0 = time.perf_counter()
-            milp = solve_milp(problem, time_limit=args.time_limit)
+            milp = solve_milp(problem, time_limit=args.time_limit, solver=args.solver)
             m_cells = cells(milp, time.perf_counter() - t0)
             t0 = time.perf_counter()
             search = solve_split_search(ScheduleProblem(inst, name, 8, 16, 2), time_limit=args.time_limit)

@@ -66,7 +66,7 @@ def ms(x) -> float | None:
     return None if x is None or not math.isfinite(x) else x * 1e3
 
 
-def rows_for(name: str, inst, p: int, m: int, schedules, time_limit: float):
+def rows_for(name: str, inst, p: int, m: int, schedules, time_limit: float, solver: str | None = None):
     """The rows of one (instance, p, m): one per schedule, then the ZB greedy's (its "gap": how
     much slower it is than the fastest split the exact solves found over the seven schedules,
     proven or not - not a bound on the greedy's own space)."""
@@ -77,7 +77,7 @@ def rows_for(name: str, inst, p: int, m: int, schedules, time_limit: float):
         except PipeoptError as exc:
             print(f"  {sched}: refused ({exc})", file=sys.stderr)
             continue
-        res = solve_milp(pr, time_limit=time_limit)
+        res = solve_milp(pr, time_limit=time_limit, **({"solver": solver} if solver else {}))
         bound = res.lower_bound
         row = {"instance": name, "units": pr.n, "p": p, "m": m, "schedule": sched, "v": pr.stages_per_rank,
                "status": res.status, "optimum_ms": ms(res.objective), "bound_ms": ms(bound),
@@ -131,6 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--schedules", nargs="*", help="schedule names (default: all seven)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact solve (default 60)")
     ap.add_argument("--quick", action="store_true", help="GPT-2 XL and VGG16, p = 4, m = 8, 10 s per solve")
+    ap.add_argument("--solver", choices=("cbc", "highs"), help="the exact MILP's backend (default: solve_milp's)")
     ap.add_argument("--csv", help="append the rows to this CSV as they finish")
     ap.add_argument("--markdown", help="write the table to this file")
     args = ap.parse_args(argv)
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
         inst = instance(name)
         for p in ranks:
             for m in mbs:
-                for row in rows_for(name, inst, p, m, schedules, limit):
+                for row in rows_for(name, inst, p, m, schedules, limit, args.solver):
                     rows.append(row)
                     print(markdown([row]).splitlines()[-1], flush=True)
                     if writer:

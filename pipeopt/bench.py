@@ -166,7 +166,7 @@ def run(
     workers: Sequence[int] | None = None,
     methods: Sequence[str] | None = None,
     time_limit: float = 60.0,
-    solver: str = "cbc",
+    solver: str = "auto",
     replication: bool = False,
     bandwidth: float | None = None,
     memory: float | None = None,
@@ -207,7 +207,8 @@ def run(
     time_limit
         Seconds per exact solve.
     solver
-        MILP backend, ``"cbc"`` or ``"highs"``.
+        MILP backend, ``"cbc"``, ``"highs"`` or ``"auto"`` (default: each problem's own,
+        :func:`pipeopt.registry.default_solver`).
     replication
         Run the partition DP in the replicated-one-order space instead of the one-order one.
     bandwidth, memory

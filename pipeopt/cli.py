@@ -100,7 +100,8 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 60.0) -> None:
     p.add_argument("--time-limit", type=parse_seconds, default=time_limit,
                    help=f"seconds per solve: the exact methods' limit and the search baselines' budget "
                         f"(default {time_limit:g}; solve: none for no limit)")
-    p.add_argument("--solver", default="cbc", choices=["cbc", "highs"], help="MILP backend (default cbc)")
+    p.add_argument("--solver", default="auto", choices=["auto", "cbc", "highs"],
+                   help="MILP backend (default auto: HiGHS for the schedule problem, CBC for the others)")
     p.add_argument("--replication", action="store_true", help="allow PipeDream stage replication (partition)")
     p.add_argument(
         "--bandwidth",
@@ -323,7 +324,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--time-limit", type=parse_seconds, default=60.0,
                    help="seconds for the exact solve (default 60; none: until proven); at the limit the gap is "
                         "taken to the solver's lower bound and said so")
-    g.add_argument("--solver", default="cbc", choices=["cbc", "highs"], help="MILP backend (default cbc)")
+    g.add_argument("--solver", default="auto", choices=["auto", "cbc", "highs"],
+                   help="MILP backend (default auto: HiGHS for the schedule problem, CBC for the others)")
     g.add_argument("--json", action="store_true")
     g.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     _add_profile(sub)

@@ -474,7 +474,7 @@ def _span(names) -> str:
 
 def grade(instance, layout: Layout, *, schedule: str | None = None, microbatches: int | None = None,
           stages_per_rank: int | None = None, method: str | None = None, time_limit: float | None = 60.0,
-          solver: str = "cbc", threads: int = 2) -> Grade:
+          solver: str = "auto", threads: int = 2) -> Grade:
     """Score ``layout`` on ``instance`` and solve the same problem exactly (module docstring).
 
     Parameters

@@ -125,6 +125,20 @@ def default_method(problem: str, needs: tuple[str, ...] = ()) -> str:
     return next((m.name for m in exact if set(needs) <= m.terms), exact[0].name)
 
 
+def default_solver(problem: str) -> str:
+    """The MILP backend ``solver="auto"`` stands for on ``problem`` (:func:`pipeopt.solve`, the CLI's
+    ``--solver``, the bench): the problem package's ``SOLVER`` where it declares one (the schedule
+    problem: HiGHS, :data:`pipeopt.problems.schedule.SOLVER`), else ``"cbc"``.
+
+    Raises
+    ------
+    InvalidProblemError
+        If ``problem`` is not a known problem name.
+    """
+    _check_problem(problem)
+    return getattr(_package(problem), "SOLVER", "cbc")
+
+
 def method(problem: str, name: str) -> Method:
     """The declaration of one method.
 

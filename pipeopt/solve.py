@@ -25,10 +25,10 @@ def _positive_int(value, what: str) -> int:
 
 
 def check_solver_and_seed(solver, seed) -> None:
-    """Raise :class:`InvalidProblemError` unless ``solver`` is one of :data:`SOLVERS` and
+    """Raise :class:`InvalidProblemError` unless ``solver`` is one of :data:`SOLVERS` or ``"auto"`` and
     ``seed`` an integer (shared by :func:`solve` and the bench, which checks before any work)."""
-    if solver not in SOLVERS:
-        raise InvalidProblemError(f"unknown solver {solver!r}; choose from {list(SOLVERS)}")
+    if solver not in (*SOLVERS, "auto"):
+        raise InvalidProblemError(f"unknown solver {solver!r}; choose from {[*SOLVERS, 'auto']}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise InvalidProblemError(f"seed must be an integer, got {seed!r}")
 
@@ -67,7 +67,7 @@ def solve(
     problem: str = "auto",
     method: str | None = None,
     time_limit: float | None = 60.0,
-    solver: str = "cbc",
+    solver: str = "auto",
     seed: int = 0,
     threads: int = 2,
     zero: int | str | None = None,
@@ -99,7 +99,8 @@ def solve(
         method that reaches it returns its incumbent and its proven bound with status
         ``time_limit``.
     solver
-        MILP backend, ``"cbc"`` or ``"highs"``.
+        MILP backend, ``"cbc"``, ``"highs"`` or ``"auto"`` (default): the problem's own
+        (:func:`pipeopt.registry.default_solver`: HiGHS for the schedule problem, CBC for the others).
     seed
         Seed of randomised methods and solvers (an integer).
     threads
@@ -149,6 +150,8 @@ def solve(
         instance = instance.with_settings(zero=int(zero))
     if problem == "auto":
         problem = registry.auto_problem(instance)
+    if solver == "auto":
+        solver = registry.default_solver(problem)
     if method is None:  # the problem's default exact method (with zero='auto': the first that models ZeRO)
         method = registry.default_method(problem, ("zero",) if zero == "auto" else ())
     spec = registry.method(problem, method)

@@ -3,7 +3,7 @@ torch.distributed.pipelining ships (:mod:`pipeopt.schedules`), posed by
 :class:`ScheduleProblem` (``pipeopt.solve(inst, problem="schedule", schedule="1F1B",
 stages=4, microbatches=8)``: ``stages`` is p, the ranks).
 
-:data:`METHODS` (each ``fn(problem, *, time_limit=60.0, solver="cbc", seed=0, threads=2) ->
+:data:`METHODS` (each ``fn(problem, *, time_limit=60.0, solver=SOLVER, seed=0, threads=2) ->
 Result``, :class:`pipeopt.problems.method.Method`); every result is a :class:`pipeopt.Result`
 whose evaluation is the chunk plan's :class:`pipeopt.schedules.Execution` (the schedule
 executor, the single evaluation) and whose space is ``"schedule:<name>"``
@@ -41,6 +41,7 @@ from .auto import solve_auto as solve_auto
 from .exhaustive import exhaustive as exhaustive
 from .free_order import solve_free_order as solve_free_order
 from .milp import solve_milp as solve_milp
+from .problem import SOLVER as SOLVER
 from .problem import ScheduleProblem as ScheduleProblem
 from .problem import ScheduleResult as ScheduleResult
 from .problem import schedule_space as schedule_space
@@ -73,5 +74,5 @@ METHODS = (
            " uniform split, v = 1"),
 )
 
-__all__ = ["METHODS", "PROBLEM", "ScheduleProblem", "ScheduleResult", "best_1f1b", "exhaustive", "schedule_space",
+__all__ = ["METHODS", "PROBLEM", "SOLVER", "ScheduleProblem", "ScheduleResult", "best_1f1b", "exhaustive", "schedule_space",
            "solve_auto", "solve_free_order", "solve_milp", "torchtitan_split", "uniform", "uniform_starts"]

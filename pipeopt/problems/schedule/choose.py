@@ -22,7 +22,7 @@ from ...errors import InvalidProblemError, PipeoptError
 from ...result import Result
 from ...schedules import FREE, TORCH_SCHEDULES, schedule_name
 from ...schedules.torch_orders import STAGES_PER_RANK
-from .problem import ScheduleProblem
+from .problem import SOLVER, ScheduleProblem
 
 __all__ = ["SPLITS_BACKWARD", "best_schedule", "schedule_table", "solve_schedules"]
 
@@ -32,7 +32,7 @@ SPLITS_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 
 def solve_schedules(instance, ranks: int | None = None, microbatches: int | None = None, names=None, *,
                     stages_per_rank: int | None = None, time_limit: float | Deadline | None = 60.0,
-                    solver: str = "cbc", seed: int = 0, threads: int = 1, w_placement: str = "schedule",
+                    solver: str = "auto", seed: int = 0, threads: int = 1, w_placement: str = "schedule",
                     method: str = "milp") -> list:
     """Solve each schedule's split under one deadline (module docstring).
 
@@ -74,6 +74,7 @@ def solve_schedules(instance, ranks: int | None = None, microbatches: int | None
     from . import METHODS  # the package's own table (importing the registry would go upwards)
 
     deadline = Deadline.of(time_limit)
+    solver = SOLVER if solver == "auto" else solver
     spec = next((m for m in METHODS if m.name == method), None)
     if spec is None:
         raise InvalidProblemError(

@@ -663,7 +663,7 @@ def _torch_orders(problem: ScheduleProblem) -> list:
     return out
 
 
-def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = "cbc",
+def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = "highs",
                      seed: int = 0, threads: int = 2, log: bool = False, warm: Sequence = (),
                      decompose: bool | None = None, **_) -> "Result":  # noqa: F821
     """Solve the free-order problem exactly with CP-SAT (module docstring).

@@ -83,7 +83,7 @@ from .model import (
     split_values,
 )
 from ...result import Result
-from .problem import ScheduleProblem, uniform_starts
+from .problem import SOLVER, ScheduleProblem, uniform_starts
 from .recompute import best_recompute, budget_recompute
 from .w_placement import build_free_milp, free_start_values, place_for_split, read_order
 
@@ -207,7 +207,7 @@ def local_search(problem: ScheduleProblem, starts, value: float, deadline: Deadl
     return starts, value
 
 
-def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, solver: str = "cbc",
+def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, solver: str = SOLVER,
                threads: int = 1, seed: int = 0, hint=None) -> Result:
     """The split of least iteration time under ``problem.schedule``, exactly (module docstring).
 
@@ -218,7 +218,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     time_limit
         Seconds (``None``: none) for model building and the solver together.
     solver
-        ``"cbc"`` or ``"highs"``.
+        ``"cbc"`` or ``"highs"`` (default :data:`~.problem.SOLVER`, HiGHS).
     threads, seed
         Solver threads (>= 1) and seed (>= 0).
     hint

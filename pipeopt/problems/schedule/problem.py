@@ -42,7 +42,14 @@ from ...schedules.free import placement_kind
 from ...schedules.w_gaps import rank_gaps
 from ..partition.model import stage_window
 
-__all__ = ["W_PLACEMENTS", "ChunkSpace", "ScheduleProblem", "ScheduleResult", "schedule_space", "uniform_starts"]
+__all__ = ["SOLVER", "W_PLACEMENTS", "ChunkSpace", "ScheduleProblem", "ScheduleResult", "schedule_space",
+           "uniform_starts"]
+
+SOLVER = "highs"
+"""The schedule problem's MILP backend by default (``solver="auto"`` in :func:`pipeopt.solve`, the CLI and
+the bench; :func:`pipeopt.registry.default_solver`): HiGHS. On the event-time MILP (:mod:`.milp`) it
+proves more within a time limit than CBC, measured side by side (one thread each,
+``benchmarks/results/schedule_solvers.md``); the other problems keep CBC."""
 
 W_PLACEMENTS = ("schedule", "free")
 """Values of :attr:`ScheduleProblem.w_placement`."""

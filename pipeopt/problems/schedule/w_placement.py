@@ -48,7 +48,7 @@ from ...schedules import Schedule, schedule_graph
 from ...schedules.w_gaps import place_w, rank_gaps, schedule_gaps
 from ..run_rows import add_run_rows
 from .model import memory_scale, memory_terms, merged, split_and_durations, split_values
-from .problem import ScheduleProblem
+from .problem import SOLVER, ScheduleProblem
 
 __all__ = ["build_free_milp", "free_start_values", "read_order"]
 
@@ -274,7 +274,7 @@ def free_start_values(problem: ScheduleProblem, v: dict, starts, order, unit: fl
 
 
 def place_for_split(problem: ScheduleProblem, starts, order, unit: float, deadline: Deadline, *,
-                    solver: str = "cbc", threads: int = 1, seed: int = 0):
+                    solver: str = SOLVER, threads: int = 1, seed: int = 0):
     """The best W placement for the fixed split ``starts`` within ``deadline``: the model of
     :func:`build_free_milp` with the split's binaries fixed (only the gap binaries left),
     warm-started from ``order`` (``None``: the schedule's own places). A heuristic for the

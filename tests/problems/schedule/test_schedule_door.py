@@ -181,3 +181,27 @@ def test_the_export_names_the_schedule_of_the_chunks():
         export(plan, "torchtitan", graph=g)  # 4 chunks on 2 ranks are not 1F1B's
     with pytest.raises(InvalidProblemError, match="unknown schedule 'zbx'; choose from"):
         export(plan, "torchtitan", graph=g, schedule="zbx")
+
+
+def test_solver_auto_is_each_problems_own_backend():
+    """``solver="auto"`` (the default of solve, the CLI and the bench) is HiGHS for the schedule
+    problem (:data:`pipeopt.problems.schedule.SOLVER`) and CBC for the others; a name given is
+    used as given, and both backends prove the same optimum."""
+    from pipeopt.problems.schedule import SOLVER
+
+    assert SOLVER == "highs" and registry.default_solver("schedule") == "highs"
+    assert registry.default_solver("partition") == "cbc" and registry.default_solver("group") == "cbc"
+    with pytest.raises(InvalidProblemError, match="unknown problem"):
+        registry.default_solver("nope")
+    inst = instance()
+    opts = {"problem": "schedule", "method": "milp", "schedule": "1F1B", "stages": 4, "microbatches": 8,
+            "time_limit": None}
+    auto, cbc = pipeopt.solve(inst, **opts), pipeopt.solve(inst, **opts, solver="cbc")
+    assert auto.info["solver"] == "highs" and cbc.info["solver"] == "cbc"
+    assert auto.status == cbc.status == "optimal" and auto.objective == pytest.approx(cbc.objective, rel=1e-9)
+    part = pipeopt.solve(inst, stages=2, method="milp", time_limit=None)
+    assert part.info["solver"] == "cbc"
+    rows = solve_schedules(inst, 4, 8, ["1F1B"], time_limit=None)  # --schedule auto's path takes "auto" too
+    assert rows[0].info["solver"] == "highs"
+    with pytest.raises(InvalidProblemError, match=r"unknown solver 'gurobi'; choose from \['cbc', 'highs', 'auto'\]"):
+        pipeopt.solve(inst, **opts, solver="gurobi")
