@@ -542,7 +542,7 @@ class ReplicatedProbe:
         L = np.searchsorted(self.b_env, self.a1[n] - (S - w) * Tx, side="left")
         L = np.maximum(L, np.minimum(w, 1))
         L[0], R[0] = 0, 0
-        L[S] = max(L[S], n)
+        L[S] = n  # the last row ends the chain (a1[n] - b1[n] is the stage overhead, not work left)
         return L, R
 
     def band_empty(self, T: float) -> bool:

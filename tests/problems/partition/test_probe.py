@@ -65,6 +65,27 @@ def random_chain(seed: int, n: int, *, memory=math.inf, bandwidth=1e9, overlap=T
                  stashing=stashing, skips=[s for s in skips if s[0] + 1 < s[1]])
 
 
+def test_replicated_probe_last_row_ends_the_chain_with_a_stage_overhead():
+    """Found by hypothesis in CI (29 Nov): with a stage overhead the replicated probe's band put the
+    last row's first end past the chain (a1[n] - b1[n] is the overhead, read as work left), so it
+    refuted every limit and "proved" the 3-replica one-stage plan (0.0083125004 s) optimal while the
+    DP's two stages on 2 + 1 replicas take 0.0083125 s."""
+    import networkx as nx
+
+    from pipeopt import Cluster, Settings
+
+    g = nx.DiGraph(stage_overhead={"forward": 0.0, "backward": 0.001})
+    for i, (bwd, param) in enumerate([(0.0, 0.0), (0.015625, 0.0), (0.0, 6234376.0)]):
+        g.add_node(f"l{i}", fwd={"gpu": 0.0}, bwd={"gpu": bwd}, out_bytes=0.0, act_bytes=0.0, param_bytes=param)
+    nx.add_path(g, ["l0", "l1", "l2"])
+    inst = Instance(g, Cluster.homogeneous(8, bandwidth=1e9), Settings(microbatches=8), name="overhead")
+    p = PartitionProblem(inst, 3, replication=True)
+    res, dp = solve_probe(p), solve_dp(p)
+    assert dp.objective == pytest.approx(0.0083125, rel=1e-12)
+    assert close(res.objective, dp.objective) and res.lower_bound <= dp.objective * (1 + 1e-12)
+    assert close(res.objective, partition_optimum(inst, 3, True).value)
+
+
 # ---- the method against brute force, the DP and the MILP ---------------------------------------
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(inst=instances(max_layers=7, alpha=True), data=st.data())
