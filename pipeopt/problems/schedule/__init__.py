@@ -74,5 +74,5 @@ METHODS = (
            " uniform split, v = 1"),
 )
 
-__all__ = ["METHODS", "PROBLEM", "SOLVER", "ScheduleProblem", "ScheduleResult", "best_1f1b", "exhaustive", "schedule_space",
-           "solve_auto", "solve_free_order", "solve_milp", "torchtitan_split", "uniform", "uniform_starts"]
+__all__ = ["METHODS", "PROBLEM", "SOLVER", "ScheduleProblem", "ScheduleResult", "best_1f1b", "exhaustive",
+           "schedule_space", "solve_auto", "solve_free_order", "solve_milp", "torchtitan_split", "uniform", "uniform_starts"]

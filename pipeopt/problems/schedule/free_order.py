@@ -106,7 +106,7 @@ from ...errors import InfeasibleError, InvalidProblemError, PipeoptError
 from ...lazy import lazy_module
 from ...schedules import Action, Schedule, as_free, make_schedule
 from ...schedules.free import FREE, placement_kind
-from .problem import ScheduleProblem, uniform_starts
+from .problem import SOLVER, ScheduleProblem, uniform_starts
 
 cp_model = lazy_module("ortools.sat.python.cp_model")
 
@@ -663,7 +663,7 @@ def _torch_orders(problem: ScheduleProblem) -> list:
     return out
 
 
-def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = "highs",
+def solve_free_order(problem: ScheduleProblem, *, time_limit: float | Deadline | None = 60.0, solver: str = SOLVER,
                      seed: int = 0, threads: int = 2, log: bool = False, warm: Sequence = (),
                      decompose: bool | None = None, **_) -> "Result":  # noqa: F821
     """Solve the free-order problem exactly with CP-SAT (module docstring).
