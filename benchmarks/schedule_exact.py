@@ -11,7 +11,7 @@ started from the certified plan and from every baseline's plan (must be 0 %).
 ``--fixed-orders`` (issue 23): torch's two-chunk orders (Interleaved1F1B, LoopedBFS,
 InterleavedZeroBubble v = 2, ZBVZeroBubble, DualPipeV) on GPT-2 XL and BERT-large x8 A100, p = 8,
 m = 16, each split exactly by the event-time MILP (:func:`pipeopt.problems.schedule.solve_milp`,
-``--solver``: CBC by default, one thread) and by the split search (:mod:`pipeopt.problems.schedule.split_search`), each
+``--solver``: the schedule problem's default, HiGHS, unless told, one thread) and by the split search (:mod:`pipeopt.problems.schedule.split_search`), each
 ``--time-limit`` seconds, with the MILP's LP relaxation (its root bound). Every time is the
 executor's; the load average is printed with each row.
 
@@ -29,6 +29,7 @@ import pandas as pd
 
 from pipeopt import PartitionProblem, evaluate, registry, solve
 from pipeopt.io import load
+from pipeopt.problems.schedule import SOLVER
 from pipeopt.simulate import simulate
 
 PROFILES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pipedream-profiles"
@@ -95,8 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fixed-orders", action="store_true",
                     help="instead: torch's two-chunk orders, p = 8, m = 16: MILP and split search (issue 23)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="with --fixed-orders: seconds per solve")
-    ap.add_argument("--solver", choices=("cbc", "highs"), default="cbc",
-                    help="with --fixed-orders: the MILP's backend (default cbc, as the committed table)")
+    ap.add_argument("--solver", choices=("cbc", "highs"), default=SOLVER,
+                    help=f"with --fixed-orders: the MILP's backend (default {SOLVER}, the schedule problem's)")
     ap.add_argument("--markdown", help="with --fixed-orders: also write the table to this file")
     args = ap.parse_args(argv)
     if args.fixed_orders:
