@@ -32,8 +32,8 @@ run counted.
 
 Prints one table per (model, S): predicted and measured ms per iteration, the prediction error,
 the prediction of the cost model without the two issue-24 terms (latency 0, no stage overhead:
-the bandwidth-only model), the 1-minute load average before each run (``pipeopt run``'s free-core
-check, a ``*`` when the stage processes outnumbered the free cores), and the exact plan's
+the bandwidth-only model), the 1-minute load average before each run (a ``*`` when the stage
+processes outnumbered the free cores by ``pipeopt run``'s check, the cores busy just before it), and the exact plan's
 predicted and measured speed-up over each default. Writes the tables to ``--out`` (Markdown).
 S = 2 is the measured table (two cores); ``--oversubscribed`` adds S = 4 on the GPT once (four
 processes on two cores).
@@ -63,7 +63,7 @@ from pipeopt.errors import PipeoptError
 from pipeopt.problems.partition.simple import spread_balanced_parts
 from pipeopt.result import Status
 from pipeopt.torch import from_torch, models
-from pipeopt.torch.runtime import free_cores, prediction, run_plan
+from pipeopt.torch.runtime import BUSY_WINDOW, free_cores, prediction, run_plan
 
 DEFAULTS = ("torchtitan", "pippy", "megatron", "uniform")
 """Registry methods run beside the exact plan (DeepSpeed ``parameters`` is built here)."""
@@ -264,7 +264,7 @@ def table(rows: list[dict], microbatches: int) -> str:
             f"{'fitted on a gloo ping-pong' if r['latency'] else 'assumed'}; stage overhead "
             f"{over.get('forward', 0) * 1e3:.3f} ms forward + {over.get('backward', 0) * 1e3:.3f} ms backward per "
             f"microbatch; load: the 1-minute load average before each run, * = the stage processes outnumbered the "
-            f"free cores)")
+            f"free cores: pipeopt run's check, the cores busy over {BUSY_WINDOW:g} s before the run)")
 
 
 def model_kwargs(name: str, items: list[str]) -> dict:

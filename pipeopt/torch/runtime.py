@@ -506,33 +506,79 @@ def _load() -> float | None:
         return None
 
 
+BUSY_WINDOW = 0.5
+"""Seconds over which :func:`free_cores` samples the cores' busy time before a run."""
+
+
+def _busy_now(cores, window: float = BUSY_WINDOW) -> float | None:
+    """Cores busy now: the busy share of each of ``cores`` (CPU numbers) over ``window``
+    seconds, summed, from two readings of Linux's ``/proc/stat`` (idle and iowait count as
+    free; steal, a virtual machine's host running another guest, as busy); ``None`` where
+    there is no ``/proc/stat`` or it names none of the cores."""
+    def read() -> dict:
+        out = {}
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("cpu") and line[3:4].isdigit():
+                    name, *vals = line.split()
+                    v = [int(x) for x in vals[:8]]  # user nice system idle iowait irq softirq steal
+                    out[int(name[3:])] = (sum(v), v[3] + v[4])
+        return out
+
+    try:
+        first = read()
+        time.sleep(window)
+        second = read()
+    except (OSError, ValueError, IndexError):
+        return None
+    busy, seen = 0.0, False
+    for c in cores:
+        if c in first and c in second and second[c][0] > first[c][0]:
+            total, idle = second[c][0] - first[c][0], second[c][1] - first[c][1]
+            busy += min(max(1.0 - idle / total, 0.0), 1.0)
+            seen = True
+    return busy if seen else None
+
+
 def free_cores(processes: int) -> dict:
     """The cores a run of ``processes`` processes (one thread each) can expect, checked before
     it starts: the cores this process may run on (``os.sched_getaffinity``, else
-    ``os.cpu_count``) less the 1-minute load average (``os.getloadavg``), rounded to the
-    nearest whole core and at least 0. The cost model assumes one free core per stage
-    process; fewer make the measured time longer than predicted, with no fault of the plan.
+    ``os.cpu_count``) less those busy now (:func:`_busy_now`: sampled over
+    :data:`BUSY_WINDOW` seconds; where it cannot be sampled, the 1-minute load average,
+    ``os.getloadavg``), rounded to the nearest whole core and at least 0. The cost model
+    assumes one free core per stage process; fewer make the measured time longer than
+    predicted, with no fault of the plan.
+
+    Why a sample and not the load average: the load average trails by a minute, so right after
+    a profile or another run (``pipeopt profile`` then ``pipeopt run``) it counted their
+    finished processes, and an idle 2-core machine read "1 free for 2 stage processes".
 
     Returns
     -------
     dict
-        ``cores`` (usable cores), ``load`` (1-minute load average, or ``None``), ``free``,
-        ``processes``, ``text`` (one line) and ``warning`` (the line to print when the
-        processes outnumber the free cores, else ``""``).
+        ``cores`` (usable cores), ``busy`` (cores busy now, or ``None``), ``load`` (1-minute
+        load average, or ``None``), ``free``, ``processes``, ``text`` (one line) and
+        ``warning`` (the line to print when the processes outnumber the free cores, else ``""``).
     """
     try:
-        cores = len(os.sched_getaffinity(0))
+        usable = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+        usable = list(range(os.cpu_count() or 1))
+    cores = len(usable)
     load = _load()
-    free = cores if load is None else max(int(cores - load + 0.5), 0)
-    text = (f"{cores} usable cores, 1-minute load average {'unknown' if load is None else f'{load:.2f}'} before "
-            f"the run: {free} free for {processes} stage processes")
+    busy = _busy_now(usable)
+    taken = busy if busy is not None else load
+    free = cores if taken is None else max(int(cores - taken + 0.5), 0)
+    load_text = f"1-minute load average {'unknown' if load is None else f'{load:.2f}'}"
+    text = (f"{cores} usable cores, "
+            + (f"{busy:.2f} busy over {BUSY_WINDOW:g} s ({load_text})" if busy is not None else load_text)
+            + f" before the run: {free} free for {processes} stage processes")
     warning = ""
     if processes > free:
         warning = (f"WARNING: {processes} stage processes but {free} free cores ({text}): the measured time includes "
                    "waiting for a core, which the prediction does not model")
-    return {"cores": cores, "load": load, "free": free, "processes": processes, "text": text, "warning": warning}
+    return {"cores": cores, "busy": busy, "load": load, "free": free, "processes": processes, "text": text,
+            "warning": warning}
 
 
 def _span(names: list) -> str:

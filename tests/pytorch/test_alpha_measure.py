@@ -71,7 +71,9 @@ def test_the_prediction_of_a_run_includes_the_latency_and_the_overhead():
 
 
 def test_free_cores_warns_when_stages_outnumber_them(monkeypatch):
+    """Without a busy-time sample (no /proc/stat): the 1-minute load average."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(runtime, "_busy_now", lambda cores, window=0.5: None)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.3, 1.0, 1.0))
     got = runtime.free_cores(2)
     assert (got["cores"], got["free"], got["processes"]) == (2, 1, 2)
@@ -89,3 +91,40 @@ def test_measure_link_fits_a_positive_bandwidth():
     assert link.latency >= 0 and link.bandwidth > 0
     assert len(link.sizes) == len(link.seconds) >= 2 and max(link.sizes) >= 1 << 24
     assert "latency" in link.describe()
+
+
+def test_free_cores_counts_the_cores_busy_now_not_the_trailing_load(monkeypatch):
+    """Right after a profile the load average still reads 1.3 on an idle machine: the sample
+    (busy 0.1 of 2 cores) decides, and both figures are in the line."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.3, 1.0, 1.0))
+    monkeypatch.setattr(runtime, "_busy_now", lambda cores, window=0.5: 0.1)
+    got = runtime.free_cores(2)
+    assert (got["free"], got["busy"], got["load"], got["warning"]) == (2, 0.1, 1.3, "")
+    assert "0.10 busy over 0.5 s (1-minute load average 1.30)" in got["text"]
+    monkeypatch.setattr(runtime, "_busy_now", lambda cores, window=0.5: 0.8)
+    assert runtime.free_cores(2)["warning"].startswith("WARNING: 2 stage processes but 1 free cores")
+
+
+def test_busy_now_reads_proc_stat_per_core(monkeypatch, tmp_path):
+    """Two readings of /proc/stat: core 0 went from 100 to 200 jiffies with 50 idle (half busy),
+    core 1 all idle, core 2 not asked for; steal counts as busy."""
+    import builtins
+
+    readings = iter([
+        "cpu  0 0 0 0 0 0 0 0\ncpu0 10 0 10 60 10 0 0 10\ncpu1 0 0 0 100 0 0 0 0\ncpu2 0 0 0 0 0 0 0 0\n",
+        "cpu  0 0 0 0 0 0 0 0\ncpu0 20 0 20 100 20 0 0 40\ncpu1 0 0 0 200 0 0 0 0\ncpu2 50 0 0 0 0 0 0 0\n",
+    ])
+    real_open = builtins.open
+
+    def fake_open(path, *a, **k):
+        if path == "/proc/stat":
+            f = tmp_path / "stat"
+            f.write_text(next(readings))
+            return real_open(f, *a, **k)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert runtime._busy_now([0, 1], window=0.0) == pytest.approx(0.5)
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
+    assert runtime._busy_now([0, 1], window=0.0) is None
