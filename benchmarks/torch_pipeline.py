@@ -161,7 +161,8 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
           f"{over.get('backward', 0) * 1e3:.3f} ms backward; {free_cores(stages)['text']}")
     link = link_for(inst, args)
     if link is not None:
-        inst = inst.replace(cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=link.latency))
+        inst = inst.replace(cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=link.latency,
+                                                                collective_bandwidth=link.collective_bandwidth))
     plans = plans_for(inst, stages, args.time_limit)
     exact_plan = plans["exact (milp)"][0]
     for mode in args.recompute or ():

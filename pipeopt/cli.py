@@ -763,7 +763,8 @@ def cmd_profile(args) -> int:
         link = measure_link(largest=max(size, 64))
         latency = link.latency if args.latency is None else args.latency
         inst = inst.replace(
-            cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=latency),
+            cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=latency,
+                                                collective_bandwidth=link.collective_bandwidth),
             assumptions=tuple(a for a in inst.assumptions if not a.startswith("bandwidth "))
             + (f"measured: {link.describe()}"
                + ("" if args.latency is None else f"; latency given: {latency * 1e3:.4g} ms"),),

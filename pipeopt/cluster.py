@@ -88,17 +88,27 @@ class Cluster:
         transfer of 0 bytes is no message, :func:`pipeopt.cost.rules.transfer_time`); finite
         and >= 0, or a string with a unit (``"0.3ms"``, :func:`pipeopt.units.parse_latency`).
         Default 0: bandwidth only, as the papers' profiles assume.
+    collective_bandwidth
+        Bytes per second of the collectives' ring steps, as nccl-tests report a collective's
+        *bus bandwidth*: a ring all-reduce of n bytes over k workers takes
+        ``2 (k - 1) / k * n / collective_bandwidth`` plus ``2 (k - 1)`` latencies
+        (:func:`pipeopt.cost.rules.allreduce_time`; tied gradients, replicas, ZeRO). Default
+        ``None``: the link's ``bandwidth`` (every worker sends and receives at once, on a full-duplex
+        link). On two local gloo processes an all-reduce of 154 MB ran at 0.42 of the
+        ping-pong's one-way rate (:func:`pipeopt.torch.network.measure_link` measures both).
+        Read it as :attr:`bus_bandwidth`.
 
     Raises
     ------
     InvalidClusterError
         If there is no device, more than :data:`pipeopt.units.MAX_DEVICES`, an entry is not
-        a :class:`Device`, two devices share a name, or the bandwidth or latency is invalid.
+        a :class:`Device`, two devices share a name, or a bandwidth or the latency is invalid.
     """
 
     devices: tuple
     bandwidth: float = 1.25e10
     latency: float = 0.0
+    collective_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, (str, bytes, dict)) or not hasattr(self.devices, "__iter__"):
@@ -118,6 +128,13 @@ class Cluster:
             raise InvalidClusterError(f"duplicate device names: {sorted(dup)}")
         object.__setattr__(self, "bandwidth", as_bandwidth(self.bandwidth))
         object.__setattr__(self, "latency", as_latency(self.latency))
+        if self.collective_bandwidth is not None:
+            object.__setattr__(self, "collective_bandwidth", as_bandwidth(self.collective_bandwidth))
+
+    @property
+    def bus_bandwidth(self) -> float:
+        """Bytes/s every collective rule reads: :attr:`collective_bandwidth`, else :attr:`bandwidth`."""
+        return self.bandwidth if self.collective_bandwidth is None else self.collective_bandwidth
 
     @classmethod
     def homogeneous(
@@ -172,14 +189,18 @@ class Cluster:
             f"no device named {name!r} in the cluster (devices: {names[:8]}{' ...' if len(names) > 8 else ''})"
         )
 
-    def with_overrides(self, *, bandwidth=None, memory=None, latency=None) -> Cluster:
-        """A copy with the bandwidth, the latency and/or every device's memory replaced
-        (``None``: kept).
+    def with_overrides(self, *, bandwidth=None, memory=None, latency=None, collective_bandwidth=None) -> Cluster:
+        """A copy with the bandwidth, the latency, the collective bandwidth and/or every
+        device's memory replaced (``None``: kept).
 
         Parameters
         ----------
         bandwidth
-            Bytes/s, or a string with a unit (``"100Gbps"``).
+            Bytes/s, or a string with a unit (``"100Gbps"``). A new link bandwidth without a
+            ``collective_bandwidth`` also drops the collective one (the collectives then run at
+            the new link's rate: a figure measured on the old link would not hold).
+        collective_bandwidth
+            Bytes/s of the collectives (:attr:`collective_bandwidth`).
         latency
             Seconds per message, or a string with a unit (``"0.3ms"``).
         memory
@@ -193,8 +214,10 @@ class Cluster:
         devices = self.devices
         if memory is not None:
             devices = tuple(dataclasses.replace(d, memory=memory) for d in devices)
+        if collective_bandwidth is None:
+            collective_bandwidth = self.collective_bandwidth if bandwidth is None else None
         return Cluster(devices, self.bandwidth if bandwidth is None else bandwidth,
-                       self.latency if latency is None else latency)
+                       self.latency if latency is None else latency, collective_bandwidth)
 
     @property
     def is_homogeneous(self) -> bool:

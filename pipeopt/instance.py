@@ -305,7 +305,8 @@ class Instance:
     def cost_terms(self) -> tuple:
         """The optional cost terms this instance carries, as assumption lines (``()`` when both are
         0, as for every paper profile): the cluster's per-message latency
-        (:attr:`Cluster.latency`), the graph's ``stage_overhead``
+        (:attr:`Cluster.latency`) and collective bandwidth (:attr:`Cluster.collective_bandwidth`),
+        the graph's ``stage_overhead``
         (:func:`pipeopt.cost.rules.stage_overhead`) and the settings' data parallelism
         (:attr:`Settings.data_parallel`). Printed with every result, after
         :attr:`assumptions`."""
@@ -313,6 +314,9 @@ class Instance:
         if self.cluster.latency:
             out.append(f"every message between workers takes {self.cluster.latency * 1e3:.4g} ms of latency on top of "
                        "bytes / bandwidth (one message per cut, direction and microbatch)")
+        if self.cluster.collective_bandwidth is not None:
+            out.append(f"collectives (all-reduces of tied weights and replicas, ZeRO's) run at a bus bandwidth of "
+                       f"{self.cluster.collective_bandwidth:.4g} B/s, the links at {self.cluster.bandwidth:.4g} B/s")
         over = self.graph.graph.get("stage_overhead") if hasattr(self.graph, "graph") else None
         if over and (over.get("forward") or over.get("backward")):
             out.append(f"each stage's runtime adds {float(over.get('forward', 0.0)) * 1e3:.4g} ms to its forward and "

@@ -124,19 +124,23 @@ def overheads(draw) -> dict | None:
 @st.composite
 def instances(draw, max_layers: int = 8, dag: bool = True, memory: bool = True, alpha: bool = False) -> Instance:
     """A random instance on 8 identical GPUs, with random bandwidth, overlap and memory; with
-    ``alpha``, also a random per-message latency (:data:`latencies`) and stage overhead
-    (:func:`overheads`), each sometimes 0."""
+    ``alpha``, also a random per-message latency (:data:`latencies`), stage overhead
+    (:func:`overheads`), each sometimes 0, and collective bandwidth
+    (:attr:`Cluster.collective_bandwidth`: the replicas' all-reduce), sometimes the link's."""
     g = draw(layer_graphs(max_layers=max_layers, dag=dag))
     mem = draw(st.sampled_from([math.inf, 2e9, 5e9])) if memory else math.inf
     bw = draw(st.sampled_from([1e9, 1.25e10, 1e11]))
     settings = Settings(overlap=draw(st.booleans()), weight_stashing=draw(st.booleans()))
-    latency = 0.0
+    latency, collective = 0.0, None
     if alpha:
         latency = draw(latencies)
         over = draw(overheads())
         if over:
             g.graph["stage_overhead"] = over
-    return Instance(g, Cluster.homogeneous(8, memory=mem, bandwidth=bw, latency=latency), settings, name="random")
+        share = draw(st.sampled_from([None, 0.4, 3.0]))
+        collective = None if share is None else share * bw
+    cluster = Cluster.homogeneous(8, memory=mem, bandwidth=bw, latency=latency)
+    return Instance(g, cluster.with_overrides(collective_bandwidth=collective), settings, name="random")
 
 
 def compositions(n: int, k: int):
@@ -237,7 +241,9 @@ def tied_instances(draw, max_layers: int = 7, memory: bool = True) -> Instance:
     mem = share * total if math.isfinite(share) and total > 0 else math.inf  # binds on some splits
     bw = draw(st.sampled_from([1e9, 1e11]))
     settings = Settings(overlap=draw(st.booleans()), weight_stashing=draw(st.booleans()))
-    return Instance(g, Cluster.homogeneous(8, memory=mem, bandwidth=bw), settings, name="tied")
+    collective = draw(st.sampled_from([None, 0.4 * bw]))  # the tie's all-reduce at the link's rate or slower
+    cluster = Cluster.homogeneous(8, memory=mem, bandwidth=bw).with_overrides(collective_bandwidth=collective)
+    return Instance(g, cluster, settings, name="tied")
 
 
 # ---- ZeRO chains whose memory binds (the partition DP's and the schedule problem's tests) --------

@@ -130,6 +130,23 @@ def test_round_trip_special_values(tmp_path):
     assert evaluate(back, _fixed_plan(inst, 2)) == evaluate(inst, _fixed_plan(inst, 2))
 
 
+def test_round_trip_collective_bandwidth(tmp_path):
+    """Written only when set; read back (a unit string too); a bad value names the field."""
+    inst = _tiny()
+    assert "collective_bandwidth" not in json.loads(write(inst, tmp_path / "a.json").read_text())["cluster"]
+    slow = inst.replace(cluster=inst.cluster.with_overrides(collective_bandwidth=2.5e9))
+    d = json.loads(write(slow, tmp_path / "b.json").read_text())
+    assert d["cluster"]["collective_bandwidth"] == 2.5e9
+    assert read(tmp_path / "b.json").cluster.bus_bandwidth == 2.5e9
+    d["cluster"]["collective_bandwidth"] = "20Gbps"
+    (tmp_path / "c.json").write_text(json.dumps(d))
+    assert read(tmp_path / "c.json").cluster.collective_bandwidth == 2.5e9
+    d["cluster"]["collective_bandwidth"] = -3
+    (tmp_path / "d.json").write_text(json.dumps(d))
+    with pytest.raises((ReadError, InvalidClusterError), match="collective_bandwidth|bandwidth"):
+        read(tmp_path / "d.json")
+
+
 def test_unstorable_attribute_is_named():
     with pytest.raises(InvalidGraphError, match=r"layer 'b' attribute 'bad'"):
         native.to_dict(_tiny(bad={1, 2}))

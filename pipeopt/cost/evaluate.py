@@ -463,6 +463,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
     graph, cluster, settings = instance.graph, instance.cluster, instance.settings
     S = plan.num_stages
     bw, alpha = cluster.bandwidth, cluster.latency
+    cbw = cluster.bus_bandwidth  # the collectives' (ties, replicas, ZeRO): Cluster.collective_bandwidth
     overhead = rules.stage_overhead(graph)
     reps = [st.replicas for st in plan.stages]
     fpos, bpos = fpass.pos, bpass.pos
@@ -540,7 +541,7 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         for t, held in zip(ties, stage_ties(ties, lambda x: {int(fpos[idx[x]]), int(bpos[idx[x]])}), strict=True):
             tie_state[held] += t.state_bytes
             tie_bytes[held] += t.bytes
-            sync = float(rules.tie_sync_time(t.bytes, sum(reps[s] for s in held), bw, alpha))
+            sync = float(rules.tie_sync_time(t.bytes, sum(reps[s] for s in held), cbw, alpha))
             tied.append({"name": t.name, "stages": held, "sync_s": sync})
             tie_sync += sync
     device = {d.name: d for d in cluster.devices}
@@ -564,18 +565,18 @@ def evaluate(instance, plan: Plan) -> Evaluation:
         res, mem_cap = rules.pool((device[d] for d in st.devices), m)
         f, b, tau = stage_compute(res, F_all[i], B_all[i], st.beta, overhead)
         params = float(params_all[i])
-        ar = float(rules.allreduce_time(params, m, bw, alpha)) if m > 1 else 0.0
+        ar = float(rules.allreduce_time(params, m, cbw, alpha)) if m > 1 else 0.0
         if not all(math.isfinite(v) for v in (f, b, tau)):
             violations.append(f"stage {i} holds a layer that none of its worker's resource kinds can run")
             f_op = b_op = math.inf
         else:
             f_op, b_op = rules.replica_ops(tau, f, b, ar, split=split)
             if data_parallel:  # ZeRO-2/3's collectives per microbatch, on the ops
-                zf, zb = rules.zero_op_times(params + float(tie_bytes[i]), bandwidth=bw, latency=alpha, **zero)
+                zf, zb = rules.zero_op_times(params + float(tie_bytes[i]), bandwidth=cbw, latency=alpha, **zero)
                 f_op, b_op = f_op + zf, b_op + zb
         if data_parallel:
             synced.append(params + float(tie_bytes[i]))
-            syncs.append(float(rules.zero_sync_time(synced[-1], bandwidth=bw, latency=alpha, **zero)))
+            syncs.append(float(rules.zero_sync_time(synced[-1], bandwidth=cbw, latency=alpha, **zero)))
             dp_sync = max(dp_sync, syncs[-1])
         f_op, b_op = rules.carried(i, S, f_op, b_op, x, y, settings.overlap)  # without overlap: the sends
         window = rules.in_flight(i, S, workers_after=int(workers_after[i]), replicas=m)

@@ -44,7 +44,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..cluster import Cluster, Device
+from ..cluster import Device
 from ..errors import InvalidPlanError, InvalidProblemError
 from ..instance import Instance, Settings
 from ..plan import Plan, Stage
@@ -252,7 +252,7 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
     taken = {c.name for c in copies}  # the unused devices stay (the instance checks the kinds it has)
     copies += [d for d in cluster.devices if d.name not in taken]
     settings = dataclasses.replace(instance.settings, overlap=True, weight_stashing=False, objective="bottleneck")
-    virtual = instance.replace(cluster=Cluster(tuple(copies), cluster.bandwidth, cluster.latency), settings=settings)
+    virtual = instance.replace(cluster=dataclasses.replace(cluster, devices=tuple(copies)), settings=settings)
     ev = evaluate(virtual, Plan(tuple(stages)))
     bad = [v for v in ev.violations if "can run" in v]
     if bad:
@@ -275,7 +275,7 @@ def pass_times(instance: Instance, plan: Plan) -> PassTimes:
         w_op = b_plain * (tw / (ti + tw) if ti + tw > 0 else DEFAULT_W_SHARE)  # no load: the overhead by the default
         if data_parallel:  # ZeRO-2/3's reduce-scatter of the gradients follows W (evaluate's bytes of the chunk)
             w_op += float(rules.zero_backward_scatter(ev.synced_bytes[s], zero=settings.zero, dp=settings.dp,
-                                                      bandwidth=cluster.bandwidth, latency=cluster.latency))
+                                                      bandwidth=cluster.bus_bandwidth, latency=cluster.latency))
         w_ops.append(float(w_op))
         i_ops.append(float(b_op - w_op))
     note = weight_split_assumption(graph)

@@ -123,6 +123,7 @@ class CostTable:
         self.stages = int(stages)
         self.settings = instance.settings
         self.bandwidth = float(instance.cluster.bandwidth)
+        self.bus_bandwidth = float(instance.cluster.bus_bandwidth)  # the collectives' (Cluster.collective_bandwidth)
         self.latency = float(instance.cluster.latency)
         self.overhead = rules.stage_overhead(instance.graph)
 
@@ -199,7 +200,7 @@ class CostTable:
         """``ndarray (n+1,)``: prefix sums of the all-reduce seconds of each unit's parameters on
         ``replicas`` workers (:func:`rules.allreduce_time`; linear in the bytes, so without the
         per-message latency, which a stage pays once: see :attr:`latency`)."""
-        return rules.allreduce_time(self.param_prefix, replicas, self.bandwidth)
+        return rules.allreduce_time(self.param_prefix, replicas, self.bus_bandwidth)
 
     # ---- memory --------------------------------------------------------------------------
     @cached_property
@@ -334,14 +335,14 @@ class CostTable:
         """``(forward, backward)`` seconds ZeRO adds per microbatch to the ops of a stage of
         units ``a..b-1`` (:func:`rules.zero_op_times`)."""
         s = self.settings
-        return rules.zero_op_times(self._synced(a, b), zero=s.zero, dp=s.dp, bandwidth=self.bandwidth,
+        return rules.zero_op_times(self._synced(a, b), zero=s.zero, dp=s.dp, bandwidth=self.bus_bandwidth,
                                    latency=self.latency)
 
     def zero_sync(self, a, b):
         """Seconds of a stage's data-parallel synchronisation after the flush
         (:func:`rules.zero_sync_time`; :attr:`pipeopt.cost.Evaluation.stage_sync`)."""
         s = self.settings
-        return rules.zero_sync_time(self._synced(a, b), zero=s.zero, dp=s.dp, bandwidth=self.bandwidth,
+        return rules.zero_sync_time(self._synced(a, b), zero=s.zero, dp=s.dp, bandwidth=self.bus_bandwidth,
                                     latency=self.latency)
 
     @staticmethod

@@ -30,6 +30,9 @@ A JSON object with these fields (units as in docs/cost-model.md: seconds, bytes,
                                            #   pipeopt.units: "200Gbps", "25GB/s"
         "latency": 3e-4,                   # optional (written when not 0): seconds per
                                            #   message (alpha-beta), or "0.3ms"
+        "collective_bandwidth": 1e10,      # optional (written when set): bytes/s of the
+                                           #   collectives' ring steps (bus bandwidth);
+                                           #   absent = the link's bandwidth
         "devices": [                       # required, non-empty, in cluster order
           {"name": "gpu0",                 # required, unique
            "resources": {"gpu": 156.0},    # required: units of each resource kind
@@ -221,6 +224,8 @@ def to_dict(instance: Instance) -> dict:
         "cluster": {
             "bandwidth": _encode(instance.cluster.bandwidth, "cluster bandwidth"),
             **({"latency": _encode(instance.cluster.latency, "cluster latency")} if instance.cluster.latency else {}),
+            **({"collective_bandwidth": _encode(instance.cluster.collective_bandwidth, "cluster collective bandwidth")}
+               if instance.cluster.collective_bandwidth is not None else {}),
             "devices": devices,
         },
         "graph": {
@@ -317,6 +322,10 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
     )
     latency = _unit(_decode(_field(raw_cluster, "latency", source, "cluster", (int, float, dict, str), required=False,
                                    default=0.0)), parse_latency, source, "cluster.latency")
+    collective = _field(raw_cluster, "collective_bandwidth", source, "cluster", (int, float, dict, str, type(None)),
+                        required=False, default=None)
+    if collective is not None:
+        collective = _unit(_decode(collective), parse_bandwidth, source, "cluster.collective_bandwidth")
     raw_devices = _field(raw_cluster, "devices", source, "cluster", list)
     devices = []
     for i, rd in enumerate(raw_devices):
@@ -327,7 +336,7 @@ def from_dict(d: dict, *, source: str = "<dict>") -> Instance:
         memory = math.inf if memory is None else _unit(_decode(memory), parse_size, source, f"{where}.memory")
         host = _field(rd, "host", source, where, bool, required=False, default=False)
         devices.append(Device(dname, _decode(resources), memory, host))
-    cluster = Cluster(tuple(devices), bandwidth, latency)
+    cluster = Cluster(tuple(devices), bandwidth, latency, collective)
 
     raw_graph = _field(d, "graph", source, "", dict)
     graph = nx.DiGraph()

@@ -1,5 +1,6 @@
 """The link between two CPU processes over torch.distributed's ``gloo`` backend: its per-message
-latency alpha and its bandwidth beta (the alpha-beta model of :func:`pipeopt.cost.rules.transfer_time`).
+latency alpha and its bandwidth beta (the alpha-beta model of :func:`pipeopt.cost.rules.transfer_time`),
+and the bus bandwidth of its all-reduce (:attr:`pipeopt.Cluster.collective_bandwidth`).
 
 :func:`measure_link` starts two processes on this machine (``spawn``, one torch thread each, as
 ``pipeopt run`` runs its stages), sends a tensor of each of several sizes back and forth
@@ -62,8 +63,19 @@ def _worker(rank: int, port: int, sizes: tuple, repeats: int, warmup: int, queue
                 if r >= warmup:
                     samples.append((time.perf_counter() - t0) / 2.0)
             medians.append(statistics.median(samples))
+        reduced = []  # the all-reduce of the collective sizes, both ranks sending and receiving at once
+        for nbytes in collective_sizes(sizes):
+            t = torch.ones(max(nbytes // 4, 1))
+            samples = []
+            for r in range(warmup + repeats):
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_reduce(t)
+                if r >= warmup:
+                    samples.append(time.perf_counter() - t0)
+            reduced.append(statistics.median(samples))
         if rank == 0:
-            queue.put(medians)
+            queue.put((medians, reduced))
     finally:
         dist.destroy_process_group()
 
@@ -73,8 +85,21 @@ def _check(value, what: str, low: int) -> None:
         raise InvalidProblemError(f"{what} must be an integer >= {low}, got {value!r}")
 
 
-def _one_way(sizes: tuple, repeats: int, warmup: int) -> list[float]:
-    """Median one-way seconds of a message of each size (whole float32 elements, at least one)."""
+COLLECTIVE_MIN = 1 << 20
+"""The all-reduce is timed on the sizes of at least 1 MiB (:func:`collective_sizes`): what
+collectives move (gradients, tied weights) is large, and below that the time is mostly latency."""
+
+
+def collective_sizes(sizes) -> tuple:
+    """The sizes the all-reduce is timed on: those of at least :data:`COLLECTIVE_MIN` bytes, or
+    the two largest if fewer than two are."""
+    big = tuple(s for s in sizes if s >= COLLECTIVE_MIN)
+    return big if len(big) >= 2 else tuple(sorted(sizes)[-2:])
+
+
+def _one_way(sizes: tuple, repeats: int, warmup: int) -> tuple[list[float], list[float]]:
+    """Median one-way seconds of a message of each size (whole float32 elements, at least one),
+    and median seconds of an all-reduce of each of :func:`collective_sizes` between the two."""
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     mp.start_processes(_worker, args=(_free_port(), sizes, repeats, warmup, queue), nprocs=2, start_method="spawn")
@@ -93,19 +118,35 @@ class Link:
         beta, bytes/s (the inverse of the fitted slope).
     sizes, seconds
         ``tuple`` of the message sizes (bytes) and their median one-way seconds.
+    collective_bandwidth
+        The all-reduce's bus bandwidth, bytes/s (:attr:`pipeopt.Cluster.collective_bandwidth`):
+        the inverse slope of the line through its median times on ``collective_sizes`` (on two
+        processes the ring all-reduce of n bytes is ``2 latency + n / bus bandwidth``);
+        ``None`` if not measured.
+    collective_sizes, collective_seconds
+        ``tuple`` of the all-reduced sizes (bytes) and their median seconds.
     """
 
     latency: float
     bandwidth: float
     sizes: tuple
     seconds: tuple
+    collective_bandwidth: float | None = None
+    collective_sizes: tuple = ()
+    collective_seconds: tuple = ()
 
     def describe(self) -> str:
         """One line: the fit and the points it was fitted on."""
         pts = ", ".join(f"{n} B {t * 1e3:.3f} ms" for n, t in zip(self.sizes, self.seconds, strict=True))
-        return (f"latency {self.latency * 1e3:.4g} ms per message and bandwidth {self.bandwidth:.4g} B/s, the "
-                f"line of least relative squared error through the median one-way times of a gloo ping-pong between two local "
-                f"processes ({pts})")
+        text = (f"latency {self.latency * 1e3:.4g} ms per message and bandwidth {self.bandwidth:.4g} B/s, the "
+                f"line of least relative squared error through the median one-way times of a gloo ping-pong between "
+                f"two local processes ({pts})")
+        if self.collective_bandwidth is not None:
+            pts = ", ".join(f"{n} B {t * 1e3:.3f} ms"
+                            for n, t in zip(self.collective_sizes, self.collective_seconds, strict=True))
+            text += (f"; collectives at a bus bandwidth of {self.collective_bandwidth:.4g} B/s, fitted the same way "
+                     f"through the median times of a gloo all-reduce between the two ({pts})")
+        return text
 
 
 def fit_line(sizes, seconds) -> tuple[float, float]:
@@ -179,9 +220,14 @@ def measure_link(sizes=None, *, largest: int = 1 << 22, repeats: int = 20, warmu
         _check(s, "a message size", 4)
     if len(set(sizes)) < 2:
         raise InvalidProblemError(f"measuring alpha and beta needs two or more distinct sizes, got {sizes!r}")
-    seconds = _one_way(sizes, repeats, warmup)
+    seconds, reduced = _one_way(sizes, repeats, warmup)
     alpha, beta = fit_line([s // 4 * 4 for s in sizes], seconds)
-    return Link(alpha, beta, tuple(s // 4 * 4 for s in sizes), tuple(seconds))
+    big = tuple(s // 4 * 4 for s in collective_sizes(sizes))
+    try:  # n bytes on two ranks: 2 (2 - 1) / 2 * n / bus
+        bus = fit_line(big, reduced)[1]
+    except InvalidProblemError:  # times that do not grow with the size (noise): the link's bandwidth stands
+        bus = None
+    return Link(alpha, beta, tuple(s // 4 * 4 for s in sizes), tuple(seconds), bus, big, tuple(reduced))
 
 
 def measure_bandwidth(nbytes: int = 1 << 20, *, repeats: int = 20, warmup: int = 3) -> float:
@@ -209,5 +255,5 @@ def measure_bandwidth(nbytes: int = 1 << 20, *, repeats: int = 20, warmup: int =
     _check(nbytes, "nbytes", 4)
     _check(repeats, "repeats", 1)
     _check(warmup, "warmup", 0)
-    seconds = _one_way((nbytes,), repeats, warmup)[0]
+    seconds = _one_way((nbytes,), repeats, warmup)[0][0]
     return (nbytes // 4 * 4) / seconds

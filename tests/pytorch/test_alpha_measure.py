@@ -90,6 +90,8 @@ def test_measure_link_fits_a_positive_bandwidth():
     link = measure_link(repeats=3, warmup=1)
     assert link.latency >= 0 and link.bandwidth > 0
     assert len(link.sizes) == len(link.seconds) >= 2 and max(link.sizes) >= 1 << 24
+    assert len(link.collective_sizes) == len(link.collective_seconds) >= 2  # the all-reduce, >= 1 MiB
+    assert min(link.collective_sizes) >= 1 << 20 and link.collective_bandwidth is None or link.collective_bandwidth > 0
     assert "latency" in link.describe()
 
 

@@ -35,7 +35,6 @@ import math
 import numpy as np
 
 from ...backends.deadline import Deadline, DeadlineReached
-from ...cluster import Cluster
 from ...errors import InfeasibleError, InvalidProblemError
 from ...cost.tolerance import FLOAT_NOISE
 from ...result import Result, Status
@@ -71,7 +70,7 @@ def best_same_cut(problem: BipartitionProblem, *, ignore_memory: bool = False,
     base = problem.same_cut_problem()
     if ignore_memory:
         cl = problem.instance.cluster
-        free = Cluster(tuple(dataclasses.replace(d, memory=math.inf) for d in cl.devices), cl.bandwidth, cl.latency)
+        free = dataclasses.replace(cl, devices=tuple(dataclasses.replace(d, memory=math.inf) for d in cl.devices))
         base = PartitionProblem(problem.instance.replace(cluster=free), problem.stages)
     dl = Deadline(None) if deadline is None else deadline
     try:

@@ -507,7 +507,7 @@ class ReplicatedProbe:
         self.a_env = np.minimum.accumulate(self.a1[::-1])[::-1]
         self.b_env = np.maximum.accumulate(self.b1)
         self.param = np.asarray(problem.param_prefix, dtype=float)
-        self.bandwidth = float(problem.bandwidth)
+        self.bus_bandwidth = float(problem.bus_bandwidth)  # the replicas' all-reduce
         self.memory = math.isfinite(problem.memory)
         self._lo: dict = {}
         self.last: dict = {}
@@ -516,7 +516,7 @@ class ReplicatedProbe:
         """The all-reduce prefix of m replicas at units ``pos`` (:meth:`CostTable.allreduce_prefix`:
         :func:`rules.allreduce_time` of the parameter prefix sums), so that ``a_m = a_1 + it``
         and ``b_m = b_1 + it``; taken where needed, never as an S x n table."""
-        return rules.allreduce_time(self.param[pos], m, self.bandwidth)
+        return rules.allreduce_time(self.param[pos], m, self.bus_bandwidth)
 
     def tokens(self, w: int, m: np.ndarray):
         """In-flight k, and window tokens D, U of a stage on m replicas ending at w workers."""

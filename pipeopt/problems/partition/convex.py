@@ -207,7 +207,7 @@ def _transitions(p: PartitionProblem):
     stash = inst.settings.weight_stashing
     mem_act = np.array([rules.stage_memory(1.0, 0.0, int(x), rules.weight_versions(int(x), stash)) for x in k])
     mem_par = np.array([rules.stage_memory(0.0, 1.0, int(x), rules.weight_versions(int(x), stash)) for x in k])
-    ar = np.array([rules.allreduce_time(1.0, int(m), inst.cluster.bandwidth) if m > 1 else 0.0 for m in mm])
+    ar = np.array([rules.allreduce_time(1.0, int(m), inst.cluster.bus_bandwidth) if m > 1 else 0.0 for m in mm])
     return frm, to, mm, np.asarray(D, float), np.asarray(U, float), mem_act, mem_par, ar
 
 
@@ -274,7 +274,7 @@ class _Search:
         a, b = np.array(ideals[:-1]), np.array(ideals[1:])
         reps = np.asarray(reps, dtype=int)
         S = reps.size
-        ar = np.array([rules.allreduce_time(x, int(m), p.instance.cluster.bandwidth) if m > 1 else 0.0
+        ar = np.array([rules.allreduce_time(x, int(m), p.instance.cluster.bus_bandwidth) if m > 1 else 0.0
                        for x, m in zip(t.P[b] - t.P[a], reps, strict=True)])
         work = t.W[b] - t.W[a] + ar + t.added[a] + t.added[b]
         after = np.cumsum(reps[::-1])[::-1]

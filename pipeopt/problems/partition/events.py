@@ -176,7 +176,7 @@ def _tie_sync(problem: PartitionProblem, split: CumulativeSplit, scale: float):
     ties."""
     ties = problem.table.ties
     expr = pulp.LpAffineExpression()
-    S, bw = split.model.S, problem.bandwidth
+    S, bw = split.model.S, problem.bus_bandwidth
     for j, (tie, units) in enumerate(zip(ties.ties, ties.units, strict=True)):
         top = min(len(units), S)
         if top < 2 or tie.bytes <= 0:

@@ -376,7 +376,7 @@ def zero_linear(problem) -> tuple[float, float, float, float]:
     state = {"gradient_ratio": s.gradient_ratio, "optimizer_ratio": s.optimizer_ratio, "zero": s.zero, "dp": s.dp}
     kappa = float(rules.sharded_state(1.0, 0.0, **state))
     lam = float(rules.sharded_state(0.0, 1.0, **state))
-    comm = {"zero": s.zero, "dp": s.dp, "bandwidth": tab.bandwidth}
+    comm = {"zero": s.zero, "dp": s.dp, "bandwidth": tab.bus_bandwidth}
     alpha = float(sum(rules.zero_op_times(1.0, **comm, latency=0.0)))
     beta = float(sum(rules.zero_op_times(1.0, **comm, latency=tab.latency))) - alpha
     return kappa, lam, alpha, beta

@@ -171,6 +171,12 @@ class PartitionProblem:
         return self.instance.cluster.bandwidth
 
     @property
+    def bus_bandwidth(self) -> float:
+        """Bytes/s of the collectives (all-reduces of replicas and ties, ZeRO's):
+        :attr:`pipeopt.Cluster.bus_bandwidth`."""
+        return self.instance.cluster.bus_bandwidth
+
+    @property
     def latency(self) -> float:
         """Seconds per message between workers (:attr:`pipeopt.Cluster.latency`)."""
         return self.instance.cluster.latency
@@ -373,7 +379,7 @@ class PartitionProblem:
         a, b = np.asarray(a), np.asarray(b)
         m = replicas
         comp = rules.replicated_time(self.work_prefix[b] - self.work_prefix[a],
-                                     self.param_prefix[b] - self.param_prefix[a], m, self.bandwidth, self.latency)
+                                     self.param_prefix[b] - self.param_prefix[a], m, self.bus_bandwidth, self.latency)
         added, bound = self.cut_terms
         t = np.maximum(comp + (added[a] + added[b] + self.zero_work(a, b)) / m, np.maximum(bound[a], bound[b]) / m)
         if memory and math.isfinite(self.memory):
@@ -392,11 +398,11 @@ class PartitionProblem:
         if m.ndim:  # one replica count per stage
             many = m > 1
             if many.any():
-                ar = rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], np.maximum(m, 1), self.bandwidth,
+                ar = rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], np.maximum(m, 1), self.bus_bandwidth,
                                           self.latency)
                 comp = np.where(many, comp + ar, comp)
         elif replicas > 1:
-            comp = comp + rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], replicas, self.bandwidth,
+            comp = comp + rules.allreduce_time(self.param_prefix[b] - self.param_prefix[a], replicas, self.bus_bandwidth,
                                                self.latency)
         return comp + added[a] + added[b] + self.zero_work(a, b)
 

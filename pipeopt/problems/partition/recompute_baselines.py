@@ -69,6 +69,7 @@ selective mode").
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import networkx as nx
@@ -469,14 +470,14 @@ def with_devices(instance, count: int):
     -------
     Instance
         ``instance`` itself if it has ``count`` devices or more."""
-    from ...cluster import Cluster, Device
+    from ...cluster import Device
 
     devices = tuple(instance.cluster.devices)
     if len(devices) >= count:
         return instance
     dev = devices[0]
     extra = tuple(Device(f"{dev.name}+{i}", dict(dev.resources), dev.memory) for i in range(len(devices), count))
-    return instance.replace(cluster=Cluster(devices + extra, instance.cluster.bandwidth, instance.cluster.latency))
+    return instance.replace(cluster=dataclasses.replace(instance.cluster, devices=devices + extra))
 
 
 def no_recompute_more_stages(

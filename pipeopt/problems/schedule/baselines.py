@@ -28,10 +28,11 @@ method's bound (:func:`pipeopt.problems.schedule.milp.solve_milp`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
-from ...cluster import Cluster, Device
+from ...cluster import Device
 from ...errors import InfeasibleError, InvalidProblemError, PipeoptError
 from ..partition.dp import solve_dp
 from ..partition.frameworks import torch_parts, torchtitan_blocks
@@ -118,8 +119,8 @@ def best_1f1b(problem: ScheduleProblem, time_limit: float = 60.0, **_) -> Result
     inst = problem.instance
     dev = inst.cluster.devices[0]
     S = problem.S
-    workers = Cluster(tuple(Device(f"{dev.name}#{s}", dict(dev.resources), dev.memory) for s in range(S)),
-                      inst.cluster.bandwidth, inst.cluster.latency)
+    workers = dataclasses.replace(inst.cluster, devices=tuple(Device(f"{dev.name}#{s}", dict(dev.resources), dev.memory)
+                                                              for s in range(S)))
     virtual = inst.replace(cluster=workers).with_settings(objective="bottleneck", microbatches=problem.microbatches)
     part = PartitionProblem(virtual, S, recompute=problem.recompute)
     res = solve_dp(part, time_limit=time_limit)

@@ -169,7 +169,7 @@ def zero_terms(problem: ScheduleProblem, lp, split, between) -> dict:
     st, tab = problem.instance.settings, problem.table
     S, n = problem.S, problem.n
     kappa, lam, _, _ = zero_linear(problem)
-    comm = {"zero": st.zero, "dp": st.dp, "bandwidth": tab.bandwidth}
+    comm = {"zero": st.zero, "dp": st.dp, "bandwidth": tab.bus_bandwidth}
 
     def lin(fn):  # (slope per byte, latency part) of a rule linear in the bytes for bytes > 0
         slope = float(fn(1.0, **comm, latency=0.0))
