@@ -23,10 +23,10 @@ from strategies import binding_memory, chain_graph, zero_chains
 REL = 1e-9
 
 
-def _instance(fwd, act, param, S, memory, state: dict, latency=0.0):
+def _instance(fwd, act, param, S, memory, state: dict, latency=0.0, collective=None):
     g = chain_graph(fwd, [2 * f for f in fwd], out=1e7, act=act, param=param)
-    return Instance(g, Cluster.homogeneous(S, kind="gpu", memory=memory, bandwidth=1e8, latency=latency),
-                    Settings(**state), name="zero")
+    cluster = Cluster.homogeneous(S, kind="gpu", memory=memory, bandwidth=1e8, latency=latency)
+    return Instance(g, cluster.with_overrides(collective_bandwidth=collective), Settings(**state), name="zero")
 
 
 @st.composite
@@ -37,12 +37,13 @@ def cases(draw, max_layers: int = 5):
     n = draw(st.integers(3, max_layers))
     S = draw(st.integers(2, n - 1))
     fwd, act, param, state, latency = draw(zero_chains(n))
-    free = _instance(fwd, act, param, S, math.inf, state, latency)
+    collective = draw(st.sampled_from([None, 4e7]))  # ZeRO's collectives at the link's rate or slower
+    free = _instance(fwd, act, param, S, math.inf, state, latency, collective)
     every = min(max(evaluate(free, p).memory) for p in recompute_plans(free, S, forced=True))
     none = min(max(evaluate(free, p).memory) for p in recompute_plans(free, S)
                if not any(s.recompute for s in p.stages))
     memory = binding_memory(draw, every, none)
-    return _instance(fwd, act, param, S, memory, state, latency), S
+    return _instance(fwd, act, param, S, memory, state, latency, collective), S
 
 
 def _check(inst, res, value):

@@ -25,10 +25,10 @@ REL = 1e-9
 SCHEDULES = {"GPipe": 1, "1F1B": 1, "ZBVZeroBubble": 2}
 
 
-def _instance(fwd, act, param, memory, state: dict, latency=0.0):
+def _instance(fwd, act, param, memory, state: dict, latency=0.0, collective=None):
     g = chain_graph(fwd, [2 * f for f in fwd], out=[5e7] * len(fwd), act=act, param=param)
-    return Instance(g, Cluster.homogeneous(2, kind="gpu", memory=memory, bandwidth=1e9, latency=latency),
-                    Settings(**state), name="zero")
+    cluster = Cluster.homogeneous(2, kind="gpu", memory=memory, bandwidth=1e9, latency=latency)
+    return Instance(g, cluster.with_overrides(collective_bandwidth=collective), Settings(**state), name="zero")
 
 
 @st.composite
@@ -39,8 +39,9 @@ def cases(draw, schedule: str):
     v = SCHEDULES[schedule]
     n = draw(st.integers(2 * v + (1 if v == 1 else 0), 2 * v + 2))
     fwd, act, param, state, latency = draw(zero_chains(n))
+    collective = draw(st.sampled_from([None, 4e8]))  # ZeRO's collectives at the link's rate or slower
     m = draw(st.sampled_from([2, 4]))
-    free = ScheduleProblem(_instance(fwd, act, param, math.inf, state, latency), schedule, 2, m, v)
+    free = ScheduleProblem(_instance(fwd, act, param, math.inf, state, latency, collective), schedule, 2, m, v)
     sched, inst = free.schedule, free.instance
 
     def least(plans):
@@ -49,7 +50,7 @@ def cases(draw, schedule: str):
     every = least(schedule_recompute_plans(inst, sched, forced=True))
     none = least(p for p in schedule_recompute_plans(inst, sched) if not any(s.recompute for s in p.stages))
     memory = binding_memory(draw, every, none)
-    return ScheduleProblem(_instance(fwd, act, param, memory, state, latency), schedule, 2, m, v)
+    return ScheduleProblem(_instance(fwd, act, param, memory, state, latency, collective), schedule, 2, m, v)
 
 
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
