@@ -671,7 +671,7 @@ def _add_profile(sub) -> None:
     p.add_argument("--bandwidth", type=_profile_rate,
                    help="bytes/s between workers (1e9, 10Gbps, a link name for estimated costs), or 'measure': "
                         "the latency and the bandwidth fitted on a gloo ping-pong between two local processes at "
-                        "sizes up to the largest edge")
+                        "sizes up to the largest edge, and the collectives' bus bandwidth on a gloo all-reduce")
     p.add_argument("--latency", type=parse_latency,
                    help="seconds per message between workers (0.3ms, 3e-4; default 0, or measured with "
                         "--bandwidth measure)")
