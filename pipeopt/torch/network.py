@@ -40,7 +40,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, port: int, sizes: tuple, repeats: int, warmup: int, queue) -> None:
+def _worker(rank: int, port: int, sizes: tuple, reduce: tuple, repeats: int, warmup: int, queue) -> None:
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -64,7 +64,7 @@ def _worker(rank: int, port: int, sizes: tuple, repeats: int, warmup: int, queue
                     samples.append((time.perf_counter() - t0) / 2.0)
             medians.append(statistics.median(samples))
         reduced = []  # the all-reduce of the collective sizes, both ranks sending and receiving at once
-        for nbytes in collective_sizes(sizes):
+        for nbytes in reduce:
             t = torch.ones(max(nbytes // 4, 1))
             samples = []
             for r in range(warmup + repeats):
@@ -97,12 +97,13 @@ def collective_sizes(sizes) -> tuple:
     return big if len(big) >= 2 else tuple(sorted(sizes)[-2:])
 
 
-def _one_way(sizes: tuple, repeats: int, warmup: int) -> tuple[list[float], list[float]]:
+def _one_way(sizes: tuple, repeats: int, warmup: int, reduce: tuple = ()) -> tuple[list[float], list[float]]:
     """Median one-way seconds of a message of each size (whole float32 elements, at least one),
-    and median seconds of an all-reduce of each of :func:`collective_sizes` between the two."""
+    and median seconds of an all-reduce between the two of each size in ``reduce``."""
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_worker, args=(_free_port(), sizes, repeats, warmup, queue), nprocs=2, start_method="spawn")
+    mp.start_processes(_worker, args=(_free_port(), sizes, reduce, repeats, warmup, queue), nprocs=2,
+                       start_method="spawn")
     return queue.get()
 
 
@@ -220,9 +221,9 @@ def measure_link(sizes=None, *, largest: int = 1 << 22, repeats: int = 20, warmu
         _check(s, "a message size", 4)
     if len(set(sizes)) < 2:
         raise InvalidProblemError(f"measuring alpha and beta needs two or more distinct sizes, got {sizes!r}")
-    seconds, reduced = _one_way(sizes, repeats, warmup)
-    alpha, beta = fit_line([s // 4 * 4 for s in sizes], seconds)
     big = tuple(s // 4 * 4 for s in collective_sizes(sizes))
+    seconds, reduced = _one_way(sizes, repeats, warmup, big)
+    alpha, beta = fit_line([s // 4 * 4 for s in sizes], seconds)
     try:  # n bytes on two ranks: 2 (2 - 1) / 2 * n / bus
         bus = fit_line(big, reduced)[1]
     except InvalidProblemError:  # times that do not grow with the size (noise): the link's bandwidth stands
