@@ -40,6 +40,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _median_seconds(op, repeats: int, warmup: int) -> float:
+    """Median seconds of ``op()`` over ``repeats`` runs after ``warmup`` untimed ones, each
+    started together on both ranks (a barrier before it)."""
+    samples = []
+    for r in range(warmup + repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        op()
+        if r >= warmup:
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def _worker(rank: int, port: int, sizes: tuple, reduce: tuple, repeats: int, warmup: int, queue) -> None:
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -47,33 +60,20 @@ def _worker(rank: int, port: int, sizes: tuple, reduce: tuple, repeats: int, war
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
         peer = 1 - rank
-        medians = []
-        for nbytes in sizes:
-            t = torch.zeros(max(nbytes // 4, 1))
-            samples = []
-            for r in range(warmup + repeats):
-                dist.barrier()
-                t0 = time.perf_counter()
-                if rank == 0:
-                    dist.send(t, peer)
-                    dist.recv(t, peer)
-                else:
-                    dist.recv(t, peer)
-                    dist.send(t, peer)
-                if r >= warmup:
-                    samples.append((time.perf_counter() - t0) / 2.0)
-            medians.append(statistics.median(samples))
-        reduced = []  # the all-reduce of the collective sizes, both ranks sending and receiving at once
-        for nbytes in reduce:
-            t = torch.ones(max(nbytes // 4, 1))
-            samples = []
-            for r in range(warmup + repeats):
-                dist.barrier()
-                t0 = time.perf_counter()
-                dist.all_reduce(t)
-                if r >= warmup:
-                    samples.append(time.perf_counter() - t0)
-            reduced.append(statistics.median(samples))
+
+        def ping_pong(t) -> None:
+            if rank == 0:
+                dist.send(t, peer)
+                dist.recv(t, peer)
+            else:
+                dist.recv(t, peer)
+                dist.send(t, peer)
+
+        medians = [_median_seconds(lambda t=torch.zeros(max(n // 4, 1)): ping_pong(t), repeats, warmup) / 2.0
+                   for n in sizes]  # one way: half the round trip
+        # the all-reduce of the collective sizes, both ranks sending and receiving at once
+        reduced = [_median_seconds(lambda t=torch.ones(max(n // 4, 1)): dist.all_reduce(t), repeats, warmup)
+                   for n in reduce]
         if rank == 0:
             queue.put((medians, reduced))
     finally:
