@@ -972,12 +972,23 @@ class Tie:
         Bytes of the weight, its gradient and its optimizer state (what a stage holding it keeps).
     layers
         ``tuple``: the layers that use it (at least two).
+    sum_s
+        ``tuple`` of ``(kind, seconds)``: one out-of-place sum of two of its gradient
+        contributions on one unit of each resource kind (graph attribute key ``sum_s``, a dict;
+        measured by :func:`pipeopt.torch.from_torch`; empty = 0 s, as in every paper profile):
+        what a stage holding k of its layers adds to each microbatch's backward, k - 1 times
+        (:func:`pipeopt.cost.rules.tie_sum_time`).
     """
 
     name: str
     bytes: float
     state_bytes: float
     layers: tuple
+    sum_s: tuple = ()
+
+    def sum_on(self, kind: str) -> float:
+        """Seconds of one sum on ``kind`` (0.0 where not measured)."""
+        return dict(self.sum_s).get(kind, 0.0)
 
 
 def _tie_number(value, what: str) -> float:
@@ -1002,8 +1013,9 @@ def ties_of(graph) -> tuple[Tie, ...]:
     Raises
     ------
     InvalidGraphError
-        If ``tied`` is not a list of ``{"name", "bytes", "state_bytes", "layers"}`` with
-        bytes >= 0 and at least two distinct layers of the graph.
+        If ``tied`` is not a list of ``{"name", "bytes", "state_bytes", "layers"}`` (and
+        optionally ``"sum_s"``, kind -> seconds) with bytes and seconds >= 0 and at least two
+        distinct layers of the graph.
     """
     raw = getattr(graph, "graph", {}).get("tied")
     if raw is None:
@@ -1024,6 +1036,10 @@ def ties_of(graph) -> tuple[Tie, ...]:
         unknown = [x for x in layers if x not in graph]
         if unknown:
             raise InvalidGraphError(f"{where} ({t['name']!r}) names unknown layer(s) {unknown[:3]!r}")
+        sums = t.get("sum_s", {})
+        if not isinstance(sums, dict):
+            raise InvalidGraphError(f"{where}.sum_s must be a dict of resource kind -> seconds, got {sums!r}")
         out.append(Tie(str(t["name"]), _tie_number(t["bytes"], f"{where}.bytes"),
-                       _tie_number(t["state_bytes"], f"{where}.state_bytes"), tuple(dict.fromkeys(layers))))
+                       _tie_number(t["state_bytes"], f"{where}.state_bytes"), tuple(dict.fromkeys(layers)),
+                       tuple((str(k), _tie_number(v, f"{where}.sum_s[{k!r}]")) for k, v in sorted(sums.items()))))
     return tuple(out)

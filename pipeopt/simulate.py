@@ -41,7 +41,10 @@ disagree with the cost model through *scheduling*, never through different numbe
   (``Evaluation.state``: gradients, optimizer state, ZeRO's shards) is held throughout;
 * data parallelism (``Settings.dp``, ``zero``): the ZeRO collectives per microbatch are in the
   ops (from ``evaluate``); the synchronisation after the flush (``Evaluation.dp_sync``) is added
-  to the iteration time of a finite run (1F1B, GPipe, split), as the cost model adds it.
+  to the iteration time of a finite run (1F1B, GPipe, split), as the cost model adds it;
+* tied parameters: their gradients' all-reduce after the flush (``Evaluation.tie_sync``) is added
+  the same way, and a stage holding two of a tie's layers sums their gradients in its backward
+  op (from ``evaluate``: :func:`pipeopt.cost.rules.tie_sum_time`).
 
 Bi-Partition plans (different forward and backward cuts) play like any other: a stage's
 forward op covers its forward layers and its backward op its backward layers, and each link
@@ -726,7 +729,7 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
     stash = schedule == "async"
     if kind == "gpipe":  # a fill-drain run has no periodic regime: the slope of the iteration time in M
         run = _run(pipe, kind, M)
-        iteration = run.makespan + analytic.dp_sync  # data parallelism's synchronisation after the flush
+        iteration = run.makespan + analytic.tie_sync + analytic.dp_sync  # after the flush: ties, then data parallelism
         tpm = (_run(pipe, kind, 2 * N).makespan - _run(pipe, kind, N).makespan) / N
         lo, hi = 0.0, run.makespan
     else:  # the spacing of backward completions in the middle of a long run
@@ -744,7 +747,7 @@ def simulate(instance, plan: Plan, *, schedule: str = "1f1b", microbatches: int 
             notes.append(f"steady state measured over microbatches {a}..{b} of a {2 * N}-microbatch run")
         else:
             run = _run(pipe, kind, M)
-            iteration = run.makespan + analytic.dp_sync  # data parallelism's synchronisation after the flush
+            iteration = run.makespan + analytic.tie_sync + analytic.dp_sync  # after the flush: ties, then data parallelism
             lo, hi = 0.0, run.makespan
     busy = _busy(run, pipe, split, lo, hi)
     span = hi - lo

@@ -222,10 +222,11 @@ def hand_free_order(m: int = 3):
 
 
 @st.composite
-def tied_instances(draw, max_layers: int = 7, memory: bool = True) -> Instance:
+def tied_instances(draw, max_layers: int = 7, memory: bool = True, sums: bool = False) -> Instance:
     """A random chain instance (:func:`layer_graphs` without skips) with one or two tied
     parameters (graph attribute ``tied``, :mod:`pipeopt.cost.ties`), each used by two or three
-    random layers, whose state is large enough for memory to bind on the stages holding it."""
+    random layers, whose state is large enough for memory to bind on the stages holding it;
+    with ``sums`` each tie also has a measured gradient sum (``sum_s``, 0 to 30 ms, or none)."""
     g = draw(layer_graphs(min_layers=3, max_layers=max_layers, dag=False))
     n = g.number_of_nodes()
     ties = []
@@ -234,6 +235,8 @@ def tied_instances(draw, max_layers: int = 7, memory: bool = True) -> Instance:
         nbytes = float(draw(st.integers(0, 300_000_000)))
         ties.append({"name": f"tie{j}.weight", "bytes": nbytes, "state_bytes": 4 * nbytes,
                      "layers": [f"l{i}" for i in sorted(users)]})
+        if sums:
+            ties[-1]["sum_s"] = {"gpu": draw(st.sampled_from([0.0, 1e-4, 0.003, 0.03]))}
     g.graph["tied"] = ties
     total = sum(a["param_bytes"] + 2 * a["act_bytes"] for _, a in g.nodes(data=True)) + sum(
         t["state_bytes"] for t in ties)

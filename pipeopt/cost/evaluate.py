@@ -54,6 +54,9 @@ layer set Q_i (= P_i unless Bi-Partition):
   of whose layers it holds (in either pass); each tie's gradient is all-reduced between the
   workers of the stages holding it once per iteration, after the flush
   (:func:`rules.tie_sync_time`): added to ``iteration`` and ``gpipe``, not to ``bottleneck``.
+  A stage whose backward holds k >= 2 of a tie's layers also sums their gradient contributions
+  k - 1 times per microbatch (:func:`rules.tie_sum_time` of the tie's measured ``sum_s``): added
+  to that stage's backward like a layer's time.
 * ``max_load`` (Tarnawski et al., NeurIPS 2020): the largest stage *load*, the stage's compute
   tau_i plus the seconds of every tensor it sends or receives (:func:`rules.stage_transfers`,
   each tensor once per stage; none on a ``host`` device); no overlap, no window rows; each
@@ -122,7 +125,9 @@ class Evaluation:
         it sends and receives (empty under the other objectives).
     tied
         ``list[dict]`` per tied parameter (:mod:`pipeopt.cost.ties`): ``name``, ``stages``
-        (the stages holding it), ``sync_s`` (its gradient's all-reduce, seconds per iteration).
+        (the stages holding it), ``sync_s`` (its gradient's all-reduce, seconds per iteration),
+        ``sum_s`` (seconds per microbatch its gradient sums add to the backward of the stages that
+        hold two or more of its layers, :func:`rules.tie_sum_time`; the largest kind's; 0 if none).
     tie_sync
         Seconds per iteration of every tie's all-reduce, one after the other after the flush
         (in :attr:`iteration_time` and :attr:`gpipe_time`; 0 without ties).
@@ -542,7 +547,14 @@ def evaluate(instance, plan: Plan) -> Evaluation:
             tie_state[held] += t.state_bytes
             tie_bytes[held] += t.bytes
             sync = float(rules.tie_sync_time(t.bytes, sum(reps[s] for s in held), cbw, alpha))
-            tied.append({"name": t.name, "stages": held, "sync_s": sync})
+            summed = 0.0
+            if t.sum_s:  # a stage whose backward holds k >= 2 of its layers sums their gradients k - 1 times
+                users = np.bincount([int(bpos[idx[x]]) for x in t.layers], minlength=S)
+                for i in np.flatnonzero(users > 1).tolist():
+                    extra = {k: float(rules.tie_sum_time(users[i], t.sum_on(k))) for k in B_all[i]}
+                    B_all[i] = {k: v + extra[k] for k, v in B_all[i].items()}
+                    summed += max(extra.values(), default=0.0)
+            tied.append({"name": t.name, "stages": held, "sync_s": sync, "sum_s": summed})
             tie_sync += sync
     device = {d.name: d for d in cluster.devices}
 

@@ -289,6 +289,16 @@ def tie_sync_time(nbytes, holders, bandwidth: float, latency: float = 0.0):
     return allreduce_time(nbytes, holders, bandwidth, latency)
 
 
+def tie_sum_time(users, seconds):
+    """Seconds a stage's backward adds per microbatch for a tied parameter of which it holds
+    ``users`` layers (arrays broadcast): autograd sums the gradient contributions of a
+    parameter used by k modules of one stage before accumulating them, out of place (a fresh
+    tensor of the weight's size each time), k - 1 sums of ``seconds`` each (the tie's measured
+    ``sum_s``, :mod:`pipeopt.cost.ties`); 0 for a stage holding at most one of its layers. A
+    pipeline whose stages each hold one user never pays it (each keeps its own copy)."""
+    return np.maximum(np.asarray(users, dtype=float) - 1.0, 0.0) * seconds
+
+
 def _farthest_first(tail: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``np.lexsort((-w, -b, tail))``; when ``tail`` is already sorted (the arrays' adjacency
     order), only the edges that share their tail with another are sorted (on a chain with a few

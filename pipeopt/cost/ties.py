@@ -30,6 +30,12 @@ The cost model (docs/cost-model.md, "Tied parameters"; the rules are in
   (:func:`pipeopt.cost.rules.tie_sync_time`, the ring all-reduce): added to the ``iteration``
   and ``gpipe`` objectives; the steady-state ``bottleneck`` (the period of an unflushed
   pipeline, per microbatch) does not contain it.
+* **sums in one stage**: a stage whose backward holds k >= 2 of a tie's layers sums their
+  gradient contributions k - 1 times per microbatch, out of place (autograd), each the tie's
+  measured ``sum_s`` (``{kind: seconds}``, optional; :func:`pipeopt.cost.rules.tie_sum_time`):
+  added to that stage's backward. The DP and the event-time MILP price it; the methods that
+  read a stage's work as prefix sums refuse where it can differ between splits
+  (:meth:`ChainTies.sums_bind`, :meth:`pipeopt.problems.partition.PartitionProblem.refuse_tie_sums`).
 
 :func:`pipeopt.graph.ties_of` reads and checks the attribute (every instance's graph is checked
 with it); this module locates the ties on a chain or a plan and names the methods that handle
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import rules
 from ..errors import InvalidProblemError
 from ..graph import Tie, ties_of
 
@@ -99,6 +106,8 @@ class ChainTies:
         self.ties = tuple(ties)
         unit_of = chain.unit_of if self.ties else {}
         self.units = [np.unique([unit_of[x] for x in t.layers]).astype(np.int64) for t in self.ties]
+        # every layer's unit, repeats kept (two users merged into one unit are two users)
+        self.layer_units = [np.sort([unit_of[x] for x in t.layers]).astype(np.int64) for t in self.ties]
         self.state = np.array([t.state_bytes for t in self.ties], dtype=float)
 
     def __bool__(self) -> bool:
@@ -108,6 +117,34 @@ class ChainTies:
         """Per tie: whether a stage of units ``a..b-1`` holds it (arrays broadcast)."""
         a, b = np.asarray(a), np.asarray(b)
         return [np.searchsorted(u, b, side="left") > np.searchsorted(u, a, side="left") for u in self.units]
+
+    def users(self, a, b) -> list[np.ndarray]:
+        """Per tie: how many of its layers a stage of units ``a..b-1`` holds (arrays broadcast)."""
+        a, b = np.asarray(a), np.asarray(b)
+        return [np.searchsorted(u, b, side="left") - np.searchsorted(u, a, side="left") for u in self.layer_units]
+
+    def sum_time(self, a, b, kind: str, units: float = 1.0):
+        """Seconds per microbatch the gradient sums of the ties add to the backward of a stage of
+        units ``a..b-1`` on ``units`` units of ``kind`` (:func:`pipeopt.cost.rules.tie_sum_time`
+        per tie; 0.0 without ties or measured sums; arrays broadcast)."""
+        total = 0.0
+        for k, t in zip(self.users(a, b), self.ties, strict=True):
+            sec = t.sum_on(kind)
+            if sec:
+                total = total + rules.tie_sum_time(k, sec / units)
+        return total
+
+    def sums_bind(self, n: int, stages: int) -> list[str]:
+        """The ties with a measured sum (``sum_s``) two of whose layers one stage of a split of the
+        n units into ``stages`` non-empty stages can hold (two users in one unit, or two units at
+        most ``n - stages`` apart): where :func:`pipeopt.cost.rules.tie_sum_time` can differ
+        between splits. Their names."""
+        return [t.name for t, bind in zip(self.ties, self.binding(n, stages), strict=True) if bind]
+
+    def binding(self, n: int, stages: int) -> list[bool]:
+        """Per tie: :meth:`sums_bind`'s test (a measured sum, and two layers one stage can hold)."""
+        return [any(sec > 0 for _, sec in t.sum_s) and u.size > 1 and int(np.diff(u).min()) <= n - stages
+                for t, u in zip(self.ties, self.layer_units, strict=True)]
 
     def state_bytes(self, a, b):
         """Tie ``state_bytes`` a stage of units ``a..b-1`` keeps (0.0 without ties; arrays broadcast)."""

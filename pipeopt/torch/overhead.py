@@ -8,8 +8,10 @@ sums the two 154 MB gradient contributions out of place (``aten::add``, a fresh 
 before the accumulation; ``pipeline()`` gives each stage its own copy of a tied weight
 (``MultiUseParameterConfig.REPLICATE``), so a split model never pays it. Measured on one CPU
 thread (thread CPU time, shared machine): the whole tied model 593 ms per forward + backward,
-the same model untied 531 ms. Charged as a per-stage constant, that excess was charged on
-each of the two stages of a split that pays none of it.
+the same model untied 531 ms; one out-of-place sum of two 154 MB tensors 61 ms. Charged as a
+per-stage constant, that excess was charged on each of the two stages of a split that pays none
+of it. The cost model now prices the sum where it happens (:func:`pipeopt.cost.rules.tie_sum_time`,
+a stage holding two of a tie's layers), so :func:`fit` takes it out of both measurements first.
 
 :func:`split_passes` therefore cuts the model into two stages with torch's own ``pipeline()``
 (:func:`pipeopt.torch.runtime.build_pipe`, the stage modules ``pipeopt run`` runs), at the
@@ -181,7 +183,8 @@ def _leaf(value):
     return value
 
 
-def fit(whole_total: float, whole_forward: float, measured: dict, layer_total: dict, layer_forward: dict) -> dict:
+def fit(whole_total: float, whole_forward: float, measured: dict, layer_total: dict, layer_forward: dict,
+        sums=()) -> dict:
     """What the runtime adds to the layers' measured times, as a constant per stage and a
     share proportional to the layers' times, fitted so that the cost model reproduces both
     measurements: the whole model as one stage (:func:`pipeopt.torch.probe.runtime_module`)
@@ -193,9 +196,9 @@ def fit(whole_total: float, whole_forward: float, measured: dict, layer_total: d
     time) / L``, so one stage pays ``c + p`` and two stages ``2 c + p``. Hence
     ``c = E2 - E1`` and ``p = E2 - 2 c``, with ``c`` clamped to ``[0, E2 / 2]`` so that both
     parts are at least 0 and the split is always reproduced exactly; when ``E1 > E2`` (the
-    whole model pays work no stage of a split pays, e.g. summing a tied weight's two gradients
-    contributions out of place) ``c = 0`` and ``p = E2``: the one-stage run is then predicted
-    ``E1 - E2`` short, which the assumption line states.
+    whole model pays work no stage of a split pays, beyond the tie sums ``sums`` the cost model
+    prices) ``c = 0`` and ``p = E2``: the one-stage run is then predicted ``E1 - E2`` short,
+    which the assumption line states.
 
     Parameters
     ----------
@@ -206,6 +209,11 @@ def fit(whole_total: float, whole_forward: float, measured: dict, layer_total: d
         :func:`split_passes`' result.
     layer_total, layer_forward
         ``{layer: seconds}``: each layer's measured forward + backward, and forward.
+    sums
+        ``[(layers of a tie, seconds of one gradient sum)]``: the tied parameters' gradient sums
+        (:func:`pipeopt.cost.rules.tie_sum_time`, priced by the cost model itself) are taken out
+        of both measurements' backward first: the whole model sums each tie's gradients
+        (k - 1 times for k layers), a stage of the split those of the ties it holds twice or more.
 
     Returns
     -------
@@ -215,12 +223,14 @@ def fit(whole_total: float, whole_forward: float, measured: dict, layer_total: d
         microbatch; the scale is 1 where ``L`` is 0).
     """
     stages = measured["stages"]
+    whole_sums = sum(max(len(layers) - 1, 0) * sec for layers, sec in sums)
+    split_sums = sum(max(len(layers & set(st)) - 1, 0) * sec for layers, sec in sums for st in stages)
     lf = sum(layer_forward[x] for st in stages for x in st)
     lt = sum(layer_total[x] for st in stages for x in st)
     parts = {
         "forward": (lf, float(whole_forward) - lf, sum(measured["forward"]) - lf),
-        "backward": (lt - lf, (float(whole_total) - float(whole_forward)) - (lt - lf),
-                     (sum(measured["total"]) - sum(measured["forward"])) - (lt - lf)),
+        "backward": (lt - lf, (float(whole_total) - float(whole_forward)) - (lt - lf) - whole_sums,
+                     (sum(measured["total"]) - sum(measured["forward"])) - (lt - lf) - split_sums),
     }
     over, scale, e1s, e2s = {}, {}, {}, {}
     for key, (base, e1, e2) in parts.items():

@@ -493,6 +493,26 @@ def accumulated_backward(fresh: list, accumulating: list, microbatches: int) -> 
     return (a + (m - 1) * b) / m
 
 
+def gradient_sum_seconds(shape, dtype, *, repeats: int, warmup: int) -> float:
+    """Median seconds of one out-of-place sum of two tensors of ``shape`` and ``dtype`` on the
+    CPU, each into a fresh tensor (``repeats`` runs after ``warmup``, with the threads set by
+    the caller): what autograd pays to sum two gradient contributions of a tied parameter used
+    by two modules of one stage before accumulating them (``torch.autograd``'s input buffer adds
+    them out of place), the graph attribute ``tied[i]["sum_s"]`` of :func:`pipeopt.torch.from_torch`
+    (:func:`pipeopt.cost.rules.tie_sum_time`). The fresh tensor's pages are part of the cost."""
+    a = torch.randn(tuple(shape)).to(dtype)
+    b = torch.randn(tuple(shape)).to(dtype)
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        c = a + b
+        elapsed = time.perf_counter() - t0
+        del c
+        if i >= warmup:
+            times.append(elapsed)
+    return float(statistics.median(times))
+
+
 def whole_model_time(module: nn.Module, example_inputs: tuple, *, repeats: int, warmup: int) -> float:
     """Median seconds of one forward plus backward of the whole model (backward from its
     floating outputs with gradients of ones), the check on the per-layer sum."""

@@ -108,7 +108,7 @@ from ..zoo.devices import KINDS, PRECISIONS, REFERENCE_FLOPS
 from ..zoo.devices import device as catalogue_device
 from .memory import backward_temporaries, saved_twice
 from .overhead import fit, split_passes
-from .probe import probe, runtime_module, whole_model_passes
+from .probe import gradient_sum_seconds, probe, runtime_module, whole_model_passes
 from .state import OPTIMIZERS, check_optimizer, state_bytes
 from .hooks import inputs_of, layer_graph, no_cache
 from .trace import parse_granularity, resolve
@@ -164,7 +164,7 @@ def _parameters(traced, module: nn.Module | None = None) -> tuple[list[dict], li
     A parameter whose object is used by the modules of two or more layers (tied weights:
     GPT-2's ``lm_head.weight is transformer.wte.weight``) is a *tie*: it is counted in no
     layer's ``weight_bytes`` and listed once, with the layers that use it
-    (``[{"name", "aliases", "weight_bytes", "numel", "layers"}]``, names from
+    (``[{"name", "aliases", "weight_bytes", "numel", "shape", "dtype", "layers"}]``, names from
     ``module.named_parameters(remove_duplicate=False)``). A buffer used by several layers is
     charged to the first."""
     users: dict[int, list[int]] = {}
@@ -198,7 +198,8 @@ def _parameters(traced, module: nn.Module | None = None) -> tuple[list[dict], li
         p, layers = objects[k], sorted(set(users[k]))
         names = aliases.get(k) or [f"{traced.names[layers[0]]}.<tied {len(ties)}>"]
         ties.append({"name": names[0], "aliases": names[1:], "weight_bytes": p.numel() * p.element_size(),
-                     "numel": p.numel(), "layers": [traced.names[i] for i in layers]})
+                     "numel": p.numel(), "shape": tuple(p.shape), "dtype": p.dtype,
+                     "layers": [traced.names[i] for i in layers]})
     return out, ties
 
 
@@ -373,6 +374,13 @@ def from_torch(
                                precision=precision, memory=memory)
 
     params, ties = _parameters(traced, module)
+    if costs == "measured" and ties:  # a stage holding two of a tie's layers sums their gradients: timed here
+        torch.set_num_threads(threads)
+        try:
+            for t in ties:
+                t["sum_s"] = gradient_sum_seconds(t["shape"], t["dtype"], repeats=repeats, warmup=warmup)
+        finally:
+            torch.set_num_threads(threads_before)
     g = _graph(traced, probes, params, costs, spec, precision, optimizer, cl.kinds)
     _record_ties(g, ties, optimizer)
     if costs == "measured":
@@ -414,7 +422,8 @@ def from_torch(
         if split is not None:  # a constant per stage and a share proportional to the layers (overhead.fit)
             tot = {n: p.fwd_s + p.bwd_s for n, p in zip(traced.names, probes, strict=True)}
             fwd = {n: p.fwd_s for n, p in zip(traced.names, probes, strict=True)}
-            fitted = fit(split["whole_total"], split["whole_forward"], split, tot, fwd)  # the same rounds
+            sums = [(set(t["layers"]), t["sum_s"]) for t in ties if t.get("sum_s")]
+            fitted = fit(split["whole_total"], split["whole_forward"], split, tot, fwd, sums)  # the same rounds
             g.graph["stage_overhead"] = fitted["stage_overhead"]
             scale_layers(g, fitted["scale"])
             g.graph["torch"]["runtime_scale"] = dict(fitted["scale"])
@@ -442,8 +451,9 @@ def from_torch(
                    "their layers' times together")
             short = (e1["forward"] + e1["backward"]) - (e2["forward"] + e2["backward"])
             if short > 0:
-                how += (f"; the whole model pays {short * 1e3:.3f} ms that the two stages do not (e.g. summing a tied "
-                        "weight's two gradient contributions): a plan of one stage is predicted that much short")
+                how += (f"; the whole model pays {short * 1e3:.3f} ms that the two stages do not (beyond its tied "
+                        "weights' gradient sums, which the cost model prices): a plan of one stage is predicted "
+                        "that much short")
         else:
             how = whole_text + " (pipeline() could not split the model in two stages)"
         assumptions.append(
@@ -560,8 +570,9 @@ def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:
     """``g.graph["tied"]`` (only if the model has ties): per tied parameter its name, other
     names, ``bytes`` (its weights as the module holds them: what synchronising its gradient
     moves), ``state_bytes`` (weights + gradients + optimizer state, :func:`state_bytes`, the
-    per-byte rule of every other weight) and the layers that use it (docs/cost-model.md,
-    "Tied parameters")."""
+    per-byte rule of every other weight), the layers that use it and, measured, ``sum_s``
+    (``{"cpu": seconds}`` of one out-of-place sum of two of its gradients,
+    :func:`pipeopt.torch.probe.gradient_sum_seconds`) (docs/cost-model.md, "Tied parameters")."""
     if not ties:
         return
     g.graph["tied"] = [{
@@ -570,6 +581,7 @@ def _record_ties(g: nx.DiGraph, ties: list[dict], optimizer: str) -> None:
         "bytes": float(t["weight_bytes"]),
         "state_bytes": float(sum(state_bytes(t["weight_bytes"], t["numel"], optimizer).values())),
         "layers": list(t["layers"]),
+        **({"sum_s": {"cpu": float(t["sum_s"])}} if "sum_s" in t else {}),
     } for t in ties]
 
 
@@ -593,7 +605,9 @@ def _tie_assumption(tie: dict) -> str:
     names = " = ".join([tie["name"], *tie.get("aliases", [])])
     return (f"tied parameter {names} ({tie['bytes'] / 2**20:.3f} MiB, {tie['state_bytes'] / 2**20:.3f} MiB with "
             f"gradient and optimizer state) used by layers {', '.join(tie['layers'])}: charged on every stage that "
-            "holds one of them, its gradient all-reduced between those stages once per iteration, after the flush")
+            "holds one of them, its gradient all-reduced between those stages once per iteration, after the flush"
+            + (f"; a stage holding k >= 2 of them sums their gradients k - 1 times per microbatch, "
+               f"{tie['sum_s']['cpu'] * 1e3:.3f} ms each (one out-of-place sum timed on this CPU)" if "sum_s" in tie else ""))
 
 
 def _machine() -> str:

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from pipeopt import cli  # noqa: E402
+from pipeopt import cli, evaluate  # noqa: E402
 from pipeopt.export import export  # noqa: E402
 from pipeopt.plan import Plan, Stage  # noqa: E402
 from pipeopt.torch import from_torch  # noqa: E402
@@ -183,6 +183,21 @@ def test_fit_when_the_whole_model_pays_what_no_stage_does():
     assert sum(_predicted(out, [["a", "b"]])) == pytest.approx(10.0)
 
 
+def test_fit_takes_the_tie_sums_out_first():
+    """A tie on a and b with 4 s per sum: the whole model (both) pays one sum, neither stage of
+    the split does; with the sum taken out, the fit is the one of whole = 10 s (the first test),
+    and the cost model's one-stage prediction (the layers, the constant and the sum) is the 14 s
+    measured."""
+    out = fit(14.0, 4.0, _split([4.5, 6.5], [1.75, 2.75]), LAYERS_T, LAYERS_F, [({"a", "b"}, 4.0)])
+    ref = fit(10.0, 4.0, _split([4.5, 6.5], [1.75, 2.75]), LAYERS_T, LAYERS_F)
+    assert all(out[k] == pytest.approx(ref[k]) for k in ref)
+    assert sum(_predicted(out, [["a", "b"]])) + 4.0 == pytest.approx(14.0)
+    # a stage of the split holding both (a tie on b and a third layer c of stage 1) pays it too
+    split = {"split": "b", "stages": [["a"], ["b", "c"]], "total": [4.5, 6.5 + 4.0], "forward": [1.75, 2.75]}
+    both = fit(14.0, 4.0, split, {**LAYERS_T, "c": 0.0}, {**LAYERS_F, "c": 0.0}, [({"b", "c"}, 4.0)])
+    assert all(both[k] == pytest.approx(ref[k]) for k in ref)
+
+
 def test_fit_clamps_to_the_split_and_at_zero():
     """E2 much above E1: the constant is at most E2 / 2 (no negative share); excesses below 0
     count 0."""
@@ -217,3 +232,13 @@ def test_measured_profile_records_the_fit(gpt2):
     assert sum(d["fwd"]["cpu"] + d["bwd"]["cpu"] for _, d in g.nodes(data=True)) >= meta["sum_of_layers_s"] * (1 - 1e-9)
     assert all(d["bwd_w"]["cpu"] <= d["bwd"]["cpu"] * (1 + 1e-12) for _, d in g.nodes(data=True))
     assert any("pipeline() split at transformer.h.0" in a for a in inst.assumptions)
+    tie = g.graph["tied"][0]  # wte = lm_head: one out-of-place sum of its gradients, timed
+    assert tie["sum_s"]["cpu"] > 0 and any("sums their gradients" in a for a in inst.assumptions)
+    one = inst.with_settings(objective="bottleneck")
+    from pipeopt.problems.partition import PartitionProblem
+
+    plan = PartitionProblem(one, 1).plan([])
+    base = g.copy()
+    base.graph["tied"] = [{k: v for k, v in tie.items() if k != "sum_s"}]
+    unsummed = evaluate(one.__class__(base, one.cluster, one.settings), plan)
+    assert evaluate(one, plan).bottleneck == pytest.approx(unsummed.bottleneck + tie["sum_s"]["cpu"])

@@ -20,6 +20,9 @@ PipeDream profiles, S = 4 .. 1,024, both spaces):
      n >= 6,690 straight, :data:`.dp.DENSE_LIMIT`), and it proves n = 10^6, S = 1,024 in
      seconds (``benchmarks/partition_scale.py``).
 
+   * ``dp`` when a tied parameter's gradient sums can differ between splits (one stage may hold
+     two of its layers, :meth:`PartitionProblem.refuse_tie_sums`): the only bottleneck method
+     that prices them (as long as its table fits);
    * ``dp`` whenever the problem's ``recompute`` is not ``"none"``: the method that chooses the
      recomputed layers exactly (:mod:`.recompute`; ``probe`` does not model them), and whenever
      the settings ask for data parallelism or ZeRO (``Settings.data_parallel``: the DP's stage
@@ -71,6 +74,9 @@ def choose(problem: PartitionProblem) -> tuple[str, str]:
     work = float(n + 1) ** 2 * S * (S if problem.replication else 1)
     if problem.replication and problem.latency:
         return "dp", "bottleneck objective, replication with a message latency: only the dense DP prices it"
+    ties = problem.table.ties
+    if ties and problem.stages >= 2 and ties.sums_bind(n, S) and dense_bytes(problem) <= DENSE_LIMIT:
+        return "dp", "bottleneck objective, a tied parameter's gradient sums (one stage may hold two of its layers): the dense DP prices them"
     if work <= AUTO_DP_WORK and dense_bytes(problem) <= DENSE_LIMIT:
         return "dp", f"bottleneck objective, dense DP work {work:.3g} <= {AUTO_DP_WORK:.0e}"
     return "probe", f"bottleneck objective, dense DP work {work:.3g} > {AUTO_DP_WORK:.0e}"

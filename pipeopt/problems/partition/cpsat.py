@@ -252,6 +252,7 @@ def solve_cpsat(
             "is solved exactly by 'milp' (its event-time model)"
         )
     check_options("cpsat", threads, seed)
+    problem.refuse_tie_sums("cpsat")  # its stage rows read the work as prefix sums
 
     def run(model: StraightModel, hint: list[int], upper: float | None, dl: Deadline) -> Attempt:
         cp, _T, p = build_cpsat(model, upper if warm_start else None, dl)

@@ -199,6 +199,41 @@ def _tie_sync(problem: PartitionProblem, split: CumulativeSplit, scale: float):
     return expr
 
 
+def _tie_sums(problem: PartitionProblem, split: CumulativeSplit, scale: float, v: dict) -> list[list]:
+    """The tied parameters' gradient sums on each stage's backward
+    (:func:`pipeopt.cost.rules.tie_sum_time`, :meth:`PartitionProblem.tie_sum`) as linear terms
+    per stage: for each tie with a measured sum and two layers one stage can hold, a continuous
+    ``q_s >= sum_u member(s, u) - 1`` (u over its layers' units, repeats counted), ``q_s >= 0``,
+    times the seconds of one sum. Minimisation makes ``q_s`` exact where the stage's backward
+    matters; elsewhere a larger ``q_s`` only lengthens an op off the longest path, and the split
+    is re-scored by :func:`pipeopt.evaluate`. Empty lists without such ties; ``v["tie_sums"]``
+    maps each ``q_s``'s name to ``(tie, stage, its layers' units, seconds)`` for the MIP start."""
+    S = split.model.S
+    out: list[list] = [[] for _ in range(S)]
+    ties = problem.table.ties
+    if not ties:
+        return out
+    kind, units = problem.kind, problem.instance.cluster.devices[0].resources[problem.kind]
+    v["tie_sums"] = {}
+    for j, (tie, where, bind) in enumerate(zip(ties.ties, ties.layer_units, ties.binding(problem.n, S), strict=True)):
+        sec = tie.sum_on(kind) / units
+        if not bind or sec <= 0:
+            continue
+        for s in range(S):
+            q = split.lp.add_variable(f"tie_{j}_sums_{s}", lowBound=0.0)
+            v["tie_sums"][q.name] = (j, s, where, sec)
+            coef: dict = {q: -1.0}
+            const = -1.0
+            for c in where.tolist():  # a unit holding two of its layers counts twice
+                t_, c_ = split.member(s, int(c))
+                for x, a in t_:
+                    coef[x] = coef.get(x, 0.0) + a
+                const += c_
+            split.add(list(coef.items()), const, f"tie_{j}_sums_{s}_def")
+            out[s].append((q, sec * scale))
+    return out
+
+
 def build_events(
     model: StraightModel,
     schedule: str,
@@ -257,11 +292,13 @@ def build_events(
     arr = op_prefixes(problem)
     dF = [lp.add_variable(f"dur_F_{s}", lowBound=0.0) for s in range(S)]
     dB = [lp.add_variable(f"dur_B_{s}", lowBound=0.0) for s in range(S)]
+    sums = _tie_sums(problem, split, u, v)
     for s in range(S):
         for d, end, begin in ((dF[s], arr["f_end"], arr["f_begin"]), (dB[s], arr["b_end"], arr["b_begin"])):
             e_terms, e_const = split.at(end, s + 1, u)
             b_terms, b_const = split.at(begin, s, u)
-            add(e_terms + [(x, -c) for x, c in b_terms] + [(d, -1.0)], e_const - b_const, f"{d.name}_def",
+            extra = sums[s] if d is dB[s] else []
+            add(e_terms + [(x, -c) for x, c in b_terms] + extra + [(d, -1.0)], e_const - b_const, f"{d.name}_def",
                 pulp.LpConstraintEQ)
     dX = []
     if problem.instance.settings.overlap:
@@ -330,6 +367,10 @@ def _start_values(problem: PartitionProblem, v: dict, schedule: str, starts: lis
         vals[v["dB"][s].name] = b[s] / unit
     for c, d in enumerate(v["dX"]):
         vals[d.name] = x[c] / unit
+    for name, (j, s, where, sec) in v.get("tie_sums", {}).items():  # q_s = (users on stage s) - 1, at least 0
+        p = [0, *starts, problem.n]
+        users = int(np.count_nonzero((where >= p[s]) & (where < p[s + 1])))
+        vals[name] = float(max(users - 1, 0))
     graph = v["graph"]
     vals.update(run_start_values(graph, v["t"], v["Z"], graph.durations(f, b, x, x), unit)[1])
     return vals

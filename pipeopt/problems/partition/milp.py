@@ -583,6 +583,7 @@ def solve_milp(
     check_options("milp", threads, seed)
     if solver not in SOLVERS:
         raise InvalidProblemError(f"unknown MILP solver {solver!r}; choose from {SOLVERS}")
+    problem.refuse_tie_sums("milp")  # its stage rows read the work as prefix sums (the event-time model has them)
 
     def run(model: StraightModel, hint: list[int], upper: float | None, dl: Deadline) -> Attempt:
         unit = model.time_unit

@@ -46,7 +46,8 @@ def op_prefixes(problem: PartitionProblem) -> dict[str, np.ndarray]:
 
 def op_times(problem: PartitionProblem, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Seconds of each stage's forward and backward op and of each cut's transfer (one
-    direction) of the split whose stages 1..S-1 start at ``starts``.
+    direction) of the split whose stages 1..S-1 start at ``starts`` (the backward with its tied
+    parameters' gradient sums, :meth:`PartitionProblem.tie_sum`, which :func:`op_prefixes` leaves out).
 
     Returns
     -------
@@ -56,7 +57,7 @@ def op_times(problem: PartitionProblem, starts) -> tuple[np.ndarray, np.ndarray,
     a = op_prefixes(problem)
     p = np.array([0, *[int(c) for c in starts], problem.n])
     f = a["f_end"][p[1:]] - a["f_begin"][p[:-1]]
-    b = a["b_end"][p[1:]] - a["b_begin"][p[:-1]]
+    b = a["b_end"][p[1:]] - a["b_begin"][p[:-1]] + problem.tie_sum(p[:-1], p[1:])  # tied gradients' sums
     return f, b, a["xfer"][p[1:-1]]
 
 

@@ -297,6 +297,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
             f"probe minimises the steady-state bottleneck; objective {objective!r} is solved by the "
             "event-time models of 'milp' and 'cpsat'"
         )
+    problem.refuse_tie_sums("probe")  # its frontier reads the work as prefix sums
     t0 = time.perf_counter()
     status, info = Status.OPTIMAL, {"ways": WAYS}
     straight = StraightProbe(problem)

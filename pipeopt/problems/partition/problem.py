@@ -144,6 +144,36 @@ class PartitionProblem:
         """``ndarray (n+1,)``: prefix sums of forward + backward seconds of the units on one worker."""
         return self.table.work_prefix(self.kind, self.instance.cluster.devices[0].resources[self.kind])
 
+    def tie_sum(self, a, b):
+        """Seconds per microbatch the tied parameters' gradient sums add to the backward of a
+        stage of units ``a..b-1`` on one worker (:meth:`pipeopt.cost.ties.ChainTies.sum_time`,
+        :func:`pipeopt.cost.rules.tie_sum_time`; 0.0 without ties or measured sums; arrays
+        broadcast): part of :meth:`stage_work` and :meth:`stage_time`."""
+        ties = self.table.ties
+        if not ties:
+            return 0.0
+        return ties.sum_time(a, b, self.kind, self.instance.cluster.devices[0].resources[self.kind])
+
+    def refuse_tie_sums(self, method: str) -> None:
+        """Raise unless the stages' tie sums (:meth:`tie_sum`) are the same in every split of
+        this problem: for the methods whose models read the work as prefix sums (probe, milp,
+        cpsat). One stage, or no tie with a measured sum two of whose layers one stage can hold
+        (:meth:`pipeopt.cost.ties.ChainTies.sums_bind`), passes.
+
+        Raises
+        ------
+        InvalidProblemError
+            Naming the ties and the method that handles them (``dp``)."""
+        ties = self.table.ties
+        if not ties or self.stages < 2:
+            return
+        bind = ties.sums_bind(self.n, self.stages)
+        if bind:
+            raise InvalidProblemError(
+                f"method {method!r} does not model the gradient sums of a tied parameter of which one stage may hold "
+                f"two layers ({', '.join(bind[:3])}: autograd sums their contributions out of place, "
+                "pipeopt.cost.rules.tie_sum_time); use method 'dp' (or 'auto', which picks it)")
+
     @cached_property
     def work(self) -> np.ndarray:
         """``ndarray (n,)``: forward + backward seconds of each unit on one worker."""
@@ -378,7 +408,7 @@ class PartitionProblem:
         """
         a, b = np.asarray(a), np.asarray(b)
         m = replicas
-        comp = rules.replicated_time(self.work_prefix[b] - self.work_prefix[a],
+        comp = rules.replicated_time(self.work_prefix[b] - self.work_prefix[a] + self.tie_sum(a, b),
                                      self.param_prefix[b] - self.param_prefix[a], m, self.bus_bandwidth, self.latency)
         added, bound = self.cut_terms
         t = np.maximum(comp + (added[a] + added[b] + self.zero_work(a, b)) / m, np.maximum(bound[a], bound[b]) / m)
@@ -388,13 +418,13 @@ class PartitionProblem:
 
     def stage_work(self, a, b, replicas=1):
         """Seconds one replica of a stage of units ``a..b-1`` is busy per microbatch: its
-        compute, the all-reduce share of m replicas, and without overlap the transfers it
+        compute (with its tie sums, :meth:`tie_sum`), the all-reduce share of m replicas, and without overlap the transfers it
         sends (:func:`pipeopt.cost.rules.replica_ops` summed), and with data parallelism ZeRO's
         collectives per microbatch (:meth:`zero_work`); arrays broadcast, ``replicas`` an int or
         one count per element. The w_s of the window rows."""
         a, b, m = np.asarray(a), np.asarray(b), np.asarray(replicas)
         added, _ = self.cut_terms
-        comp = self.work_prefix[b] - self.work_prefix[a]
+        comp = self.work_prefix[b] - self.work_prefix[a] + self.tie_sum(a, b)
         if m.ndim:  # one replica count per stage
             many = m > 1
             if many.any():

@@ -50,7 +50,7 @@ def test_memory_and_sync_by_hand():
     assert ev.memory[0] - ev0.memory[0] == pytest.approx(4e8) and ev.memory[1] - ev0.memory[1] == pytest.approx(4e8)
     sync = rules.allreduce_time(1e8, 2, 1e10)  # ring all-reduce between the two stages: 2 (2-1)/2 x 1e8 / 1e10
     assert ev.tie_sync == pytest.approx(sync) == pytest.approx(0.01)
-    assert ev.tied == [{"name": "emb.weight", "stages": [0, 1], "sync_s": pytest.approx(sync)}]
+    assert ev.tied == [{"name": "emb.weight", "stages": [0, 1], "sync_s": pytest.approx(sync), "sum_s": 0.0}]
     assert ev.iteration_time == pytest.approx(ev0.iteration_time + sync)
     assert ev.gpipe_time == pytest.approx(ev0.gpipe_time + sync)
     assert ev.bottleneck == ev0.bottleneck  # the steady state has no flush: no per-iteration sync
