@@ -155,10 +155,13 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
     inst = inst.with_settings(objective="iteration", microbatches=args.microbatches)
     meta = inst.graph.graph["torch"]
     over = inst.graph.graph.get("stage_overhead") or {}
+    sums = {t["name"]: t["sum_s"]["cpu"] for t in inst.graph.graph.get("tied", []) if "sum_s" in t}
     print(f"{name} {kwargs or ''}: {inst.num_layers} layers profiled in {time.perf_counter() - t0:.1f} s; "
           f"sum of layers {meta['sum_of_layers_s'] * 1e3:.2f} ms vs whole model {meta['whole_model_s'] * 1e3:.2f} ms "
           f"per microbatch (fwd+bwd, 1 thread); stage overhead {over.get('forward', 0) * 1e3:.3f} ms forward, "
-          f"{over.get('backward', 0) * 1e3:.3f} ms backward; {free_cores(stages)['text']}")
+          f"{over.get('backward', 0) * 1e3:.3f} ms backward; "
+          + "".join(f"tied {k}: one gradient sum {v * 1e3:.2f} ms; " for k, v in sums.items())
+          + free_cores(stages)["text"])
     link = link_for(inst, args)
     if link is not None:
         inst = inst.replace(cluster=inst.cluster.with_overrides(bandwidth=link.bandwidth, latency=link.latency,
@@ -202,7 +205,7 @@ def run_model(name: str, kwargs: dict, stages: int, args) -> list[dict]:
             "bandwidth_only": prediction(without_terms(inst), plan, "1f1b", args.microbatches),
             "measured": statistics.median(measured[key]), "runs": measured[key], "built_as_planned": built[key],
             "loads": [x for x in loads[key] if x is not None], "busy": busy[key],
-            "latency": inst.cluster.latency, "bandwidth": inst.cluster.bandwidth, "overhead": over,
+            "latency": inst.cluster.latency, "bandwidth": inst.cluster.bandwidth, "overhead": over, "tie_sums": sums,
             "recompute": status == "recompute", "reruns": reruns.get(key),
             "fwd_rule": (prediction(fwd_rule(inst), plan, "1f1b", args.microbatches)
                          if status == "recompute" and method.endswith("(full)") else None),
@@ -264,7 +267,10 @@ def table(rows: list[dict], microbatches: int) -> str:
             f"stage; latency {r['latency'] * 1e3:.4g} ms per message and bandwidth {r['bandwidth']:.4g} B/s "
             f"{'fitted on a gloo ping-pong' if r['latency'] else 'assumed'}; stage overhead "
             f"{over.get('forward', 0) * 1e3:.3f} ms forward + {over.get('backward', 0) * 1e3:.3f} ms backward per "
-            f"microbatch; load: the 1-minute load average before each run, * = the stage processes outnumbered the "
+            f"microbatch; "
+            + "".join(f"a stage holding both users of the tied {k} sums their gradients, {v * 1e3:.2f} ms per "
+                      "microbatch (measured); " for k, v in (r.get("tie_sums") or {}).items())
+            + "load: the 1-minute load average before each run, * = the stage processes outnumbered the "
             f"free cores: pipeopt run's check, the cores busy over {BUSY_WINDOW:g} s before the run)")
 
 
