@@ -295,7 +295,7 @@ def solve_probe(problem: PartitionProblem, *, time_limit: float | Deadline = 60.
     if objective != "bottleneck":
         raise InvalidProblemError(
             f"probe minimises the steady-state bottleneck; objective {objective!r} is solved by the "
-            "event-time models of 'milp' and 'cpsat'"
+            "event-time model of 'milp'"
         )
     problem.refuse_tie_sums("probe")  # its frontier reads the work as prefix sums
     t0 = time.perf_counter()
