@@ -112,6 +112,19 @@ def test_encoder_decoder_runs_both_stacks_and_its_shared_embedding_is_tied():
     assert set(tie["layers"]) == {"encoder.embed_tokens", "decoder.embed_tokens", "lm_head"}
 
 
+def test_t5_measured_prices_its_shared_embeddings_sum_where_a_stage_holds_two_users():
+    """Measured: the shared embedding's gradient sum is timed; two stages can hold the decoder's
+    embedding and the head together, so the DP (auto) prices it and probe refuses, naming dp."""
+    config = SMALL["T5ForConditionalGeneration"][0]
+    inst = from_torch(*load("hf:T5ForConditionalGeneration", **config), repeats=1, warmup=0, microbatches=2)
+    tie = inst.graph.graph["tied"][0]
+    assert tie["sum_s"]["cpu"] > 0
+    res = pipeopt.solve(inst, stages=2)
+    assert res.method == "dp" and res.objective == pytest.approx(pipeopt.evaluate(inst, res.plan).objective, rel=1e-9)
+    with pytest.raises(InvalidProblemError, match="'dp'"):
+        pipeopt.solve(inst, method="probe", stages=2)
+
+
 @pytest.mark.parametrize("name", ["gpt-tiny", "cnn-tiny"])
 def test_hooks_give_the_graph_fx_gives(name):
     """On the shipped models both ways agree: layers, edges, bytes, FLOP, parameters (not the
