@@ -11,6 +11,7 @@ import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strategies import chain_instance, compositions, tied_instances
 
 from pipeopt import Instance, evaluate, solve
@@ -85,6 +86,25 @@ def test_simulator_follows():
         plan = PartitionProblem(inst, S).plan(starts)
         sim, ev = simulate(inst, plan), evaluate(inst, plan)
         assert sim.iteration_time == pytest.approx(ev.iteration_time, rel=1e-9)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=tied_instances(memory=False, sums=True), data=st.data())
+def test_simulator_equals_evaluate_on_random_tied_chains(inst, data):
+    """The simulated 1F1B and GPipe iterations (ties' all-reduce after the flush, their sums on the
+    stages holding two users) equal evaluate's, and the 1F1B steady state its bottleneck."""
+    n = inst.chain.n
+    S = data.draw(st.integers(1, min(n, 4)))
+    starts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=S - 1, max_size=S - 1))) if S > 1 else []
+    plan = PartitionProblem(inst, S).plan(starts)
+    M = data.draw(st.integers(S, 3 * S))
+    for schedule, objective in (("1f1b", "iteration"), ("gpipe", "gpipe")):
+        i2 = inst.with_settings(objective=objective, microbatches=M, weight_stashing=False)
+        ev, sim = evaluate(i2, plan), simulate(i2, plan, schedule=schedule, microbatches=M)
+        assert sim.iteration_time == pytest.approx(ev.objective, rel=1e-9, abs=1e-15), schedule
+    ev = evaluate(inst, plan)
+    if ev.bottleneck > 0:
+        assert simulate(inst, plan, microbatches=M).time_per_microbatch == pytest.approx(ev.bottleneck, rel=1e-7)
 
 
 def test_chain_ties_counts_and_binding():
