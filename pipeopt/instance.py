@@ -307,7 +307,8 @@ class Instance:
         0, as for every paper profile): the cluster's per-message latency
         (:attr:`Cluster.latency`) and collective bandwidth (:attr:`Cluster.collective_bandwidth`),
         the graph's ``stage_overhead``
-        (:func:`pipeopt.cost.rules.stage_overhead`) and the settings' data parallelism
+        (:func:`pipeopt.cost.rules.stage_overhead`), the tied parameters' measured gradient sums
+        (:func:`pipeopt.cost.rules.tie_sum_time`) and the settings' data parallelism
         (:attr:`Settings.data_parallel`). Printed with every result, after
         :attr:`assumptions`."""
         out = []
@@ -322,6 +323,13 @@ class Instance:
             out.append(f"each stage's runtime adds {float(over.get('forward', 0.0)) * 1e3:.4g} ms to its forward and "
                        f"{float(over.get('backward', 0.0)) * 1e3:.4g} ms to its backward per microbatch "
                        "(stage_overhead)")
+        from .graph import ties_of
+
+        for t in ties_of(self.graph) if hasattr(self.graph, "graph") else ():
+            if any(sec for _, sec in t.sum_s):
+                each = ", ".join(f"{sec * 1e3:.4g} ms on {k}" for k, sec in t.sum_s)
+                out.append(f"a stage holding k >= 2 layers of the tied {t.name} sums their gradients k - 1 times per "
+                           f"microbatch in its backward ({each} each: tie_sum_time)")
         st = self.settings
         if st.data_parallel:
             out.append(f"data parallelism: {st.dp} replica{'s' if st.dp != 1 else ''} of the pipeline, ZeRO-{st.zero}; "

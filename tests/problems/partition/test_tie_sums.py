@@ -169,6 +169,13 @@ def test_exact_methods_equal_brute_force(inst, objective):
             assert res.objective == pytest.approx(best, rel=1e-6, abs=1e-12), (method, S)
 
 
+def test_printed_with_every_result():
+    _, inst = _tied(["l1", "l3"], {"gpu": SUM})
+    assert any("sums their gradients" in line and "2.5 ms on gpu" in line for line in inst.cost_terms)
+    _, plain = _tied(["l1", "l3"])
+    assert not any("sums their gradients" in line for line in plain.cost_terms)
+
+
 def test_native_round_trip_and_bad_sums():
     _, inst = _tied(["l1", "l3"], {"gpu": SUM})
     back = native.from_dict(json.loads(native.dumps(inst)))
