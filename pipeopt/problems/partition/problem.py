@@ -158,7 +158,8 @@ class PartitionProblem:
         """Raise unless the stages' tie sums (:meth:`tie_sum`) are the same in every split of
         this problem: for the methods whose models read the work as prefix sums (probe, milp,
         cpsat). One stage, or no tie with a measured sum two of whose layers one stage can hold
-        (:meth:`pipeopt.cost.ties.ChainTies.sums_bind`), passes.
+        (:meth:`pipeopt.cost.ties.ChainTies.sums_bind`; with replication any stage can hold the
+        whole chain), passes.
 
         Raises
         ------
@@ -167,7 +168,8 @@ class PartitionProblem:
         ties = self.table.ties
         if not ties or self.stages < 2:
             return
-        bind = ties.sums_bind(self.n, self.stages)
+        # with replication a plan may have a single stage (all workers replicating it)
+        bind = ties.sums_bind(self.n, 1 if self.replication else self.stages)
         if bind:
             raise InvalidProblemError(
                 f"method {method!r} does not model the gradient sums of a tied parameter of which one stage may hold "

@@ -169,6 +169,37 @@ def test_exact_methods_equal_brute_force(inst, objective):
             assert res.objective == pytest.approx(best, rel=1e-6, abs=1e-12), (method, S)
 
 
+@pytest.mark.parametrize("users", [["l0", "l2"], ["l3", "l4"]])
+def test_replicated_dp_equals_brute_force(users):
+    """Replication: without the sum the best plan is l0..l2 on one worker | l3 l4 on three; a
+    20 ms sum on a tie inside either stage moves the optimum, and the replicated DP finds the
+    brute force's (every stage count, split and replica count). With replication one stage may
+    hold the whole chain, so probe refuses even a tie on the chain's two ends."""
+    base = chain_instance([1e-3, 1e-3, 1e-3, 8e-3, 1e-3], act=1e7, param=2e5, bandwidth=1e10, microbatches=4, devices=4)
+    plain = solve(base, method="dp", stages=4, replication=True).plan
+    assert [(st.layers, st.replicas) for st in plain.stages] == [(("l0", "l1", "l2"), 1), (("l3", "l4"), 3)]
+
+    def tied(layers):
+        g = base.graph.copy()
+        g.graph["tied"] = [{"name": "w", "bytes": 1e5, "state_bytes": 4e5, "layers": layers, "sum_s": {"gpu": 2e-2}}]
+        return Instance(g, base.cluster, base.settings, name="tied")
+
+    inst = tied(users)
+    best = math.inf
+    for k in range(1, 5):
+        p = PartitionProblem(inst, k)
+        for starts in compositions(5, k):
+            for reps in compositions(4, k):  # the replica counts, k parts summing to 4 workers
+                sizes = [b - a for a, b in zip([0, *reps], [*reps, 4], strict=True)]
+                best = min(best, evaluate(inst, p.plan(starts, sizes)).objective)
+    res = solve(inst, method="dp", stages=4, replication=True)
+    assert res.plan != plain and evaluate(inst, plain).objective > best * (1 + 1e-6)  # the sum moved it
+    assert res.status.value == "optimal" and res.objective == pytest.approx(best, rel=1e-9)
+    assert res.objective == pytest.approx(evaluate(inst, res.plan).objective, rel=1e-9)
+    with pytest.raises(InvalidProblemError, match="'dp'"):
+        solve(tied(["l0", "l4"]), method="probe", stages=4, replication=True)
+
+
 def test_printed_with_every_result():
     _, inst = _tied(["l1", "l3"], {"gpu": SUM})
     assert any("sums their gradients" in line and "2.5 ms on gpu" in line for line in inst.cost_terms)
