@@ -26,7 +26,11 @@ time on that kind cannot run there and gets coefficient 0, the ``x <= sum y`` ro
 off); ``z[t, s]`` is 1 when slot s touches tensor t (holds its source and not some reader, or
 some reader and not its source: :func:`pipeopt.cost.rules.stage_transfers`), which the minimised
 T makes tight on the slot that sets T. ``M_c`` (the class's compute of every unit it runs plus
-every tensor) is a valid big-M. ``limit_c`` is :func:`pipeopt.cost.rules.memory_limit` of the
+every tensor) is a valid big-M. With a plan known to fit (the warm start) every ``time_c(u)``
+and ``sec_t`` is capped at its max-load U: the optimum is unchanged (a slot holding a capped term
+loads at least U, in the model and in truth) and ``M_c`` stays within (n + tensors) U, where the
+uncapped one, on a class much slower than the optimum, was so large that the solvers'
+integrality tolerance on ``y`` (1e-6) relaxed a load row by half the optimum. ``limit_c`` is :func:`pipeopt.cost.rules.memory_limit` of the
 class's memory; a unit larger than that cannot run on the class (so the units of the memory
 row are those it can hold, and ``B_c``, their bytes, is a big-M of at most n ``limit_c``); a
 class that can hold all of them at once needs no memory row. The cumulative
@@ -196,8 +200,16 @@ class PlacementMilp:
             scale = max(vals) if vals else 1.0
         return model_unit(scale, 100.0)
 
-    def build(self, deadline: Deadline | None = None, unit: float | None = None):
-        """The PuLP model.
+    def build(self, deadline: Deadline | None = None, unit: float | None = None, upper: float | None = None):
+        """The PuLP model. ``upper`` (seconds; optional): the max-load of a plan known to fit. A
+        load row's coefficients (a unit's time on the class, a tensor's seconds) are then capped
+        at it: a slot holding a capped term has a load of at least ``upper`` in the model and at
+        least as much in truth, so no plan below ``upper`` changes and the model's optimum stays
+        the true one (:func:`solve_milp` keeps the known plan when the solver's is not better);
+        and the rows' big-M (the class's capped terms summed) stays a few hundred times T, not
+        the class's whole compute: with times far above the optimum (a layer of 8 ms where the
+        optimum is a 1 ns transfer) an integrality tolerance on ``y`` of 1e-6 times that big-M
+        let HiGHS accept a load of half the optimum.
 
         Returns
         -------
@@ -254,10 +266,11 @@ class PlacementMilp:
                 for r in readers:
                     add([(x[src][s], 1.0), (x[r][s], -1.0), (z[i][s], -1.0)], 0.0, f"sends_{i}_{r}_{s}")
                     add([(x[r][s], 1.0), (x[src][s], -1.0), (z[i][s], -1.0)], 0.0, f"reads_{i}_{r}_{s}")
+        cap = math.inf if upper is None or not math.isfinite(upper) or upper <= 0 else float(upper)
         for c in live:
             cl = p.classes[c]
-            coef = np.where(runs[c], self.time[c], 0.0) / unit
-            comm = [] if cl.host else [sec / unit for _, _, sec in self.tensors]
+            coef = np.minimum(np.where(runs[c], self.time[c], 0.0), cap) / unit
+            comm = [] if cl.host else [min(sec, cap) / unit for _, _, sec in self.tensors]
             big = float(coef.sum() + sum(comm))
             for s in range(D):
                 deadline.check("building the placement MILP")
@@ -430,10 +443,11 @@ def solve_milp(problem: PlacementProblem, *, time_limit: float | Deadline = 60.0
     except DeadlineReached:
         info["warm_start"] = "stopped at its share of the time limit"
     def build(scale: float):
-        """The model in units of ``scale`` seconds, or ``None`` if the deadline passed."""
+        """The model in units of ``scale`` seconds (its load terms capped at the best plan known,
+        :meth:`PlacementMilp.build`), or ``None`` if the deadline passed."""
         info["time_unit"] = scale
         try:
-            return model.build(deadline, scale)
+            return model.build(deadline, scale, incumbent[0].objective if incumbent is not None else None)
         except DeadlineReached as stop:
             info["stopped"] = str(stop)
             return None

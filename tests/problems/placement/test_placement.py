@@ -186,6 +186,26 @@ def test_milp_highs_equals_brute_force(inst):
     check_result(inst, solve(inst, "milp", solver="highs"), value, 1e-6)
 
 
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_an_optimum_far_below_a_class_compute_is_proven(solver):
+    """Found by hypothesis: l0 runs in 0 s on the CPU host and 7.8 ms on an FPGA, l1 the other way
+    round, one byte between them at 1 GB/s: the optimum is the 1 ns transfer the FPGA receives.
+    With the load rows' big-M at the FPGA's whole compute (7.8e8 times T's unit) HiGHS accepted a
+    load of half of it within its integrality tolerance, and the method said FEASIBLE (its bound
+    half the optimum). Capped at the warm start's max-load, both solvers prove it."""
+    g = nx.DiGraph()
+    g.add_node("l0", fwd={"cpu": 0.0, "fpga": 2**-8}, bwd={"cpu": 0.0, "fpga": 2**-8}, out_bytes=0.0, param_bytes=0.0,
+               act_bytes=0.0)
+    g.add_node("l1", fwd={"cpu": 2**-7, "fpga": 0.0}, bwd={"cpu": 2**-7, "fpga": 0.0}, out_bytes=0.0, param_bytes=0.0,
+               act_bytes=0.0)
+    g.graph["tensors"] = [["l0", ["l1"], 1.0]]
+    devices = (Device("fpga0", {"fpga": 1.0}), Device("fpga1", {"fpga": 1.0}), Device("cpu0", {"cpu": 1.0}, host=True))
+    inst = Instance(g, Cluster(devices, bandwidth=1e9), Settings(objective="max_load"), name="placement")
+    value, _ = bf.placement_optimum(inst)
+    assert value == pytest.approx(1e-9)
+    check_result(inst, pipeopt.solve(inst, method="milp", solver=solver), value, 1e-6)
+
+
 def test_memory_binds_exactly_at_capacity():
     """0.1 + 0.2 bytes on a device of 0.3 (the float sum is 0.30000000000000004, within the cost
     model's slack): the only plan that fits puts a and b together and c alone."""
