@@ -12,7 +12,8 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import chain_instance, compositions, tied_instances
+import brute_force as bf
+from strategies import chain_instance, tied_instances
 
 from pipeopt import Instance, evaluate, solve
 from pipeopt.cost import rules
@@ -130,14 +131,9 @@ def test_prefix_methods_refuse_where_the_sums_can_differ(method):
     assert res.objective == pytest.approx(evaluate(ends, res.plan).objective, rel=1e-9)
 
 
-def _brute(inst, S):
-    p = PartitionProblem(inst, S)
-    best = math.inf
-    for starts in compositions(p.n, S):
-        ev = evaluate(inst, p.plan(starts))
-        if ev.feasible:
-            best = min(best, ev.objective)
-    return best
+def _brute(inst, S, replication=False):
+    """The best evaluated objective over every plan that fits (tests/brute_force.py; inf if none)."""
+    return bf.optimum(inst, bf.partition_plans(inst, S, replication)).value
 
 
 @pytest.mark.parametrize("objective", ["bottleneck", "iteration"])
@@ -185,13 +181,7 @@ def test_replicated_dp_equals_brute_force(users):
         return Instance(g, base.cluster, base.settings, name="tied")
 
     inst = tied(users)
-    best = math.inf
-    for k in range(1, 5):
-        p = PartitionProblem(inst, k)
-        for starts in compositions(5, k):
-            for reps in compositions(4, k):  # the replica counts, k parts summing to 4 workers
-                sizes = [b - a for a, b in zip([0, *reps], [*reps, 4], strict=True)]
-                best = min(best, evaluate(inst, p.plan(starts, sizes)).objective)
+    best = _brute(inst, 4, replication=True)  # every stage count, split and replica count
     res = solve(inst, method="dp", stages=4, replication=True)
     assert res.plan != plain and evaluate(inst, plain).objective > best * (1 + 1e-6)  # the sum moved it
     assert res.status.value == "optimal" and res.objective == pytest.approx(best, rel=1e-9)
