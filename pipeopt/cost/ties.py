@@ -105,9 +105,9 @@ class ChainTies:
     def __init__(self, chain, ties) -> None:
         self.ties = tuple(ties)
         unit_of = chain.unit_of if self.ties else {}
-        self.units = [np.unique([unit_of[x] for x in t.layers]).astype(np.int64) for t in self.ties]
-        # every layer's unit, repeats kept (two users merged into one unit are two users)
+        # every layer's unit, repeats kept (two users merged into one unit are two users), and the units
         self.layer_units = [np.sort([unit_of[x] for x in t.layers]).astype(np.int64) for t in self.ties]
+        self.units = [np.unique(u) for u in self.layer_units]
         self.state = np.array([t.state_bytes for t in self.ties], dtype=float)
 
     def __bool__(self) -> bool:

@@ -76,7 +76,8 @@ def choose(problem: PartitionProblem) -> tuple[str, str]:
         return "dp", "bottleneck objective, replication with a message latency: only the dense DP prices it"
     ties = problem.table.ties
     if ties and S >= 2 and ties.sums_bind(n, 1 if problem.replication else S) and dense_bytes(problem) <= DENSE_LIMIT:
-        return "dp", "bottleneck objective, a tied parameter's gradient sums (one stage may hold two of its layers): the dense DP prices them"
+        return "dp", ("bottleneck objective, a tied parameter's gradient sums (one stage may hold two of its "
+                      "layers): the dense DP prices them")
     if work <= AUTO_DP_WORK and dense_bytes(problem) <= DENSE_LIMIT:
         return "dp", f"bottleneck objective, dense DP work {work:.3g} <= {AUTO_DP_WORK:.0e}"
     return "probe", f"bottleneck objective, dense DP work {work:.3g} > {AUTO_DP_WORK:.0e}"

@@ -420,8 +420,9 @@ class PartitionProblem:
 
     def stage_work(self, a, b, replicas=1):
         """Seconds one replica of a stage of units ``a..b-1`` is busy per microbatch: its
-        compute (with its tie sums, :meth:`tie_sum`), the all-reduce share of m replicas, and without overlap the transfers it
-        sends (:func:`pipeopt.cost.rules.replica_ops` summed), and with data parallelism ZeRO's
+        compute (with its tied parameters' gradient sums, :meth:`tie_sum`), the all-reduce share
+        of m replicas, and without overlap the transfers it sends
+        (:func:`pipeopt.cost.rules.replica_ops` summed), and with data parallelism ZeRO's
         collectives per microbatch (:meth:`zero_work`); arrays broadcast, ``replicas`` an int or
         one count per element. The w_s of the window rows."""
         a, b, m = np.asarray(a), np.asarray(b), np.asarray(replicas)
