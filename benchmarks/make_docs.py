@@ -167,9 +167,11 @@ PAGES = (
          "pipeopt's memory per stage (saved activations, training state, tied weights, the outputs a stage "
          "keeps and its backward's excess) against the peak torch's MemTracker counts in each stage's process "
          "under Schedule1F1B with Adam, for the shipped GPT (untied and tied) and CNN and small Hugging Face "
-         "GPT-2 and ResNet-50 at S = 2 (docs/cost-model.md, \"Measured transients\").",
-         ("python benchmarks/memory.py",),
-         ("memory.md",)),
+         "GPT-2 and ResNet-50 at S = 2 (docs/cost-model.md, \"Measured transients\"), and the whole model as "
+         "one stage.",
+         ("python benchmarks/memory.py",
+          "python benchmarks/memory.py --stages 1 --out benchmarks/results/memory_one_stage.md"),
+         ("memory.md", "memory_one_stage.md")),
     Page("recompute", "Memory that decides: the split with per-layer recomputation, against the frameworks' settings",
          "On the shipped instances where memory binds (GPT-3 6.7B, GPT-2 XL and LLaMA-7B on A100s of 40 and "
          "80 GB), the exact split with each stage's recomputed layers chosen with it (`--recompute auto`) "
