@@ -93,11 +93,11 @@ def test_simulator_follows():
 @given(inst=tied_instances(memory=False, sums=True), data=st.data())
 def test_simulator_equals_evaluate_on_random_tied_chains(inst, data):
     """The simulated 1F1B and GPipe iterations (ties' all-reduce after the flush, their sums on the
-    stages holding two users) equal evaluate's, and the 1F1B steady state its bottleneck."""
-    n = inst.chain.n
-    S = data.draw(st.integers(1, min(n, 4)))
-    starts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=S - 1, max_size=S - 1))) if S > 1 else []
-    plan = PartitionProblem(inst, S).plan(starts)
+    stages holding two users) equal evaluate's, and the 1F1B steady state its bottleneck; straight
+    and replicated plans on up to 4 workers."""
+    workers = data.draw(st.integers(1, min(inst.chain.n, 4)))
+    plan = data.draw(st.sampled_from(list(bf.partition_plans(inst, workers, data.draw(st.booleans())))))
+    S = plan.num_stages
     M = data.draw(st.integers(S, 3 * S))
     for schedule, objective in (("1f1b", "iteration"), ("gpipe", "gpipe")):
         i2 = inst.with_settings(objective=objective, microbatches=M, weight_stashing=False)
