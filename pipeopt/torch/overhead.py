@@ -39,6 +39,8 @@ import time
 import torch
 from torch import nn
 
+from ..cost.rules import tie_sum_time
+
 
 def split_point(names) -> str | None:
     """The layer where :func:`split_passes` cuts: the middle one of the execution order
@@ -223,8 +225,8 @@ def fit(whole_total: float, whole_forward: float, measured: dict, layer_total: d
         microbatch; the scale is 1 where ``L`` is 0).
     """
     stages = measured["stages"]
-    whole_sums = sum(max(len(layers) - 1, 0) * sec for layers, sec in sums)
-    split_sums = sum(max(len(layers & set(st)) - 1, 0) * sec for layers, sec in sums for st in stages)
+    whole_sums = sum(float(tie_sum_time(len(layers), sec)) for layers, sec in sums)
+    split_sums = sum(float(tie_sum_time(len(layers & set(st)), sec)) for layers, sec in sums for st in stages)
     lf = sum(layer_forward[x] for st in stages for x in st)
     lt = sum(layer_total[x] for st in stages for x in st)
     parts = {

@@ -207,7 +207,7 @@ def _tie_sums(problem: PartitionProblem, split: CumulativeSplit, scale: float, v
     times the seconds of one sum. Minimisation makes ``q_s`` exact where the stage's backward
     matters; elsewhere a larger ``q_s`` only lengthens an op off the longest path, and the split
     is re-scored by :func:`pipeopt.evaluate`. Empty lists without such ties; ``v["tie_sums"]``
-    maps each ``q_s``'s name to ``(tie, stage, its layers' units, seconds)`` for the MIP start."""
+    maps each ``q_s``'s name to ``(tie, stage)`` for the MIP start."""
     S = split.model.S
     out: list[list] = [[] for _ in range(S)]
     ties = problem.table.ties
@@ -221,7 +221,7 @@ def _tie_sums(problem: PartitionProblem, split: CumulativeSplit, scale: float, v
             continue
         for s in range(S):
             q = split.lp.add_variable(f"tie_{j}_sums_{s}", lowBound=0.0)
-            v["tie_sums"][q.name] = (j, s, where, sec)
+            v["tie_sums"][q.name] = (j, s)
             coef: dict = {q: -1.0}
             const = -1.0
             for c in where.tolist():  # a unit holding two of its layers counts twice
@@ -367,10 +367,11 @@ def _start_values(problem: PartitionProblem, v: dict, schedule: str, starts: lis
         vals[v["dB"][s].name] = b[s] / unit
     for c, d in enumerate(v["dX"]):
         vals[d.name] = x[c] / unit
-    for name, (j, s, where, sec) in v.get("tie_sums", {}).items():  # q_s = (users on stage s) - 1, at least 0
-        p = [0, *starts, problem.n]
-        users = int(np.count_nonzero((where >= p[s]) & (where < p[s + 1])))
-        vals[name] = float(max(users - 1, 0))
+    if v.get("tie_sums"):  # q_s = (users on stage s) - 1, at least 0
+        p = np.array([0, *starts, problem.n])
+        users = problem.table.ties.users(p[:-1], p[1:])  # per tie, per stage
+        for name, (j, s) in v["tie_sums"].items():
+            vals[name] = float(max(int(users[j][s]) - 1, 0))
     graph = v["graph"]
     vals.update(run_start_values(graph, v["t"], v["Z"], graph.durations(f, b, x, x), unit)[1])
     return vals
