@@ -84,6 +84,7 @@ from .model import (
 )
 from ...result import Result
 from .problem import SOLVER, ScheduleProblem, uniform_starts
+from .rank_bound import rank_lower_bound
 from .recompute import best_recompute, budget_recompute
 from .w_placement import build_free_milp, free_start_values, place_for_split, read_order
 
@@ -259,7 +260,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
     heuristic's sets for that split are tried and the loop stops there without a proof.
     """
     if problem.is_free:
-        raise InvalidProblemError(f"method 'milp' splits a fixed order; the free order (schedule='free') is"
+        raise InvalidProblemError("method 'milp' splits a fixed order; the free order (schedule='free') is"
                                   " solved by 'cpsat' (or 'auto')")
     if problem.recompute != "none" and not recompute_supported(problem):
         raise InvalidProblemError(f"method 'milp' models activation recomputation (recompute={problem.recompute!r})"
@@ -339,7 +340,11 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
         if value < inc_value:
             incumbent, inc_order, inc_value = list(split_), order, value
     info.update(warm_start=incumbent, warm_start_value=inc_value if incumbent is not None else None)
+    floor = problem.memory_free_bound()
     info["bound_source"] = "memory-free bound m (F + B) / p"
+    two = rank_lower_bound(problem, floor, inc_value if math.isfinite(inc_value) else 4 * floor, deadline=deadline)
+    if two > floor:  # two chunks per rank (looped or V): both in one one-machine bound
+        floor, info["bound_source"] = two, "rank bound (rank_bound.py)"
 
     def first(lp, v):
         info.update(binaries=sum(len(r) for r in v["y"].values()), ops=len(v["t"]), constraints=lp.numConstraints())
@@ -366,7 +371,7 @@ def solve_milp(problem: ScheduleProblem, *, time_limit: float | None = 60.0, sol
                                     else warm_values(problem, v, plan[0], plan[1], unit)), read, verdict,
                    deadline=deadline, unit=unit,
                    incumbent=None if incumbent is None else (incumbent, inc_order, inc_sets),
-                   value=inc_value, bound=problem.memory_free_bound(), solver=solver, rel_gap=MILP_REL_GAP,
+                   value=inc_value, bound=floor, solver=solver, rel_gap=MILP_REL_GAP,
                    abs_gap=MILP_ABS_GAP, tolerance=MILP_TOLERANCE, bound_slack=BOUND_SLACK, threads=int(threads),
                    seed=int(seed), info=info, on_first=first, empty_note="a memory row is false on constants")
     if lazy.notes:
