@@ -602,8 +602,9 @@ def _given_warm_starts(problem: ScheduleProblem, warm: Sequence) -> list:
 
 def _split_first(problem: ScheduleProblem, best: tuple, unit: float, deadline: Deadline, threads: int, seed: int,
                  info: dict) -> tuple[tuple, float]:
-    """The split-first decomposition: every split whose bound (:mod:`.split_bound`) is below the
-    incumbent's time, least bound first (at most :data:`SPLIT_FIRST_MOST`), gets the model with
+    """The split-first decomposition: the incumbent's own split, then every split whose bound
+    (:mod:`.split_bound`) is below the incumbent's time, least bound first (at most
+    :data:`SPLIT_FIRST_MOST`), gets the model with
     its boundaries fixed (no element constraints to branch on; the split's durations are
     constants), warm-started from the best starting order on it, for an equal share of the time
     left among the splits still below the incumbent. A split whose bound has reached the
@@ -621,9 +622,17 @@ def _split_first(problem: ScheduleProblem, best: tuple, unit: float, deadline: D
 
     pairs = pair_bounds(problem)
     listed, rest = splits_below(problem, best[0], SPLIT_FIRST_MOST, pairs)
-    if problem.stages_per_rank == 2 and placement_kind(problem.schedule) is not None:  # a rank's two chunks
-        listed = sorted(((max(gb, *rank_bounds(problem, starts)), starts) for gb, starts in listed),
-                        key=lambda x: x[0])
+    two = problem.stages_per_rank == 2 and placement_kind(problem.schedule) is not None  # a rank's two chunks
+
+    def bound_of(starts) -> float:
+        b = [0, *starts, problem.n]
+        g = max(float(pairs[s][b[s], b[s + 1]]) for s in range(problem.S))
+        return max(g, *rank_bounds(problem, starts)) if two else g
+
+    # the warm start's own split first (its order improved with the split fixed), then the others
+    mine = list(best[3])
+    listed = [(bound_of(mine), mine)] + sorted(((bound_of(st), st) for _, st in listed if list(st) != mine),
+                                               key=lambda x: x[0])
     orders = [(FREE, problem.schedule)] + _torch_orders(problem)
     incumbent = best
     lbs, solved, proven, trail = [], 0, 0, []
