@@ -222,8 +222,10 @@ def descend_split(problem: ScheduleProblem, orders: list, best: tuple, deadline:
 def warm_starts(problem: ScheduleProblem, deadline: Deadline | None = None) -> list:
     """Candidate (order, starts) pairs for a free-order problem (module docstring: torch's
     orders of the placement, the zero-bubble greedy, on the baselines' splits, the best of them
-    improved by :func:`descend_split`), each scored by the executor; returns ``[(time, name,
-    order, starts)]`` best first, only those that fit."""
+    improved by :func:`descend_split`; then the zero-bubble order's exact split, and where still
+    nothing fits the memory the exact split of the placement's other orders, one after the
+    other until one fits), each scored by the executor; returns ``[(time, name, order, starts)]``
+    best first, only those that fit."""
     from .baselines import best_1f1b
 
     deadline = Deadline(None) if deadline is None else deadline
@@ -255,12 +257,18 @@ def warm_starts(problem: ScheduleProblem, deadline: Deadline | None = None) -> l
         from .milp import solve_milp
 
         zb = "ZBVZeroBubble" if kind == "v" else "InterleavedZeroBubble"
-        try:
-            res = solve_milp(ScheduleProblem(problem.instance, zb, p, m, v), time_limit=deadline)
-            if res.plan is not None:
-                out += _scored(problem, orders, res.info["starts"])
-        except (PipeoptError, DeadlineReached):
-            pass
+        # where nothing fits yet, the placement's other orders too, until one does (an order that
+        # keeps fewer microbatches in flight may fit where the zero-bubble one does not)
+        others = [name for name in looped_torch_orders(kind, v) if name != zb]
+        for name in [zb, *others]:
+            if deadline.expired() or (out and name != zb):
+                break
+            try:
+                res = solve_milp(ScheduleProblem(problem.instance, name, p, m, v), time_limit=deadline)
+                if res.plan is not None:
+                    out += _scored(problem, orders, res.info["starts"])
+            except (PipeoptError, DeadlineReached):
+                pass
     out.sort(key=lambda c: c[0])
     return out
 

@@ -243,3 +243,21 @@ def test_warm_start_on_one_chain_and_bad_warm_starts():
     for match, warm in bad.items():
         with pytest.raises(InvalidProblemError, match="warm start 0: .*" + match):
             solve_free_order(problem, time_limit=Deadline(1e-9), warm=warm)
+
+
+@pytest.mark.slow
+def test_warm_start_where_the_zero_bubble_order_fits_no_split():
+    """BERT-large on 4 V100s (16 GB), looped v = 2, m = 8: no split fits the memory under the
+    two-chunk zero-bubble order (its MILP proves it) nor on the baselines' splits, but some split
+    fits under Interleaved1F1B; the warm start takes that order's exact split, so the free solve
+    starts from a plan (before, it had none). The limit is far above the few seconds it takes."""
+    from pathlib import Path
+
+    from pipeopt.problems.schedule.free_order import warm_starts
+
+    inst = pipeopt.read(Path(__file__).resolve().parents[3] / "instances/memory/bert-large-mb16-v100-16gb-x4.json")
+    assert solve_milp(ScheduleProblem(inst, "InterleavedZeroBubble", 4, 8, 2), time_limit=600).status == "infeasible"
+    problem = ScheduleProblem(inst, "free", 4, 8, 2, placement="looped")
+    found = warm_starts(problem, Deadline.of(600))
+    assert found and all(problem.execute(c[3], c[2]).feasible for c in found)
+    assert found[0][0] == pytest.approx(problem.execute(found[0][3], found[0][2]).time)
