@@ -45,7 +45,8 @@ def _split_value(problem, pairs, starts) -> float:
 
 
 @FEW
-@given(chains(n_min=4, n_max=5), st.sampled_from([("looped", 2), ("v", 2), ("looped", 3), ("v", 3)]))
+@given(chains(n_min=4, n_max=5), st.sampled_from([("looped", 2), ("v", 2)]))  # (m = 3: the brute force's
+# visited set can outgrow the memory)
 def test_rank_bound_below_the_brute_force_over_every_order(inst, shape):
     placement, m = shape
     problem = ScheduleProblem(inst, "free", 2, m, 2, placement=placement)
