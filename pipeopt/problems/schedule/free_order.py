@@ -480,7 +480,7 @@ class FreeOrderModel:
         n = problem.n
         pairs = pair_bounds(problem)
         self.split_bound, _ = split_lower_bound(problem, pairs)
-        # two chunks per rank: the rank bound sees both (it returns its lower end elsewhere)
+        # with two chunks per rank the rank bound sees both (with one it returns lo)
         lo = max(self.split_bound, problem.memory_free_bound())
         if math.isfinite(lo):
             self.split_bound = max(self.split_bound, rank_lower_bound(problem, lo, H * u, pairs))

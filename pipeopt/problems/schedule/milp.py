@@ -38,8 +38,10 @@ measures). This is the partition problem's event-time model
 minimise Z. For integral y the least Z is the exact iteration time of the split, so the MILP
 optimum is the least iteration time over the splits that fit; its dual bound (less
 :data:`~pipeopt.problems.partition.model.BOUND_SLACK`) is a valid bound when the solver stops
-at the time limit, and the method then says ``time_limit``, never ``optimal``. Every split is
-re-scored by :meth:`ScheduleProblem.execute`.
+at the time limit, and the method then says ``time_limit``, never ``optimal``. The bound never
+falls below the busiest rank's work m (F + B) / p nor, with two chunks per rank, the rank bound
+of :mod:`.rank_bound` (valid for every order of the placement). Every split is re-scored by
+:meth:`ScheduleProblem.execute`.
 
 Size: ``(S - 1)(n - S + 1)`` binaries; about ``2 S m`` actions (``3 S m`` with I/W) plus
 ``2 m`` transfers per boundary between ranks, one start time each, and about two rows per op.

@@ -233,7 +233,8 @@ def rank_lower_bound(problem: ScheduleProblem, lo: float, hi: float, pairs: list
     """Seconds: the largest limit in ``[lo, hi]`` at which no split has every rank bound and every
     stage bound within it (module docstring) - a lower bound on every order's iteration time
     for the problem's placement when ``lo`` is one - or ``lo`` where the problem does not have two
-    chunks per rank on the looped or V placement (or nothing above ``lo`` is refuted).
+    chunks per rank on the looped or V placement, where ``lo <= 0``, or where nothing above ``lo``
+    is refuted.
 
     Parameters
     ----------
@@ -249,8 +250,8 @@ def rank_lower_bound(problem: ScheduleProblem, lo: float, hi: float, pairs: list
     """
     sched = problem.schedule
     kind = placement_kind(sched)
-    if sched.stages_per_rank != 2 or kind is None or not (math.isfinite(lo) and hi > lo):
-        return lo
+    if sched.stages_per_rank != 2 or kind is None or not (0 < lo < hi and math.isfinite(lo)):
+        return lo  # (lo <= 0: nothing to gallop from)
     g = pair_bounds(problem) if pairs is None else pairs
     t = _Ranks(problem)
 

@@ -103,10 +103,12 @@ def test_the_dp_is_the_least_over_splits(inst, p, m, placement):
         assert bound == lo
 
 
-def test_one_chunk_per_rank_is_left_to_the_stage_bound():
+def test_one_chunk_per_rank_and_a_zero_floor_are_left_as_they_are():
     problem = ScheduleProblem(pipeopt.read(ROOT / "instances/homogeneous/gpt2-xl-a100-40gb-x4.json"), "free", 4, 8)
     lo = _lo(problem)
     assert rank_lower_bound(problem, lo, lo * 2) == lo
+    two = ScheduleProblem(problem.instance, "free", 4, 8, 2, placement="v")
+    assert rank_lower_bound(two, 0.0, 1.0) == 0.0  # nothing to gallop from (it returns, not loops)
 
 
 @pytest.mark.parametrize("path,p,m,placement,at_least,best", [
