@@ -14,8 +14,8 @@ order per stage (every torch order, and the free order's symmetry breaking):
   for the I of ``s2`` of its microbatch), which waits for microbatch 0's forward through the whole
   chain and its input gradient back to ``s2``: ``F(0..n) + I(c2..n) + sin(s2) + 2 sout(s2)``;
   before it the rank runs forwards only, at most ``X`` seconds of them: ``fill - head``, and with
-  a memory limit (no recomputation) the most ``c1 F1 + c2 F2`` whose activations fit beside both
-  chunks' parameters (``c1 act1 + c2 act2 <= room``, ``c1, c2 <= m``: a two-item knapsack);
+  a memory limit (no recomputation) the most ``k1 F1 + k2 F2`` whose activations fit beside both
+  chunks' parameters (``k1 act1 + k2 act2 <= room``, ``k1, k2 <= m``: a two-item knapsack);
 * ``tail_i`` - the rank's last I is one of ``s1`` (index order), after which the input
   gradients of the earlier chunks and the first chunk's W remain: ``I(0..a1) + sin(s1) +
   W(0..1)`` (for ``s1 = 0`` its own last W);
@@ -30,14 +30,18 @@ h_r`` to a relative tolerance: at a limit T a DP over the ranks keeps the bounda
 partial split can reach with every bound so far at most T - from the outside in for the V
 placement (rank r holds chunks r and 2p-1-r, nested), left to right for the looped one (rank r
 holds r and r+p; the pair ``(b_r, b_{r+p})`` and ``b_p``, where the first half must end) - and the
-largest T it refutes is the bound. A DP that would hold more than :data:`MAX_PAIRS` candidate
+largest T it refutes is the bound. Each rank's candidates are cut first by what the bound itself
+implies (its two chunks' work at most ``(T - head) / m``, the later ranks' at most ``(T - head) / m``
+each); a DP that would hold more than :data:`MAX_PAIRS` candidate
 tuples at one rank gives up at that T (counted as not refuted: the bound stays valid, only
 weaker). ``tests/problems/schedule/test_rank_bound.py`` checks it below the brute force over every
-order and split (p = 2) and below the executor's time of torch's two-chunk orders on every split.
+order and split (p = 2), below the executor's time of torch's two-chunk orders on sampled splits,
+and equal to the least over every split of small chains.
 
-Shipped instances, free order (against the per-stage bound and the busiest rank's work, 338.13 ms
-on GPT-2 XL): GPT-2 XL on 4 A100s, m = 8, V: 342.90 ms; on 8 A100s, m = 16, V: 349.27 ms;
-BERT-large on 4 V100s, m = 8, V: 726.27 ms (the busiest rank: 708.88 ms).
+Shipped instances, free order, V / looped (the busiest rank's work, which the per-stage bound does
+not pass here: 338.13 ms on GPT-2 XL, 708.88 ms on BERT-large on V100s): GPT-2 XL on 4 A100s, m = 8:
+342.92 / 343.67 ms; on 8 A100s, m = 16: 349.29 / 347.05 ms; BERT-large on 4 V100s, m = 8: 738.31 /
+748.76 ms; 0.01-0.2 s each.
 """
 
 from __future__ import annotations
