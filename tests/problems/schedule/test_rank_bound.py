@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_split_bound import FEW, TOL, chains
+from test_split_bound import FEW, TOL, chains, split_value
 
 import brute_force as bf
 import pipeopt
@@ -39,9 +39,7 @@ def _lo(problem) -> float:
 
 def _split_value(problem, pairs, starts) -> float:
     """The largest stage and rank bound of one split: what the DP minimises."""
-    b = [0, *starts, problem.n]
-    stages = max(float(pairs[s][b[s], b[s + 1]]) for s in range(problem.S))
-    return max(stages, max(rank_bounds(problem, list(starts))))
+    return max(split_value(problem, pairs, starts), *rank_bounds(problem, list(starts)))
 
 
 @FEW
