@@ -8,7 +8,6 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
 from . import registry, units
 from .errors import InfeasibleError, InvalidProblemError, PipeoptError, WriteError
@@ -382,7 +381,8 @@ def _plan(args, inst):
 
     if getattr(args, "plan", None):
         try:
-            data = json.loads(Path(args.plan).read_text())
+            with open(args.plan, encoding="utf-8") as fh:
+                data = json.loads(fh.read())
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ReadError(f"cannot read plan {args.plan}: {exc}") from None
         if isinstance(data, dict) and "plan" in data:  # a solve --json output
@@ -638,7 +638,7 @@ def cmd_zoo(args) -> int:
     """``pipeopt zoo``: regenerate the shipped instance files from the model zoo."""
     from .zoo.__main__ import main as zoo_main
 
-    _check_writable(Path(args.out) / "README.md")
+    _check_writable(os.path.join(args.out, "README.md"))
     try:
         return zoo_main([args.out])
     except OSError as exc:
@@ -812,6 +812,8 @@ def cmd_export(args) -> int:
         from .torch.models import load
 
         module = load(args.model, **_factory_kwargs(args.model_arg))[0]
+    from pathlib import Path
+
     csv_path = str(Path(args.out).with_suffix(".csv").resolve()) if args.out else None
     out = export(plan, args.to, graph=inst.graph if inst is not None else None, module=module, schedule=args.schedule,
                  microbatches=args.microbatches, csv_path=csv_path)
@@ -873,7 +875,7 @@ def cmd_grade(args) -> int:
     return 0
 
 
-def _check_writable(path) -> Path:
+def _check_writable(path):
     """Fail before any work if ``path`` cannot be written (its folder is created if missing).
 
     Raises
@@ -881,6 +883,8 @@ def _check_writable(path) -> Path:
     WriteError
         If the folder cannot be created, ``path`` is a folder, or either is read-only.
     """
+    from pathlib import Path  # not at import: a solve of a profile never writes
+
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -895,6 +899,8 @@ def _check_writable(path) -> Path:
 
 def _write(path, write) -> None:
     """Call ``write(path)``; an ``OSError`` becomes a :class:`WriteError` naming the file."""
+    from pathlib import Path
+
     try:
         write(Path(path))
     except OSError as exc:

@@ -13,12 +13,16 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
+import os
+from typing import TYPE_CHECKING
 
 from ..errors import ReadError
 from ..instance import Instance
 from ..lazy import lazy_attributes
 from .pipedream import read_pipedream
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # the JSON formats' readers are imported when first used (a PipeDream profile needs neither)
 __getattr__, __dir__ = lazy_attributes(__name__, {
@@ -74,7 +78,7 @@ def read(
     InvalidGraphError, InvalidClusterError, InvalidProblemError
         If the content is well-formed but invalid.
     """
-    if not isinstance(path, (str, Path)):
+    if not isinstance(path, (str, os.PathLike)):
         raise ReadError(f"a file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     instance = _read(path, bandwidth=bandwidth, memory=memory, **options)
     if bandwidth is not None or memory is not None or latency is not None:
@@ -110,22 +114,23 @@ def load(
     ReadError, InvalidGraphError, InvalidClusterError, InvalidProblemError
         As :func:`read`.
     """
-    if not isinstance(path, (str, Path)):
+    if not isinstance(path, (str, os.PathLike)):
         raise ReadError(f"a file path must be a str or Path, got {type(path).__name__} {path!r:.60}")
-    profile = Path(path).suffix.lower() != ".json"
+    profile = os.path.splitext(os.fspath(path))[1].lower() != ".json"
     options = {"devices": devices if devices is not None else 16} if profile else {}
     return read(path, bandwidth=bandwidth, memory=memory, latency=latency, **options)
 
 
 def _read(path, *, bandwidth, memory, **options) -> Instance:
-    path = Path(path)
-    if not path.exists():
+    path = os.fspath(path)  # os.path, not pathlib: a profile's read is on the start-up path
+    if not os.path.exists(path):
         raise ReadError(f"no such file: {path}")
     try:
-        text = path.read_text()
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ReadError(f"cannot read {path}: {exc}") from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+    if os.path.splitext(path)[1].lower() == ".json" or text.lstrip().startswith("{"):
         import json  # the JSON formats only (start-up of a profile's read)
 
         try:
@@ -159,7 +164,7 @@ def _read(path, *, bandwidth, memory, **options) -> Instance:
     return read_pipedream(path, **options)
 
 
-def _check_options(path: Path, reader, options: dict) -> None:
+def _check_options(path: str, reader, options: dict) -> None:
     accepted = set(inspect.signature(reader).parameters) - {"path"}
     unknown = sorted(set(options) - accepted)
     if unknown:

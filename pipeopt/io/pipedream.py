@@ -11,8 +11,8 @@ SOSP 2019, doi 10.1145/3341301.3359646; profiles from its repository (MIT licenc
 from __future__ import annotations
 
 import math
+import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..cluster import Cluster
@@ -22,6 +22,8 @@ from ..instance import Instance, Settings
 from ..units import as_size
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import networkx as nx
 
 _NODE = re.compile(
@@ -38,7 +40,12 @@ DEFAULT_STAGES = (4, 8)
 """Stage counts a profile is benchmarked with by default: a profile carries no cluster of its own."""
 
 
-def _number(text: str, path: Path, lineno: int, what: str) -> float:
+def _stem(path: str) -> str:
+    """The file name without its last suffix (``pathlib.Path(path).stem``)."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def _number(text: str, path: str, lineno: int, what: str) -> float:
     text = text.strip()
     if text.startswith("[") and text.endswith("]"):  # several outputs (GNMT's LSTMs): their sum
         return sum(_number(part, path, lineno, what) for part in text[1:-1].split(";"))
@@ -84,11 +91,12 @@ def read_pipedream_graph(path: str | Path, *, count_input_time: bool = False, ki
 def _read_graph(path, *, count_input_time: bool, kind: str) -> LazyDiGraph:
     """:func:`read_pipedream_graph`'s graph as a :class:`pipeopt.graph.LazyDiGraph` (the same
     dicts, built without importing networkx; :func:`read_pipedream` keeps it so)."""
-    if not isinstance(path, (str, Path)):
+    if not isinstance(path, (str, os.PathLike)):
         raise ReadError(f"a PipeDream profile path must be a str or Path, got {type(path).__name__} {path!r:.60}")
-    path = Path(path)
+    path = os.fspath(path)  # os.path, not pathlib: on the start-up path
     try:
-        text = path.read_text()
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ReadError(f"cannot read PipeDream profile {path}: {exc}") from None
     nodes: dict = {}
@@ -133,7 +141,7 @@ def _read_graph(path, *, count_input_time: bool, kind: str) -> LazyDiGraph:
             if x not in nodes:
                 raise ReadError(f"{path}:{lineno}: edge {u} -- {v} names undeclared node {x!r}")
         graph.add_edge(u, v)
-    graph.graph["name"] = path.stem
+    graph.graph["name"] = _stem(path)
     graph.graph["source"] = "PipeDream profile (Narayanan et al., SOSP 2019)"
     return graph
 
@@ -187,5 +195,5 @@ def read_pipedream(
     if math.isinf(memory):
         assumptions.append("no memory limit per GPU")
     cluster = Cluster.homogeneous(devices, memory=memory, bandwidth=bandwidth)
-    return Instance(graph, cluster, settings or Settings(), name=Path(path).stem, assumptions=tuple(assumptions),
+    return Instance(graph, cluster, settings or Settings(), name=_stem(os.fspath(path)), assumptions=tuple(assumptions),
                     default_stages=DEFAULT_STAGES)

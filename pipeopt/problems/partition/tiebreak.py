@@ -96,6 +96,12 @@ ENUM_SPLITS = 50_000
 (each full one is then scored on the run graph by :func:`run_times`, in blocks of
 :data:`RUN_BLOCK`). PipeDream's AlexNet at S = 16 has 18,372 tied splits."""
 
+BOUND_BLOCK = 512
+"""Partial splits :func:`tied_splits` extends together and splits whose bounds
+:class:`_RunBounds` computes together: arrays of block x (n + 1) or block x 3S floats, small
+enough that numpy reuses their memory (a few milliseconds less than whole-array steps on
+PipeDream's AlexNet at S = 16, 18,372 tied splits)."""
+
 RUN_BLOCK = 4096
 """Splits :func:`run_times` scores at once (memory: block x ops floats)."""
 
@@ -138,18 +144,27 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
         lo_b = np.full(a.size, n) if s == S - 1 else a + 1
         top = np.minimum(reach[a], hi)
         # only the ends some partial split may take (columns lo..up): the same rows, elementwise,
-        # on fewer columns
+        # on fewer columns; the partial splits in blocks of BOUND_BLOCK (small arrays, memory reused)
         lo, up = (int(lo_b.min()), int(top.max())) if a.size else (0, -1)
         cols = ends[lo:up + 1]
-        w = wp[None, lo:up + 1] - wp[a][:, None] + added[a][:, None] + added[None, lo:up + 1]
-        g, ok = rules.window_step(G[:, None], trip[a][:, None], w, k, k - 1, T)
-        ok &= (cols[None, :] >= lo_b[:, None]) & (cols[None, :] <= top[:, None]) & (bound[lo:up + 1] <= T)[None, :]
-        parent, col = np.nonzero(ok)  # row-major: parents in order, ends increasing
-        b = col + lo
-        if b.size > ENUM_SPLITS:
-            return None
+        link_ok = (bound[lo:up + 1] <= T)[None, :]
+        parents, bs, Gs, found = [], [], [], 0
+        for r0 in range(0, a.size, BOUND_BLOCK):
+            r = slice(r0, r0 + BOUND_BLOCK)
+            ar = a[r]
+            w = wp[None, lo:up + 1] - wp[ar][:, None] + added[ar][:, None] + added[None, lo:up + 1]
+            g, ok = rules.window_step(G[r, None], trip[ar][:, None], w, k, k - 1, T)
+            ok &= (cols[None, :] >= lo_b[r, None]) & (cols[None, :] <= top[r, None]) & link_ok
+            parent, col = np.nonzero(ok)  # row-major: parents in order, ends increasing
+            found += parent.size
+            if found > ENUM_SPLITS:
+                return None
+            parents.append(parent + r0)
+            bs.append(col + lo)
+            Gs.append(g[parent, col])
+        parent, b = (np.concatenate(parents), np.concatenate(bs)) if parents else (np.zeros(0, np.intp),) * 2
         picks.append((parent, b))
-        a, G = b.astype(np.int64), g[parent, col]
+        a, G = b.astype(np.int64), (np.concatenate(Gs) if Gs else np.zeros(0))
     rows = np.arange(a.size)
     out = np.zeros((a.size, max(S - 1, 0)), dtype=np.int64)
     for s in range(S - 1, 0, -1):  # follow the parents back: the start of stage s is stage s-1's end
@@ -220,7 +235,9 @@ class _RunBounds:
     (the fill, the busy stage and the drain of the usual 1F1B formula), each kept only if
     every op waits for the one before it in the graph; and the longest path of each split
     timed by :meth:`critical` (exact for that split, and a bound for the others). The sums are
-    matrix products: numpy's BLAS, on one thread in the command line (pipeopt.cli)."""
+    matrix products over blocks of :data:`BOUND_BLOCK` splits (the durations are not kept:
+    each block's are gathered again from the prefix arrays, small enough to reuse the same
+    memory), numpy's BLAS, on one thread in the command line (pipeopt.cli)."""
 
     def __init__(self, problem: PartitionProblem, splits: np.ndarray) -> None:
         from .ops import event_graph, op_prefixes
@@ -230,13 +247,10 @@ class _RunBounds:
         self.S = S
         base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
         self.col = [base[k] + i for k, i, _ in graph.ops]
-        a = op_prefixes(problem)
-        p = np.zeros((len(splits), S + 1), dtype=np.int64)
-        p[:, S] = n
-        p[:, 1:S] = splits
-        f = a["f_end"][p[:, 1:]] - a["f_begin"][p[:, :-1]]
-        b = a["b_end"][p[:, 1:]] - a["b_begin"][p[:, :-1]]
-        self.durations = np.concatenate([f, b, a["xfer"][p[:, 1:-1]]], axis=1)  # (splits, 3S - 1)
+        self.prefix = op_prefixes(problem)
+        self.p = np.zeros((len(splits), S + 1), dtype=np.intp)  # each split's stage boundaries
+        self.p[:, S] = n
+        self.p[:, 1:S] = splits
         index = {op: q for q, op in enumerate(graph.ops)}
         worker_ops: list[list] = [[] for _ in range(S)]  # each stage's F and B in the graph's order
         for op in graph.ops:
@@ -258,6 +272,14 @@ class _RunBounds:
         self.bound = np.full(len(splits), -np.inf)
         self.raise_to(self.counts)
 
+    def durations(self, p: np.ndarray) -> np.ndarray:
+        """``ndarray (len(p), 3S - 1)``: the op durations (columns ``f | b | x``) of the splits
+        whose boundaries are the rows of ``p``."""
+        a = self.prefix
+        lo, hi = p[:, :-1], p[:, 1:]
+        return np.concatenate([a["f_end"][hi] - a["f_begin"][lo], a["b_end"][hi] - a["b_begin"][lo],
+                               a["xfer"][p[:, 1:-1]]], axis=1)
+
     def _count(self, qs) -> np.ndarray:
         c = np.zeros(3 * self.S - 1)
         np.add.at(c, [self.col[q] for q in qs], 1.0)
@@ -265,15 +287,19 @@ class _RunBounds:
 
     def raise_to(self, counts) -> None:
         """Raise every split's bound to the longest of the paths with these column counts
-        (one matrix product), lowered by :data:`BOUND_SLACK`."""
-        if counts:
-            lengths = (self.durations @ np.array(counts).T).max(axis=1) * (1 - BOUND_SLACK)
-            np.maximum(self.bound, lengths, out=self.bound)
+        (one matrix product per block of splits), lowered by :data:`BOUND_SLACK`."""
+        if not counts:
+            return
+        C = np.array(counts).T
+        for lo in range(0, len(self.p), BOUND_BLOCK):
+            hi = lo + BOUND_BLOCK
+            lengths = (self.durations(self.p[lo:hi]) @ C).max(axis=1) * (1 - BOUND_SLACK)
+            np.maximum(self.bound[lo:hi], lengths, out=self.bound[lo:hi])
 
     def critical(self, i: int) -> tuple[float, np.ndarray]:
         """Time split ``i`` alone (the loop of :func:`run_times`, one split): its time and its
         longest path's column counts (for :meth:`raise_to`)."""
-        d = self.durations[i].tolist()
+        d = self.durations(self.p[i:i + 1])[0].tolist()
         dur = [d[c] for c in self.col]
         end = [0.0] * len(dur)
         via = [-1] * len(dur)

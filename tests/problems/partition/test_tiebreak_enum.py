@@ -28,9 +28,11 @@ def _all_splits(n: int, S: int):
     return [list(c) for c in itertools.combinations(range(1, n), S - 1)]
 
 
+@pytest.mark.parametrize("block", [tiebreak.BOUND_BLOCK, 2])  # 2: the partial splits extended in many blocks
 @pytest.mark.parametrize("memory", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed, memory):
+def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed, memory, block, monkeypatch):
+    monkeypatch.setattr(tiebreak, "BOUND_BLOCK", block)
     inst = make_instance(seed, 8, 3, M=5, bandwidth="fast")
     if memory:
         inst = binding_memory(inst, 3, "1f1b", seed)

@@ -49,14 +49,16 @@ def test_lazy_order_equals_timing_every_tied_split_on_profiles(name, stages):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), n=st.integers(6, 12), S=st.integers(2, 5), M=st.integers(1, 9),
-       overlap=st.booleans(), bandwidth=st.sampled_from(["fast", "medium", "tight"]), probes=st.sampled_from([1, 2, 8]))
-def test_lazy_order_equals_timing_every_tied_split_on_random_chains(seed, n, S, M, overlap, bandwidth, probes,
+       overlap=st.booleans(), bandwidth=st.sampled_from(["fast", "medium", "tight"]), probes=st.sampled_from([1, 2, 8]),
+       block=st.sampled_from([1, 3, 512]))
+def test_lazy_order_equals_timing_every_tied_split_on_random_chains(seed, n, S, M, overlap, bandwidth, probes, block,
                                                                      monkeypatch):
     S = min(S, n)
     problem = PartitionProblem(make_instance(seed, n, S, M=M, overlap=overlap, bandwidth=bandwidth), S)
     with monkeypatch.context() as m:
         m.setattr(tiebreak, "LAZY_SPLITS", 0)  # the lazy path on a small instance
         m.setattr(tiebreak._least_first, "PROBES", probes)  # longest paths added on small sets too
+        m.setattr(tiebreak, "BOUND_BLOCK", block)  # the bounds and the enumeration in blocks of this many splits
         _check(problem, first=50)
 
 
