@@ -97,10 +97,9 @@ ENUM_SPLITS = 50_000
 :data:`RUN_BLOCK`). PipeDream's AlexNet at S = 16 has 18,372 tied splits."""
 
 BOUND_BLOCK = 512
-"""Partial splits :func:`tied_splits` extends together and splits whose bounds
-:class:`_RunBounds` computes together: arrays of block x (n + 1) or block x 3S floats, small
-enough that numpy reuses their memory (a few milliseconds less than whole-array steps on
-PipeDream's AlexNet at S = 16, 18,372 tied splits)."""
+"""Splits whose bounds :class:`_RunBounds` computes together: arrays of block x 3S floats,
+small enough that numpy reuses their memory (a few milliseconds less than one product over
+every split on PipeDream's AlexNet at S = 16, 18,372 tied splits)."""
 
 RUN_BLOCK = 4096
 """Splits :func:`run_times` scores at once (memory: block x ops floats)."""
@@ -112,13 +111,21 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
 
     The DP's feasibility probe (the recursion of :func:`pipeopt.cost.rules.window_step`, as
     :func:`has_tie` and :mod:`pipeopt.problems.partition.dp`), stage by stage over every partial
-    split at once instead of the least window slack per state: a stage of units ``a..b-1``
-    extends a partial split iff ``b <= reach[a]`` (:meth:`PartitionProblem.memory_reach` with
-    the 1F1B in-flight count ``S - s``, the event-time MILP's memory rows), the cut bounds at
-    ``a`` and ``b`` are at most ``T`` and the window rows ending at the stage hold. A partial
-    split that breaks one has no feasible completion (the rows of a prefix are rows of every
-    split extending it), so none is missed. The caller passes a ``T`` slightly above the cap and
+    split instead of the least window slack per state: a stage of units ``a..b-1`` extends a
+    partial split iff ``b <= reach[a]`` (:meth:`PartitionProblem.memory_reach` with the 1F1B
+    in-flight count ``S - s``, the event-time MILP's memory rows), the cut bounds at ``a`` and
+    ``b`` are at most ``T`` and the window rows ending at the stage hold. A partial split that
+    breaks one has no feasible completion (the rows of a prefix are rows of every split
+    extending it), so none is missed. The caller passes a ``T`` slightly above the cap and
     re-checks a split it keeps with :meth:`PartitionProblem.period` (float summation order).
+
+    Partial splits with the same last end and the same window slack ``G`` (equal floats) have
+    the same completions, so the rows are tested once per such *state* (PipeDream's AlexNet at
+    S = 16: at most 31 states per stage for up to 18,372 partial splits), each state counting
+    the partial splits that reach it; the splits are then read off the states' graph, from the
+    states that reach the last stage only. The limits count partial splits as before (a stage
+    with more than :data:`ENUM_SPLITS` partial splits, or more than :data:`ENUM_WORK` partial
+    splits times ``n + 1`` ends, gives up), so the same instances are listed or given up.
 
     Returns
     -------
@@ -132,41 +139,60 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
     ends = np.arange(n + 1)
     if bound[0] > T:
         return np.zeros((0, max(S - 1, 0)), dtype=np.int64)
-    a = np.zeros(1, dtype=np.int64)  # each partial split's last end
+    a = np.zeros(1, dtype=np.int64)  # each state's last end
     G = np.full(1, -np.inf)  # its window slack G (rules.window_step)
-    picks: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (parent row, end) of each state
+    count = np.ones(1)  # the partial splits reaching it
+    edges: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per stage: (parent state, end, child state)
+    states = [1]  # per stage: the states before it
     for s in range(S):
-        if a.size * (n + 1) > ENUM_WORK:
+        if count.sum() * (n + 1) > ENUM_WORK:
             return None
         k = rules.in_flight(s, S)
         reach = problem.memory_reach(k)
         hi = n if s == S - 1 else n - (S - 1 - s)
         lo_b = np.full(a.size, n) if s == S - 1 else a + 1
         top = np.minimum(reach[a], hi)
-        # only the ends some partial split may take (columns lo..up): the same rows, elementwise,
-        # on fewer columns; the partial splits in blocks of BOUND_BLOCK (small arrays, memory reused)
+        # only the ends some state may take (columns lo..up): the same rows, elementwise, on fewer columns
         lo, up = (int(lo_b.min()), int(top.max())) if a.size else (0, -1)
         cols = ends[lo:up + 1]
-        link_ok = (bound[lo:up + 1] <= T)[None, :]
-        parents, bs, Gs, found = [], [], [], 0
-        for r0 in range(0, a.size, BOUND_BLOCK):
-            r = slice(r0, r0 + BOUND_BLOCK)
-            ar = a[r]
-            w = wp[None, lo:up + 1] - wp[ar][:, None] + added[ar][:, None] + added[None, lo:up + 1]
-            g, ok = rules.window_step(G[r, None], trip[ar][:, None], w, k, k - 1, T)
-            ok &= (cols[None, :] >= lo_b[r, None]) & (cols[None, :] <= top[r, None]) & link_ok
-            parent, col = np.nonzero(ok)  # row-major: parents in order, ends increasing
-            found += parent.size
-            if found > ENUM_SPLITS:
-                return None
-            parents.append(parent + r0)
-            bs.append(col + lo)
-            Gs.append(g[parent, col])
-        parent, b = (np.concatenate(parents), np.concatenate(bs)) if parents else (np.zeros(0, np.intp),) * 2
-        picks.append((parent, b))
-        a, G = b.astype(np.int64), (np.concatenate(Gs) if Gs else np.zeros(0))
-    rows = np.arange(a.size)
-    out = np.zeros((a.size, max(S - 1, 0)), dtype=np.int64)
+        w = wp[None, lo:up + 1] - wp[a][:, None] + added[a][:, None] + added[None, lo:up + 1]
+        g, ok = rules.window_step(G[:, None], trip[a][:, None], w, k, k - 1, T)
+        ok &= (cols[None, :] >= lo_b[:, None]) & (cols[None, :] <= top[:, None]) & (bound[lo:up + 1] <= T)[None, :]
+        parent, col = np.nonzero(ok)  # row-major: parents in order, ends increasing
+        if count[parent].sum() > ENUM_SPLITS:
+            return None
+        b, gv = col + lo, g[parent, col]
+        order = np.lexsort((gv, b))  # the distinct (end, G) among the children (not np.unique: numpy.ma)
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = (b[order][1:] != b[order][:-1]) | (gv[order][1:] != gv[order][:-1])
+        child = np.empty(order.size, dtype=np.int64)
+        child[order] = np.cumsum(first) - 1
+        count = np.bincount(child, weights=count[parent], minlength=int(first.sum()))
+        edges.append((parent, b, child))
+        a, G = b[order][first].astype(np.int64), gv[order][first]
+        states.append(a.size)
+    # the states that reach the last stage (every state after it ends at n), back to the first
+    live = np.ones(a.size, dtype=bool)
+    for s in range(S - 1, -1, -1):
+        parent, b, child = edges[s]
+        keep = live[child]
+        edges[s] = (parent[keep], b[keep], child[keep])
+        live = np.zeros(states[s], dtype=bool)
+        live[edges[s][0]] = True
+    # every split, stage by stage: each partial split's children in end order (lexicographic rows)
+    at = np.zeros(1, dtype=np.int64)  # each partial split's state
+    picks: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (parent row, end) of each partial split
+    for s, (parent, b, child) in enumerate(edges):
+        deg = np.bincount(parent, minlength=states[s])
+        begin = np.cumsum(deg) - deg  # the state's first edge (edges sorted by parent, then end)
+        rep = deg[at]
+        row = np.repeat(np.arange(at.size), rep)
+        offset = np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
+        e = begin[at][row] + offset
+        picks.append((row, b[e]))
+        at = child[e]
+    rows = np.arange(at.size)
+    out = np.zeros((at.size, max(S - 1, 0)), dtype=np.int64)
     for s in range(S - 1, 0, -1):  # follow the parents back: the start of stage s is stage s-1's end
         parent, b = picks[s]
         rows = parent[rows]
@@ -270,7 +296,7 @@ class _RunBounds:
             if all(u in graph.after[v] for u, v in zip(qs, qs[1:])):
                 self.counts.append(self._count(qs))
         self.bound = np.full(len(splits), -np.inf)
-        self.raise_to(self.counts)
+        self.pending = list(self.counts)  # paths not yet applied to every split (refresh)
 
     def durations(self, p: np.ndarray) -> np.ndarray:
         """``ndarray (len(p), 3S - 1)``: the op durations (columns ``f | b | x``) of the splits
@@ -285,16 +311,29 @@ class _RunBounds:
         np.add.at(c, [self.col[q] for q in qs], 1.0)
         return c
 
-    def raise_to(self, counts) -> None:
-        """Raise every split's bound to the longest of the paths with these column counts
-        (one matrix product per block of splits), lowered by :data:`BOUND_SLACK`."""
+    def raise_to(self, counts, rows: np.ndarray | None = None) -> None:
+        """Raise the bounds of the splits ``rows`` (default every split, one matrix product per
+        block of splits) to the longest of the paths with these column counts, lowered by
+        :data:`BOUND_SLACK`. With ``rows`` the paths are also kept in :attr:`pending` for the
+        other splits (:meth:`refresh`): their bounds stay lower until then, and valid."""
         if not counts:
             return
         C = np.array(counts).T
+        if rows is not None:
+            self.bound[rows] = np.maximum(self.bound[rows],
+                                          (self.durations(self.p[rows]) @ C).max(axis=1) * (1 - BOUND_SLACK))
+            self.pending += counts
+            return
         for lo in range(0, len(self.p), BOUND_BLOCK):
             hi = lo + BOUND_BLOCK
             lengths = (self.durations(self.p[lo:hi]) @ C).max(axis=1) * (1 - BOUND_SLACK)
             np.maximum(self.bound[lo:hi], lengths, out=self.bound[lo:hi])
+
+    def refresh(self) -> None:
+        """Raise every split's bound by the :attr:`pending` paths (one pass over the splits)."""
+        if self.pending:
+            pending, self.pending = self.pending, []
+            self.raise_to(pending)
 
     def critical(self, i: int) -> tuple[float, np.ndarray]:
         """Time split ``i`` alone (the loop of :func:`run_times`, one split): its time and its
@@ -367,10 +406,12 @@ class _least_first:
     split is timed only once its lower bound (:class:`_RunBounds`) is at
     most the time of a split about to be produced, so every split not timed is slower than
     every split produced -- the order of timing them all, at a fraction of the work when the
-    bounds are tight. Before timing a set of splits together, the longest paths of a few of
-    them (:data:`PROBES`, evenly spread) are added to the bounds while that removes splits
-    from the set. ``time``: the times known (``inf`` elsewhere); ``timed``: how many were
-    timed."""
+    bounds are tight. The bounds start from the fill-and-drain paths and the longest paths of
+    :data:`PROBES` splits evenly spread over the list (timed exactly on the way); before timing
+    a set of splits together, the longest paths of a few of them (:data:`PROBES`, evenly spread)
+    raise the bounds of that set while that removes splits from it, and the other splits' bounds
+    at the next step (:meth:`_RunBounds.refresh`: one pass over the splits per step, not per
+    round). ``time``: the times known (``inf`` elsewhere); ``timed``: how many were timed."""
 
     PROBES = 8
     """Splits whose longest paths are added before a set of splits is timed together."""
@@ -383,7 +424,10 @@ class _least_first:
         self.bounds = _RunBounds(problem, splits)
         self.time = np.full(len(splits), np.inf)
         self.done = np.zeros(len(splits), dtype=bool)
+        spread = sorted({round(x) for x in np.linspace(0, len(splits) - 1, self.PROBES).tolist()})  # not np.unique: it imports numpy.ma
+        self.bounds.pending += self._probe(np.array(spread, dtype=np.int64))
         self.sure = -np.inf  # every split of bound <= sure is timed
+        self.bounds.refresh()
         self._ensure(float(self.bounds.bound.min()))
         self._ensure(float(self.time[self.done].min()))  # then every split that could beat the best timed
 
@@ -395,15 +439,11 @@ class _least_first:
         """Time every split whose bound is at most ``t``."""
         if t <= self.sure:
             return
+        self.bounds.refresh()
         need = np.flatnonzero(~self.done & (self.bounds.bound <= t))
         while need.size > self.PROBES:  # tighten the bounds first: a few splits' longest paths
-            probe = need[np.linspace(0, need.size - 1, self.PROBES).round().astype(np.int64)]
-            paths = []
-            for i in probe.tolist():
-                self.time[i], c = self.bounds.critical(i)  # its exact time, as run_times gives it
-                self.done[i] = True
-                paths.append(c)
-            self.bounds.raise_to(paths)
+            paths = self._probe(need[np.linspace(0, need.size - 1, self.PROBES).round().astype(np.int64)])
+            self.bounds.raise_to(paths, need)  # the set's bounds now, the others' at the next refresh
             fewer = need[~self.done[need] & (self.bounds.bound[need] <= t)]
             stop = fewer.size > 0.75 * need.size
             need = fewer
@@ -413,6 +453,16 @@ class _least_first:
             self.time[need] = run_times(self.problem, self.splits[need])
             self.done[need] = True
         self.sure = t
+
+    def _probe(self, rows: np.ndarray) -> list:
+        """Time the splits ``rows`` one by one (:meth:`_RunBounds.critical`, exact) and return
+        their longest paths' counts (for :meth:`_RunBounds.raise_to`)."""
+        paths = []
+        for i in rows.tolist():
+            self.time[i], c = self.bounds.critical(i)  # its exact time, as run_times gives it
+            self.done[i] = True
+            paths.append(c)
+        return paths
 
     def __iter__(self):
         given = np.zeros(len(self.splits), dtype=bool)

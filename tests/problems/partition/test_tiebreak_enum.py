@@ -28,11 +28,9 @@ def _all_splits(n: int, S: int):
     return [list(c) for c in itertools.combinations(range(1, n), S - 1)]
 
 
-@pytest.mark.parametrize("block", [tiebreak.BOUND_BLOCK, 2])  # 2: the partial splits extended in many blocks
 @pytest.mark.parametrize("memory", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed, memory, block, monkeypatch):
-    monkeypatch.setattr(tiebreak, "BOUND_BLOCK", block)
+def test_tied_splits_are_exactly_the_capped_splits_that_fit(seed, memory):
     inst = make_instance(seed, 8, 3, M=5, bandwidth="fast")
     if memory:
         inst = binding_memory(inst, 3, "1f1b", seed)
@@ -73,6 +71,27 @@ def test_break_ties_equals_brute_force(seed, memory):
     assert rec["proven"]
     cap = problem.period(problem.starts_of(res.plan))
     assert math.isclose(rec["value"], brute(inst, 3, "1f1b", cap), rel_tol=1e-9)
+
+
+def test_tied_splits_rows_are_distinct_in_lexicographic_order_on_a_profile():
+    # PipeDream's AlexNet at S = 16: 18,372 tied splits from at most a few dozen window states per stage
+    problem = PartitionProblem(read_pipedream(PROFILES / "alexnet.txt"), 16)
+    starts = problem.starts_of(solve_dp(problem, time_limit=None).plan)
+    T = problem.period(starts) * (1 + CAP_REL)
+    rows = tiebreak.tied_splits(problem, T * (1 + CAP_REL)).tolist()
+    assert len(rows) > tiebreak.LAZY_SPLITS
+    assert all(x < y for x, y in zip(rows, rows[1:]))  # strictly increasing: sorted and distinct
+    assert all(0 < r[0] and all(u < v for u, v in zip(r, r[1:])) and r[-1] < problem.n for r in rows)
+    assert list(starts) in rows
+
+
+def test_split_limit_counts_every_partial_split(monkeypatch):
+    inst = make_instance(1, 9, 3, M=6, bandwidth="fast")
+    problem = PartitionProblem(inst, 3)
+    every = tiebreak.tied_splits(problem, 1e6)  # a period no split reaches (seconds)
+    assert len(every) == len(_all_splits(problem.n, 3))  # every split
+    monkeypatch.setattr(tiebreak, "ENUM_SPLITS", len(every) - 1)  # the last stage has them all
+    assert tiebreak.tied_splits(problem, 1e6) is None
 
 
 def test_work_limit_gives_up_deterministically(monkeypatch):
