@@ -195,7 +195,7 @@ def exact_search(problem: ResourceProblem, method: str, probe: Callable[[float, 
         info = {**info, "lower_bounds": {"common": lower, "method": own}}
         if (guided := better(best, more)) is not best:
             best, top = guided, guided[1]
-            info["incumbent_from"] = "the bound's guided search"
+            info["incumbent_from"] = "the heuristics after the method's bound (raise_lower)"
         lower = max(lower, min(own, top))
     found = bisect(probe, min(lower, top), top, start=None if best is None else best[0],
                    start_value=None if best is None else best[1], rel_tol=rel_tol, deadline=deadline,

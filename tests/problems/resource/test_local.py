@@ -88,3 +88,32 @@ def test_improve_stops_at_its_deadline_with_the_start():
     found_starts, found_groups, value = improve(p, starts, groups, dl)
     assert value == p.plan_value(starts, groups)
     assert (found_starts, found_groups) == (list(starts), list(groups))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=group_problems(min_units=3, min_workers=2))
+def test_polish_of_the_type_dp_improves_the_best_plan_or_returns_nothing(p):
+    """group_dp._polished (the type DP's polish before its bisection): the local search from the
+    best of the plans it is given; a plan only if strictly better, scored by the one evaluation."""
+    from pipeopt.problems.resource.group_dp import _polished
+
+    plans = [_start(p), (*_start(p),)]
+    values = [p.plan_value(*c) for c in plans]
+    out = _polished(p, plans, Deadline(None))
+    _, _, best = brute_force(p)
+    if not out:
+        if math.isfinite(min(values)):  # the start is a local optimum already
+            assert improve(p, *plans[0])[2] == min(values)
+        return
+    (found,) = out
+    value = p.plan_value(*found)
+    assert value < min(values)
+    assert value >= best * (1 - 1e-9)
+    assert math.isclose(value, pipeopt.evaluate(p.instance, p.plan(*found)).objective, rel_tol=1e-12)
+
+
+def test_polish_of_no_plans_is_no_plan():
+    from pipeopt.problems.resource.group_dp import _polished
+
+    p = GroupProblem(device_instance(6, [0, 1, 2, 0, 1], seed=3, bandwidth=1e9), 3)
+    assert _polished(p, [], Deadline(None)) == []
