@@ -424,8 +424,7 @@ class _least_first:
         self.bounds = _RunBounds(problem, splits)
         self.time = np.full(len(splits), np.inf)
         self.done = np.zeros(len(splits), dtype=bool)
-        spread = sorted({round(x) for x in np.linspace(0, len(splits) - 1, self.PROBES).tolist()})  # not np.unique: it imports numpy.ma
-        self.bounds.pending += self._probe(np.array(spread, dtype=np.int64))
+        self.bounds.pending += self._probe(np.linspace(0, len(splits) - 1, self.PROBES).round().astype(np.int64))
         self.sure = -np.inf  # every split of bound <= sure is timed
         self.bounds.refresh()
         self._ensure(float(self.bounds.bound.min()))
