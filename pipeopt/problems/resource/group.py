@@ -34,14 +34,13 @@ DNN Training*, ICPADS 2022 (the problem; Algorithm 2 is their heuristic).
 
 from __future__ import annotations
 
-import math
 
 from ...backends.deadline import Deadline
 from ...result import Result
 from .duan_wu import algorithm2_groups, bisection_partition, round_robin_groups
 from .formulation import MilpProbe
 from .intervals import IntervalProbe
-from .local import improve
+from .local import improve_best
 from .problem import GroupProblem
 from .search import exact_search
 
@@ -62,13 +61,7 @@ def _starts(problem: GroupProblem):
         for groups in (algorithm2_groups(problem), round_robin_groups(problem)):
             found, _ = bisection_partition(problem, groups, mode="split", deadline=deadline)
             out.append((found, groups))
-        values = [problem.plan_value(*cand) for cand in out]
-        at = min(range(len(out)), key=values.__getitem__)
-        if math.isfinite(values[at]):
-            found, groups, value = improve(problem, *out[at], deadline.sub(fraction=LOCAL_SHARE))
-            if value < values[at]:
-                out.append((found, groups))
-        return out
+        return out + improve_best(problem, out, deadline.sub(fraction=LOCAL_SHARE))
 
     return starts
 

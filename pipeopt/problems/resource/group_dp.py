@@ -64,7 +64,7 @@ raises the lower end from the priced work bound to the largest T it refutes, wit
 :data:`RELAX_SHARE` of the time left; then the relaxed plans just above that bound guide a
 search for a better incumbent (:func:`_guided`: the exact DP over stage ends near theirs, within
 :data:`GUIDE_SHARE`), and the best plan so far is polished by the local search over groupings
-(:func:`_polished`, :mod:`.local`, within :data:`POLISH_SHARE`).
+(:func:`.local.improve_best`, within :data:`POLISH_SHARE`; a heuristic, it proves nothing).
 
 Size: one probe visits at most ``S * n * (count vectors)`` labels; stage menus are computed
 over the compositions whose priced power fits between a stage's work and what the other
@@ -99,7 +99,7 @@ from .problem import GroupProblem
 from .bounds import top_limit
 from .search import MIN_REL_GAP, exact_search
 from .kernels import least_pairs, menu_scan, undominated
-from .local import improve
+from .local import improve_best
 from .relax import guide_splits, relaxed_bound
 from .split import least_busy, least_busy_many
 
@@ -167,7 +167,7 @@ GUIDE_SHARE = 0.3
 may use."""
 
 POLISH_SHARE = 0.02
-"""Share of the time left the local search over groupings (:func:`.local.improve`) may use to
+"""Share of the time left the local search over groupings (:func:`.local.improve_best`) may use to
 improve the best plan of the starts and the guided search, before the bisection (GPT-2 XL over
 64 mixed devices, the group-scale benchmark's seed 3: the guided search's 16.248 ms -> 16.168 ms
 in 0.3 CPU s, where the 60-s solve had ended at 16.248 ms; the optimum is 16.114 ms). Small: on
@@ -1216,7 +1216,7 @@ def solve_dp(problem: GroupProblem, *, time_limit: float | Deadline = 60.0, solv
     def raise_lower(lower: float, top: float, dl: Deadline) -> tuple[float, list]:
         bound = relaxed_bound(probe, lower, top, dl.sub(fraction=RELAX_SHARE))
         guided = _guided(probe, bound, top, dl.sub(fraction=GUIDE_SHARE))
-        return bound, guided + _polished(problem, [*started, *guided], dl.sub(fraction=POLISH_SHARE))
+        return bound, guided + improve_best(problem, [*started, *guided], dl.sub(fraction=POLISH_SHARE))
 
     return exact_search(problem, "types", clocked, deadline, starts,
                         {"bound": "largest T the type DP or its stage relaxation (relax.py) proved infeasible",
@@ -1263,18 +1263,6 @@ def _guided(probe: TypesProbe, bound: float, top: float, deadline: Deadline) -> 
     except DeadlineReached:
         pass
     return out
-
-
-def _polished(problem: GroupProblem, plans: list[tuple], deadline: Deadline) -> list[tuple]:
-    """The best of ``plans`` (``[(starts, groups), ...]``) improved by the local search over
-    groupings (:func:`.local.improve`, until ``deadline``): ``[(starts, groups)]`` if it found a
-    better plan, else ``[]``. A heuristic: it proves nothing."""
-    values = [problem.plan_value(*cand) for cand in plans]
-    if not plans or not math.isfinite(min(values)):
-        return []
-    at = min(range(len(plans)), key=values.__getitem__)
-    found, groups, value = improve(problem, *plans[at], deadline)
-    return [(found, groups)] if value < values[at] else []
 
 
 def _fallback(problem: GroupProblem, deadline: Deadline, solver, seed, threads, why: str) -> Result:

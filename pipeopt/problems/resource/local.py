@@ -110,6 +110,19 @@ def improve(problem: GroupProblem, starts, groups, deadline: Deadline | None = N
     return starts, groups, best
 
 
+def improve_best(problem: GroupProblem, plans: list[tuple], deadline: Deadline | None = None) -> list[tuple]:
+    """The best of ``plans`` (``[(starts, groups), ...]``) improved by :func:`improve` (until
+    ``deadline``): ``[(starts, groups)]`` if it found a better plan, else ``[]`` (also when
+    ``plans`` is empty or none fits memory). The group methods' start (:mod:`.group`) and the type
+    DP's polish before its bisection (:mod:`.group_dp`) call it."""
+    values = [problem.plan_value(*cand) for cand in plans]
+    if not plans or not math.isfinite(min(values)):
+        return []
+    at = min(range(len(plans)), key=values.__getitem__)
+    found, groups, value = improve(problem, *plans[at], deadline)
+    return [(found, groups)] if value < values[at] else []
+
+
 def _first_better(problem: GroupProblem, counts: np.ndarray, T: float, deadline: Deadline | None):
     """The first neighbour of ``counts`` (:func:`moves`) whose chain has a split of period at most
     T: ``(counts, groups, starts)``, or ``None``."""

@@ -13,7 +13,7 @@ import pipeopt
 from pipeopt.backends.deadline import Deadline
 from pipeopt.problems.resource import GroupProblem, brute_force, group
 from pipeopt.problems.resource.duan_wu import algorithm2_groups, bisection_partition
-from pipeopt.problems.resource.local import STEPS, improve, moves
+from pipeopt.problems.resource.local import STEPS, improve, improve_best, moves
 from pipeopt.problems.resource.problem import chain_optimum
 from strategies import device_instance, group_problems
 
@@ -92,14 +92,13 @@ def test_improve_stops_at_its_deadline_with_the_start():
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=group_problems(min_units=3, min_workers=2))
-def test_polish_of_the_type_dp_improves_the_best_plan_or_returns_nothing(p):
-    """group_dp._polished (the type DP's polish before its bisection): the local search from the
+def test_improve_best_improves_the_best_plan_or_returns_nothing(p):
+    """local.improve_best (the group starts' and the type DP's polish): the local search from the
     best of the plans it is given; a plan only if strictly better, scored by the one evaluation."""
-    from pipeopt.problems.resource.group_dp import _polished
 
     plans = [_start(p), (*_start(p),)]
     values = [p.plan_value(*c) for c in plans]
-    out = _polished(p, plans, Deadline(None))
+    out = improve_best(p, plans, Deadline(None))
     _, _, best = brute_force(p)
     if not out:
         if math.isfinite(min(values)):  # the start is a local optimum already
@@ -112,8 +111,6 @@ def test_polish_of_the_type_dp_improves_the_best_plan_or_returns_nothing(p):
     assert math.isclose(value, pipeopt.evaluate(p.instance, p.plan(*found)).objective, rel_tol=1e-12)
 
 
-def test_polish_of_no_plans_is_no_plan():
-    from pipeopt.problems.resource.group_dp import _polished
-
+def test_improve_best_of_no_plans_is_no_plan():
     p = GroupProblem(device_instance(6, [0, 1, 2, 0, 1], seed=3, bandwidth=1e9), 3)
-    assert _polished(p, [], Deadline(None)) == []
+    assert improve_best(p, [], Deadline(None)) == []
