@@ -8,13 +8,13 @@ optimum T* is proven:
 
 1. **the iteration time of M microbatches under 1F1B with a flush** (M =
    ``settings.microbatches``), minimised over the splits whose period is at most T*
-   (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`): first, exactly, by
-   listing every such split (:func:`tied_splits`, a depth-first walk of the DP's window
-   recursion, at most :data:`ENUM_WORK` steps and :data:`ENUM_SPLITS` splits) and scoring
-   them all at once on the run graph (:func:`run_times`, the longest path of
-   :func:`pipeopt.cost.schedule.run_graph`, the event-time model's own graph and op
-   durations; past :data:`LAZY_SPLITS` tied splits only those whose path bound could beat the
-   best, :class:`_least_first`, which gives the same order and times); when there are too many, a deterministic descent that moves one cut at a
+   (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`): first, exactly, over
+   every such split (:func:`tied_splits`: the paths of a graph of the DP's window states, at
+   most :data:`ENUM_WORK` steps and :data:`ENUM_SPLITS` partial splits) scored on the run
+   graph (:func:`run_times`, the longest path of :func:`pipeopt.cost.schedule.run_graph`, the
+   event-time model's own graph and op durations), timing only the splits whose path bound
+   is at most an upper bound (:class:`_LeastFirst`: the same order and times as timing them
+   all); when there are too many, a deterministic descent that moves one cut at a
    time (:func:`descend`), then, when the model is small enough (:data:`EVENTS_SIZE`), the
    event-time MILP of :mod:`pipeopt.problems.partition.events` from the descent's split (the
    window rows cap the period);
@@ -92,14 +92,10 @@ on the instance (states times ``n + 1``), so the same call lists the same splits
 on every run (a few milliseconds of numpy at the limit)."""
 
 ENUM_SPLITS = 50_000
-"""Most partial or full tied splits :func:`tied_splits` keeps on one stage before it gives up
-(each full one is then scored on the run graph by :func:`run_times`, in blocks of
-:data:`RUN_BLOCK`). PipeDream's AlexNet at S = 16 has 18,372 tied splits."""
-
-BOUND_BLOCK = 512
-"""Splits whose bounds :class:`_RunBounds` computes together: arrays of block x 3S floats,
-small enough that numpy reuses their memory (a few milliseconds less than one product over
-every split on PipeDream's AlexNet at S = 16, 18,372 tied splits)."""
+"""Most partial or full tied splits :func:`tied_splits` counts on one stage before it gives up
+(the second phase times those that could come first, :class:`_LeastFirst`, and all of them,
+in blocks of :data:`RUN_BLOCK`, only if it needs more). PipeDream's AlexNet at S = 16 has
+18,372 tied splits."""
 
 RUN_BLOCK = 4096
 """Splits :func:`run_times` scores at once (memory: block x ops floats)."""
@@ -132,18 +128,25 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
     ndarray (L, S - 1) of int or None
         The stage starts after the first of each split, rows in lexicographic order.
     """
+    tie = _tie_states(problem, T)
+    return None if tie is None else tie.rows()
+
+
+def _tie_states(problem: PartitionProblem, T: float) -> _TieStates | None:
+    """The graph of the tied splits at period ``T`` (:func:`tied_splits`): the window states of
+    each stage and the stage ends between them, or ``None`` past :data:`ENUM_WORK` or
+    :data:`ENUM_SPLITS`."""
     n, S = problem.n, problem.stages
     added, bound = problem.cut_terms
     trip = np.asarray(problem.trip, dtype=float)
     wp = np.asarray(problem.work_prefix, dtype=float)
     ends = np.arange(n + 1)
-    if bound[0] > T:
-        return np.zeros((0, max(S - 1, 0)), dtype=np.int64)
-    a = np.zeros(1, dtype=np.int64)  # each state's last end
-    G = np.full(1, -np.inf)  # its window slack G (rules.window_step)
-    count = np.ones(1)  # the partial splits reaching it
+    size = 0 if bound[0] > T else 1
+    a = np.zeros(size, dtype=np.int64)  # each state's last end
+    G = np.full(size, -np.inf)  # its window slack G (rules.window_step)
+    count = np.ones(size)  # the partial splits reaching it
+    starts = [a]  # per stage: the end of each state before it
     edges: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per stage: (parent state, end, child state)
-    states = [1]  # per stage: the states before it
     for s in range(S):
         if count.sum() * (n + 1) > ENUM_WORK:
             return None
@@ -170,34 +173,73 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
         count = np.bincount(child, weights=count[parent], minlength=int(first.sum()))
         edges.append((parent, b, child))
         a, G = b[order][first].astype(np.int64), gv[order][first]
-        states.append(a.size)
+        starts.append(a)
     # the states that reach the last stage (every state after it ends at n), back to the first
     live = np.ones(a.size, dtype=bool)
     for s in range(S - 1, -1, -1):
         parent, b, child = edges[s]
         keep = live[child]
         edges[s] = (parent[keep], b[keep], child[keep])
-        live = np.zeros(states[s], dtype=bool)
+        live = np.zeros(starts[s].size, dtype=bool)
         live[edges[s][0]] = True
-    # every split, stage by stage: each partial split's children in end order (lexicographic rows)
-    at = np.zeros(1, dtype=np.int64)  # each partial split's state
-    picks: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (parent row, end) of each partial split
-    for s, (parent, b, child) in enumerate(edges):
-        deg = np.bincount(parent, minlength=states[s])
-        begin = np.cumsum(deg) - deg  # the state's first edge (edges sorted by parent, then end)
-        rep = deg[at]
-        row = np.repeat(np.arange(at.size), rep)
-        offset = np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
-        e = begin[at][row] + offset
-        picks.append((row, b[e]))
-        at = child[e]
-    rows = np.arange(at.size)
-    out = np.zeros((at.size, max(S - 1, 0)), dtype=np.int64)
-    for s in range(S - 1, 0, -1):  # follow the parents back: the start of stage s is stage s-1's end
-        parent, b = picks[s]
-        rows = parent[rows]
-        out[:, s - 1] = picks[s - 1][1][rows]
-    return out
+    return _TieStates(starts, edges, int(round(count.sum())))
+
+
+class _TieStates:
+    """The tied splits as paths of a graph (:func:`_tie_states`): stage ``s`` goes from the
+    states ``0 .. len(starts[s]) - 1`` (``starts[s][i]``: the unit state ``i`` ends at, where
+    stage ``s`` starts) along ``edges[s] = (parent, end, child)`` (sorted by parent, then end;
+    one edge per parent and end) to the states of stage ``s + 1``; only edges on a path from
+    the first state to the last stage are kept, so every path is one tied split and every tied
+    split one path. ``count``: how many."""
+
+    def __init__(self, starts: list[np.ndarray], edges: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                 count: int) -> None:
+        self.starts, self.edges, self.count = starts, edges, count
+        self.first = []  # per stage: each state's first edge and its number of edges
+        for s, (parent, _, _) in enumerate(edges):
+            deg = np.bincount(parent, minlength=starts[s].size)
+            self.first.append((np.cumsum(deg) - deg, deg))
+
+    def rows(self) -> np.ndarray:
+        """``ndarray (count, S - 1)``: every split's stage starts after the first, in
+        lexicographic order."""
+        S = len(self.edges)
+        if self.count == 0:
+            return np.zeros((0, max(S - 1, 0)), dtype=np.int64)
+        at = np.zeros(1, dtype=np.int64)  # each partial split's state
+        picks: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (parent row, end) of each partial split
+        for s, (_, b, child) in enumerate(self.edges):
+            begin, deg = self.first[s]
+            rep = deg[at]
+            row = np.repeat(np.arange(at.size), rep)
+            offset = np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
+            e = begin[at][row] + offset
+            picks.append((row, b[e]))
+            at = child[e]
+        rows = np.arange(at.size)
+        out = np.zeros((at.size, max(S - 1, 0)), dtype=np.int64)
+        for s in range(S - 1, 0, -1):  # follow the parents back: the start of stage s is stage s-1's end
+            parent, b = picks[s]
+            rows = parent[rows]
+            out[:, s - 1] = picks[s - 1][1][rows]
+        return out
+
+    def path(self, ends) -> list[int] | None:
+        """The edges of the split whose stages end at ``ends`` (S units, the last ``n``), or
+        ``None`` if it is not one of the tied splits."""
+        state, out = 0, []
+        for s, (_, b, child) in enumerate(self.edges):
+            begin, deg = self.first[s]
+            if state >= begin.size or deg[state] == 0:
+                return None
+            lo, hi = int(begin[state]), int(begin[state] + deg[state])
+            i = lo + int(np.searchsorted(b[lo:hi], int(ends[s])))
+            if i >= hi or b[i] != ends[s]:
+                return None
+            out.append(i)
+            state = int(child[i])
+        return out
 
 
 def run_times(problem: PartitionProblem, splits) -> np.ndarray:
@@ -240,106 +282,207 @@ def run_times(problem: PartitionProblem, splits) -> np.ndarray:
         out[lo:lo + len(block)] = end.max(axis=0) if len(end) else 0.0
     return out
 
-
-LAZY_SPLITS = RUN_BLOCK
-"""Tied splits above which the enumeration times them lazily (:class:`_least_first`): up to
-one block of :func:`run_times`, timing them all costs less than the bounds."""
-
 BOUND_SLACK = 1e-9
-"""Relative margin by which :class:`_RunBounds` lowers its path sums: a path's time summed in
+"""Relative margin by which :class:`_LeastFirst` lowers its path sums: a path's time summed in
 another order than the longest-path loop of :func:`run_times` may differ by a few ulps."""
 
 
-class _RunBounds:
-    """Lower bounds on the splits' 1F1B-flush iteration times (as :func:`run_times` computes
-    them) from paths of the run graph: a path's length, the sum of its ops' durations, is at
-    most the longest path's, and for many splits at once it is one product of their op
-    durations (columns ``f (S) | b (S) | x (S - 1)``) with the path's count of ops per column.
+def _fill_drain_paths(graph, S: int, M: int, col: np.ndarray) -> list[np.ndarray]:
+    """For each stage ``s``, the run-graph path through microbatch 0's forward from stage 0 to
+    ``s``, every op of stage ``s`` in its worker's order, then the last microbatch's backward
+    back to stage 0 (the fill, the busy stage and the drain of the usual 1F1B formula), kept
+    only if every op waits for the one before it in the graph: each as its count of ops per
+    duration column (``f (S) | b (S) | x (S - 1)``, ``col[q]`` the column of op ``q``)."""
+    index = {op: q for q, op in enumerate(graph.ops)}
+    worker_ops: list[list] = [[] for _ in range(S)]  # each stage's F and B in the graph's order
+    for op in graph.ops:
+        if op[0] in ("F", "B"):
+            worker_ops[op[1]].append(op)
+    out = []
+    for s in range(S):
+        path = []
+        for t in range(s):
+            path += [("F", t, 0)] + ([("X", t, 0)] if ("X", t, 0) in index else [])
+        path += worker_ops[s]
+        for t in range(s - 1, -1, -1):
+            path += ([("Y", t, M - 1)] if ("Y", t, M - 1) in index else []) + [("B", t, M - 1)]
+        if not all(op in index for op in path):
+            continue
+        qs = [index[op] for op in path]
+        if all(u in graph.after[v] for u, v in zip(qs, qs[1:])):
+            out.append(np.bincount(col[qs], minlength=3 * S - 1).astype(float))
+    return out
 
-    The paths: for each stage ``s``, microbatch 0's forward from stage 0 to ``s``, every op of
-    stage ``s`` in its worker's order, then the last microbatch's backward back to stage 0
-    (the fill, the busy stage and the drain of the usual 1F1B formula), each kept only if
-    every op waits for the one before it in the graph; and the longest path of each split
-    timed by :meth:`critical` (exact for that split, and a bound for the others). The sums are
-    matrix products over blocks of :data:`BOUND_BLOCK` splits (the durations are not kept:
-    each block's are gathered again from the prefix arrays, small enough to reuse the same
-    memory), numpy's BLAS, on one thread in the command line (pipeopt.cli)."""
 
-    def __init__(self, problem: PartitionProblem, splits: np.ndarray) -> None:
+class _LeastFirst:
+    """The tied splits in the order of (:func:`run_times`, then lexicographic order): the order
+    of timing them all, timing only the splits that could come first.
+
+    A split's 1F1B-flush iteration time is the longest path of the run graph
+    (:func:`run_times`), so the length of any one path of that graph is a lower bound on it, and
+    that length is a sum over the stages of the stage's op durations (forward, backward, the
+    transfer after it) times the path's count of such ops: a sum over the edges of the split's
+    path in the graph of the tied splits (:class:`_TieStates`). With a set of run-graph paths
+    (at first, for each stage, the fill, that stage's every op and the drain), each state's
+    least completion along each path (a backward pass over the graph) bounds every split
+    through a partial split: the largest over the paths of its length so far plus the least
+    completion, lowered by :data:`BOUND_SLACK`.
+
+    An upper bound ``t``: the least time of the proven split and of up to :data:`DIVES` splits
+    reached by taking the edge of least bound at each stage (each timed alone: its longest path
+    joins the set). The *candidates*, every tied split whose bound is at most ``t``, are found
+    stage by stage, partial splits of larger bound dropped on the way; while there are more
+    than :data:`CANDIDATES`, :data:`PROBES` of them, evenly spread, are timed alone and the
+    candidates found again. Then all are timed at once: every split not among them is slower
+    than ``t``, so the candidates of time at most ``t``, in order, are the first splits of the
+    whole order. Past them the rest comes from timing every tied split (:func:`run_times`),
+    which the second phase rarely needs. Up to :data:`ALL` tied splits, all are timed at once
+    from the start. The proven split ``extra`` (float order aside it may fall outside the
+    list) is one more split. ``timed``: how many split timings it took (alone or together).
+    All of it is work on the instance, not on the clock: the same call times the same splits.
+    """
+
+    ALL = 256
+    """Tied splits up to which all are timed at once: cheaper than the bounds."""
+
+    CANDIDATES = 2048
+    """Candidates above which the bounds are tightened before the candidates are timed."""
+
+    PROBES = 8
+    """Candidates timed alone per tightening round."""
+
+    DIVES = 4
+    """Splits of least bound at each stage timed alone before the candidates are found."""
+
+    def __init__(self, problem: PartitionProblem, tie: _TieStates, extra: list[int]) -> None:
+        self.problem, self.tie = problem, tie
+        S, n = problem.stages, problem.n
+        self.S, self.n = S, n
+        mine = np.array(extra, dtype=np.int64)[None, :]
+        self.extra = mine if tie.path([*extra, n]) is None else None  # the proven split, if not listed
+        self.timed = 0
+        self.given = 0
+        t = math.inf
+        if tie.count <= self.ALL:
+            cands = tie.rows()
+        else:
+            self._setup()
+            t = self._timed(mine[0])  # an upper bound, and the proven split's longest path
+            seen = {mine.tobytes()}
+            for _ in range(self.DIVES):
+                dive = self._dive()
+                if dive.tobytes() in seen:  # the same split again: the paths did not change
+                    break
+                seen.add(dive.tobytes())
+                t = min(t, self._timed(dive))
+            cands = self._below(t)
+            while len(cands) > self.CANDIDATES:
+                for i in np.linspace(0, len(cands) - 1, self.PROBES).round().astype(np.int64).tolist():
+                    t = min(t, self._timed(cands[i]))
+                fewer = self._below(t)
+                stop = len(fewer) > 0.75 * len(cands)
+                cands = fewer
+                if stop:
+                    break
+        if self.extra is not None:
+            cands = np.vstack([cands, self.extra])
+        times = run_times(problem, cands)
+        self.timed += len(cands)
+        order = np.lexsort([*cands.T[::-1], times])
+        order = order[times[order] <= t]
+        self.first = (cands[order], times[order])
+
+    def _setup(self) -> None:
+        """The run graph, the edges' op durations and the first paths."""
         from .ops import event_graph, op_prefixes
 
+        problem, tie, S = self.problem, self.tie, self.S
         self.graph = graph = event_graph(problem, "1f1b")
-        S, n, M = problem.stages, problem.n, problem.instance.settings.microbatches
-        self.S = S
         base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
-        self.col = [base[k] + i for k, i, _ in graph.ops]
-        self.prefix = op_prefixes(problem)
-        self.p = np.zeros((len(splits), S + 1), dtype=np.intp)  # each split's stage boundaries
-        self.p[:, S] = n
-        self.p[:, 1:S] = splits
-        index = {op: q for q, op in enumerate(graph.ops)}
-        worker_ops: list[list] = [[] for _ in range(S)]  # each stage's F and B in the graph's order
-        for op in graph.ops:
-            if op[0] in ("F", "B"):
-                worker_ops[op[1]].append(op)
-        self.counts = []
-        for s in range(S):
-            path = []
-            for t in range(s):
-                path += [("F", t, 0)] + ([("X", t, 0)] if ("X", t, 0) in index else [])
-            path += worker_ops[s]
-            for t in range(s - 1, -1, -1):
-                path += ([("Y", t, M - 1)] if ("Y", t, M - 1) in index else []) + [("B", t, M - 1)]
-            if not all(op in index for op in path):
-                continue
-            qs = [index[op] for op in path]
-            if all(u in graph.after[v] for u, v in zip(qs, qs[1:])):
-                self.counts.append(self._count(qs))
-        self.bound = np.full(len(splits), -np.inf)
-        self.pending = list(self.counts)  # paths not yet applied to every split (refresh)
+        self.col = np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
+        self.prefix = a = op_prefixes(problem)
+        self.D = []  # per stage: each edge's forward, backward and transfer-after durations (E, 3)
+        for s, (parent, b, _) in enumerate(tie.edges):
+            lo = tie.starts[s][parent]
+            x = a["xfer"][b] if s < S - 1 else np.zeros(b.size)
+            self.D.append(np.stack([a["f_end"][b] - a["f_begin"][lo], a["b_end"][b] - a["b_begin"][lo], x], axis=1))
+        self.paths: list[np.ndarray] = []
+        self.known: set[bytes] = set()
+        for counts in _fill_drain_paths(graph, S, problem.instance.settings.microbatches, self.col):
+            self._add(counts)
+        self._weights()
 
-    def durations(self, p: np.ndarray) -> np.ndarray:
-        """``ndarray (len(p), 3S - 1)``: the op durations (columns ``f | b | x``) of the splits
-        whose boundaries are the rows of ``p``."""
-        a = self.prefix
-        lo, hi = p[:, :-1], p[:, 1:]
-        return np.concatenate([a["f_end"][hi] - a["f_begin"][lo], a["b_end"][hi] - a["b_begin"][lo],
-                               a["xfer"][p[:, 1:-1]]], axis=1)
+    # -- the paths' lengths ------------------------------------------------------------------
+    def _add(self, counts: np.ndarray) -> bool:
+        key = counts.tobytes()
+        if key in self.known:
+            return False
+        self.known.add(key)
+        self.paths.append(counts)
+        return True
 
-    def _count(self, qs) -> np.ndarray:
-        c = np.zeros(3 * self.S - 1)
-        np.add.at(c, [self.col[q] for q in qs], 1.0)
-        return c
+    def _weights(self) -> None:
+        """Each edge's length along every path (``W[s]``, (E, K)) and each state's least
+        completion (``H[s]``, (states, K))."""
+        S = self.S
+        C = np.zeros((3 * S, len(self.paths)))
+        C[:3 * S - 1] = np.array(self.paths).T
+        self.W = [self.D[s] @ C[[s, S + s, 2 * S + s]] for s in range(S)]
+        K = C.shape[1]
+        H = [None] * (S + 1)
+        H[S] = np.zeros((self.tie.starts[S].size, K))
+        for s in range(S - 1, -1, -1):
+            _, _, child = self.tie.edges[s]
+            begin, deg = self.tie.first[s]
+            h = np.full((self.tie.starts[s].size, K), np.inf)
+            has = deg > 0
+            if has.any():
+                h[has] = np.minimum.reduceat(self.W[s] + H[s + 1][child], begin[has], axis=0)
+            H[s] = h
+        self.H = H
 
-    def raise_to(self, counts, rows: np.ndarray | None = None) -> None:
-        """Raise the bounds of the splits ``rows`` (default every split, one matrix product per
-        block of splits) to the longest of the paths with these column counts, lowered by
-        :data:`BOUND_SLACK`. With ``rows`` the paths are also kept in :attr:`pending` for the
-        other splits (:meth:`refresh`): their bounds stay lower until then, and valid."""
-        if not counts:
-            return
-        C = np.array(counts).T
-        if rows is not None:
-            self.bound[rows] = np.maximum(self.bound[rows],
-                                          (self.durations(self.p[rows]) @ C).max(axis=1) * (1 - BOUND_SLACK))
-            self.pending += counts
-            return
-        for lo in range(0, len(self.p), BOUND_BLOCK):
-            hi = lo + BOUND_BLOCK
-            lengths = (self.durations(self.p[lo:hi]) @ C).max(axis=1) * (1 - BOUND_SLACK)
-            np.maximum(self.bound[lo:hi], lengths, out=self.bound[lo:hi])
+    def _dive(self) -> np.ndarray:
+        """``ndarray (S - 1,)``: the tied split reached from the first state by taking, at each
+        stage, the edge of least bound."""
+        state, ends = 0, []
+        g = np.zeros(len(self.paths))
+        for s, (_, b, child) in enumerate(self.tie.edges):
+            begin, deg = self.tie.first[s]
+            lo, hi = int(begin[state]), int(begin[state] + deg[state])
+            gs = g[None, :] + self.W[s][lo:hi]
+            j = int(np.argmin((gs + self.H[s + 1][child[lo:hi]]).max(axis=1)))
+            g, state = gs[j], int(child[lo + j])
+            ends.append(int(b[lo + j]))
+        return np.array(ends[:-1], dtype=np.int64)
 
-    def refresh(self) -> None:
-        """Raise every split's bound by the :attr:`pending` paths (one pass over the splits)."""
-        if self.pending:
-            pending, self.pending = self.pending, []
-            self.raise_to(pending)
+    def _below(self, t: float) -> np.ndarray:
+        """``ndarray (L, S - 1)``: every tied split whose bound is at most ``t``, in
+        lexicographic order (partial splits of larger bound dropped stage by stage)."""
+        S = self.S
+        state = np.zeros(1, dtype=np.int64)
+        g = np.zeros((1, len(self.paths)))
+        ends = np.zeros((1, 0), dtype=np.int64)
+        for s, (_, b, child) in enumerate(self.tie.edges):
+            begin, deg = self.tie.first[s]
+            rep = deg[state]
+            row = np.repeat(np.arange(state.size), rep)
+            e = begin[state][row] + np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
+            g = g[row] + self.W[s][e]
+            keep = (g + self.H[s + 1][child[e]]).max(axis=1) * (1 - BOUND_SLACK) <= t
+            e, g = e[keep], g[keep]
+            state = child[e]
+            ends = ends[row[keep]]
+            if s < S - 1:
+                ends = np.hstack([ends, b[e][:, None]])
+        return ends
 
-    def critical(self, i: int) -> tuple[float, np.ndarray]:
-        """Time split ``i`` alone (the loop of :func:`run_times`, one split): its time and its
-        longest path's column counts (for :meth:`raise_to`)."""
-        d = self.durations(self.p[i:i + 1])[0].tolist()
-        dur = [d[c] for c in self.col]
+    def _timed(self, ends: np.ndarray) -> float:
+        """Time one split alone (the loop of :func:`run_times` on one split, the same floats),
+        add its longest path to the set and return its time."""
+        a, p = self.prefix, np.array([0, *ends.tolist(), self.n])
+        d = np.concatenate([a["f_end"][p[1:]] - a["f_begin"][p[:-1]], a["b_end"][p[1:]] - a["b_begin"][p[:-1]],
+                            a["xfer"][p[1:-1]]])
+        dur = d[self.col].tolist()
         end = [0.0] * len(dur)
         via = [-1] * len(dur)
         for q, after in enumerate(self.graph.after):
@@ -354,37 +497,50 @@ class _RunBounds:
         while via[q] >= 0:
             q = via[q]
             qs.append(q)
-        return end[qs[0]], self._count(qs)
+        self.timed += 1
+        if self._add(np.bincount(self.col[qs], minlength=3 * self.S - 1).astype(float)):
+            self._weights()
+        return end[qs[0]]
+
+    # -- the order -----------------------------------------------------------------------------
+    def __iter__(self):
+        rows, times = self.first
+        for r, time in zip(rows.tolist(), times.tolist()):
+            self.given += 1
+            yield r, time
+        rows = self.tie.rows()  # past the candidates: every tied split timed
+        if self.extra is not None:
+            rows = np.vstack([rows, self.extra])
+        times = run_times(self.problem, rows)
+        self.timed += len(rows)
+        for i in np.lexsort([*rows.T[::-1], times])[self.given:].tolist():
+            yield rows[i].tolist(), float(times[i])
 
 
 def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: dict,
               deadline: Deadline | None = None) -> list[int] | None:
-    """The exact second phase when the tied splits are few: list them (:func:`tied_splits` at
-    ``period (1 + CAP_REL)``, plus float slack, each kept only if its
+    """The exact second phase when the tied splits are few: the tied splits (:func:`tied_splits`
+    at ``period (1 + CAP_REL)``, plus float slack, each kept only if its
     :meth:`PartitionProblem.period` is at most ``period (1 + CAP_REL)``, checked in the order
-    below up to the one returned), score all with
-    :func:`run_times` and return the one of least iteration time (ties: the first in
-    lexicographic order) that :func:`pipeopt.evaluate` finds feasible. ``rec`` (the phase's
-    record) gets ``bound`` (the least iteration time on the table's numbers), ``status``
-    ``"optimal"``, ``method`` ``"enumeration"``, ``splits`` (how many tied) and ``proven``;
-    ``settle`` is called when the split changes. ``None`` if there are more than the work limits
-    allow (nothing recorded)."""
+    below up to the one returned) in the order of their :func:`run_times` (:class:`_BestFirst`,
+    which times only those that could come next), and the first of least iteration time (ties:
+    the first in lexicographic order) that :func:`pipeopt.evaluate` finds feasible. ``rec`` (the
+    phase's record) gets ``bound`` (the least iteration time on the table's numbers), ``status``
+    ``"optimal"``, ``method`` ``"enumeration"``, ``splits`` (how many tied), ``timed`` (how many
+    timed) and ``proven``; ``settle`` is called when the split changes. ``None`` if there are
+    more than the work limits allow (nothing recorded)."""
     T = period * (1 + CAP_REL)
-    splits = tied_splits(problem, T * (1 + CAP_REL))
-    if splits is None:
+    tie = _tie_states(problem, T * (1 + CAP_REL))
+    if tie is None:
         return None
-    mine = np.asarray(starts, dtype=np.int64)
-    if not (splits == mine[None, :]).all(axis=1).any():
-        splits = np.vstack([splits, mine[None, :]])  # the proven split ties with itself (float order aside)
     if deadline is not None:
         deadline.check("the tie-break's enumeration")
-    times = _least_first(problem, splits)
+    order = _LeastFirst(problem, tie, list(starts))  # the proven split ties with itself (float order aside)
     inst = problem.instance
     chosen = list(starts)
     first = None
-    for i in times:
-        first = i if first is None else first
-        cand = splits[i].tolist()
+    for cand, time in order:
+        first = time if first is None else first
         if cand == list(starts):
             break  # nothing better than the proven split
         if problem.period(cand) > T:  # the float slack admitted it: not tied
@@ -395,90 +551,10 @@ def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: 
                 chosen = cand
                 secondary.settle(rec, float(ev.iteration_time), ev)
             break
-    rec.update(bound=float(times.time[first]), status="optimal", method="enumeration", splits=len(splits),
-               timed=times.timed, proven=True, unique=len(splits) == 1)
+    splits = tie.count + (order.extra is not None)
+    rec.update(bound=float(first), status="optimal", method="enumeration", splits=splits,
+               timed=order.timed, proven=True, unique=splits == 1)
     return chosen
-
-
-class _least_first:
-    """The indices of ``splits`` in the order of (:func:`run_times`, then lexicographic order),
-    produced lazily when there are more than :data:`LAZY_SPLITS` (else all are timed at once): a
-    split is timed only once its lower bound (:class:`_RunBounds`) is at
-    most the time of a split about to be produced, so every split not timed is slower than
-    every split produced -- the order of timing them all, at a fraction of the work when the
-    bounds are tight. The bounds start from the fill-and-drain paths and the longest paths of
-    :data:`PROBES` splits evenly spread over the list (timed exactly on the way); before timing
-    a set of splits together, the longest paths of a few of them (:data:`PROBES`, evenly spread)
-    raise the bounds of that set while that removes splits from it, and the other splits' bounds
-    at the next step (:meth:`_RunBounds.refresh`: one pass over the splits per step, not per
-    round). ``time``: the times known (``inf`` elsewhere); ``timed``: how many were timed."""
-
-    PROBES = 8
-    """Splits whose longest paths are added before a set of splits is timed together."""
-
-    def __init__(self, problem: PartitionProblem, splits: np.ndarray) -> None:
-        self.problem, self.splits = problem, splits
-        if len(splits) <= LAZY_SPLITS:  # one block of run_times: cheaper than any bound
-            self.time, self.done, self.sure = run_times(problem, splits), np.ones(len(splits), dtype=bool), np.inf
-            return
-        self.bounds = _RunBounds(problem, splits)
-        self.time = np.full(len(splits), np.inf)
-        self.done = np.zeros(len(splits), dtype=bool)
-        self.bounds.pending += self._probe(np.linspace(0, len(splits) - 1, self.PROBES).round().astype(np.int64))
-        self.sure = -np.inf  # every split of bound <= sure is timed
-        self.bounds.refresh()
-        self._ensure(float(self.bounds.bound.min()))
-        self._ensure(float(self.time[self.done].min()))  # then every split that could beat the best timed
-
-    @property
-    def timed(self) -> int:
-        return int(self.done.sum())
-
-    def _ensure(self, t: float) -> None:
-        """Time every split whose bound is at most ``t``."""
-        if t <= self.sure:
-            return
-        self.bounds.refresh()
-        need = np.flatnonzero(~self.done & (self.bounds.bound <= t))
-        while need.size > self.PROBES:  # tighten the bounds first: a few splits' longest paths
-            paths = self._probe(need[np.linspace(0, need.size - 1, self.PROBES).round().astype(np.int64)])
-            self.bounds.raise_to(paths, need)  # the set's bounds now, the others' at the next refresh
-            fewer = need[~self.done[need] & (self.bounds.bound[need] <= t)]
-            stop = fewer.size > 0.75 * need.size
-            need = fewer
-            if stop:
-                break
-        if need.size:
-            self.time[need] = run_times(self.problem, self.splits[need])
-            self.done[need] = True
-        self.sure = t
-
-    def _probe(self, rows: np.ndarray) -> list:
-        """Time the splits ``rows`` one by one (:meth:`_RunBounds.critical`, exact) and return
-        their longest paths' counts (for :meth:`_RunBounds.raise_to`)."""
-        paths = []
-        for i in rows.tolist():
-            self.time[i], c = self.bounds.critical(i)  # its exact time, as run_times gives it
-            self.done[i] = True
-            paths.append(c)
-        return paths
-
-    def __iter__(self):
-        given = np.zeros(len(self.splits), dtype=bool)
-        while True:
-            idx = np.flatnonzero(self.done & ~given)
-            if idx.size == 0:
-                if self.done.all():
-                    return
-                self._ensure(float(self.bounds.bound[~self.done].min()))
-                continue
-            sub = self.splits[idx]
-            i = int(idx[np.lexsort([*sub.T[::-1], self.time[idx]])[0]])  # least time, then lexicographic
-            if self.time[i] > self.sure:  # a split not timed yet could come first: time those that could
-                self._ensure(float(self.time[i]))
-                continue
-            given[i] = True
-            yield i
 
 
 EVENTS_SIZE = 1000

@@ -79,7 +79,7 @@ def test_tied_splits_rows_are_distinct_in_lexicographic_order_on_a_profile():
     starts = problem.starts_of(solve_dp(problem, time_limit=None).plan)
     T = problem.period(starts) * (1 + CAP_REL)
     rows = tiebreak.tied_splits(problem, T * (1 + CAP_REL)).tolist()
-    assert len(rows) > tiebreak.LAZY_SPLITS
+    assert len(rows) == 18_372
     assert all(x < y for x, y in zip(rows, rows[1:]))  # strictly increasing: sorted and distinct
     assert all(0 < r[0] and all(u < v for u, v in zip(r, r[1:])) and r[-1] < problem.n for r in rows)
     assert list(starts) in rows
