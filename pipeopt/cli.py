@@ -137,9 +137,9 @@ COMMANDS = ("bench", "solve", "simulate", "show", "zoo", "export", "run", "grade
 
 
 class _Skipped:
-    """Stands in for the parser of a subcommand that :func:`build_parser` leaves bare (its name
-    and help only): its option definitions are ignored (argparse builds a help formatter for
-    every option, most of the ~3-6 ms a full parser takes)."""
+    """Stands in for the parser of a subcommand that :func:`build_parser` does not build: its
+    option definitions are ignored (argparse builds a help formatter for every option, most of
+    the ~3-6 ms a full parser takes)."""
 
     def add_argument(self, *args, **kwargs) -> None:
         return None
@@ -149,8 +149,7 @@ class _Skipped:
 
 
 class _OnlySubparsers:
-    """``add_subparsers()``'s action, adding the options of the subcommand ``only`` alone (all
-    when ``None``); the others are bare parsers."""
+    """``add_subparsers()``'s action, adding the subcommand ``only`` alone (all when ``None``)."""
 
     def __init__(self, sub, only: str | None):
         self._sub, self._only = sub, only
@@ -158,8 +157,7 @@ class _OnlySubparsers:
     def add_parser(self, name: str, **kwargs):
         if self._only is None or name == self._only:
             return self._sub.add_parser(name, **kwargs)
-        self._sub.add_parser(name, add_help=False, **kwargs)  # never parses: named for the top-level usage
-        return _Skipped()
+        return _Skipped()  # never parses (the usage names it: build_parser's metavar)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -170,7 +168,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ``None`` (default): every subcommand, as ``pipeopt --help`` and a wrong command need.
     """
     ap = argparse.ArgumentParser(prog="pipeopt", description="Exact pipeline-parallel planning and heuristic gaps.")
-    sub = _OnlySubparsers(ap.add_subparsers(dest="command", required=True), command)
+    # with one command built, the usage names them all as the full parser's does (its choices)
+    names = {} if command is None else {"metavar": "{" + ",".join(COMMANDS) + "}"}
+    sub = _OnlySubparsers(ap.add_subparsers(dest="command", required=True, **names), command)
 
     b = sub.add_parser("bench", help="run methods on instances and print a table (default: shipped instances)")
     b.add_argument(

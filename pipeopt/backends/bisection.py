@@ -335,6 +335,7 @@ def bisect(
     probe_lower: bool = False,
     probe_top: bool = False,
     first_top_share: float | None = None,
+    top_after_plan: bool = False,
     score: Callable[[object], float] | None = None,
 ) -> Bisection:
     """The one bisection on the bottleneck limit T, for greedy checks and exact probes alike.
@@ -393,6 +394,12 @@ def bisect(
         time left instead (at least ``min_step`` seconds), e.g. ``1.0`` for a probe that is
         all-or-nothing and whose starts are its own heuristic's (a rejection there proves the
         start optimal; a short clock would only be spent). ``None``: :data:`TOP_SHARE` as the others.
+    top_after_plan
+        After a midpoint probe finds a plan that moves the upper end, probe just below the new
+        upper end next (as ``probe_top`` does, with a midpoint's clock), and again while such
+        probes find plans: for cheap exact probes
+        whose plans are often optimal (an exact DP's), where the midpoints would otherwise walk
+        the lower end up to it in ``log2(gap / rel_tol)`` rejections.
     score
         ``score(plan) -> float``: the plan kept is the one of least score (ties: the
         earlier), e.g. the bottleneck after :func:`complete_stages`. Default: the plan's
@@ -490,6 +497,20 @@ def bisect(
         if out.outcome == FEASIBLE and take(out, T):
             if hard is not None and hard >= upper:
                 hard = None
+            while top_after_plan and hard is None and not closed() and not expired() and iterations < max_iter:
+                below = upper / (1.0 + 0.5 * rel_tol)  # just below the new plan, again while plans come
+                if not lower < below < upper:
+                    break
+                out = probe(below, share())
+                iterations += 1
+                steps.append((below, out.outcome))
+                if out.outcome == INFEASIBLE:
+                    lower = below
+                elif not (out.outcome == FEASIBLE and take(out, below)):
+                    hard = below
+                else:
+                    continue
+                break
             continue
         if out.outcome == INFEASIBLE:
             lower = T

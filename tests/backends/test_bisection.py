@@ -253,3 +253,35 @@ def test_first_top_probe_gets_its_own_share_of_the_clock():
     assert math.isclose(first, 1000.0, rel_tol=1e-3)
     assert math.isclose(second, TOP_SHARE * 0.3 * 1000.0, rel_tol=1e-3)
     assert math.isclose(mid, 0.3 * 1000.0, rel_tol=1e-3)
+
+
+def ladder_probe(values: list[float]):
+    """An exact probe over a finite set of plan values that returns the *worst* plan passing T
+    (the largest value <= T), so midpoints find plans that are not optimal."""
+
+    def probe(T, deadline):
+        ok = [v for v in values if v <= T]
+        return Probe(FEASIBLE, ("plan", max(ok)), max(ok)) if ok else Probe(INFEASIBLE)
+
+    return probe
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_top_after_plan_reaches_the_same_optimum_in_fewer_probes(seed):
+    import random
+
+    rng = random.Random(seed)
+    values = sorted(rng.uniform(1.0, 10.0) for _ in range(rng.randint(1, 12)))
+    runs = {flag: bisect(ladder_probe(values), 0.5, 10.0, start=("start", 10.0), rel_tol=1e-12, probe_top=True,
+                         top_after_plan=flag) for flag in (False, True)}
+    for found in runs.values():
+        assert found.closed and found.plan == ("plan", values[0]) and found.upper == values[0]
+        assert found.lower <= values[0] and found.upper - found.lower <= 1e-12 * found.lower
+    assert runs[True].iterations <= runs[False].iterations
+    # each probe just below a new plan either proves it or finds a better one: at most two per plan
+    assert runs[True].iterations <= 2 * (len(values) + 3) + 40
+
+
+def test_top_after_plan_proves_a_midpoint_plan_at_once():
+    steps = bisect(ladder_probe([3.7]), 1.0, 10.0, start=("start", 10.0), rel_tol=1e-12, top_after_plan=True).steps
+    assert [o for _, o in steps] == ["feasible", "infeasible"]  # the midpoint 5.5 finds 3.7, then just below it

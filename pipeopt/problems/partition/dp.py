@@ -17,8 +17,10 @@ The objective is the steady-state time per microbatch of 1F1B, window rows inclu
    per (workers used, end unit) — the least G over every split that satisfies every row so
    far: exact for "is there a split of period <= T". A feasible probe returns a split whose
    true period becomes the new upper end; an infeasible one raises the lower end. The
-   bisection stops when the two ends agree within :data:`REL_TOL`; the result reports the
-   proven lower end as its bound.
+   bisection is pipeopt's one (:func:`pipeopt.backends.bisection.bisect`), which probes just
+   below the upper end first (the first pass's plan is often optimal: one infeasible probe
+   proves it) and then the midpoints; it stops when the two ends agree within
+   :data:`REL_TOL`; the result reports the proven lower end as its bound.
 
 Replicated (PipeDream, Narayanan et al. SOSP 2019, section 3.1): with best[w][j] over the
 first w workers, a stage on m replicas keeps ceil(W/m) microbatches per replica, W the workers
@@ -52,6 +54,7 @@ import math
 
 import numpy as np
 
+from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe, bisect
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
 from ...cost.tolerance import BISECTION_WIDTH
@@ -62,7 +65,7 @@ from .recompute import FRONTIER_LIMIT, PAIRWISE_LIMIT
 from .tiebreak import SECONDARY, break_ties
 
 REL_TOL = BISECTION_WIDTH
-"""The bisection on T stops when (upper - lower) <= REL_TOL * upper: the result's bound is the
+"""The bisection on T stops when (upper - lower) <= REL_TOL * lower: the result's bound is the
 proven lower end, within this of its objective."""
 
 DENSE_LIMIT = 2 * 2**30
@@ -342,26 +345,27 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         return problem.period(split[0], reps, extra)
 
     value, arg_i, arg_m = first
-    lower = float(value[problem.stages, problem.n])
-    best = _split(problem, arg_i, arg_m)
-    upper = period(best)
-    probes, status, info = 0, Status.OPTIMAL, {}
-    try:
-        while upper - lower > REL_TOL * upper:
-            T = 0.5 * (lower + upper)
-            probes += 1
+    start = _split(problem, arg_i, arg_m)
+    stopped: list[str] = []
+
+    def probe(T: float, _clock) -> Probe:
+        try:
             found = _dp(problem, stages, T, deadline)
-            if found is None:
-                lower = T
-                continue
-            split = _split(problem, found[1], found[2])
-            value_T = period(split)
-            if value_T < upper:
-                best, upper = split, value_T
-            else:  # the probe's split meets every row at T, so its period is <= T (float aside)
-                upper = min(upper, T)
-    except DeadlineReached as stop:
-        status, info = Status.TIME_LIMIT, {"stopped": str(stop)}
+        except DeadlineReached as stop:
+            stopped.append(str(stop))
+            return Probe(UNKNOWN)
+        if found is None:
+            return Probe(INFEASIBLE)
+        split = _split(problem, found[1], found[2])
+        return Probe(FEASIBLE, split, min(period(split), T))  # it meets every row at T: period <= T, float aside
+
+    # the min-max plan is often optimal: one probe just below it proves it (probe_top)
+    search = bisect(probe, float(value[problem.stages, problem.n]), period(start), start=start, score=period,
+                    rel_tol=REL_TOL, deadline=deadline, probe_top=True, top_after_plan=True)
+    best, lower, upper, probes = search.plan, search.lower, search.upper, search.iterations
+    status, info = Status.OPTIMAL, {}
+    if not search.closed:
+        status, info = Status.TIME_LIMIT, {"stopped": stopped[-1] if stopped else f"bisection: {search.stop}"}
     info.update({"min_max": float(value[problem.stages, problem.n]), "probes": probes})
     if problem.data_parallel:
         s = problem.instance.settings
