@@ -61,7 +61,6 @@ from ...cost.tolerance import BISECTION_WIDTH
 from ...errors import InfeasibleError, InvalidProblemError
 from ...result import Result, Status
 from .problem import PartitionProblem
-from .recompute import FRONTIER_LIMIT, PAIRWISE_LIMIT
 from .tiebreak import SECONDARY, break_ties
 
 REL_TOL = BISECTION_WIDTH
@@ -378,6 +377,8 @@ def solve_dp(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, 
         if not rc.exact and status == Status.OPTIMAL:  # a thinned frontier: the plan fits, no optimum is claimed
             status = Status.FEASIBLE
             lower = problem.simple_lower_bound()
+            from .recompute import FRONTIER_LIMIT, PAIRWISE_LIMIT  # the recompute model's modules where it runs
+
             limit = PAIRWISE_LIMIT if rc.pairwise else FRONTIER_LIMIT
             info["note"] = (f"a stage's recompute frontier exceeded {limit:,} points and was thinned: "
                             "the plan fits but is not proven optimal; the bound is the simple one")

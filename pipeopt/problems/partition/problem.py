@@ -79,15 +79,16 @@ class PartitionProblem:
     recompute: str = "none"
 
     def __post_init__(self) -> None:
-        from .recompute import check_recompute
-
         inst = self.instance
         check_stage_count(inst, self.stages)
         if not inst.cluster.is_homogeneous:
             raise InvalidProblemError("the partition problem needs identical devices; use the group problem")
         _ = self.kind
         self._check_times()
-        check_recompute(self.recompute)
+        if self.recompute != "none":  # the recompute model's module only where it is asked for
+            from .recompute import check_recompute
+
+            check_recompute(self.recompute)
 
     @cached_property
     def recomputation(self):
