@@ -86,15 +86,16 @@ _BINARY = {"k": 2.0**10, "m": 2.0**20, "g": 2.0**30, "t": 2.0**40, "p": 2.0**50}
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?i:inf|infinity|nan))"
 _PREFIX = r"(?P<prefix>[kKmMgGtTpP]?)(?P<binary>i?)"
-# bits: "bps" (lower-case b) or "bit/s" (any case); bytes: "B/s" (upper-case B)
-_RATE = re.compile(rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>bps|(?i:bit)/s|B/s))?\s*")
-_SIZE = re.compile(rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>B))?\s*")
+# bits: "bps" (lower-case b) or "bit/s" (any case); bytes: "B/s" (upper-case B). Patterns as text:
+# re compiles (and caches) them on first use, not at import
+_RATE = rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>bps|(?i:bit)/s|B/s))?\s*"
+_SIZE = rf"\s*{_NUMBER}\s*(?:{_PREFIX}(?P<unit>B))?\s*"
 _UNLIMITED = ("inf", "infinity", "unlimited", "none")
 _FREE = ("inf", "infinity", "+inf", "+infinity")
 """Spellings of an infinite bandwidth (free communication); no unit may follow."""
 
 
-_TIME = re.compile(rf"\s*{_NUMBER}\s*(?P<unit>s|ms|us|\u00b5s|ns)?\s*")
+_TIME = rf"\s*{_NUMBER}\s*(?P<unit>s|ms|us|\u00b5s|ns)?\s*"
 _TIME_SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
 
 
@@ -139,7 +140,7 @@ def parse_bandwidth(text: str | float) -> float:
         return as_bandwidth(text)
     if text.strip().lower() in _FREE:
         return math.inf
-    m = _RATE.fullmatch(text)
+    m = re.fullmatch(_RATE, text)
     scale = _scale(m) if m is not None and m["unit"] else 1.0
     if m is None or scale is None:
         raise InvalidUnitError(f"not a bandwidth: {text!r}; write {BANDWIDTH_FORMS}")
@@ -176,7 +177,7 @@ def parse_size(text: str | float, *, unlimited: bool = False) -> float:
         return as_size(text, unlimited=unlimited)
     if unlimited and text.strip().lower() in _UNLIMITED:
         return math.inf
-    m = _SIZE.fullmatch(text)
+    m = re.fullmatch(_SIZE, text)
     scale = _scale(m) if m is not None and m["unit"] else 1.0
     if m is None or scale is None:
         raise InvalidUnitError(f"not a memory size: {text!r}; write {SIZE_FORMS}")
@@ -248,7 +249,7 @@ def parse_latency(text: str | float) -> float:
     """
     if not isinstance(text, str):
         return as_latency(text)
-    m = _TIME.fullmatch(text)
+    m = re.fullmatch(_TIME, text)
     if m is None:
         raise InvalidUnitError(f"not a latency: {text!r}; write {LATENCY_FORMS}")
     return as_latency(float(m["num"]) * _TIME_SCALE[m["unit"]])
