@@ -10,11 +10,13 @@ optimum T* is proven:
    ``settings.microbatches``), minimised over the splits whose period is at most T*
    (relative slack :data:`~pipeopt.problems.partition.events.CAP_REL`): first, exactly, over
    every such split (:func:`tied_splits`: the paths of a graph of the DP's window states, at
-   most :data:`ENUM_WORK` steps and :data:`ENUM_SPLITS` partial splits) scored on the run
+   most :data:`ENUM_WORK` steps and :data:`ENUM_EDGES` edges per stage) scored on the run
    graph (:func:`run_times`, the longest path of :func:`pipeopt.cost.schedule.run_graph`, the
    event-time model's own graph and op durations), timing only the splits whose path bound
    is at most an upper bound (:class:`_LeastFirst`: the same order and times as timing them
-   all); when there are too many, a deterministic descent that moves one cut at a
+   all); past the graph's limits, the same answer by a branch and bound over partial splits
+   (:func:`search_least`, within :data:`SEARCH_NODES` partial splits); when both give up, a
+   deterministic descent that moves one cut at a
    time (:func:`descend`), then, when the model is small enough (:data:`EVENTS_SIZE`), the
    event-time MILP of :mod:`pipeopt.problems.partition.events` from the descent's split (the
    window rows cap the period);
@@ -87,23 +89,32 @@ def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
 
 
 ENUM_WORK = 2_000_000
-"""Most (partial split, stage end) pairs :func:`tied_splits` may test on one stage: a work limit
-on the instance (states times ``n + 1``), so the same call lists the same splits, or gives up,
-on every run (a few milliseconds of numpy at the limit)."""
+"""Most (window state, stage end) pairs the graph of the tied splits (:func:`_tie_states`) may
+test on one stage (its states times ``n + 1``): a work limit on the instance, so the same call
+builds the same graph, or gives up, on every run (a few milliseconds of numpy at the limit)."""
+
+ENUM_EDGES = 50_000
+"""Most edges (a state and a stage end that extends it) the graph of the tied splits may have on
+one stage before it gives up. The graph, not the splits, bounds the work: PipeDream's GNMT at
+S = 16 has 8.5e10 tied splits on 2,962 states."""
 
 ENUM_SPLITS = 50_000
-"""Most partial or full tied splits :func:`tied_splits` counts on one stage before it gives up
-(the second phase times those that could come first, :class:`_LeastFirst`, and all of them,
-in blocks of :data:`RUN_BLOCK`, only if it needs more). PipeDream's AlexNet at S = 16 has
+"""Most tied splits listed as rows (:func:`tied_splits`; the second phase times all of them only
+when it needs more than the first, :class:`_LeastFirst`). PipeDream's AlexNet at S = 16 has
 18,372 tied splits."""
 
 RUN_BLOCK = 4096
 """Splits :func:`run_times` scores at once (memory: block x ops floats)."""
 
+FRONTIER = 50_000
+"""Most partial splits :class:`_LeastFirst` extends at once on a stage (memory: a few arrays of
+this many rows times the paths; PipeDream's GNMT at S = 8: 45,902 candidates on its first pass)."""
+
 
 def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
     """Every straight split that fits the workers' memory and whose window rows and cut bounds
-    hold at period ``T``, or ``None`` past :data:`ENUM_WORK` or :data:`ENUM_SPLITS`.
+    hold at period ``T``, or ``None`` past :data:`ENUM_WORK`, :data:`ENUM_EDGES` or
+    :data:`ENUM_SPLITS`.
 
     The DP's feasibility probe (the recursion of :func:`pipeopt.cost.rules.window_step`, as
     :func:`has_tie` and :mod:`pipeopt.problems.partition.dp`), stage by stage over every partial
@@ -119,9 +130,9 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
     the same completions, so the rows are tested once per such *state* (PipeDream's AlexNet at
     S = 16: at most 31 states per stage for up to 18,372 partial splits), each state counting
     the partial splits that reach it; the splits are then read off the states' graph, from the
-    states that reach the last stage only. The limits count partial splits as before (a stage
-    with more than :data:`ENUM_SPLITS` partial splits, or more than :data:`ENUM_WORK` partial
-    splits times ``n + 1`` ends, gives up), so the same instances are listed or given up.
+    states that reach the last stage only. The graph gives up past :data:`ENUM_WORK` states
+    times ``n + 1`` ends or :data:`ENUM_EDGES` edges on a stage, the list past
+    :data:`ENUM_SPLITS` splits.
 
     Returns
     -------
@@ -129,13 +140,13 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
         The stage starts after the first of each split, rows in lexicographic order.
     """
     tie = _tie_states(problem, T)
-    return None if tie is None else tie.rows()
+    return None if tie is None or tie.count > ENUM_SPLITS else tie.rows()
 
 
 def _tie_states(problem: PartitionProblem, T: float) -> _TieStates | None:
     """The graph of the tied splits at period ``T`` (:func:`tied_splits`): the window states of
     each stage and the stage ends between them, or ``None`` past :data:`ENUM_WORK` or
-    :data:`ENUM_SPLITS`."""
+    :data:`ENUM_EDGES`."""
     n, S = problem.n, problem.stages
     added, bound = problem.cut_terms
     trip = np.asarray(problem.trip, dtype=float)
@@ -148,7 +159,7 @@ def _tie_states(problem: PartitionProblem, T: float) -> _TieStates | None:
     starts = [a]  # per stage: the end of each state before it
     edges: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per stage: (parent state, end, child state)
     for s in range(S):
-        if count.sum() * (n + 1) > ENUM_WORK:
+        if a.size * (n + 1) > ENUM_WORK:
             return None
         k = rules.in_flight(s, S)
         reach = problem.memory_reach(k)
@@ -162,7 +173,7 @@ def _tie_states(problem: PartitionProblem, T: float) -> _TieStates | None:
         g, ok = rules.window_step(G[:, None], trip[a][:, None], w, k, k - 1, T)
         ok &= (cols[None, :] >= lo_b[:, None]) & (cols[None, :] <= top[:, None]) & (bound[lo:up + 1] <= T)[None, :]
         parent, col = np.nonzero(ok)  # row-major: parents in order, ends increasing
-        if count[parent].sum() > ENUM_SPLITS:
+        if parent.size > ENUM_EDGES:
             return None
         b, gv = col + lo, g[parent, col]
         order = np.lexsort((gv, b))  # the distinct (end, G) among the children (not np.unique: numpy.ma)
@@ -314,6 +325,80 @@ def _fill_drain_paths(graph, S: int, M: int, col: np.ndarray) -> list[np.ndarray
     return out
 
 
+class _Paths:
+    """Run-graph paths as lower bounds on a split's 1F1B-flush iteration time, and the exact
+    timing of one split.
+
+    A split's time is the longest path of the run graph (:func:`run_times`), so any one path's
+    length bounds it, and that length is a sum over the stages of the stage's op durations
+    (forward, backward, the transfer after it) times the path's count of such ops. ``paths``:
+    those counts (ops per duration column ``f (S) | b (S) | x (S - 1)``), each once: at first,
+    for each stage, the fill, that stage's every op and the drain (:func:`_fill_drain_paths`),
+    then the longest path of every split :meth:`time` times. ``timed``: how many it timed."""
+
+    def __init__(self, problem: PartitionProblem) -> None:
+        from .ops import event_graph, op_prefixes
+
+        S = problem.stages
+        self.S, self.n = S, problem.n
+        self.graph = graph = event_graph(problem, "1f1b")
+        base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
+        self.col = np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
+        self.prefix = op_prefixes(problem)
+        self.paths: list[np.ndarray] = []
+        self.known: set[bytes] = set()
+        self.timed = 0
+        for counts in _fill_drain_paths(graph, S, problem.instance.settings.microbatches, self.col):
+            self.add(counts)
+
+    def add(self, counts: np.ndarray) -> bool:
+        """Keep a path's counts; False if it is known."""
+        key = counts.tobytes()
+        if key in self.known:
+            return False
+        self.known.add(key)
+        self.paths.append(counts)
+        return True
+
+    def coefficients(self) -> np.ndarray:
+        """``ndarray (3S, K)``: the paths' counts per duration column, with a zero row for the
+        last stage's transfer (there is none), so stage ``s`` reads rows ``s, S + s, 2S + s``."""
+        C = np.zeros((3 * self.S, len(self.paths)))
+        C[:3 * self.S - 1] = np.array(self.paths).T
+        return C
+
+    def time(self, ends) -> float:
+        """Time the split whose stages 1..S-1 start at ``ends`` alone (the loop of
+        :func:`run_times` on one split: the same floats), keep its longest path (:meth:`add`)
+        and return its time (seconds)."""
+        a, p = self.prefix, np.array([0, *np.asarray(ends).tolist(), self.n])
+        d = np.concatenate([a["f_end"][p[1:]] - a["f_begin"][p[:-1]], a["b_end"][p[1:]] - a["b_begin"][p[:-1]],
+                            a["xfer"][p[1:-1]]])
+        dur = d[self.col].tolist()
+        end = [0.0] * len(dur)
+        via = [-1] * len(dur)
+        for q, after in enumerate(self.graph.after):
+            if after:
+                u = max(after, key=end.__getitem__)
+                via[q] = u
+                end[q] = end[u] + dur[q]
+            else:
+                end[q] = dur[q]
+        q = max(range(len(end)), key=end.__getitem__)
+        qs = [q]
+        while via[q] >= 0:
+            q = via[q]
+            qs.append(q)
+        self.timed += 1
+        self.add(np.bincount(self.col[qs], minlength=3 * self.S - 1).astype(float))
+        return end[qs[0]]
+
+
+class _TooMany(Exception):
+    """:class:`_LeastFirst` would time all of more than :data:`ENUM_SPLITS` tied splits (past
+    its candidates), or extend more than :data:`FRONTIER` partial splits on a stage."""
+
+
 class _LeastFirst:
     """The tied splits in the order of (:func:`run_times`, then lexicographic order): the order
     of timing them all, timing only the splits that could come first.
@@ -375,7 +460,15 @@ class _LeastFirst:
                     break
                 seen.add(dive.tobytes())
                 t = min(t, self._timed(dive))
-            cands = self._below(t)
+            try:
+                cands = self._below(t, min(FRONTIER, 4 * self.CANDIDATES))
+            except _TooMany:  # weak bounds: the split least along each path too, then all the room
+                for k in range(len(self.bounds.paths)):
+                    along = self._dive(k)
+                    if along.tobytes() not in seen:
+                        seen.add(along.tobytes())
+                        t = min(t, self._timed(along))
+                cands = self._below(t)
             while len(cands) > self.CANDIDATES:
                 for i in np.linspace(0, len(cands) - 1, self.PROBES).round().astype(np.int64).tolist():
                     t = min(t, self._timed(cands[i]))
@@ -393,40 +486,22 @@ class _LeastFirst:
         self.first = (cands[order], times[order])
 
     def _setup(self) -> None:
-        """The run graph, the edges' op durations and the first paths."""
-        from .ops import event_graph, op_prefixes
-
-        problem, tie, S = self.problem, self.tie, self.S
-        self.graph = graph = event_graph(problem, "1f1b")
-        base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
-        self.col = np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
-        self.prefix = a = op_prefixes(problem)
+        """The paths and the edges' op durations."""
+        tie, S = self.tie, self.S
+        self.bounds = _Paths(self.problem)
+        a = self.bounds.prefix
         self.D = []  # per stage: each edge's forward, backward and transfer-after durations (E, 3)
         for s, (parent, b, _) in enumerate(tie.edges):
             lo = tie.starts[s][parent]
             x = a["xfer"][b] if s < S - 1 else np.zeros(b.size)
             self.D.append(np.stack([a["f_end"][b] - a["f_begin"][lo], a["b_end"][b] - a["b_begin"][lo], x], axis=1))
-        self.paths: list[np.ndarray] = []
-        self.known: set[bytes] = set()
-        for counts in _fill_drain_paths(graph, S, problem.instance.settings.microbatches, self.col):
-            self._add(counts)
         self._weights()
-
-    # -- the paths' lengths ------------------------------------------------------------------
-    def _add(self, counts: np.ndarray) -> bool:
-        key = counts.tobytes()
-        if key in self.known:
-            return False
-        self.known.add(key)
-        self.paths.append(counts)
-        return True
 
     def _weights(self) -> None:
         """Each edge's length along every path (``W[s]``, (E, K)) and each state's least
         completion (``H[s]``, (states, K))."""
         S = self.S
-        C = np.zeros((3 * S, len(self.paths)))
-        C[:3 * S - 1] = np.array(self.paths).T
+        C = self.bounds.coefficients()
         self.W = [self.D[s] @ C[[s, S + s, 2 * S + s]] for s in range(S)]
         K = C.shape[1]
         H = [None] * (S + 1)
@@ -441,30 +516,35 @@ class _LeastFirst:
             H[s] = h
         self.H = H
 
-    def _dive(self) -> np.ndarray:
+    def _dive(self, k: int | None = None) -> np.ndarray:
         """``ndarray (S - 1,)``: the tied split reached from the first state by taking, at each
         stage, the edge of least bound."""
         state, ends = 0, []
-        g = np.zeros(len(self.paths))
+        g = np.zeros(len(self.bounds.paths))
         for s, (_, b, child) in enumerate(self.tie.edges):
             begin, deg = self.tie.first[s]
             lo, hi = int(begin[state]), int(begin[state] + deg[state])
             gs = g[None, :] + self.W[s][lo:hi]
-            j = int(np.argmin((gs + self.H[s + 1][child[lo:hi]]).max(axis=1)))
+            total = gs + self.H[s + 1][child[lo:hi]]
+            j = int(np.argmin(total.max(axis=1) if k is None else total[:, k]))
             g, state = gs[j], int(child[lo + j])
             ends.append(int(b[lo + j]))
         return np.array(ends[:-1], dtype=np.int64)
 
-    def _below(self, t: float) -> np.ndarray:
+    def _below(self, t: float, room: int | None = None) -> np.ndarray:
         """``ndarray (L, S - 1)``: every tied split whose bound is at most ``t``, in
-        lexicographic order (partial splits of larger bound dropped stage by stage)."""
+        lexicographic order (partial splits of larger bound dropped stage by stage); raises
+        :class:`_TooMany` past ``room`` partial splits on a stage (default :data:`FRONTIER`)."""
         S = self.S
+        room = FRONTIER if room is None else room
         state = np.zeros(1, dtype=np.int64)
-        g = np.zeros((1, len(self.paths)))
+        g = np.zeros((1, len(self.bounds.paths)))
         ends = np.zeros((1, 0), dtype=np.int64)
         for s, (_, b, child) in enumerate(self.tie.edges):
             begin, deg = self.tie.first[s]
             rep = deg[state]
+            if rep.sum() > room:  # the bounds leave too many partial splits to extend
+                raise _TooMany
             row = np.repeat(np.arange(state.size), rep)
             e = begin[state][row] + np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
             g = g[row] + self.W[s][e]
@@ -477,30 +557,13 @@ class _LeastFirst:
         return ends
 
     def _timed(self, ends: np.ndarray) -> float:
-        """Time one split alone (the loop of :func:`run_times` on one split, the same floats),
-        add its longest path to the set and return its time."""
-        a, p = self.prefix, np.array([0, *ends.tolist(), self.n])
-        d = np.concatenate([a["f_end"][p[1:]] - a["f_begin"][p[:-1]], a["b_end"][p[1:]] - a["b_begin"][p[:-1]],
-                            a["xfer"][p[1:-1]]])
-        dur = d[self.col].tolist()
-        end = [0.0] * len(dur)
-        via = [-1] * len(dur)
-        for q, after in enumerate(self.graph.after):
-            if after:
-                u = max(after, key=end.__getitem__)
-                via[q] = u
-                end[q] = end[u] + dur[q]
-            else:
-                end[q] = dur[q]
-        q = max(range(len(end)), key=end.__getitem__)
-        qs = [q]
-        while via[q] >= 0:
-            q = via[q]
-            qs.append(q)
+        """Time one split alone (:meth:`_Paths.time`), the bounds raised by its longest path."""
+        known = len(self.bounds.paths)
+        time = self.bounds.time(ends)
         self.timed += 1
-        if self._add(np.bincount(self.col[qs], minlength=3 * self.S - 1).astype(float)):
+        if len(self.bounds.paths) > known:
             self._weights()
-        return end[qs[0]]
+        return time
 
     # -- the order -----------------------------------------------------------------------------
     def __iter__(self):
@@ -508,6 +571,8 @@ class _LeastFirst:
         for r, time in zip(rows.tolist(), times.tolist()):
             self.given += 1
             yield r, time
+        if self.tie.count > ENUM_SPLITS:  # past the candidates, too many to time them all
+            raise _TooMany
         rows = self.tie.rows()  # past the candidates: every tied split timed
         if self.extra is not None:
             rows = np.vstack([rows, self.extra])
@@ -527,33 +592,193 @@ def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: 
     the first in lexicographic order) that :func:`pipeopt.evaluate` finds feasible. ``rec`` (the
     phase's record) gets ``bound`` (the least iteration time on the table's numbers), ``status``
     ``"optimal"``, ``method`` ``"enumeration"``, ``splits`` (how many tied), ``timed`` (how many
-    timed) and ``proven``; ``settle`` is called when the split changes. ``None`` if there are
-    more than the work limits allow (nothing recorded)."""
+    timed) and ``proven``; ``settle`` is called when the split changes. ``None`` if the graph
+    exceeds its work limits or the order would handle too many splits at once
+    (:class:`_TooMany`; nothing recorded)."""
     T = period * (1 + CAP_REL)
     tie = _tie_states(problem, T * (1 + CAP_REL))
     if tie is None:
         return None
     if deadline is not None:
         deadline.check("the tie-break's enumeration")
-    order = _LeastFirst(problem, tie, list(starts))  # the proven split ties with itself (float order aside)
     inst = problem.instance
     chosen = list(starts)
     first = None
-    for cand, time in order:
-        first = time if first is None else first
-        if cand == list(starts):
-            break  # nothing better than the proven split
-        if problem.period(cand) > T:  # the float slack admitted it: not tied
-            continue
-        ev = evaluate(inst, problem.plan(cand))
-        if ev.feasible:
-            if ev.iteration_time < rec["value"]:
-                chosen = cand
-                secondary.settle(rec, float(ev.iteration_time), ev)
-            break
+    try:
+        order = _LeastFirst(problem, tie, list(starts))  # the proven split ties with itself (float order aside)
+        for cand, time in order:
+            first = time if first is None else first
+            if cand == list(starts):
+                break  # nothing better than the proven split
+            if problem.period(cand) > T:  # the float slack admitted it: not tied
+                continue
+            ev = evaluate(inst, problem.plan(cand))
+            if ev.feasible:
+                if ev.iteration_time < rec["value"]:
+                    chosen = cand
+                    secondary.settle(rec, float(ev.iteration_time), ev)
+                break
+    except _TooMany:  # nothing settled yet: the candidates were passed over
+        return None
     splits = tie.count + (order.extra is not None)
     rec.update(bound=float(first), status="optimal", method="enumeration", splits=splits,
                timed=order.timed, proven=True, unique=splits == 1)
+    return chosen
+
+
+SEARCH_NODES = 1_000
+"""Most partial splits :func:`search_least` extends before it gives up: a work limit on the
+instance, so the same call ends the same way on every run (tens of milliseconds at most, so
+that an instance it cannot prove pays little: PipeDream's profiles at S = 4..16 prove in
+377-749 nodes or need tens of thousands)."""
+
+SEARCH_LEAVES = 48
+"""Most splits :func:`search_least` times (each a walk over the run graph) before it gives up."""
+
+SEARCH_PATHS = 64
+"""Most run-graph paths :func:`search_least` bounds with."""
+
+
+class _RangeMin:
+    """The least row of ``values[lo..hi]`` (both ends included) for many ranges at once: a
+    sparse table of ``log2(len)`` levels, each the least of two overlapping halves below."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.levels = [values]
+        width = 1
+        while 2 * width <= len(values):
+            prev = self.levels[-1]
+            self.levels.append(np.minimum(prev[:len(prev) - width], prev[width:]))
+            width *= 2
+
+    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """``ndarray (len(lo), ...)``: the least row over ``lo[i]..hi[i]`` (``inf`` where
+        ``lo[i] > hi[i]``)."""
+        empty = hi < lo
+        lo, hi = np.where(empty, 0, lo), np.where(empty, 0, hi)
+        level = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
+        out = np.full((len(lo), *self.levels[0].shape[1:]), np.inf)
+        for j in np.unique(level).tolist():
+            rows = np.flatnonzero(level == j)
+            table = self.levels[j]
+            out[rows] = np.minimum(table[lo[rows]], table[hi[rows] - (1 << j) + 1])
+        out[empty] = np.inf
+        return out
+
+
+def search_least(problem: PartitionProblem, starts: list[int], period: float, rec: dict,
+                 deadline: Deadline | None = None) -> list[int] | None:
+    """The exact second phase past the enumeration's limits: :func:`least_run`'s answer (the
+    split of least 1F1B-flush iteration time, ties: the first in lexicographic order, among
+    the tied splits whose period and :func:`pipeopt.evaluate` pass; the proven split
+    ``starts`` unless one comes before it) by a depth-first branch and bound over partial
+    splits instead of a list.
+
+    A partial split (stages ``0..s-1``) is extended by a stage ``s`` of units ``a..b-1`` as
+    :func:`tied_splits` extends it (memory reach, cut bounds, the window rows of
+    :func:`pipeopt.cost.rules.window_step` at ``period (1 + CAP_REL)``, plus float slack), so
+    every tied split is a leaf. Bounds (:class:`_Paths`): a partial split's length along each
+    path so far plus the least completion along it, a DP over (stage, start unit) with the
+    window rows left out (a relaxation: below every completion that keeps them), each
+    stage's least over its interval of ends read from a sparse table (:class:`_RangeMin`); the
+    largest over the paths, lowered by :data:`BOUND_SLACK`. A partial split whose bound exceeds
+    the incumbent's time is dropped; a leaf is timed exactly (its longest path joins the
+    bounds, up to :data:`SEARCH_PATHS` paths) and replaces the incumbent if it comes before it
+    in the order (time, then ends) and passes the period and :func:`pipeopt.evaluate`. The
+    incumbent starts as ``starts``; children are taken least bound first.
+
+    Returns ``None`` past :data:`SEARCH_NODES` partial splits or :data:`SEARCH_LEAVES` timed
+    splits (nothing recorded; the caller goes on to the descent), else the split, with ``rec`` filled as :func:`least_run` fills it
+    (``method`` ``"search"``, ``nodes`` the partial splits extended, ``timed``)."""
+    T = period * (1 + CAP_REL)
+    cap = T * (1 + CAP_REL)
+    S, n, inst = problem.stages, problem.n, problem.instance
+    paths = _Paths(problem)
+    pre = paths.prefix
+    added, bound = problem.cut_terms
+    trip = np.asarray(problem.trip, dtype=float)
+    wp = np.asarray(problem.work_prefix, dtype=float)
+    units = np.arange(n + 1)
+    flight = [rules.in_flight(s, S) for s in range(S)]
+    top = [np.minimum(problem.memory_reach(k), n if s == S - 1 else n - (S - 1 - s)) for s, k in enumerate(flight)]
+    link_ok = bound <= cap
+
+    def completions(C: np.ndarray):
+        """Per stage s, each path k's length over units a..b-1 is ``ending[s][b, k] -
+        beginning[s][a, k]``; ``H[s][a, k]``: the least length along path k of stages s..S-1
+        from unit a."""
+        ending, beginning = [], []
+        for s in range(S):
+            x = pre["xfer"][:, None] * C[2 * S + s] if s < S - 1 else 0.0
+            ending.append(pre["f_end"][:, None] * C[s] + pre["b_end"][:, None] * C[S + s] + x)
+            beginning.append(pre["f_begin"][:, None] * C[s] + pre["b_begin"][:, None] * C[S + s])
+        H = [None] * (S + 1)
+        H[S] = np.full((n + 1, C.shape[1]), np.inf)
+        H[S][n] = 0.0
+        for s in range(S - 1, -1, -1):
+            later = ending[s] + H[s + 1]
+            later[~link_ok] = np.inf
+            lo = units + 1 if s < S - 1 else np.full(n + 1, n)
+            H[s] = _RangeMin(later).query(np.minimum(lo, n), top[s]) - beginning[s]
+        return ending, beginning, H
+
+    best = [int(c) for c in starts]
+    best_time = paths.time(best)
+    least = best_time  # the least time of any tied split timed: the phase's bound at the end
+    C = paths.coefficients()
+    ending, beginning, H = completions(C)
+    nodes = 0
+    # depth first; each entry: (bound, stage, start unit, window state G, ends so far, lengths so far)
+    stack = [(0.0, 0, 0, -math.inf, (), np.zeros(C.shape[1]))] if link_ok[0] else []
+    while stack:
+        key, s, a, G, ends, g = stack.pop()
+        if key > best_time:  # the incumbent improved since it was pushed
+            continue
+        nodes += 1
+        if nodes > SEARCH_NODES:
+            return None
+        if deadline is not None and nodes % 256 == 0:
+            deadline.check("the tie-break's search")
+        if g.size < C.shape[1]:  # paths were added since: its lengths along them
+            p = [0, *ends]
+            g = sum((ending[t][p[t + 1]] - beginning[t][p[t]] for t in range(s)), np.zeros(C.shape[1]))
+        lo = n if s == S - 1 else a + 1
+        b = units[lo:int(top[s][a]) + 1]
+        k = flight[s]
+        Gb, ok = rules.window_step(G, trip[a], wp[b] - wp[a] + added[a] + added[b], k, k - 1, cap)
+        ok &= link_ok[b]
+        b, Gb = b[ok], Gb[ok]
+        if not b.size:
+            continue
+        gb = g[None, :] + (ending[s][b] - beginning[s][a])
+        keys = (gb + H[s + 1][b]).max(axis=1) * (1 - BOUND_SLACK)
+        keep = keys <= best_time
+        b, Gb, gb, keys = b[keep], Gb[keep], gb[keep], keys[keep]
+        if not b.size:
+            continue
+        if s == S - 1:  # the last stage ends at n: a whole split
+            cand = list(ends)
+            if paths.timed >= SEARCH_LEAVES:
+                return None
+            known = len(paths.paths)
+            time = paths.time(cand)
+            least = min(least, time)
+            if len(paths.paths) > known and known < SEARCH_PATHS:
+                C = paths.coefficients()
+                ending, beginning, H = completions(C)
+            if (time, cand) < (best_time, best) and problem.period(cand) <= T and evaluate(inst, problem.plan(cand)).feasible:
+                best, best_time = cand, time
+            continue
+        for i in np.lexsort((-b, -keys)).tolist():  # pushed so that the least bound, then the least end, pops first
+            stack.append((float(keys[i]), s + 1, int(b[i]), float(Gb[i]), (*ends, int(b[i])), gb[i]))
+    chosen = [int(c) for c in starts]
+    if best != chosen:  # as least_run: the first in the order, if evaluate finds it faster than the proven split
+        ev = evaluate(inst, problem.plan(best))
+        if ev.iteration_time < rec["value"]:
+            chosen = best
+            secondary.settle(rec, float(ev.iteration_time), ev)
+    rec.update(bound=float(min(least, best_time)), status="optimal", method="search", nodes=nodes,
+               timed=paths.timed, proven=True)
     return chosen
 
 
@@ -636,8 +861,9 @@ def descend(problem: PartitionProblem, starts: list[int], value: float, cap: flo
 def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline, info: dict, *,
                solver: str = "cbc", threads: int = 1, seed: int = 0) -> list[int]:
     """The split of least 1F1B-flush iteration time among those of period <= the period of
-    ``starts`` (the proven primary optimum): by enumeration when the tied splits are few
-    (:func:`least_run`, proven, ``info["secondary"]["method"] == "enumeration"``); else, if
+    ``starts`` (the proven primary optimum): by enumeration when the graph of the tied splits
+    is small (:func:`least_run`, proven, ``info["secondary"]["method"] == "enumeration"``), else
+    by branch and bound within its node limit (:func:`search_least`, proven, ``"search"``); else, if
     :func:`has_tie` finds no other such split, ``starts`` (proven); else the descent and the
     event-time MILP (module docstring).
 
@@ -688,6 +914,8 @@ def break_ties(problem: PartitionProblem, starts: list[int], deadline: Deadline,
 
     def phase(clock: Deadline, rec: dict) -> list[int]:
         listed = least_run(problem, list(starts), period, rec, clock)
+        if listed is None:  # too many to list: the same answer by branch and bound, within its node limit
+            listed = search_least(problem, list(starts), period, rec, clock)
         if listed is not None:
             return listed
         if not has_tie(problem, period * (1 + CAP_REL), clock):

@@ -85,13 +85,29 @@ def test_tied_splits_rows_are_distinct_in_lexicographic_order_on_a_profile():
     assert list(starts) in rows
 
 
-def test_split_limit_counts_every_partial_split(monkeypatch):
+def test_split_limit_bounds_the_list_and_the_edge_limit_the_graph(monkeypatch):
     inst = make_instance(1, 9, 3, M=6, bandwidth="fast")
     problem = PartitionProblem(inst, 3)
     every = tiebreak.tied_splits(problem, 1e6)  # a period no split reaches (seconds)
     assert len(every) == len(_all_splits(problem.n, 3))  # every split
-    monkeypatch.setattr(tiebreak, "ENUM_SPLITS", len(every) - 1)  # the last stage has them all
-    assert tiebreak.tied_splits(problem, 1e6) is None
+    with monkeypatch.context() as m:
+        m.setattr(tiebreak, "ENUM_SPLITS", len(every) - 1)  # too many to list; the graph still stands
+        assert tiebreak.tied_splits(problem, 1e6) is None
+        assert tiebreak._tie_states(problem, 1e6).count == len(every)
+    monkeypatch.setattr(tiebreak, "ENUM_EDGES", 3)
+    assert tiebreak._tie_states(problem, 1e6) is None
+
+
+def test_too_many_at_once_gives_up_and_records_nothing(monkeypatch):
+    # PipeDream's GNMT at S = 8: 345,000 tied splits on a graph of 1,341 states
+    problem = PartitionProblem(read_pipedream(PROFILES / "gnmt.txt"), 8)
+    res = solve_dp(problem, time_limit=None)
+    assert res.info["secondary"]["method"] == "enumeration" and res.info["secondary"]["splits"] > tiebreak.ENUM_SPLITS
+    starts = problem.starts_of(res.plan)
+    monkeypatch.setattr(tiebreak, "FRONTIER", 0)  # no partial split may be extended
+    rec = {"value": res.info["secondary"]["value"]}
+    assert tiebreak.least_run(problem, starts, problem.period(starts), rec) is None
+    assert rec == {"value": res.info["secondary"]["value"]}
 
 
 def test_work_limit_gives_up_deterministically(monkeypatch):
