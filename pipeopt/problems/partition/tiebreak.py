@@ -415,15 +415,18 @@ class _LeastFirst:
 
     An upper bound ``t``: the least time of the proven split and of up to :data:`DIVES` splits
     reached by taking the edge of least bound at each stage (each timed alone: its longest path
-    joins the set). The *candidates*, every tied split whose bound is at most ``t``, are found
-    stage by stage, partial splits of larger bound dropped on the way; while there are more
-    than :data:`CANDIDATES`, :data:`PROBES` of them, evenly spread, are timed alone and the
+    joins the set, :class:`_Paths`). The *candidates*, every tied split whose bound is at most
+    ``t``, are found stage by stage, partial splits of larger bound dropped on the way; if a
+    stage would keep more than ``4`` :data:`CANDIDATES` of them, the split least along each path
+    is timed too and the pass repeated with room for :data:`FRONTIER`; while there are more than
+    :data:`CANDIDATES` candidates, :data:`PROBES` of them, evenly spread, are timed alone and the
     candidates found again. Then all are timed at once: every split not among them is slower
     than ``t``, so the candidates of time at most ``t``, in order, are the first splits of the
-    whole order. Past them the rest comes from timing every tied split (:func:`run_times`),
-    which the second phase rarely needs. Up to :data:`ALL` tied splits, all are timed at once
-    from the start. The proven split ``extra`` (float order aside it may fall outside the
-    list) is one more split. ``timed``: how many split timings it took (alone or together).
+    whole order. Past them the rest comes from timing every tied split (:func:`run_times`; at
+    most :data:`ENUM_SPLITS`), which the second phase rarely needs. Up to :data:`ALL` tied
+    splits, all are timed at once from the start. The proven split ``extra`` (float order aside
+    it may fall outside the list) is one more split. ``timed``: how many split timings it took
+    (alone or together). Raises :class:`_TooMany` past :data:`FRONTIER` or :data:`ENUM_SPLITS`.
     All of it is work on the instance, not on the clock: the same call times the same splits.
     """
 
@@ -463,15 +466,16 @@ class _LeastFirst:
             try:
                 cands = self._below(t, min(FRONTIER, 4 * self.CANDIDATES))
             except _TooMany:  # weak bounds: the split least along each path too, then all the room
-                for k in range(len(self.bounds.paths)):
-                    along = self._dive(k)
+                for along in [self._dive(k) for k in range(len(self.bounds.paths))]:
                     if along.tobytes() not in seen:
                         seen.add(along.tobytes())
-                        t = min(t, self._timed(along))
+                        t = min(t, self._timed(along, refresh=False))
+                self._weights()
                 cands = self._below(t)
             while len(cands) > self.CANDIDATES:
                 for i in np.linspace(0, len(cands) - 1, self.PROBES).round().astype(np.int64).tolist():
-                    t = min(t, self._timed(cands[i]))
+                    t = min(t, self._timed(cands[i], refresh=False))
+                self._weights()
                 fewer = self._below(t)
                 stop = len(fewer) > 0.75 * len(cands)
                 cands = fewer
@@ -556,12 +560,13 @@ class _LeastFirst:
                 ends = np.hstack([ends, b[e][:, None]])
         return ends
 
-    def _timed(self, ends: np.ndarray) -> float:
-        """Time one split alone (:meth:`_Paths.time`), the bounds raised by its longest path."""
+    def _timed(self, ends: np.ndarray, refresh: bool = True) -> float:
+        """Time one split alone (:meth:`_Paths.time`); with ``refresh``, the bounds raised by
+        its longest path at once (else at the caller's next :meth:`_weights`)."""
         known = len(self.bounds.paths)
         time = self.bounds.time(ends)
         self.timed += 1
-        if len(self.bounds.paths) > known:
+        if refresh and len(self.bounds.paths) > known:
             self._weights()
         return time
 
