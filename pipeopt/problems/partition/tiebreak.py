@@ -88,10 +88,11 @@ def has_tie(problem: PartitionProblem, T: float, deadline: Deadline) -> bool:
     return bool(second[n] < np.inf)
 
 
-ENUM_WORK = 2_000_000
+ENUM_WORK = 600_000
 """Most (window state, stage end) pairs the graph of the tied splits (:func:`_tie_states`) may
 test on one stage (its states times ``n + 1``): a work limit on the instance, so the same call
-builds the same graph, or gives up, on every run (a few milliseconds of numpy at the limit)."""
+builds the same graph, or gives up, on every run (a few milliseconds of numpy at the limit;
+PipeDream's SqueezeNet at S = 8 needs 547,000, a graph that gives up costs up to ~6 ms)."""
 
 ENUM_EDGES = 50_000
 """Most edges (a state and a stage end that extends it) the graph of the tied splits may have on
