@@ -1,4 +1,4 @@
-"""The tie-break's order (pipeopt/problems/partition/tiebreak.py: _TieStates, _LeastFirst;
+"""The tie-break's order (pipeopt/problems/partition/tied.py: _TieStates, _LeastFirst;
 issue 22): timing only the tied splits whose path bound is at most an upper bound gives the same
 order -- least 1F1B-flush time, then lexicographic -- and the same times as timing every tied
 split with run_times, hence the same chosen split; on the shipped profiles with many tied splits
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from test_events import make_instance
 
 from pipeopt.io.pipedream import read_pipedream
-from pipeopt.problems.partition import dp, tiebreak
+from pipeopt.problems.partition import dp, tied
 from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.problems.partition.problem import PartitionProblem
 from pipeopt.problems.secondary import CAP_REL
@@ -24,15 +24,15 @@ from pipeopt.problems.secondary import CAP_REL
 PROFILES = Path("/work/shared/data/pipedream-profiles")
 
 
-def _check(problem: PartitionProblem, starts: list[int], first: int = 12) -> tiebreak._LeastFirst:
+def _check(problem: PartitionProblem, starts: list[int], first: int = 12) -> tied._LeastFirst:
     T = problem.period(starts) * (1 + CAP_REL)
-    tie = tiebreak._tie_states(problem, T * (1 + CAP_REL))
+    tie = tied._tie_states(problem, T * (1 + CAP_REL))
     splits = tie.rows()
     if not (splits == np.array(starts)[None, :]).all(axis=1).any():
         splits = np.vstack([splits, np.array(starts)[None, :]])  # the proven split, float order aside
-    full = tiebreak.run_times(problem, splits)
+    full = tied.run_times(problem, splits)
     want = [(splits[i].tolist(), float(full[i])) for i in np.lexsort([*splits.T[::-1], full])[:first]]
-    order = tiebreak._LeastFirst(problem, tie, list(starts))
+    order = tied._LeastFirst(problem, tie, list(starts))
     head = len(order.first[0])  # the splits given before any fallback
     assert head >= 1
     got = list(itertools.islice(iter(order), first))
@@ -56,10 +56,10 @@ def test_order_equals_timing_every_tied_split_on_profiles(name, stages, monkeypa
     final = problem.starts_of(solve_dp(problem, time_limit=None).plan)
     assert primary != final  # the tie-break moves it: the order starts from a slower split
     for starts in (primary, final):
-        order, _, tied = _check(problem, starts)
-        assert tied > tiebreak._LeastFirst.ALL
-        fresh = tiebreak._LeastFirst(problem, order.tie, starts)
-        assert fresh.timed < tied / 20  # the first splits from a few timings
+        order, _, count = _check(problem, starts)
+        assert count > tied._LeastFirst.ALL
+        fresh = tied._LeastFirst(problem, order.tie, starts)
+        assert fresh.timed < count / 20  # the first splits from a few timings
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -72,10 +72,10 @@ def test_order_equals_timing_every_tied_split_on_random_chains(seed, n, S, M, ov
     problem = PartitionProblem(make_instance(seed, n, S, M=M, overlap=overlap, bandwidth=bandwidth), S)
     starts = problem.starts_of(solve_dp(problem, time_limit=None).plan)
     with monkeypatch.context() as m:
-        m.setattr(tiebreak._LeastFirst, "ALL", 0)  # the bounds on a small instance
-        m.setattr(tiebreak._LeastFirst, "CANDIDATES", candidates)
-        m.setattr(tiebreak._LeastFirst, "PROBES", probes)
-        m.setattr(tiebreak._LeastFirst, "DIVES", dives)
+        m.setattr(tied._LeastFirst, "ALL", 0)  # the bounds on a small instance
+        m.setattr(tied._LeastFirst, "CANDIDATES", candidates)
+        m.setattr(tied._LeastFirst, "PROBES", probes)
+        m.setattr(tied._LeastFirst, "DIVES", dives)
         _check(problem, starts, first=50)  # past the candidates too: the fallback continues the order
 
 
@@ -83,7 +83,7 @@ def test_the_secondary_phase_ends_at_the_same_split_with_or_without_bounds(monke
     inst = read_pipedream(PROFILES / "alexnet.txt")
     res = solve_dp(PartitionProblem(inst, 16), time_limit=None)
     with monkeypatch.context() as m:
-        m.setattr(tiebreak._LeastFirst, "ALL", 10**9)  # every tied split timed at once
+        m.setattr(tied._LeastFirst, "ALL", 10**9)  # every tied split timed at once
         ref = solve_dp(PartitionProblem(inst, 16), time_limit=None)
     assert res.plan == ref.plan and res.info["secondary"]["value"] == ref.info["secondary"]["value"]
     assert res.info["secondary"]["bound"] == ref.info["secondary"]["bound"]

@@ -1,4 +1,4 @@
-"""The exact tie-break past the enumeration's limits (pipeopt/problems/partition/tiebreak.py:
+"""The exact tie-break past the enumeration's limits (pipeopt/problems/partition/tied.py:
 search_least, _RangeMin; issue 22): its branch and bound over partial splits gives the
 enumeration's answer - the same split, secondary value and bound as least_run, which lists
 every tied split - on random chains (zero-time layers, binding memory, tight bandwidth,
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from test_events import binding_memory, make_instance
 
 from pipeopt import evaluate
-from pipeopt.problems.partition import dp, tiebreak
+from pipeopt.problems.partition import dp, tied
 from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.problems.partition.problem import PartitionProblem
 
@@ -31,8 +31,8 @@ def _both(problem: PartitionProblem, starts: list[int]):
     period = problem.period(starts)
     value = evaluate(problem.instance, problem.plan(starts)).iteration_time
     listed, searched = {"value": value}, {"value": value}
-    a = tiebreak.least_run(problem, starts, period, listed)
-    b = tiebreak.search_least(problem, starts, period, searched)
+    a = tied.least_run(problem, starts, period, listed)
+    b = tied.search_least(problem, starts, period, searched)
     return a, listed, b, searched
 
 
@@ -60,9 +60,9 @@ def test_search_equals_the_enumeration(seed, n, S, M, overlap, bandwidth, memory
 def test_search_gives_up_at_its_node_limit(monkeypatch):
     problem = PartitionProblem(make_instance(3, 10, 4, M=6, bandwidth="fast"), 4)
     starts = _primary(problem, monkeypatch)
-    monkeypatch.setattr(tiebreak, "SEARCH_NODES", 0)
+    monkeypatch.setattr(tied, "SEARCH_NODES", 0)
     rec = {"value": evaluate(problem.instance, problem.plan(starts)).iteration_time}
-    assert tiebreak.search_least(problem, starts, problem.period(starts), rec) is None
+    assert tied.search_least(problem, starts, problem.period(starts), rec) is None
     assert "method" not in rec  # nothing recorded
 
 
@@ -72,7 +72,7 @@ def test_range_min_equals_slices(seed):
     values = rng.random((int(rng.integers(1, 40)), 3))
     lo = rng.integers(0, len(values), 50)
     hi = rng.integers(-1, len(values), 50)
-    got = tiebreak._RangeMin(values).query(lo, hi)
+    got = tied._RangeMin(values).query(lo, hi)
     for i in range(50):
         want = values[lo[i]:hi[i] + 1].min(axis=0) if lo[i] <= hi[i] else np.full(3, np.inf)
         assert np.array_equal(got[i], want)
