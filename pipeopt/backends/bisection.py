@@ -470,21 +470,35 @@ def bisect(
             take(out, lower)
     iterations = 0
     hard = None  # smallest T a probe could not decide: search below it first
-    for i in range(TOP_PROBES if probe_top else 0):
+
+    def below_upper(clock) -> bool | None:
+        """Probe just below the upper end, at ``upper / (1 + rel_tol / 2)`` (a bet that the plan
+        in hand is optimal): True if it found a better plan, False if it proved the bracket or
+        could not decide (then that T is hard), None if floats cannot split the bracket there."""
+        nonlocal lower, hard, iterations
         T = upper / (1.0 + 0.5 * rel_tol)
-        if closed() or expired() or hard is not None or not lower < T < upper:
-            break
-        if i == 0 and first_top_share is not None and deadline is not None and deadline.bounded:
-            clock = deadline.sub(seconds=max(min_step, first_top_share * deadline.remaining()))
-        else:
-            clock = share(TOP_SHARE)
+        if not lower < T < upper:
+            return None
         out = probe(T, clock)
         iterations += 1
         steps.append((T, out.outcome))
         if out.outcome == INFEASIBLE:
             lower = T
-        elif not (out.outcome == FEASIBLE and take(out, T)):
-            hard = T
+            return False
+        if out.outcome == FEASIBLE and take(out, T):
+            return True
+        hard = T
+        return False
+
+    for i in range(TOP_PROBES if probe_top else 0):
+        if closed() or expired() or hard is not None:
+            break
+        if i == 0 and first_top_share is not None and deadline is not None and deadline.bounded:
+            clock = deadline.sub(seconds=max(min_step, first_top_share * deadline.remaining()))
+        else:
+            clock = share(TOP_SHARE)
+        if below_upper(clock) is None:
+            break
     while not closed() and iterations < max_iter and not expired():
         top = upper if hard is None or hard - lower <= rel_tol * lower else hard
         T = 0.5 * (lower + top)
@@ -497,20 +511,10 @@ def bisect(
         if out.outcome == FEASIBLE and take(out, T):
             if hard is not None and hard >= upper:
                 hard = None
+            # just below the new plan, again while plans come
             while top_after_plan and hard is None and not closed() and not expired() and iterations < max_iter:
-                below = upper / (1.0 + 0.5 * rel_tol)  # just below the new plan, again while plans come
-                if not lower < below < upper:
+                if not below_upper(share()):
                     break
-                out = probe(below, share())
-                iterations += 1
-                steps.append((below, out.outcome))
-                if out.outcome == INFEASIBLE:
-                    lower = below
-                elif not (out.outcome == FEASIBLE and take(out, below)):
-                    hard = below
-                else:
-                    continue
-                break
             continue
         if out.outcome == INFEASIBLE:
             lower = T

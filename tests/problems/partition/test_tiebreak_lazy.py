@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_events import make_instance
+from test_tiebreak_search import primary_split
 
 from pipeopt.io.pipedream import read_pipedream
-from pipeopt.problems.partition import dp, tied
+from pipeopt.problems.partition import tied
 from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.problems.partition.problem import PartitionProblem
 from pipeopt.problems.secondary import CAP_REL
@@ -40,19 +41,10 @@ def _check(problem: PartitionProblem, starts: list[int], first: int = 12) -> tie
     return order, head, len(splits)
 
 
-def _primary(problem: PartitionProblem, monkeypatch) -> list[int]:
-    """The split the DP proves optimal for the bottleneck, before its tie-break."""
-    seen = []
-    with monkeypatch.context() as m:
-        m.setattr(dp, "break_ties", lambda _problem, starts, *a, **k: seen.append(list(starts)) or list(starts))
-        solve_dp(problem, time_limit=None)
-    return seen[0]
-
-
 @pytest.mark.parametrize("name, stages", [("alexnet", 16), ("resnet18", 8)])
 def test_order_equals_timing_every_tied_split_on_profiles(name, stages, monkeypatch):
     problem = PartitionProblem(read_pipedream(PROFILES / f"{name}.txt"), stages)
-    primary = _primary(problem, monkeypatch)
+    primary = primary_split(problem, monkeypatch)
     final = problem.starts_of(solve_dp(problem, time_limit=None).plan)
     assert primary != final  # the tie-break moves it: the order starts from a slower split
     for starts in (primary, final):

@@ -18,7 +18,7 @@ from pipeopt.problems.partition.dp import solve_dp
 from pipeopt.problems.partition.problem import PartitionProblem
 
 
-def _primary(problem: PartitionProblem, monkeypatch) -> list[int]:
+def primary_split(problem: PartitionProblem, monkeypatch) -> list[int]:
     """The split the DP proves optimal for the bottleneck, before its tie-break."""
     seen = []
     with monkeypatch.context() as m:
@@ -47,7 +47,7 @@ def test_search_equals_the_enumeration(seed, n, S, M, overlap, bandwidth, memory
         inst = binding_memory(inst, S, "1f1b", seed)
     problem = PartitionProblem(inst, S)
     try:
-        starts = _primary(problem, monkeypatch)
+        starts = primary_split(problem, monkeypatch)
     except Exception:  # no split fits: nothing to break
         return
     a, listed, b, searched = _both(problem, starts)
@@ -59,7 +59,7 @@ def test_search_equals_the_enumeration(seed, n, S, M, overlap, bandwidth, memory
 
 def test_search_gives_up_at_its_node_limit(monkeypatch):
     problem = PartitionProblem(make_instance(3, 10, 4, M=6, bandwidth="fast"), 4)
-    starts = _primary(problem, monkeypatch)
+    starts = primary_split(problem, monkeypatch)
     monkeypatch.setattr(tied, "SEARCH_NODES", 0)
     rec = {"value": evaluate(problem.instance, problem.plan(starts)).iteration_time}
     assert tied.search_least(problem, starts, problem.period(starts), rec) is None
