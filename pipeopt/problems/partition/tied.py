@@ -90,16 +90,52 @@ def tied_splits(problem: PartitionProblem, T: float) -> np.ndarray | None:
     return None if tie is None or tie.count > ENUM_SPLITS else tie.rows()
 
 
+class _Extension:
+    """How a stage extends a partial tied split at period ``T`` (:func:`tied_splits`): stage ``s``
+    of units ``a..b-1`` needs ``b`` at most the memory reach of ``a`` with the 1F1B in-flight count
+    ``S - s`` (and room for the stages after it), the cut bound at ``b`` at most ``T`` and the
+    window rows ending at the stage to hold (:func:`pipeopt.cost.rules.window_step`); the last
+    stage ends at ``n``. Read by the graph of the tied splits (:func:`_tie_states`, many states at
+    once) and by the branch and bound (:func:`search_least`, one at a time)."""
+
+    def __init__(self, problem: PartitionProblem, T: float) -> None:
+        n, S = problem.n, problem.stages
+        self.n, self.S, self.T = n, S, T
+        self.added, bound = problem.cut_terms
+        self.link_ok = bound <= T  # the cut at each unit passes T
+        self.trip = np.asarray(problem.trip, dtype=float)
+        self.wp = np.asarray(problem.work_prefix, dtype=float)
+        self.flight = [rules.in_flight(s, S) for s in range(S)]
+        # per stage: the last end of a stage starting at each unit
+        self.top = [np.minimum(problem.memory_reach(k), n if s == S - 1 else n - (S - 1 - s))
+                    for s, k in enumerate(self.flight)]
+
+    def first_end(self, s: int, a):
+        """The least end of stage ``s`` starting at units ``a`` (array or int)."""
+        return np.full_like(a, self.n) if s == self.S - 1 else a + 1
+
+    def ends(self, s: int, a: np.ndarray, G: np.ndarray):
+        """Stage ``s`` from states ending at units ``a`` with window slacks ``G`` (arrays of one
+        length): ``(cols, g, ok)``, the ends ``cols`` some state may take, each state's window slack
+        ``g`` after a stage ending there and whether ``ok`` (``(len(a), len(cols))`` each)."""
+        lo_b, top = self.first_end(s, a), self.top[s][a]
+        lo, up = (int(lo_b.min()), int(top.max())) if a.size else (0, -1)
+        cols = np.arange(lo, up + 1)  # only these columns: the same rows, elementwise, on fewer of them
+        wp, added = self.wp, self.added
+        w = wp[None, lo:up + 1] - wp[a][:, None] + added[a][:, None] + added[None, lo:up + 1]
+        k = self.flight[s]
+        g, ok = rules.window_step(G[:, None], self.trip[a][:, None], w, k, k - 1, self.T)
+        ok &= (cols[None, :] >= lo_b[:, None]) & (cols[None, :] <= top[:, None]) & self.link_ok[lo:up + 1][None, :]
+        return cols, g, ok
+
+
 def _tie_states(problem: PartitionProblem, T: float) -> _TieStates | None:
     """The graph of the tied splits at period ``T`` (:func:`tied_splits`): the window states of
-    each stage and the stage ends between them, or ``None`` past :data:`ENUM_WORK` or
-    :data:`ENUM_EDGES`."""
+    each stage and the stage ends between them (:class:`_Extension`), or ``None`` past
+    :data:`ENUM_WORK` or :data:`ENUM_EDGES`."""
     n, S = problem.n, problem.stages
-    added, bound = problem.cut_terms
-    trip = np.asarray(problem.trip, dtype=float)
-    wp = np.asarray(problem.work_prefix, dtype=float)
-    ends = np.arange(n + 1)
-    size = 0 if bound[0] > T else 1
+    ext = _Extension(problem, T)
+    size = 1 if ext.link_ok[0] else 0
     a = np.zeros(size, dtype=np.int64)  # each state's last end
     G = np.full(size, -np.inf)  # its window slack G (rules.window_step)
     count = np.ones(size)  # the partial splits reaching it
@@ -108,21 +144,11 @@ def _tie_states(problem: PartitionProblem, T: float) -> _TieStates | None:
     for s in range(S):
         if a.size * (n + 1) > ENUM_WORK:
             return None
-        k = rules.in_flight(s, S)
-        reach = problem.memory_reach(k)
-        hi = n if s == S - 1 else n - (S - 1 - s)
-        lo_b = np.full(a.size, n) if s == S - 1 else a + 1
-        top = np.minimum(reach[a], hi)
-        # only the ends some state may take (columns lo..up): the same rows, elementwise, on fewer columns
-        lo, up = (int(lo_b.min()), int(top.max())) if a.size else (0, -1)
-        cols = ends[lo:up + 1]
-        w = wp[None, lo:up + 1] - wp[a][:, None] + added[a][:, None] + added[None, lo:up + 1]
-        g, ok = rules.window_step(G[:, None], trip[a][:, None], w, k, k - 1, T)
-        ok &= (cols[None, :] >= lo_b[:, None]) & (cols[None, :] <= top[:, None]) & (bound[lo:up + 1] <= T)[None, :]
+        cols, g, ok = ext.ends(s, a, G)
         parent, col = np.nonzero(ok)  # row-major: parents in order, ends increasing
         if parent.size > ENUM_EDGES:
             return None
-        b, gv = col + lo, g[parent, col]
+        b, gv = cols[col], g[parent, col]
         order = np.lexsort((gv, b))  # the distinct (end, G) among the children (not np.unique: numpy.ma)
         first = np.ones(order.size, dtype=bool)
         first[1:] = (b[order][1:] != b[order][:-1]) | (gv[order][1:] != gv[order][:-1])
@@ -159,6 +185,16 @@ class _TieStates:
             deg = np.bincount(parent, minlength=starts[s].size)
             self.first.append((np.cumsum(deg) - deg, deg))
 
+    def expand(self, s: int, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every partial split whose last state (of stage ``s``) is ``at[i]`` extended by each of
+        that state's edges: ``(row, e)``, the partial split ``i`` and the edge of each extension,
+        in the order of the partial splits, then of the ends."""
+        begin, deg = self.first[s]
+        rep = deg[at]
+        row = np.repeat(np.arange(at.size), rep)
+        e = begin[at][row] + np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
+        return row, e
+
     def rows(self) -> np.ndarray:
         """``ndarray (count, S - 1)``: every split's stage starts after the first, in
         lexicographic order."""
@@ -168,11 +204,7 @@ class _TieStates:
         at = np.zeros(1, dtype=np.int64)  # each partial split's state
         picks: list[tuple[np.ndarray, np.ndarray]] = []  # per stage: (parent row, end) of each partial split
         for s, (_, b, child) in enumerate(self.edges):
-            begin, deg = self.first[s]
-            rep = deg[at]
-            row = np.repeat(np.arange(at.size), rep)
-            offset = np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
-            e = begin[at][row] + offset
+            row, e = self.expand(s, at)
             picks.append((row, b[e]))
             at = child[e]
         rows = np.arange(at.size)
@@ -200,6 +232,13 @@ class _TieStates:
         return out
 
 
+def _op_columns(graph, S: int) -> np.ndarray:
+    """``ndarray (len(graph.ops),)``: the column of each run-graph op's duration in a split's
+    ``f (S) | b (S) | x (S - 1)`` (a transfer back, Y, takes its cut's X column)."""
+    base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
+    return np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
+
+
 def run_times(problem: PartitionProblem, splits) -> np.ndarray:
     """The 1F1B-flush iteration time (seconds) of each split on the table's numbers, memory
     aside: the longest path through the run graph of M microbatches
@@ -213,9 +252,7 @@ def run_times(problem: PartitionProblem, splits) -> np.ndarray:
     graph = event_graph(problem, "1f1b")
     a = op_prefixes(problem)
     S, n = problem.stages, problem.n
-    # op q's duration is column col[q] of [f (S) | b (S) | x (S-1) | y = x (S-1)]
-    base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
-    col = np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
+    col = _op_columns(graph, S)
     out = np.empty(len(splits))
     for lo in range(0, len(splits), RUN_BLOCK):
         block = np.asarray(splits[lo:lo + RUN_BLOCK], dtype=np.int64).reshape(-1, S - 1)
@@ -239,6 +276,7 @@ def run_times(problem: PartitionProblem, splits) -> np.ndarray:
                 end[q] += dur[q]
         out[lo:lo + len(block)] = end.max(axis=0) if len(end) else 0.0
     return out
+
 
 BOUND_SLACK = 1e-9
 """Relative margin by which :class:`_LeastFirst` lowers its path sums: a path's time summed in
@@ -289,8 +327,7 @@ class _Paths:
         S = problem.stages
         self.S, self.n = S, problem.n
         self.graph = graph = event_graph(problem, "1f1b")
-        base = {"F": 0, "B": S, "X": 2 * S, "Y": 2 * S}
-        self.col = np.array([base[k] + i for k, i, _ in graph.ops], dtype=np.int64)
+        self.col = _op_columns(graph, S)
         self.prefix = op_prefixes(problem)
         self.paths: list[np.ndarray] = []
         self.known: set[bytes] = set()
@@ -492,12 +529,9 @@ class _LeastFirst:
         g = np.zeros((1, len(self.bounds.paths)))
         ends = np.zeros((1, 0), dtype=np.int64)
         for s, (_, b, child) in enumerate(self.tie.edges):
-            begin, deg = self.tie.first[s]
-            rep = deg[state]
-            if rep.sum() > room:  # the bounds leave too many partial splits to extend
+            if self.tie.first[s][1][state].sum() > room:  # the bounds leave too many partial splits to extend
                 raise _TooMany
-            row = np.repeat(np.arange(state.size), rep)
-            e = begin[state][row] + np.arange(row.size) - np.repeat(np.cumsum(rep) - rep, rep)
+            row, e = self.tie.expand(s, state)
             g = g[row] + self.W[s][e]
             keep = (g + self.H[s + 1][child[e]]).max(axis=1) * (1 - BOUND_SLACK) <= t
             e, g = e[keep], g[keep]
@@ -536,11 +570,11 @@ class _LeastFirst:
 
 def least_run(problem: PartitionProblem, starts: list[int], period: float, rec: dict,
               deadline: Deadline | None = None) -> list[int] | None:
-    """The exact second phase when the tied splits are few: the tied splits (:func:`tied_splits`
-    at ``period (1 + CAP_REL)``, plus float slack, each kept only if its
+    """The exact second phase when the graph of the tied splits is small: the tied splits
+    (:func:`_tie_states` at ``period (1 + CAP_REL)``, plus float slack, each kept only if its
     :meth:`PartitionProblem.period` is at most ``period (1 + CAP_REL)``, checked in the order
-    below up to the one returned) in the order of their :func:`run_times` (:class:`_BestFirst`,
-    which times only those that could come next), and the first of least iteration time (ties:
+    below up to the one returned) in the order of their :func:`run_times` (:class:`_LeastFirst`,
+    which times only those that could come first), and the first of least iteration time (ties:
     the first in lexicographic order) that :func:`pipeopt.evaluate` finds feasible. ``rec`` (the
     phase's record) gets ``bound`` (the least iteration time on the table's numbers), ``status``
     ``"optimal"``, ``method`` ``"enumeration"``, ``splits`` (how many tied), ``timed`` (how many
@@ -610,7 +644,7 @@ class _RangeMin:
         lo, hi = np.where(empty, 0, lo), np.where(empty, 0, hi)
         level = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
         out = np.full((len(lo), *self.levels[0].shape[1:]), np.inf)
-        for j in np.unique(level).tolist():
+        for j in np.flatnonzero(np.bincount(level)).tolist():  # the levels used (not np.unique: numpy.ma)
             rows = np.flatnonzero(level == j)
             table = self.levels[j]
             out[rows] = np.minimum(table[lo[rows]], table[hi[rows] - (1 << j) + 1])
@@ -627,7 +661,7 @@ def search_least(problem: PartitionProblem, starts: list[int], period: float, re
     splits instead of a list.
 
     A partial split (stages ``0..s-1``) is extended by a stage ``s`` of units ``a..b-1`` as
-    :func:`tied_splits` extends it (memory reach, cut bounds, the window rows of
+    :func:`tied_splits` extends it (:class:`_Extension`: memory reach, cut bounds, the window rows of
     :func:`pipeopt.cost.rules.window_step` at ``period (1 + CAP_REL)``, plus float slack), so
     every tied split is a leaf. Bounds (:class:`_Paths`): a partial split's length along each
     path so far plus the least completion along it, a DP over (stage, start unit) with the
@@ -647,13 +681,8 @@ def search_least(problem: PartitionProblem, starts: list[int], period: float, re
     S, n, inst = problem.stages, problem.n, problem.instance
     paths = _Paths(problem)
     pre = paths.prefix
-    added, bound = problem.cut_terms
-    trip = np.asarray(problem.trip, dtype=float)
-    wp = np.asarray(problem.work_prefix, dtype=float)
+    ext = _Extension(problem, cap)
     units = np.arange(n + 1)
-    flight = [rules.in_flight(s, S) for s in range(S)]
-    top = [np.minimum(problem.memory_reach(k), n if s == S - 1 else n - (S - 1 - s)) for s, k in enumerate(flight)]
-    link_ok = bound <= cap
 
     def completions(C: np.ndarray):
         """Per stage s, each path k's length over units a..b-1 is ``ending[s][b, k] -
@@ -669,9 +698,8 @@ def search_least(problem: PartitionProblem, starts: list[int], period: float, re
         H[S][n] = 0.0
         for s in range(S - 1, -1, -1):
             later = ending[s] + H[s + 1]
-            later[~link_ok] = np.inf
-            lo = units + 1 if s < S - 1 else np.full(n + 1, n)
-            H[s] = _RangeMin(later).query(np.minimum(lo, n), top[s]) - beginning[s]
+            later[~ext.link_ok] = np.inf
+            H[s] = _RangeMin(later).query(np.minimum(ext.first_end(s, units), n), ext.top[s]) - beginning[s]
         return ending, beginning, H
 
     best = [int(c) for c in starts]
@@ -681,7 +709,7 @@ def search_least(problem: PartitionProblem, starts: list[int], period: float, re
     ending, beginning, H = completions(C)
     nodes = 0
     # depth first; each entry: (bound, stage, start unit, window state G, ends so far, lengths so far)
-    stack = [(0.0, 0, 0, -math.inf, (), np.zeros(C.shape[1]))] if link_ok[0] else []
+    stack = [(0.0, 0, 0, -math.inf, (), np.zeros(C.shape[1]))] if ext.link_ok[0] else []
     while stack:
         key, s, a, G, ends, g = stack.pop()
         if key > best_time:  # the incumbent improved since it was pushed
@@ -694,12 +722,8 @@ def search_least(problem: PartitionProblem, starts: list[int], period: float, re
         if g.size < C.shape[1]:  # paths were added since: its lengths along them
             p = [0, *ends]
             g = sum((ending[t][p[t + 1]] - beginning[t][p[t]] for t in range(s)), np.zeros(C.shape[1]))
-        lo = n if s == S - 1 else a + 1
-        b = units[lo:int(top[s][a]) + 1]
-        k = flight[s]
-        Gb, ok = rules.window_step(G, trip[a], wp[b] - wp[a] + added[a] + added[b], k, k - 1, cap)
-        ok &= link_ok[b]
-        b, Gb = b[ok], Gb[ok]
+        cols, Gs, ok = ext.ends(s, np.array([a]), np.array([G]))
+        b, Gb = cols[ok[0]], Gs[0][ok[0]]
         if not b.size:
             continue
         gb = g[None, :] + (ending[s][b] - beginning[s][a])

@@ -34,7 +34,6 @@ DNN Training*, ICPADS 2022 (the problem; Algorithm 2 is their heuristic).
 
 from __future__ import annotations
 
-
 from ...backends.deadline import Deadline
 from ...result import Result
 from .duan_wu import algorithm2_groups, bisection_partition, round_robin_groups
