@@ -344,11 +344,12 @@ class _Paths:
         self.paths.append(counts)
         return True
 
-    def coefficients(self) -> np.ndarray:
-        """``ndarray (3S, K)``: the paths' counts per duration column, with a zero row for the
-        last stage's transfer (there is none), so stage ``s`` reads rows ``s, S + s, 2S + s``."""
-        C = np.zeros((3 * self.S, len(self.paths)))
-        C[:3 * self.S - 1] = np.array(self.paths).T
+    def coefficients(self, first: int = 0) -> np.ndarray:
+        """``ndarray (3S, K - first)``: the counts per duration column of the paths from
+        ``first`` on, with a zero row for the last stage's transfer (there is none), so stage
+        ``s`` reads rows ``s, S + s, 2S + s``."""
+        C = np.zeros((3 * self.S, len(self.paths) - first))
+        C[:3 * self.S - 1] = np.array(self.paths[first:]).T
         return C
 
     def time(self, ends) -> float:
@@ -363,12 +364,16 @@ class _Paths:
         via = [-1] * len(dur)
         for q, after in enumerate(self.graph.after):
             if after:
-                u = max(after, key=end.__getitem__)
+                u = after[0]
+                top = end[u]
+                for w in after[1:]:  # the first of the latest predecessors, as max() picks
+                    if end[w] > top:
+                        u, top = w, end[w]
                 via[q] = u
-                end[q] = end[u] + dur[q]
+                end[q] = top + dur[q]
             else:
                 end[q] = dur[q]
-        q = max(range(len(end)), key=end.__getitem__)
+        q = end.index(max(end))
         qs = [q]
         while via[q] >= 0:
             q = via[q]
@@ -483,26 +488,48 @@ class _LeastFirst:
             lo = tie.starts[s][parent]
             x = a["xfer"][b] if s < S - 1 else np.zeros(b.size)
             self.D.append(np.stack([a["f_end"][b] - a["f_begin"][lo], a["b_end"][b] - a["b_begin"][lo], x], axis=1))
+        self.W: list[np.ndarray] = []
+        self.H: list[np.ndarray] = []
         self._weights()
 
     def _weights(self) -> None:
         """Each edge's length along every path (``W[s]``, (E, K)) and each state's least
-        completion (``H[s]``, (states, K))."""
-        S = self.S
-        C = self.bounds.coefficients()
-        self.W = [self.D[s] @ C[[s, S + s, 2 * S + s]] for s in range(S)]
-        K = C.shape[1]
+        completion (``H[s]``, (states, K)): the columns of the paths added since the last call
+        (a path's column depends on that path alone)."""
+        S, K = self.S, len(self.bounds.paths)
+        k0 = self.W[0].shape[1] if self.W else 0
+        if k0 == K:
+            return
+        C = self.bounds.coefficients(k0)
+        W = [self.D[s] @ C[[s, S + s, 2 * S + s]] for s in range(S)]
         H = [None] * (S + 1)
-        H[S] = np.zeros((self.tie.starts[S].size, K))
+        H[S] = np.zeros((self.tie.starts[S].size, K - k0))
         for s in range(S - 1, -1, -1):
             _, _, child = self.tie.edges[s]
             begin, deg = self.tie.first[s]
-            h = np.full((self.tie.starts[s].size, K), np.inf)
+            h = np.full((self.tie.starts[s].size, K - k0), np.inf)
             has = deg > 0
             if has.any():
-                h[has] = np.minimum.reduceat(self.W[s] + H[s + 1][child], begin[has], axis=0)
+                h[has] = np.minimum.reduceat(W[s] + H[s + 1][child], begin[has], axis=0)
             H[s] = h
-        self.H = H
+        self.W, self.H = self._columns(self.W, W, K), self._columns(self.H, H, K)
+
+    @staticmethod
+    def _columns(old: list, new: list, K: int) -> list:
+        """``old`` (views of their buffers' first columns) with the columns ``new`` after them:
+        written into the buffers, which double when full (no copy of the old columns per path)."""
+        out = []
+        for o, x in zip(old or [None] * len(new), new):
+            k0 = 0 if o is None else o.shape[1]
+            buf = None if o is None else o.base
+            if buf is None or buf.shape[1] < K:
+                grown = np.empty((x.shape[0], max(16, 2 * K)))
+                if k0:
+                    grown[:, :k0] = o
+                buf = grown
+            buf[:, k0:K] = x
+            out.append(buf[:, :K])
+        return out
 
     def _dive(self, k: int | None = None) -> np.ndarray:
         """``ndarray (S - 1,)``: the tied split reached from the first state by taking, at each
