@@ -12,9 +12,11 @@ over that space, with the same two passes:
    replication): ``best[to][J] = min over I < J of max(best[from][I], own terms of stage J - I)``;
    its value is a lower bound;
 2. **bisection on the period T** with the exact window-slack probe
-   (:func:`pipeopt.cost.rules.window_step`), keeping the least G per (state, ideal); its first
-   probes sit just below the incumbent (:data:`BELOW_PROBES`), which proves the incumbent in
-   one probe when no convex split beats it.
+   (:func:`pipeopt.cost.rules.window_step`), keeping the least G per (state, ideal); the one bisection
+   (:func:`pipeopt.backends.bisection.bisect`), whose first probes sit just below the incumbent
+   (``probe_top``), which proves the incumbent in one probe when no convex split beats it, and
+   again just below each plan a probe finds (``top_after_plan``). A deadline during a probe keeps
+   the best plan found and the lower end proven so far.
 
 Everything a stage costs is a function of its two ideals: its compute and bytes are differences
 of per-ideal sums, and the bytes crossing the cut after ideal I are a function of I alone (a
@@ -40,6 +42,7 @@ import math
 import numpy as np
 
 from ...jit import njit
+from ...backends.bisection import FEASIBLE, INFEASIBLE, UNKNOWN, Probe, bisect
 from ...backends.deadline import Deadline, DeadlineReached
 from ...cost import evaluate, rules
 from ...cost.ties import refuse_ties
@@ -54,10 +57,6 @@ from .problem import PartitionProblem
 
 BLOCK = 64
 """Ideals per compiled block; the deadline is checked between blocks."""
-
-BELOW_PROBES = 3
-"""The bisection's first probes sit just below the incumbent's period (within :data:`.dp.REL_TOL`):
-an infeasible one proves the incumbent optimal at once, a feasible one gives a better plan."""
 
 
 @njit(cache=True, nogil=True)
@@ -286,35 +285,41 @@ class _Search:
         return rules.steady_period(work, np.zeros(S), reps, window, np.zeros(S, dtype=bool), half, half, links)
 
     def solve(self, upper: float = math.inf):
-        """Min-max pass, then bisection; returns ``(best, upper, lower, probes)``: ``best`` the
-        chain ``(ideals, replicas)`` of period ``upper`` found in this lattice, ``None`` if none
-        beats the given ``upper`` (a plan the caller has)."""
+        """Min-max pass, then the bisection (:func:`pipeopt.backends.bisection.bisect`, its first
+        probes just below the incumbent and again after each plan found); returns ``(best, upper,
+        lower, probes, stopped)``: ``best`` the chain ``(ideals, replicas)`` of period ``upper``
+        found in this lattice, ``None`` if none beats the given ``upper`` (a plan the caller has);
+        ``lower`` the proven lower end; ``stopped`` ``None`` if the bracket closed, else why not
+        (the deadline passed during a probe: ``best`` and ``lower`` are what was found and proven
+        before it)."""
         first = self.run(None, upper)
         if first is None:
-            return None, upper, upper, 0
+            return None, upper, upper, 0, None
         lower, ideals, reps = first
         period = self.period(ideals, reps)
-        best = None
-        if period < upper:
-            best, upper = (ideals, reps), period
-        probes, below = 0, BELOW_PROBES
-        while upper - lower > REL_TOL * upper:
-            if below:  # first try to prove the incumbent: often optimal (the one-order plan)
-                below -= 1
-                T = max(lower, upper * (1 - REL_TOL / 2))
-            else:
-                T = 0.5 * (lower + upper)
-            probes += 1
-            found = self.run(T, T)
+        held = period >= upper  # the caller's plan stays the incumbent
+        start = _HELD if held else (ideals, reps)
+        stopped: list[str] = []
+
+        def probe(T: float, _clock) -> Probe:
+            try:
+                found = self.run(T, T)
+            except DeadlineReached as stop:
+                stopped.append(str(stop))
+                return Probe(UNKNOWN)
             if found is None:
-                lower = T
-                continue
-            period = self.period(found[1], found[2])
-            if period < upper:
-                best, upper = (found[1], found[2]), period
-            else:
-                upper = min(upper, T)
-        return best, upper, lower, probes
+                return Probe(INFEASIBLE)
+            return Probe(FEASIBLE, (found[1], found[2]), min(self.period(found[1], found[2]), T))
+
+        search = bisect(probe, lower, min(upper, period), start=start, rel_tol=REL_TOL, deadline=self.deadline,
+                        probe_top=True, top_after_plan=True)
+        best = None if search.plan is _HELD else search.plan
+        stop = None if search.closed else (stopped[-1] if stopped else f"bisection: {search.stop}")
+        return best, search.upper, search.lower, search.iterations, stop
+
+
+_HELD = object()
+"""The start of :meth:`_Search.solve`'s bisection when the caller's plan is the incumbent."""
 
 
 def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60.0, solver: str = "cbc",
@@ -374,25 +379,28 @@ def solve_convex(problem: PartitionProblem, *, time_limit: float | Deadline = 60
     plan, status, lower = None, Status.OPTIMAL, _simple_bound(problem, dag)
     try:
         chain = _Search(problem, dag, Lattice.chain(dag.n), deadline)
-        c_best, c_upper, _, _ = chain.solve()
+        c_best, c_upper, _, _, stop = chain.solve()
         info["one_order"] = c_upper
         if c_best is not None:
             plan = chain.plan(*c_best)
-        try:
-            lat = Lattice.of(dag, deadline=deadline)
-        except LatticeTooLarge as exc:
-            if problem.replication:
-                raise LatticeTooLarge(f"{problem.instance.name}: {exc}; the one-order methods ('dp', 'probe') "
-                                      "solve the smaller replicated-one-order space") from None
-            return _fallback(problem, deadline, solver, seed, threads, f"{exc}; solved by convex_milp")
-        info["lattice"] = ideal_count_text(lat)
-        search = _Search(problem, dag, lat, deadline)
-        best, upper, proven, probes = search.solve(c_upper)
-        lower = max(lower, proven)
-        info.update({"pairs": search.pairs, "probes": probes})
-        if best is not None:
-            plan = search.plan(*best)
-        if plan is None:
+        if stop is None:
+            try:
+                lat = Lattice.of(dag, deadline=deadline)
+            except LatticeTooLarge as exc:
+                if problem.replication:
+                    raise LatticeTooLarge(f"{problem.instance.name}: {exc}; the one-order methods ('dp', 'probe') "
+                                          "solve the smaller replicated-one-order space") from None
+                return _fallback(problem, deadline, solver, seed, threads, f"{exc}; solved by convex_milp")
+            info["lattice"] = ideal_count_text(lat)
+            search = _Search(problem, dag, lat, deadline)
+            best, upper, proven, probes, stop = search.solve(c_upper)
+            lower = max(lower, proven)  # proven before a deadline too
+            info.update({"pairs": search.pairs, "probes": probes})
+            if best is not None:
+                plan = search.plan(*best)
+        if stop is not None:  # the plan found and the lower end proven before the deadline are kept
+            info["stopped"], status = stop, Status.TIME_LIMIT
+        elif plan is None:
             raise InfeasibleError(
                 f"no convex split of {problem.instance.name} into {problem.stages} stages fits in "
                 f"{problem.memory / 2**30:.3f} GiB per worker"

@@ -354,3 +354,55 @@ def test_too_many_ideals_falls_back_to_the_convex_milp(monkeypatch):
     assert is_close(res.objective, exact.objective, 1e-6)
     with pytest.raises(ideals.LatticeTooLarge, match="one-order methods"):
         pipeopt.solve(inst, stages=3, method="convex", replication=True)
+
+
+# ---- 6. a deadline during the bisection keeps what it found and proved ----------------------------
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("bandwidth", [1e9, 1e10])
+@pytest.mark.parametrize("S", [2, 3])
+def test_deadline_in_the_bisection_keeps_plan_and_bound(monkeypatch, S, bandwidth, overlap):
+    """The deadline passing during the k-th probe of the bisection over every ideal (simulated:
+    that probe raises DeadlineReached): status time_limit, the best plan of the probes before it
+    (or of the min-max pass) kept, the lower end proven before it kept - between the min-max
+    value and the optimum - for every k the whole solve reaches."""
+    from pipeopt.backends.deadline import DeadlineReached
+    from pipeopt.problems.partition import convex
+
+    inst = _diamond_plus(overlap, bandwidth=bandwidth)
+    full_run, lattice_of = convex._Search.run, convex.Lattice.of
+    seen: list = []  # per pass over every ideal: (T, value or None, period or None)
+
+    def of(*args, **kwargs):
+        lat = lattice_of(*args, **kwargs)
+        seen.append("lattice")
+        return lat
+
+    def run(self, T, bound, stop_at=None):
+        mine = self.lat.size > inst.num_layers + 1  # not the one-order chain
+        if mine and T is not None and stop_at is not None and sum(1 for x in seen if x != "lattice" and x[0] is not None) == stop_at:
+            raise DeadlineReached("test", 0.0)
+        found = full_run(self, T, bound)
+        if mine:
+            seen.append((T, None if found is None else found[0], None if found is None else self.period(found[1], found[2])))
+        return found
+
+    monkeypatch.setattr(convex.Lattice, "of", of)
+    monkeypatch.setattr(convex._Search, "run", lambda self, T, bound: run(self, T, bound))
+    exact = pipeopt.solve(inst, stages=S, method="convex", time_limit=None)
+    assert exact.status == Status.OPTIMAL
+    passes = [x for x in seen if x != "lattice"]
+    min_max_value, min_max_period = passes[0][1], passes[0][2]
+    probes = [x for x in passes[1:]]
+    assert len(probes) == exact.info["probes"]
+    for k in range(len(probes)):
+        seen.clear()
+        monkeypatch.setattr(convex._Search, "run", lambda self, T, bound, k=k: run(self, T, bound, k))
+        res = pipeopt.solve(inst, stages=S, method="convex", time_limit=None)
+        assert res.status == Status.TIME_LIMIT and "test" in res.info["stopped"]
+        kept = min([res.info["one_order"], min_max_period] + [p for _, v, p in probes[:k] if p is not None])
+        assert res.objective <= kept * (1 + REL)
+        assert is_close(evaluate(inst, res.plan).objective, res.objective, REL)
+        assert min_max_value * (1 - REL) <= res.lower_bound <= exact.objective * (1 + REL)
+        rejected = [T for T, v, _ in probes[:k] if v is None]
+        assert res.lower_bound >= max(rejected, default=0.0) * (1 - REL)
