@@ -380,7 +380,8 @@ def test_deadline_in_the_bisection_keeps_plan_and_bound(monkeypatch, S, bandwidt
 
     def run(self, T, bound, stop_at=None):
         mine = self.lat.size > inst.num_layers + 1  # not the one-order chain
-        if mine and T is not None and stop_at is not None and sum(1 for x in seen if x != "lattice" and x[0] is not None) == stop_at:
+        probed = sum(1 for x in seen if x != "lattice" and x[0] is not None)  # probes of this solve so far
+        if mine and T is not None and stop_at is not None and probed == stop_at:
             raise DeadlineReached("test", 0.0)
         found = full_run(self, T, bound)
         if mine:
@@ -393,7 +394,7 @@ def test_deadline_in_the_bisection_keeps_plan_and_bound(monkeypatch, S, bandwidt
     assert exact.status == Status.OPTIMAL
     passes = [x for x in seen if x != "lattice"]
     min_max_value, min_max_period = passes[0][1], passes[0][2]
-    probes = [x for x in passes[1:]]
+    probes = passes[1:]
     assert len(probes) == exact.info["probes"]
     for k in range(len(probes)):
         seen.clear()
