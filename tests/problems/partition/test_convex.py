@@ -25,7 +25,7 @@ from strategies import times
 
 import pipeopt
 from pipeopt import Cluster, Instance, Plan, Settings, Stage, evaluate
-from pipeopt.errors import InfeasibleError, InvalidProblemError
+from pipeopt.errors import InfeasibleError
 from pipeopt.graph import layer_order
 from pipeopt.problems.partition.problem import is_close
 from pipeopt.result import Status
