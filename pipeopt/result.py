@@ -195,13 +195,17 @@ class Result:
 
     def summary(self) -> str:
         """A few lines: method, status, objective, bound, gap, search space, stages."""
-        lines = [f"{self.method}: {self.status}  objective {self.objective * 1e3:.4f} ms"]
+        found = (f"objective {self.objective * 1e3:.4f} ms" if self.plan is not None
+                 else "no plan found" + (" within the time limit" if self.status == Status.TIME_LIMIT else ""))
+        lines = [f"{self.method}: {self.status}  {found}"]
         if self.lower_bound is not None:
             gap = self.gap
             lines[0] += f"  bound {self.lower_bound * 1e3:.4f} ms" + (f"  gap {gap:.2%}" if gap is not None else "")
         lines[0] += f"  space {self.space}  ({self.runtime:.2f} s)"
         if "objective" in self.info:
             lines.append(f"  objective: {self.info['objective']}")
+        if self.status == Status.TIME_LIMIT and self.info.get("stopped"):
+            lines.append(f"  stopped: {self.info['stopped']}")
         if self.plan is not None and hasattr(self.evaluation, "chunk_lines"):  # a schedule's execution
             lines += ["  " + x for x in self.evaluation.summary().splitlines()]
             lines += self.evaluation.chunk_lines(self.plan)

@@ -23,6 +23,18 @@ def test_solve_json(capsys):
     assert sum(len(s) for s in out["stages"]) == 41
 
 
+def test_a_solve_stopped_before_any_plan_says_so(capsys):
+    """A time limit reached before the first plan (the convex DP's deadline is checked before its
+    first block of ideals, so a limit of a microsecond stops it there on any machine): the summary
+    says no plan was found and why it stopped, never an objective of inf ms."""
+    assert main(["solve", str(PROFILE_DIR / "resnet18.txt"), "--stages", "4", "--method", "convex",
+                 "--time-limit", "0.000001"]) == 0
+    first, *rest = capsys.readouterr().out.splitlines()[1:]
+    assert first.startswith("convex: time_limit  no plan found within the time limit  bound ")
+    assert "inf ms" not in first and "objective" not in first
+    assert any(line.startswith("  stopped: time limit reached") for line in rest)
+
+
 def test_solve_prints_stages_and_assumptions(capsys):
     assert main(["solve", str(PROFILE_DIR / "alexnet.txt"), "--stages", "2"]) == 0
     out = capsys.readouterr().out
