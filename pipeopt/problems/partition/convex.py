@@ -142,9 +142,14 @@ class ConvexTables:
         transfer each sends), bounds them by with overlap (its busy time) and adds to the
         window rows (the round trip), as :attr:`PartitionProblem.cut_terms` and
         :attr:`PartitionProblem.trip` read them.
+
+    ``deadline`` (optional) is checked between the sums and between blocks of the crossing bytes
+    (a lattice of 10^5 ideals takes seconds here); it raises
+    :class:`~pipeopt.backends.deadline.DeadlineReached`.
     """
 
-    def __init__(self, p: PartitionProblem, dag: UnitDag, lattice: Lattice):
+    def __init__(self, p: PartitionProblem, dag: UnitDag, lattice: Lattice, deadline: Deadline | None = None):
+        check = (lambda what: None) if deadline is None else deadline.check
         g = p.instance.graph
         inst = p.instance
         kind = p.kind
@@ -153,9 +158,12 @@ class ConvexTables:
         work = np.array([sum(g.nodes[x]["fwd"].get(kind, math.inf) + g.nodes[x]["bwd"].get(kind, math.inf)
                              for x in u) for u in dag.units]) / r
         self.W = lattice.sums(work)
+        check("the convex tables (compute)")
         self.A = lattice.sums(dag.sums({x: g.nodes[x]["act_bytes"] for x in g.nodes}))
+        check("the convex tables (activations)")
         self.P = lattice.sums(dag.sums({x: g.nodes[x]["param_bytes"] for x in g.nodes}))
-        self.X = self._crossing(g, dag, lattice)
+        check("the convex tables (parameters)")
+        self.X = self._crossing(g, dag, lattice, check=check)
         bw, alpha = inst.cluster.bandwidth, inst.cluster.latency
         self.added, self.bound, self.trip = rules.boundary_terms(
             rules.transfer_time(self.X, bw, 1, alpha), rules.cut_time(self.X, self.X, bw, 1, alpha),
@@ -165,7 +173,7 @@ class ConvexTables:
             self.added = self.added + half
 
     @staticmethod
-    def _crossing(g, dag: UnitDag, lattice: Lattice, chunk: int = 4096) -> np.ndarray:
+    def _crossing(g, dag: UnitDag, lattice: Lattice, chunk: int = 4096, check=lambda what: None) -> np.ndarray:
         """Bytes crossing the cut after each ideal (:func:`pipeopt.cost.rules.crossing_bytes`'s
         rule: layer u's tensor crosses if a reader is outside, with its largest such edge)."""
         uo = dag.unit_of
@@ -181,6 +189,7 @@ class ConvexTables:
         hu = np.array([e[1] for e in edges])
         b = np.array([e[2] for e in edges])
         for lo in range(0, N, chunk):
+            check(f"the convex tables (crossing bytes, ideal {lo} of {N})")
             m = lattice.member[lo:lo + chunk]
             cross = m[:, tu] & ~m[:, hu]
             val = np.where(cross, b[None, :], 0.0)
@@ -215,7 +224,7 @@ class _Search:
 
     def __init__(self, p: PartitionProblem, dag: UnitDag, lattice: Lattice, deadline: Deadline):
         self.p, self.lat, self.deadline = p, lattice, deadline
-        self.tab = ConvexTables(p, dag, lattice)
+        self.tab = ConvexTables(p, dag, lattice, deadline)
         self.steps = _transitions(p)
         self.cap = rules.memory_limit(p.memory)
         t = self.tab

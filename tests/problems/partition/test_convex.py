@@ -407,3 +407,21 @@ def test_deadline_in_the_bisection_keeps_plan_and_bound(monkeypatch, S, bandwidt
         assert min_max_value * (1 - REL) <= res.lower_bound <= exact.objective * (1 + REL)
         rejected = [T for T, v, _ in probes[:k] if v is None]
         assert res.lower_bound >= max(rejected, default=0.0) * (1 - REL)
+
+
+def test_the_tables_check_the_deadline():
+    """Building the per-ideal tables (seconds on a lattice of 10^5 ideals) checks the deadline:
+    one that has passed stops it with DeadlineReached naming the step (which the solve turns into
+    time_limit); without a deadline the tables are built."""
+    from pipeopt.backends.deadline import Deadline, DeadlineReached
+    from pipeopt.problems.ideals import Lattice, UnitDag
+    from pipeopt.problems.partition import convex
+    from pipeopt.problems.partition.problem import PartitionProblem
+
+    inst = _diamond_plus()
+    dag = UnitDag.build(inst.graph)
+    passed = Deadline(1e-12)
+    with pytest.raises(DeadlineReached, match="the convex tables"):
+        convex.ConvexTables(PartitionProblem(inst, 3), dag, Lattice.of(dag), passed)
+    tables = convex.ConvexTables(PartitionProblem(inst, 3), dag, Lattice.of(dag))  # no deadline: built
+    assert tables.W.shape == tables.X.shape == (Lattice.of(dag).size,)
